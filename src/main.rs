@@ -1,0 +1,54 @@
+//! The `tidemark` command line: a thin layer that parses arguments and hands each subcommand to
+//! the crate that does the work. Exit codes follow Jepsen: 0 valid, 1 invalid, 2 unknown,
+//! 254 bad input or usage, 255 the harness itself failed.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd_check;
+mod cmd_teardown;
+mod cmd_test;
+
+/// Exit code for bad input or usage.
+pub const EXIT_BAD_INPUT: u8 = 254;
+/// Exit code when the harness itself failed.
+pub const EXIT_HARNESS_FAILED: u8 = 255;
+
+#[derive(Parser)]
+#[command(name = "tidemark", version, about = "Jepsen-style tests for Kafka-protocol brokers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a test: deploy brokers to fresh nodes, drive a workload under faults, check, report.
+    Test(cmd_test::Args),
+    /// Check a recorded run (a run directory or a history.jsonl) and write results.json.
+    Check(cmd_check::Args),
+    /// Remove what a killed run left behind: namespaces, bridges, rules, processes.
+    Teardown(cmd_teardown::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(EXIT_BAD_INPUT),
+            };
+        }
+    };
+    let code = match cli.command {
+        Command::Test(args) => cmd_test::run(args),
+        Command::Check(args) => cmd_check::run(args),
+        Command::Teardown(args) => cmd_teardown::run(args),
+    };
+    ExitCode::from(code)
+}
