@@ -1,1 +1,86 @@
-//! placeholder
+//! Pure analyses of tidemark histories: history and replica states in, verdict out.
+//!
+//! This crate reads and judges what `spec/history.md` defines: the ops of `history.jsonl`, the
+//! final replica states of `replicas.jsonl`, and the verdict of `results.json`. The analyses do
+//! no I/O, read no clock and run no async code; the readers in [`reader`] stream a history from
+//! any [`BufRead`] so that checking needs memory in proportion to the distinct values written,
+//! not to the number of ops.
+//!
+//! The harness calls, after a run:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), tidemark_checkers::BadInput> {
+//! use std::io::BufReader;
+//! let history = tidemark_checkers::read_history(BufReader::new(std::io::stdin()))?;
+//! let replicas: Vec<tidemark_checkers::ReplicaState> = Vec::new();
+//! let results = tidemark_checkers::check_history(history, Some(&replicas))?;
+//! println!("{}", results.summary(5));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! or [`check`] with ops it already holds. The verdict policy is in [`policy`].
+
+pub mod op;
+pub mod policy;
+pub mod queue;
+pub mod reader;
+pub mod results;
+
+use std::io::BufRead;
+
+use serde_json::Value;
+
+pub use op::{EpochEntry, Op, OpType, PollValue, Process, Record, ReplicaState, SendValue};
+pub use policy::Policy;
+pub use queue::{QueueAnalysis, QueueChecker};
+pub use reader::{read_history, read_replicas, BadInput, HistoryReader};
+pub use results::{AnomalyKind, OpStats, Results, SkippedCheck, Validity};
+
+/// A checker judges one recorded run.
+///
+/// Contract: it is given the header's test map, every op of the history in file order, and the
+/// final replica states when they were collected (`None` when `replicas.jsonl` is missing). It
+/// returns the verdict and every anomaly found, each entry naming the op indices or replicas
+/// that prove it. It is pure: no I/O, no clock, no randomness, no async, so the same input
+/// always gives the same [`Results`]. It must not panic on any input: ops it cannot interpret
+/// are reported as warnings, and checks it cannot run are listed in `skipped_checks`.
+pub trait Checker {
+    /// Judges the run.
+    fn check(
+        &self,
+        test: &Value,
+        history: &mut dyn Iterator<Item = Op>,
+        replicas: Option<&[ReplicaState]>,
+    ) -> Results;
+}
+
+/// Checks a queue or mirror history held as ops: [`QueueChecker`] with this crate's policy.
+pub fn check<I: IntoIterator<Item = Op>>(
+    test: &Value,
+    ops: I,
+    replicas: Option<&[ReplicaState]>,
+) -> Results {
+    QueueChecker.check(test, &mut ops.into_iter(), replicas)
+}
+
+/// Checks a history as it streams from its reader. A malformed op is bad input naming its line;
+/// what the reader tolerated (a truncated last line) becomes a warning in the results.
+pub fn check_history<R: BufRead>(
+    mut history: HistoryReader<R>,
+    replicas: Option<&[ReplicaState]>,
+) -> Result<Results, BadInput> {
+    let test = history.test().clone();
+    let mut analysis = QueueAnalysis::new(&test, replicas);
+    while let Some(op) = history.next() {
+        let op = op?;
+        analysis
+            .observe(&op)
+            .map_err(|problem| BadInput::at(history.line(), problem))?;
+    }
+    let mut results = analysis.finish();
+    for w in history.warnings() {
+        results.warn(w.clone());
+    }
+    Ok(results)
+}

@@ -1,0 +1,992 @@
+//! The queue analysis: every anomaly of `spec/history.md` for the queue and mirror workloads.
+//!
+//! It follows Jepsen's kafka checker (`jepsen.tests.kafka`): each partition of each cluster is a
+//! log of unique values at offsets, and every observation of an offset (an acknowledged send, a
+//! poll, the final committed log read from the replicas) must agree with every other. Polls are
+//! always safe data, whatever their completion type; a send's effect is certain only when it
+//! completed `ok`, certainly absent when it completed `fail`, and unknown otherwise.
+//!
+//! The ops stream past once. State is kept per distinct value and per distinct offset, never
+//! per op: the first observation of each offset and of each value, the gaps polls jumped over,
+//! and how far polls read from each starting offset. Everything that needs the whole history
+//! (lost writes, aborted reads, skips, epoch ownership) is decided in [`QueueAnalysis::finish`].
+
+mod replicas;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
+use serde_json::{json, Value};
+
+use crate::op::{Op, OpType, Process, ReplicaState};
+use crate::policy::{config_op_enables_unclean, HistoryFacts, Policy};
+use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
+use crate::Checker;
+
+use replicas::FinalLogs;
+
+/// Sentinel for "no op" in packed fields.
+const NONE: u64 = u64::MAX;
+/// Sentinel for "no partition" in packed fields.
+const NO_PK: u32 = u32::MAX;
+/// Most distinct values (or locations) kept in one inconsistent-offsets or duplicate entry.
+const MAX_WITNESSES: usize = 8;
+/// Most skipped offsets listed in one poll-skip entry.
+const MAX_SKIPPED_LISTED: usize = 10;
+
+/// The checker for the queue and mirror workloads. See the module docs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueueChecker;
+
+impl Checker for QueueChecker {
+    fn check(
+        &self,
+        test: &Value,
+        history: &mut dyn Iterator<Item = Op>,
+        replicas: Option<&[ReplicaState]>,
+    ) -> Results {
+        let mut analysis = QueueAnalysis::new(test, replicas);
+        for op in history {
+            if let Err(problem) = analysis.observe(&op) {
+                analysis.warn(format!("op {}: ignored: {problem}", op.index));
+            }
+        }
+        analysis.finish()
+    }
+}
+
+/// What proves an observation: an acknowledgement, a poll, or a replica's final log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    Ack(u64),
+    Poll(u64),
+    Final(u32),
+}
+
+/// Where a send stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Observed, but no send of it was ever invoked.
+    NeverInvoked,
+    /// Invoked, not yet completed.
+    Pending,
+    Ok,
+    Fail,
+    Info,
+}
+
+/// Everything known about one value.
+#[derive(Debug, Clone, Copy)]
+struct ValueInfo {
+    outcome: Outcome,
+    /// The partition the send wrote to (its cluster is the value's origin).
+    send_pk: u32,
+    invoke: u64,
+    completion: u64,
+    /// The offset the `ok` completion reported, if any.
+    acked: Option<i64>,
+    /// The first place the value was observed.
+    loc_pk: u32,
+    loc_offset: i64,
+    loc_proof: Proof,
+    /// The first poll that returned it.
+    first_poll: u64,
+    /// Bit `c` set: the final committed log of cluster `c` holds it.
+    final_clusters: u64,
+}
+
+impl ValueInfo {
+    fn new() -> Self {
+        ValueInfo {
+            outcome: Outcome::NeverInvoked,
+            send_pk: NO_PK,
+            invoke: NONE,
+            completion: NONE,
+            acked: None,
+            loc_pk: NO_PK,
+            loc_offset: 0,
+            loc_proof: Proof::Ack(NONE),
+            first_poll: NONE,
+            final_clusters: 0,
+        }
+    }
+}
+
+/// The first value observed at an offset.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    value: i64,
+    proof: Proof,
+}
+
+/// A range of offsets `[lo, hi)` a poll jumped over.
+#[derive(Debug, Clone, Copy)]
+struct Gap {
+    /// The offset returned just before the gap, or `None` when the gap starts at `from`.
+    after: Option<i64>,
+    op: u64,
+    process: u64,
+    polls: u64,
+}
+
+#[derive(Debug, Default)]
+struct Partition {
+    cluster: u32,
+    topic: u32,
+    partition: i64,
+    slots: FxHashMap<i64, Slot>,
+    gaps: FxHashMap<(i64, i64), Gap>,
+    /// Poll start offset -> the furthest offset a poll from there returned, and that poll.
+    reach: BTreeMap<i64, (i64, u64)>,
+    /// Index of this partition's final committed log in [`FinalLogs::logs`].
+    final_log: Option<u32>,
+}
+
+/// An invocation waiting for its completion.
+#[derive(Debug)]
+struct Pending {
+    f: String,
+    invoke: u64,
+    /// Nemesis ops seen before the invocation, to tell whether a fault came in between.
+    nemesis_seq: u64,
+    send: Option<(u32, Vec<i64>)>,
+}
+
+/// The last high watermark a process saw on a partition.
+#[derive(Debug, Clone, Copy)]
+struct HwSeen {
+    hw: i64,
+    op: u64,
+    nemesis_seq: u64,
+}
+
+/// How the mirroring topology last changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MirrorEvent {
+    None,
+    Failover,
+    Failback,
+}
+
+/// The streaming queue analysis behind [`QueueChecker`]: feed it every op in history order with
+/// [`observe`](Self::observe), then [`finish`](Self::finish).
+pub struct QueueAnalysis<'r> {
+    policy: Policy,
+    facts: HistoryFacts,
+    replicas: Option<&'r [ReplicaState]>,
+    finals: FinalLogs,
+    default_cluster: String,
+    clusters: Vec<String>,
+    cluster_ids: FxHashMap<String, u32>,
+    topics: Vec<String>,
+    topic_ids: FxHashMap<String, u32>,
+    pk_ids: FxHashMap<(u32, u32, i64), u32>,
+    parts: Vec<Partition>,
+    values: FxHashMap<i64, ValueInfo>,
+    conflicts: FxHashMap<(u32, i64), Vec<(i64, Proof)>>,
+    duplicates: FxHashMap<i64, Vec<(u32, i64, Proof)>>,
+    pending: FxHashMap<u64, Pending>,
+    hws: FxHashMap<(u64, u32), HwSeen>,
+    nemesis_seq: u64,
+    active_faults: BTreeSet<&'static str>,
+    mirror_event: MirrorEvent,
+    stats: BTreeMap<String, OpStats>,
+    anomalies: Anomalies,
+    warnings: Vec<String>,
+    skipped: Vec<SkippedCheck>,
+}
+
+impl<'r> QueueAnalysis<'r> {
+    /// Starts an analysis of a history whose header carried `test`, with the final replica
+    /// states when there are any. Ops without a `cluster` belong to the replicas' cluster when
+    /// they name exactly one, else to the cluster named `""`.
+    pub fn new(test: &Value, replicas: Option<&'r [ReplicaState]>) -> Self {
+        let replica_clusters: BTreeSet<&str> = replicas
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r.cluster.as_str())
+            .collect();
+        let default_cluster = match replica_clusters.iter().next() {
+            Some(c) if replica_clusters.len() == 1 => (*c).to_owned(),
+            _ => String::new(),
+        };
+        let mut a = QueueAnalysis {
+            policy: Policy::from_test(test),
+            facts: HistoryFacts::default(),
+            replicas,
+            finals: FinalLogs::default(),
+            default_cluster,
+            clusters: Vec::new(),
+            cluster_ids: FxHashMap::default(),
+            topics: Vec::new(),
+            topic_ids: FxHashMap::default(),
+            pk_ids: FxHashMap::default(),
+            parts: Vec::new(),
+            values: FxHashMap::default(),
+            conflicts: FxHashMap::default(),
+            duplicates: FxHashMap::default(),
+            pending: FxHashMap::default(),
+            hws: FxHashMap::default(),
+            nemesis_seq: 0,
+            active_faults: BTreeSet::new(),
+            mirror_event: MirrorEvent::None,
+            stats: BTreeMap::new(),
+            anomalies: Anomalies::default(),
+            warnings: Vec::new(),
+            skipped: Vec::new(),
+        };
+        if let Some(replicas) = replicas {
+            a.load_final_logs(replicas);
+        }
+        a
+    }
+
+    fn warn(&mut self, warning: String) {
+        push_warning(&mut self.warnings, warning);
+    }
+
+    fn cluster_id(&mut self, name: Option<&str>) -> u32 {
+        let name = name.unwrap_or(&self.default_cluster);
+        if let Some(&id) = self.cluster_ids.get(name) {
+            return id;
+        }
+        let id = self.clusters.len() as u32;
+        self.clusters.push(name.to_owned());
+        self.cluster_ids.insert(name.to_owned(), id);
+        id
+    }
+
+    fn pk(&mut self, cluster: u32, topic: &str, partition: i64) -> u32 {
+        let topic = match self.topic_ids.get(topic) {
+            Some(&t) => t,
+            None => {
+                let t = self.topics.len() as u32;
+                self.topics.push(topic.to_owned());
+                self.topic_ids.insert(topic.to_owned(), t);
+                t
+            }
+        };
+        let next = self.parts.len() as u32;
+        let id = *self
+            .pk_ids
+            .entry((cluster, topic, partition))
+            .or_insert(next);
+        if id == next {
+            self.parts.push(Partition {
+                cluster,
+                topic,
+                partition,
+                ..Partition::default()
+            });
+        }
+        id
+    }
+
+    /// The final committed logs seed the observations: every later acknowledgement and poll is
+    /// compared with them.
+    fn load_final_logs(&mut self, replicas: &'r [ReplicaState]) {
+        for r in replicas {
+            self.cluster_id(Some(&r.cluster));
+        }
+        let (finals, warnings) = FinalLogs::build(replicas);
+        for w in warnings {
+            self.warn(w);
+        }
+        for (i, log) in finals.logs.iter().enumerate() {
+            let leader = &replicas[log.leader];
+            let cluster = self.cluster_ids[leader.cluster.as_str()];
+            let pk = self.pk(cluster, &leader.topic, leader.partition);
+            self.parts[pk as usize].final_log = Some(i as u32);
+            for rec in &log.records {
+                self.observe_record(pk, rec.offset, rec.value, Proof::Final(log.leader as u32));
+                if cluster < 64 {
+                    self.values
+                        .entry(rec.value)
+                        .or_insert_with(ValueInfo::new)
+                        .final_clusters |= 1 << cluster;
+                }
+            }
+        }
+        self.finals = finals;
+    }
+
+    /// Takes in the next op of the history. An error means the op is malformed (for example a
+    /// send without values); the caller decides whether that is fatal.
+    pub fn observe(&mut self, op: &Op) -> Result<(), String> {
+        match op.process {
+            Process::Nemesis => {
+                self.nemesis(op);
+                Ok(())
+            }
+            Process::Client(p) => {
+                if op.cluster.is_some() {
+                    self.cluster_id(op.cluster.as_deref());
+                }
+                match op.kind {
+                    OpType::Invoke => self.invoke(p, op),
+                    _ => self.complete(p, op),
+                }
+            }
+        }
+    }
+
+    fn nemesis(&mut self, op: &Op) {
+        self.nemesis_seq += 1;
+        let is_invoke = op.kind == OpType::Invoke;
+        match op.f.as_str() {
+            "unclean-election" => self.facts.forced_unclean = true,
+            "config" if config_op_enables_unclean(&op.value) => self.facts.forced_unclean = true,
+            "failover" => {
+                self.facts.failover = true;
+                self.mirror_event = MirrorEvent::Failover;
+            }
+            "failback" => self.mirror_event = MirrorEvent::Failback,
+            "start-partition" => {
+                self.active_faults.insert("partition");
+            }
+            "kill" => {
+                self.active_faults.insert("kill");
+            }
+            "pause" => {
+                self.active_faults.insert("pause");
+            }
+            "clock-skew" => {
+                self.active_faults.insert("clock");
+            }
+            // A healing op ends its fault only once it has completed.
+            "stop-partition" if !is_invoke => {
+                self.active_faults.remove("partition");
+            }
+            "start" if !is_invoke => {
+                self.active_faults.remove("kill");
+            }
+            "resume" if !is_invoke => {
+                self.active_faults.remove("pause");
+            }
+            "clock-reset" if !is_invoke => {
+                self.active_faults.remove("clock");
+            }
+            _ => {}
+        }
+    }
+
+    fn invoke(&mut self, p: u64, op: &Op) -> Result<(), String> {
+        if let Some(prev) = self.pending.get(&p) {
+            let warning = format!(
+                "op {}: process {p} invoked again while op {} was open",
+                op.index, prev.invoke
+            );
+            self.warn(warning);
+        }
+        let send = if op.f == "send" {
+            let (topic, partition) = topic_partition(&op.value)?;
+            let values = send_values(&op.value)?;
+            let cluster = self.cluster_id(op.cluster.as_deref());
+            let pk = self.pk(cluster, topic, partition);
+            for &v in &values {
+                let info = self.values.entry(v).or_insert_with(ValueInfo::new);
+                if info.invoke != NONE {
+                    let warning = format!(
+                        "op {}: value {v} was already sent by op {} (values must be unique)",
+                        op.index, info.invoke
+                    );
+                    self.warn(warning);
+                    continue;
+                }
+                info.invoke = op.index;
+                info.outcome = Outcome::Pending;
+                info.send_pk = pk;
+            }
+            Some((pk, values))
+        } else {
+            if op.f == "poll" {
+                topic_partition(&op.value)?;
+            }
+            None
+        };
+        self.pending.insert(
+            p,
+            Pending {
+                f: op.f.clone(),
+                invoke: op.index,
+                nemesis_seq: self.nemesis_seq,
+                send,
+            },
+        );
+        Ok(())
+    }
+
+    fn complete(&mut self, p: u64, op: &Op) -> Result<(), String> {
+        let pending = self.pending.remove(&p);
+        match &pending {
+            None => {
+                let warning = format!(
+                    "op {}: process {p} completed {} without an invocation",
+                    op.index, op.f
+                );
+                self.warn(warning);
+            }
+            Some(pend) if pend.f != op.f => {
+                let warning = format!(
+                    "op {}: process {p} completed {} but invoked {} (op {})",
+                    op.index, op.f, pend.f, pend.invoke
+                );
+                self.warn(warning);
+            }
+            Some(_) => {}
+        }
+        let stats = match self.stats.get_mut(op.f.as_str()) {
+            Some(s) => s,
+            None => self.stats.entry(op.f.clone()).or_default(),
+        };
+        match op.kind {
+            OpType::Ok => stats.ok += 1,
+            OpType::Fail => stats.fail += 1,
+            _ => stats.info += 1,
+        }
+        match op.f.as_str() {
+            "send" => self.complete_send(op, pending),
+            "poll" => self.complete_poll(p, op, pending),
+            _ => Ok(()),
+        }
+    }
+
+    fn complete_send(&mut self, op: &Op, pending: Option<Pending>) -> Result<(), String> {
+        let (pk, values) = match pending.and_then(|p| p.send) {
+            Some(sent) => sent,
+            None => {
+                let (topic, partition) = topic_partition(&op.value)?;
+                let cluster = self.cluster_id(op.cluster.as_deref());
+                (self.pk(cluster, topic, partition), send_values(&op.value)?)
+            }
+        };
+        let outcome = match op.kind {
+            OpType::Ok => Outcome::Ok,
+            OpType::Fail => Outcome::Fail,
+            _ => Outcome::Info,
+        };
+        let offset = match (outcome, op.value.get("offset")) {
+            (Outcome::Ok, Some(Value::Null) | None) => None,
+            (Outcome::Ok, Some(o)) => Some(o.as_i64().ok_or("send offset is not an integer")?),
+            _ => None,
+        };
+        for (i, &v) in values.iter().enumerate() {
+            let info = self.values.entry(v).or_insert_with(ValueInfo::new);
+            if info.invoke == NONE {
+                info.invoke = op.index;
+                info.send_pk = pk;
+            }
+            info.outcome = outcome;
+            info.completion = op.index;
+            if let Some(first) = offset {
+                let at = first + i as i64;
+                info.acked = Some(at);
+                self.observe_record(pk, at, v, Proof::Ack(op.index));
+            }
+        }
+        Ok(())
+    }
+
+    fn complete_poll(&mut self, p: u64, op: &Op, pending: Option<Pending>) -> Result<(), String> {
+        let (topic, partition) = topic_partition(&op.value)?;
+        let cluster = self.cluster_id(op.cluster.as_deref());
+        let pk = self.pk(cluster, topic, partition);
+        let from = match op.value.get("from") {
+            Some(f) => Some(f.as_i64().ok_or("poll from is not an integer")?),
+            None => None,
+        };
+        let records = match op.value.get("records") {
+            None | Some(Value::Null) => &[][..],
+            Some(Value::Array(r)) => &r[..],
+            Some(_) => return Err("poll records is not an array".into()),
+        };
+        let mut prev: Option<(i64, Option<i64>)> = None;
+        let mut furthest = None;
+        for r in records {
+            let (offset, value, epoch) = parse_record(r)?;
+            match prev {
+                Some((po, _)) if offset <= po => {
+                    let entry = json!({
+                        "cluster": self.clusters[cluster as usize], "topic": topic,
+                        "partition": partition, "op_index": op.index, "process": p,
+                        "offsets": [po, offset],
+                    });
+                    self.anomalies.push(AnomalyKind::NonmonotonicPoll, entry);
+                }
+                Some((po, _)) if offset > po + 1 => {
+                    self.note_gap(pk, po + 1, offset, Some(po), op, p)
+                }
+                None => {
+                    if let Some(f) = from.filter(|&f| offset > f) {
+                        self.note_gap(pk, f, offset, None, op, p);
+                    }
+                }
+                _ => {}
+            }
+            if let (Some((po, Some(pe))), Some(e)) = (prev, epoch) {
+                if offset > po && e < pe {
+                    let entry = json!({
+                        "cluster": self.clusters[cluster as usize], "topic": topic,
+                        "partition": partition, "op_index": op.index,
+                        "records": [[po, pe], [offset, e]],
+                        "why": "a poll returned a lower leader epoch at a higher offset",
+                    });
+                    self.anomalies.push(AnomalyKind::EpochRegression, entry);
+                }
+            }
+            prev = Some((offset, epoch.or(prev.and_then(|(_, e)| e))));
+            furthest = Some(furthest.map_or(offset, |f: i64| f.max(offset)));
+            self.observe_record(pk, offset, value, Proof::Poll(op.index));
+            let info = self.values.entry(value).or_insert_with(ValueInfo::new);
+            if info.first_poll == NONE {
+                info.first_poll = op.index;
+            }
+        }
+        if let (Some(from), Some(furthest)) = (from, furthest) {
+            let reach = self.parts[pk as usize]
+                .reach
+                .entry(from)
+                .or_insert((furthest, op.index));
+            if furthest > reach.0 {
+                *reach = (furthest, op.index);
+            }
+        }
+        if op.kind == OpType::Ok {
+            if let Some(hw) = op.value.get("high_watermark").and_then(Value::as_i64) {
+                let since = pending.map_or(self.nemesis_seq, |p| p.nemesis_seq);
+                self.observe_hw(p, pk, hw, op.index, since);
+            }
+        }
+        Ok(())
+    }
+
+    fn note_gap(&mut self, pk: u32, lo: i64, hi: i64, after: Option<i64>, op: &Op, p: u64) {
+        self.parts[pk as usize]
+            .gaps
+            .entry((lo, hi))
+            .and_modify(|g| g.polls += 1)
+            .or_insert(Gap {
+                after,
+                op: op.index,
+                process: p,
+                polls: 1,
+            });
+    }
+
+    /// A process's high watermark may only go down across a fault: some nemesis op between the
+    /// earlier poll's invocation and this completion, or a fault still in force.
+    fn observe_hw(&mut self, p: u64, pk: u32, hw: i64, op: u64, since: u64) {
+        let seen = HwSeen {
+            hw,
+            op,
+            nemesis_seq: since,
+        };
+        let Some(prev) = self.hws.insert((p, pk), seen) else {
+            return;
+        };
+        let excused = prev.nemesis_seq != self.nemesis_seq || !self.active_faults.is_empty();
+        if hw < prev.hw && !excused {
+            let part = &self.parts[pk as usize];
+            let entry = json!({
+                "cluster": self.clusters[part.cluster as usize],
+                "topic": self.topics[part.topic as usize], "partition": part.partition,
+                "process": p, "op_index": op, "high_watermark": hw,
+                "previous": {"op_index": prev.op, "high_watermark": prev.hw},
+            });
+            self.anomalies.push(AnomalyKind::HwRegression, entry);
+        }
+    }
+
+    /// Records that `value` was observed at `offset` of partition `pk`: the offset must hold
+    /// one value, and the value one place (a topic, partition and offset, on any cluster).
+    fn observe_record(&mut self, pk: u32, offset: i64, value: i64, proof: Proof) {
+        let slots = &mut self.parts[pk as usize].slots;
+        match slots.get(&offset) {
+            None => {
+                slots.insert(offset, Slot { value, proof });
+            }
+            Some(slot) if slot.value != value => {
+                let first = (slot.value, slot.proof);
+                let witnesses = self
+                    .conflicts
+                    .entry((pk, offset))
+                    .or_insert_with(|| vec![first]);
+                if witnesses.len() < MAX_WITNESSES && witnesses.iter().all(|w| w.0 != value) {
+                    witnesses.push((value, proof));
+                }
+            }
+            Some(_) => {}
+        }
+        let info = self.values.entry(value).or_insert_with(ValueInfo::new);
+        if info.loc_pk == NO_PK {
+            info.loc_pk = pk;
+            info.loc_offset = offset;
+            info.loc_proof = proof;
+            return;
+        }
+        let (a, b) = (&self.parts[info.loc_pk as usize], &self.parts[pk as usize]);
+        if info.loc_offset == offset && a.topic == b.topic && a.partition == b.partition {
+            return;
+        }
+        let first = (info.loc_pk, info.loc_offset, info.loc_proof);
+        let places = self.duplicates.entry(value).or_insert_with(|| vec![first]);
+        let known = places.iter().any(|&(p, o, _)| {
+            let c = &self.parts[p as usize];
+            o == offset && c.topic == b.topic && c.partition == b.partition
+        });
+        if !known && places.len() < MAX_WITNESSES {
+            places.push((pk, offset, proof));
+        }
+    }
+
+    fn proof_json(&self, proof: Proof) -> Value {
+        match proof {
+            Proof::Ack(op) => json!({"send": op}),
+            Proof::Poll(op) => json!({"poll": op}),
+            Proof::Final(r) => {
+                let r = &self.replicas.unwrap_or_default()[r as usize];
+                json!({"final_log": {"cluster": r.cluster, "node": r.node}})
+            }
+        }
+    }
+
+    fn place_json(&self, pk: u32) -> (String, String, i64) {
+        let part = &self.parts[pk as usize];
+        (
+            self.clusters[part.cluster as usize].clone(),
+            self.topics[part.topic as usize].clone(),
+            part.partition,
+        )
+    }
+
+    /// Runs the whole-history checks and judges the anomalies against the test's policy.
+    pub fn finish(mut self) -> Results {
+        for (_, pend) in std::mem::take(&mut self.pending) {
+            self.stats.entry(pend.f).or_default().info += 1;
+            for v in pend.send.map(|s| s.1).unwrap_or_default() {
+                if let Some(info) = self.values.get_mut(&v) {
+                    if info.outcome == Outcome::Pending {
+                        info.outcome = Outcome::Info;
+                    }
+                }
+            }
+        }
+        self.facts.clusters = self.clusters.len();
+        self.check_values();
+        self.check_conflicts();
+        self.check_duplicates();
+        self.check_skips();
+        self.check_replicas();
+        let allowed = self.policy.allowed(&self.facts);
+        let evidence = self.stats.values().any(|s| s.ok > 0) || !self.finals.logs.is_empty();
+        self.anomalies
+            .into_results(allowed, !evidence, self.stats, self.skipped, self.warnings)
+    }
+
+    /// Lost writes, aborted reads and unexpected values: judged per value once every send has
+    /// completed and every poll has been seen.
+    fn check_values(&mut self) {
+        let mut values: Vec<(i64, ValueInfo)> = self.values.iter().map(|(&v, &i)| (v, i)).collect();
+        values.sort_unstable_by_key(|&(v, i)| (i.completion, i.invoke, v));
+        let mut by_polls: FxHashMap<u32, Vec<(i64, i64, ValueInfo)>> = FxHashMap::default();
+        let mut no_final: BTreeSet<u32> = BTreeSet::new();
+        for &(v, info) in &values {
+            match info.outcome {
+                Outcome::Ok => {
+                    let part = &self.parts[info.send_pk as usize];
+                    match part.final_log {
+                        Some(_) if part.cluster < 64 => {
+                            if info.final_clusters & (1 << part.cluster) == 0 {
+                                let log = self.final_log_of(info.send_pk);
+                                self.lost_write(v, &info, json!({"final_log": log}));
+                            }
+                        }
+                        _ => {
+                            no_final.insert(info.send_pk);
+                            if let Some(acked) = info.acked.filter(|_| info.first_poll == NONE) {
+                                by_polls
+                                    .entry(info.send_pk)
+                                    .or_default()
+                                    .push((acked, v, info));
+                            }
+                        }
+                    }
+                }
+                Outcome::Fail if info.first_poll != NONE || info.final_clusters != 0 => {
+                    let (cluster, topic, partition) = self.place_json(info.loc_pk);
+                    let seen_by = if info.first_poll != NONE {
+                        json!({"poll": info.first_poll})
+                    } else {
+                        self.proof_json(info.loc_proof)
+                    };
+                    let entry = json!({
+                        "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+                        "offset": info.loc_offset, "op_index": info.completion,
+                        "invoke_index": info.invoke, "seen_by": seen_by,
+                    });
+                    self.anomalies.push(AnomalyKind::AbortedRead, entry);
+                }
+                Outcome::NeverInvoked => {
+                    let (cluster, topic, partition) = self.place_json(info.loc_pk);
+                    let entry = json!({
+                        "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+                        "offset": info.loc_offset, "seen_by": self.proof_json(info.loc_proof),
+                    });
+                    self.anomalies.push(AnomalyKind::UnexpectedValue, entry);
+                }
+                _ => {}
+            }
+        }
+        self.lost_by_polls(by_polls);
+        if self.replicas.is_none() {
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::LostWrite.name().into(),
+                reason: "no replicas.jsonl: a write is proven lost only where a later poll read past its acknowledged offset".into(),
+            });
+            return;
+        }
+        for pk in no_final {
+            let (cluster, topic, partition) = self.place_json(pk);
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::LostWrite.name().into(),
+                reason: format!("no readable replica of {cluster}/{topic}/{partition}: a write there is proven lost only where a later poll read past its acknowledged offset"),
+            });
+        }
+    }
+
+    /// The leader and high watermark of the final committed log of `pk`, if it has one.
+    fn final_log_of(&self, pk: u32) -> Option<Value> {
+        let log = &self.finals.logs[self.parts[pk as usize].final_log? as usize];
+        let leader = &self.replicas.unwrap_or_default()[log.leader];
+        Some(json!({"node": leader.node, "high_watermark": log.hw}))
+    }
+
+    fn lost_write(&mut self, v: i64, info: &ValueInfo, proof: Value) {
+        let (cluster, topic, partition) = self.place_json(info.send_pk);
+        let seen_by = (info.first_poll != NONE).then_some(info.first_poll);
+        let mut entry = json!({
+            "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+            "offset": info.acked, "op_index": info.completion, "invoke_index": info.invoke,
+            "seen_by_poll": seen_by,
+        });
+        if let (Value::Object(e), Value::Object(p)) = (&mut entry, proof) {
+            e.extend(p);
+        }
+        self.anomalies.push(AnomalyKind::LostWrite, entry);
+    }
+
+    /// Without a final log, an acknowledged value is proven lost when no poll ever returned it
+    /// although some poll read past its acknowledged offset, starting at or before it (Jepsen's
+    /// reasoning: that poll saw the committed log beyond the offset, and the value was not there).
+    fn lost_by_polls(&mut self, by_polls: FxHashMap<u32, Vec<(i64, i64, ValueInfo)>>) {
+        let mut pks: Vec<_> = by_polls.into_iter().collect();
+        pks.sort_unstable_by_key(|(pk, _)| *pk);
+        for (pk, mut candidates) in pks {
+            candidates.sort_unstable_by_key(|c| (c.0, c.1));
+            let reach: Vec<(i64, (i64, u64))> = self.parts[pk as usize]
+                .reach
+                .iter()
+                .map(|(&f, &r)| (f, r))
+                .collect();
+            let mut next = 0;
+            let mut best: Option<(i64, u64)> = None;
+            for (acked, v, info) in candidates {
+                while next < reach.len() && reach[next].0 <= acked {
+                    let r = reach[next].1;
+                    if best.is_none_or(|b| r.0 > b.0) {
+                        best = Some(r);
+                    }
+                    next += 1;
+                }
+                if let Some((furthest, poll)) = best.filter(|b| b.0 > acked) {
+                    let proof = json!({"read_past_by": {"poll": poll, "offset": furthest}});
+                    self.lost_write(v, &info, proof);
+                }
+            }
+        }
+    }
+
+    fn check_conflicts(&mut self) {
+        let mut conflicts: Vec<_> = std::mem::take(&mut self.conflicts).into_iter().collect();
+        conflicts.sort_unstable_by_key(|(k, _)| *k);
+        for ((pk, offset), witnesses) in conflicts {
+            let (cluster, topic, partition) = self.place_json(pk);
+            let values: Vec<Value> = witnesses
+                .iter()
+                .map(|&(v, p)| json!({"value": v, "seen_by": self.proof_json(p)}))
+                .collect();
+            let entry = json!({
+                "cluster": cluster, "topic": topic, "partition": partition, "offset": offset,
+                "values": values,
+            });
+            self.anomalies.push(AnomalyKind::InconsistentOffsets, entry);
+        }
+    }
+
+    fn check_duplicates(&mut self) {
+        let mut dups: Vec<_> = std::mem::take(&mut self.duplicates).into_iter().collect();
+        dups.sort_unstable_by_key(|(v, _)| *v);
+        for (value, places) in dups {
+            let places: Vec<Value> = places
+                .iter()
+                .map(|&(pk, offset, proof)| {
+                    let (cluster, topic, partition) = self.place_json(pk);
+                    json!({"cluster": cluster, "topic": topic, "partition": partition,
+                           "offset": offset, "seen_by": self.proof_json(proof)})
+                })
+                .collect();
+            let entry = json!({"value": value, "places": places});
+            self.anomalies.push(AnomalyKind::Duplicate, entry);
+        }
+    }
+
+    /// A gap a poll jumped over is a skip when the committed log holds a record in it: the
+    /// final log when there is one (records of failed sends aside: a read-committed consumer
+    /// rightly skips them, and they are reported as aborted reads), else what some poll read.
+    fn check_skips(&mut self) {
+        for pk in 0..self.parts.len() as u32 {
+            if self.parts[pk as usize].gaps.is_empty() {
+                continue;
+            }
+            let (cluster, topic, partition) = self.place_json(pk);
+            let final_offsets: Option<Vec<i64>> = self.parts[pk as usize].final_log.map(|i| {
+                self.finals.logs[i as usize]
+                    .records
+                    .iter()
+                    .filter(|r| {
+                        self.values
+                            .get(&r.value)
+                            .is_none_or(|i| i.outcome != Outcome::Fail)
+                    })
+                    .map(|r| r.offset)
+                    .collect()
+            });
+            let part = &self.parts[pk as usize];
+            let (reference, known) = match final_offsets {
+                Some(offsets) => ("final log", offsets),
+                None => {
+                    let mut polled: Vec<i64> = part
+                        .slots
+                        .iter()
+                        .filter(|(_, s)| matches!(s.proof, Proof::Poll(_)))
+                        .map(|(&o, _)| o)
+                        .collect();
+                    polled.sort_unstable();
+                    ("polls", polled)
+                }
+            };
+            let mut gaps: Vec<_> = part.gaps.iter().map(|(&k, &g)| (k, g)).collect();
+            gaps.sort_unstable_by_key(|&(k, g)| (g.op, k));
+            for ((lo, hi), gap) in gaps {
+                let start = known.partition_point(|&o| o < lo);
+                let end = known.partition_point(|&o| o < hi);
+                if start == end {
+                    continue;
+                }
+                let listed: Vec<i64> = known[start..end]
+                    .iter()
+                    .take(MAX_SKIPPED_LISTED)
+                    .copied()
+                    .collect();
+                let entry = json!({
+                    "cluster": cluster, "topic": topic, "partition": partition,
+                    "op_index": gap.op, "process": gap.process, "after": gap.after, "from": lo,
+                    "next": hi, "skipped": listed, "skipped_count": end - start,
+                    "polls": gap.polls, "reference": reference,
+                });
+                self.anomalies.push(AnomalyKind::PollSkip, entry);
+            }
+        }
+    }
+
+    fn check_replicas(&mut self) {
+        let Some(replicas) = self.replicas else {
+            for kind in [
+                AnomalyKind::Divergence,
+                AnomalyKind::MirrorDivergence,
+                AnomalyKind::EpochOwnership,
+            ] {
+                self.skipped.push(SkippedCheck {
+                    check: kind.name().into(),
+                    reason: "no replicas.jsonl".into(),
+                });
+            }
+            self.warn(
+                "no replicas.jsonl: epoch-regression is checked within polls only".to_owned(),
+            );
+            return;
+        };
+        replicas::epoch_regression(replicas, &mut self.anomalies);
+        replicas::divergence(replicas, &self.finals, &mut self.anomalies);
+        let mirrored = replicas
+            .iter()
+            .map(|r| r.cluster.as_str())
+            .collect::<BTreeSet<_>>()
+            .len()
+            > 1;
+        if !mirrored {
+            for kind in [AnomalyKind::MirrorDivergence, AnomalyKind::EpochOwnership] {
+                self.skipped.push(SkippedCheck {
+                    check: kind.name().into(),
+                    reason: "the replicas are of one cluster: nothing is mirrored".into(),
+                });
+            }
+            return;
+        }
+        if self.mirror_event == MirrorEvent::Failover {
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::MirrorDivergence.name().into(),
+                reason: "the run ended failed over (no failback after the last failover), so the clusters need not converge".into(),
+            });
+        } else {
+            replicas::mirror_divergence(replicas, &self.finals, &mut self.anomalies);
+        }
+        let origin = |v: i64| -> Option<&str> {
+            let info = self.values.get(&v)?;
+            (info.send_pk != NO_PK).then(|| {
+                let part = &self.parts[info.send_pk as usize];
+                self.clusters[part.cluster as usize].as_str()
+            })
+        };
+        replicas::epoch_ownership(replicas, &origin, &mut self.anomalies);
+    }
+}
+
+fn topic_partition(v: &Value) -> Result<(&str, i64), String> {
+    let topic = v
+        .get("topic")
+        .and_then(Value::as_str)
+        .ok_or("value has no string topic")?;
+    let partition = v
+        .get("partition")
+        .and_then(Value::as_i64)
+        .ok_or("value has no integer partition")?;
+    Ok((topic, partition))
+}
+
+fn send_values(v: &Value) -> Result<Vec<i64>, String> {
+    v.get("values")
+        .and_then(Value::as_array)
+        .ok_or("send has no values array")?
+        .iter()
+        .map(|x| {
+            x.as_i64()
+                .ok_or_else(|| format!("send value {x} is not an integer"))
+        })
+        .collect()
+}
+
+fn parse_record(r: &Value) -> Result<(i64, i64, Option<i64>), String> {
+    let bad = || format!("poll record {r} is not [offset, value, leader_epoch]");
+    let a = r.as_array().ok_or_else(bad)?;
+    let int = |i: usize| a.get(i).and_then(Value::as_i64);
+    match a.len() {
+        2 => Ok((int(0).ok_or_else(bad)?, int(1).ok_or_else(bad)?, None)),
+        3 => Ok((
+            int(0).ok_or_else(bad)?,
+            int(1).ok_or_else(bad)?,
+            Some(int(2).ok_or_else(bad)?),
+        )),
+        _ => Err(bad()),
+    }
+}

@@ -1,0 +1,328 @@
+//! The checks that read the final replica states: which log is the final committed one, whether
+//! the replicas of a cluster agree (divergence), whether mirrored clusters agree
+//! (mirror-divergence), whether epochs only grow (epoch-regression), and whether each epoch was
+//! written by one cluster only (epoch-ownership).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::op::{Record, ReplicaState};
+use crate::results::{Anomalies, AnomalyKind};
+
+/// The final committed log of one partition of one cluster: the leader replica's records below
+/// its high watermark. Without a replica marked leader, the one with the highest watermark.
+#[derive(Debug)]
+pub(crate) struct FinalLog {
+    /// Index of the leader in the replica states.
+    pub leader: usize,
+    pub hw: i64,
+    /// Committed records, by offset.
+    pub records: Vec<Record>,
+}
+
+/// Every partition's final committed log, and its readable replicas.
+#[derive(Debug, Default)]
+pub(crate) struct FinalLogs {
+    pub logs: Vec<FinalLog>,
+    /// The readable replicas of each partition of each cluster.
+    groups: Vec<Vec<usize>>,
+}
+
+impl FinalLogs {
+    /// Groups the replicas by cluster, topic and partition and picks each group's final log.
+    /// Returns warnings for replicas that could not be used.
+    pub fn build(replicas: &[ReplicaState]) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        let mut by_part: BTreeMap<(&str, &str, i64), Vec<usize>> = BTreeMap::new();
+        for (i, r) in replicas.iter().enumerate() {
+            let place = format!("{}/{}/{} on {}", r.cluster, r.topic, r.partition, r.node);
+            let entry = by_part
+                .entry((&r.cluster, &r.topic, r.partition))
+                .or_default();
+            if let Some(e) = &r.error {
+                warnings.push(format!("replica {place} could not be read: {e}"));
+            } else if r.high_watermark.is_none() {
+                warnings.push(format!("replica {place} has no high_watermark: not used"));
+            } else {
+                entry.push(i);
+            }
+        }
+        let mut finals = FinalLogs::default();
+        for ((cluster, topic, partition), readable) in by_part {
+            let hw = |i: &usize| replicas[*i].high_watermark.unwrap_or(i64::MIN);
+            let leaders: Vec<usize> = readable
+                .iter()
+                .copied()
+                .filter(|&i| replicas[i].role.as_deref() == Some("leader"))
+                .collect();
+            if leaders.len() > 1 {
+                warnings.push(format!(
+                    "{cluster}/{topic}/{partition} has {} replicas marked leader: the one with the highest high watermark is the final log",
+                    leaders.len()
+                ));
+            }
+            let pool = if leaders.is_empty() {
+                &readable
+            } else {
+                &leaders
+            };
+            // The first of equals wins, so the choice does not depend on iteration order.
+            let leader = pool
+                .iter()
+                .copied()
+                .fold(None, |best: Option<usize>, i| match best {
+                    Some(b) if hw(&b) >= hw(&i) => Some(b),
+                    _ => Some(i),
+                });
+            if let Some(leader) = leader {
+                finals.logs.push(FinalLog {
+                    leader,
+                    hw: hw(&leader),
+                    records: committed(&replicas[leader]).into_owned(),
+                });
+            }
+            finals.groups.push(readable);
+        }
+        (finals, warnings)
+    }
+}
+
+/// A replica's records by offset, from its log start offset up to its high watermark.
+fn committed(r: &ReplicaState) -> Cow<'_, [Record]> {
+    let records = sorted(r);
+    let low = r.log_start_offset.unwrap_or(i64::MIN);
+    let high = r.high_watermark.unwrap_or(i64::MIN);
+    let start = records.partition_point(|x| x.offset < low);
+    let end = records.partition_point(|x| x.offset < high);
+    match records {
+        Cow::Borrowed(all) => Cow::Borrowed(&all[start..end.max(start)]),
+        Cow::Owned(mut all) => {
+            all.truncate(end.max(start));
+            all.drain(..start);
+            Cow::Owned(all)
+        }
+    }
+}
+
+fn sorted(r: &ReplicaState) -> Cow<'_, [Record]> {
+    if r.records.is_sorted_by_key(|x| x.offset) {
+        Cow::Borrowed(&r.records)
+    } else {
+        let mut owned = r.records.clone();
+        owned.sort_by_key(|x| x.offset);
+        Cow::Owned(owned)
+    }
+}
+
+fn record_json(r: Option<&Record>) -> Value {
+    r.map_or(Value::Null, |r| json!(r))
+}
+
+/// Records of two sorted logs at each offset in `[low, high)` where they differ, as
+/// `(offset, left, right)`; a side without a data record there is `None`. `same` says whether
+/// two records agree.
+fn differences<'a>(
+    a: &'a [Record],
+    b: &'a [Record],
+    low: i64,
+    high: i64,
+    same: impl Fn(&Record, &Record) -> bool,
+) -> Vec<(i64, Option<&'a Record>, Option<&'a Record>)> {
+    let clip = |x: &'a [Record]| {
+        let s = x.partition_point(|r| r.offset < low);
+        let e = x.partition_point(|r| r.offset < high).max(s);
+        &x[s..e]
+    };
+    let (a, b) = (clip(a), clip(b));
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x.offset == y.offset => {
+                if !same(x, y) {
+                    out.push((x.offset, Some(x), Some(y)));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(x), Some(y)) if x.offset < y.offset => {
+                out.push((x.offset, Some(x), None));
+                i += 1;
+            }
+            (Some(_), Some(y)) => {
+                out.push((y.offset, None, Some(y)));
+                j += 1;
+            }
+            (Some(x), None) => {
+                out.push((x.offset, Some(x), None));
+                i += 1;
+            }
+            (None, Some(y)) => {
+                out.push((y.offset, None, Some(y)));
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    out
+}
+
+/// Two replicas of one partition in one cluster hold different records (value or epoch, or a
+/// data record against none) at an offset below both high watermarks and above both log starts.
+pub(crate) fn divergence(replicas: &[ReplicaState], finals: &FinalLogs, out: &mut Anomalies) {
+    for group in &finals.groups {
+        let logs: Vec<(usize, Cow<'_, [Record]>)> =
+            group.iter().map(|&i| (i, sorted(&replicas[i]))).collect();
+        for (n, (i, a)) in logs.iter().enumerate() {
+            for (j, b) in &logs[n + 1..] {
+                let (ra, rb) = (&replicas[*i], &replicas[*j]);
+                let low = ra
+                    .log_start_offset
+                    .max(rb.log_start_offset)
+                    .unwrap_or(i64::MIN);
+                let high = ra.high_watermark.min(rb.high_watermark).unwrap_or(i64::MIN);
+                for (offset, x, y) in differences(a, b, low, high, |x, y| x == y) {
+                    out.push(
+                        AnomalyKind::Divergence,
+                        json!({
+                            "cluster": ra.cluster, "topic": ra.topic, "partition": ra.partition,
+                            "offset": offset,
+                            "replicas": [
+                                {"node": ra.node, "high_watermark": ra.high_watermark, "record": record_json(x)},
+                                {"node": rb.node, "high_watermark": rb.high_watermark, "record": record_json(y)},
+                            ],
+                        }),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The final committed logs of one topic partition on two clusters hold different values (or a
+/// value against none) at an offset below both high watermarks.
+pub(crate) fn mirror_divergence(
+    replicas: &[ReplicaState],
+    finals: &FinalLogs,
+    out: &mut Anomalies,
+) {
+    let mut by_tp: BTreeMap<(&str, i64), Vec<&FinalLog>> = BTreeMap::new();
+    for log in &finals.logs {
+        let r = &replicas[log.leader];
+        by_tp.entry((&r.topic, r.partition)).or_default().push(log);
+    }
+    for ((topic, partition), logs) in by_tp {
+        for (n, a) in logs.iter().enumerate() {
+            for b in &logs[n + 1..] {
+                let (ra, rb) = (&replicas[a.leader], &replicas[b.leader]);
+                let high = a.hw.min(b.hw);
+                let low = ra
+                    .log_start_offset
+                    .max(rb.log_start_offset)
+                    .unwrap_or(i64::MIN);
+                let diffs =
+                    differences(&a.records, &b.records, low, high, |x, y| x.value == y.value);
+                for (offset, x, y) in diffs {
+                    out.push(
+                        AnomalyKind::MirrorDivergence,
+                        json!({
+                            "topic": topic, "partition": partition, "offset": offset,
+                            "clusters": [
+                                {"cluster": ra.cluster, "node": ra.node, "high_watermark": a.hw, "record": record_json(x)},
+                                {"cluster": rb.cluster, "node": rb.node, "high_watermark": b.hw, "record": record_json(y)},
+                            ],
+                        }),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// In every readable replica, record epochs never decrease as offsets increase, and the epoch
+/// cache strictly increases in both epoch and start offset (KIP-101; kips.md I1).
+pub(crate) fn epoch_regression(replicas: &[ReplicaState], out: &mut Anomalies) {
+    for r in replicas.iter().filter(|r| r.error.is_none()) {
+        let place = || json!({"cluster": r.cluster, "node": r.node, "topic": r.topic, "partition": r.partition});
+        let records = sorted(r);
+        let mut last: Option<&Record> = None;
+        for rec in records.iter() {
+            let Some(epoch) = rec.epoch else { continue };
+            if let Some(prev) = last.filter(|p| p.epoch.is_some_and(|e| epoch < e)) {
+                let mut entry = place();
+                entry["records"] = json!([prev, rec]);
+                entry["why"] = json!("a lower leader epoch at a higher offset");
+                out.push(AnomalyKind::EpochRegression, entry);
+            }
+            last = Some(rec);
+        }
+        for pair in r.epochs.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.epoch <= a.epoch || b.start_offset <= a.start_offset {
+                let mut entry = place();
+                entry["epochs"] = json!([a, b]);
+                entry["why"] = json!("the epoch cache does not strictly increase");
+                out.push(AnomalyKind::EpochRegression, entry);
+            }
+        }
+    }
+}
+
+/// One leader epoch of one topic partition holds committed records, in any replica of any
+/// cluster, whose values were first written on different clusters (kips.md M4). `origin` names
+/// the cluster of the send that wrote a value.
+pub(crate) fn epoch_ownership<'a>(
+    replicas: &[ReplicaState],
+    origin: &dyn Fn(i64) -> Option<&'a str>,
+    out: &mut Anomalies,
+) {
+    type Witness<'r> = (&'r ReplicaState, Record);
+    let mut epochs: BTreeMap<(&str, i64, i64), BTreeMap<&'a str, Witness<'_>>> = BTreeMap::new();
+    for r in replicas.iter().filter(|r| r.error.is_none()) {
+        for rec in committed(r).iter() {
+            let (Some(epoch), Some(cluster)) = (rec.epoch, origin(rec.value)) else {
+                continue;
+            };
+            epochs
+                .entry((&r.topic, r.partition, epoch))
+                .or_default()
+                .entry(cluster)
+                .or_insert((r, *rec));
+        }
+    }
+    for ((topic, partition, epoch), origins) in epochs {
+        if origins.len() < 2 {
+            continue;
+        }
+        let records: Vec<Value> = origins
+            .iter()
+            .map(|(origin, (r, rec))| {
+                json!({"origin": origin, "cluster": r.cluster, "node": r.node, "record": rec})
+            })
+            .collect();
+        out.push(
+            AnomalyKind::EpochOwnership,
+            json!({"topic": topic, "partition": partition, "epoch": epoch, "records": records}),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(o: i64, v: i64) -> Record {
+        Record::new(o, v, 0)
+    }
+
+    #[test]
+    fn differences_walks_both_logs() {
+        let a = [rec(0, 1), rec(1, 2), rec(3, 4)];
+        let b = [rec(0, 1), rec(1, 9), rec(2, 3)];
+        let d = differences(&a, &b, 0, 10, |x, y| x == y);
+        let offsets: Vec<i64> = d.iter().map(|x| x.0).collect();
+        assert_eq!(offsets, vec![1, 2, 3]);
+        assert!(differences(&a, &b, 0, 1, |x, y| x == y).is_empty());
+    }
+}

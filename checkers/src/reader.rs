@@ -1,0 +1,316 @@
+//! Streaming readers for `history.jsonl` and `replicas.jsonl`. They sit in front of the pure
+//! analyses: a history is read one line at a time from any [`BufRead`], so checking a run never
+//! needs all of its ops in memory, and every problem is reported with the line it is on.
+
+use std::io::BufRead;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::op::{Op, ReplicaState};
+
+/// Input that cannot be checked: a malformed line, a missing header, an unreadable file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct BadInput {
+    /// The file, when the caller named it (see [`BadInput::in_file`]).
+    pub file: Option<String>,
+    /// The 1-based line the problem is on, when it is on one.
+    pub line: Option<u64>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl BadInput {
+    /// A problem on `line`.
+    pub fn at(line: u64, problem: impl Into<String>) -> Self {
+        BadInput {
+            file: None,
+            line: Some(line),
+            problem: problem.into(),
+        }
+    }
+
+    /// A problem with the input as a whole.
+    pub fn whole(problem: impl Into<String>) -> Self {
+        BadInput {
+            file: None,
+            line: None,
+            problem: problem.into(),
+        }
+    }
+
+    /// The same problem, naming the file it was found in.
+    pub fn in_file(mut self, file: impl Into<String>) -> Self {
+        self.file = Some(file.into());
+        self
+    }
+
+    fn describe(&self) -> String {
+        match (&self.file, self.line) {
+            (Some(f), Some(l)) => format!("{f}:{l}: {}", self.problem),
+            (Some(f), None) => format!("{f}: {}", self.problem),
+            (None, Some(l)) => format!("line {l}: {}", self.problem),
+            (None, None) => self.problem.clone(),
+        }
+    }
+}
+
+/// The first line of a history.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct Header {
+    tidemark_history: u64,
+    #[serde(default)]
+    test: Value,
+}
+
+/// The history format version this crate reads.
+pub const HISTORY_VERSION: u64 = 1;
+
+/// Reads `history.jsonl` one op at a time. Created by [`read_history`], which has already read
+/// and checked the header; iterating yields each op or the first problem, then stops.
+///
+/// A last line that lacks its newline and does not parse is what a killed run leaves behind:
+/// it is skipped and noted in [`HistoryReader::warnings`] rather than rejected.
+pub struct HistoryReader<R> {
+    input: R,
+    test: Value,
+    line: u64,
+    next_index: u64,
+    buf: Vec<u8>,
+    warnings: Vec<String>,
+    done: bool,
+}
+
+/// Reads the header of a history and returns a reader of its ops.
+pub fn read_history<R: BufRead>(mut input: R) -> Result<HistoryReader<R>, BadInput> {
+    let mut buf = Vec::new();
+    let mut line = 0;
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| BadInput::whole(format!("cannot read: {e}")))?;
+        if n == 0 {
+            return Err(BadInput::whole(
+                "empty history: no header line {\"tidemark_history\": 1, \"test\": {...}}",
+            ));
+        }
+        line += 1;
+        if !buf.iter().all(u8::is_ascii_whitespace) {
+            break;
+        }
+    }
+    let header = parse_header(&buf).map_err(|p| BadInput::at(line, p))?;
+    Ok(HistoryReader {
+        input,
+        test: header.test,
+        line,
+        next_index: 0,
+        buf,
+        warnings: Vec::new(),
+        done: false,
+    })
+}
+
+fn parse_header(bytes: &[u8]) -> Result<Header, String> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        format!("missing header: the first line must be {{\"tidemark_history\": 1, \"test\": {{...}}}} ({e})")
+    })?;
+    if v.get("tidemark_history").is_none() {
+        return Err(
+            "missing header: the first line must be {\"tidemark_history\": 1, \"test\": {...}}, \
+             not an op"
+                .into(),
+        );
+    }
+    let header: Header = serde_json::from_value(v).map_err(|e| format!("malformed header: {e}"))?;
+    if header.tidemark_history != HISTORY_VERSION {
+        return Err(format!(
+            "unsupported history version {} (this tidemark reads version {HISTORY_VERSION})",
+            header.tidemark_history
+        ));
+    }
+    if !(header.test.is_object() || header.test.is_null()) {
+        return Err("malformed header: \"test\" must be an object".into());
+    }
+    Ok(header)
+}
+
+impl<R: BufRead> HistoryReader<R> {
+    /// The test map from the header (`{}` when the header had none).
+    pub fn test(&self) -> &Value {
+        &self.test
+    }
+
+    /// The 1-based line number of the op most recently returned.
+    pub fn line(&self) -> u64 {
+        self.line
+    }
+
+    /// What was tolerated while reading, e.g. a truncated last line.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn read_op(&mut self) -> Option<Result<Op, BadInput>> {
+        loop {
+            self.buf.clear();
+            let n = match self.input.read_until(b'\n', &mut self.buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    return Some(Err(BadInput::at(
+                        self.line + 1,
+                        format!("cannot read: {e}"),
+                    )))
+                }
+            };
+            if n == 0 {
+                return None;
+            }
+            self.line += 1;
+            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let complete = self.buf.last() == Some(&b'\n');
+            return match serde_json::from_slice::<Op>(&self.buf) {
+                Ok(op) if op.index != self.next_index => Some(Err(BadInput::at(
+                    self.line,
+                    format!(
+                        "op index {} out of sequence: expected {} (indices are dense, in file order)",
+                        op.index, self.next_index
+                    ),
+                ))),
+                Ok(op) => {
+                    self.next_index += 1;
+                    Some(Ok(op))
+                }
+                Err(e) if !complete => {
+                    self.warnings.push(format!(
+                        "line {}: ignored a truncated last line (a killed run?): {e}",
+                        self.line
+                    ));
+                    None
+                }
+                Err(e) => Some(Err(BadInput::at(self.line, format!("malformed op: {e}")))),
+            };
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for HistoryReader<R> {
+    type Item = Result<Op, BadInput>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let next = self.read_op();
+        if !matches!(next, Some(Ok(_))) {
+            self.done = true;
+        }
+        next
+    }
+}
+
+/// Reads every line of `replicas.jsonl`. Replica states are small next to a history (one record
+/// per value per replica), so they are read whole.
+pub fn read_replicas<R: BufRead>(mut input: R) -> Result<Vec<ReplicaState>, BadInput> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    let mut line = 0;
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| BadInput::at(line + 1, format!("cannot read: {e}")))?;
+        if n == 0 {
+            return Ok(out);
+        }
+        line += 1;
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let replica: ReplicaState = serde_json::from_slice(&buf)
+            .map_err(|e| BadInput::at(line, format!("malformed replica state: {e}")))?;
+        out.push(replica);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{OpType, Process};
+
+    const HEADER: &str = "{\"tidemark_history\": 1, \"test\": {\"name\": \"q\"}}\n";
+
+    fn ops(text: &str) -> Result<(Vec<Op>, Vec<String>), BadInput> {
+        let mut r = read_history(text.as_bytes())?;
+        let ops = r.by_ref().collect::<Result<Vec<_>, _>>()?;
+        Ok((ops, r.warnings().to_vec()))
+    }
+
+    #[test]
+    fn reads_header_and_ops() {
+        let text = format!(
+            "{HEADER}{}\n\n{}\n",
+            r#"{"index":0,"time":1,"process":0,"type":"invoke","f":"poll","value":{"topic":"t","partition":0,"from":0}}"#,
+            r#"{"index":1,"time":2,"process":"nemesis","type":"info","f":"kill","value":{"nodes":["n1"]},"extra":1}"#
+        );
+        let mut r = read_history(text.as_bytes()).unwrap();
+        assert_eq!(r.test()["name"], "q");
+        let a = r.next().unwrap().unwrap();
+        assert_eq!((a.process, a.kind), (Process::Client(0), OpType::Invoke));
+        let b = r.next().unwrap().unwrap();
+        assert_eq!(b.process, Process::Nemesis);
+        assert_eq!(r.line(), 4);
+        assert!(r.next().is_none());
+    }
+
+    #[test]
+    fn missing_header_is_bad_input() {
+        let e = ops(r#"{"index":0,"time":1,"process":0,"type":"invoke","f":"poll"}"#).unwrap_err();
+        assert_eq!(e.line, Some(1));
+        assert!(e.problem.contains("missing header"), "{e}");
+        assert!(ops("").unwrap_err().problem.contains("no header"));
+        let e = ops("{\"tidemark_history\": 2}\n").unwrap_err();
+        assert!(e.problem.contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn malformed_line_names_its_line() {
+        let text = format!(
+            "{HEADER}{{\"index\":0,\"time\":1,\"process\":0,\"type\":\"bogus\",\"f\":\"poll\"}}\n"
+        );
+        let e = ops(&text).unwrap_err().in_file("h.jsonl");
+        assert_eq!(e.line, Some(2));
+        assert!(e.to_string().starts_with("h.jsonl:2: malformed op"), "{e}");
+    }
+
+    #[test]
+    fn out_of_sequence_index_is_bad_input() {
+        let text = format!(
+            "{HEADER}{{\"index\":1,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"poll\"}}\n"
+        );
+        assert!(ops(&text).unwrap_err().problem.contains("out of sequence"));
+    }
+
+    #[test]
+    fn truncated_last_line_is_a_warning() {
+        let text = format!("{HEADER}{{\"index\":0,\"time\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"poll\"}}\n{{\"index\":1,\"ti");
+        let (ops, warnings) = ops(&text).unwrap();
+        assert_eq!(ops.len(), 1);
+        assert!(warnings[0].contains("line 3"), "{warnings:?}");
+        let complete = format!("{HEADER}{{\"index\":1,\"ti\n");
+        assert!(self::ops(&complete).is_err());
+    }
+
+    #[test]
+    fn replicas_errors_name_their_line() {
+        let text = "{\"cluster\":\"a\",\"node\":\"n1\",\"topic\":\"t\",\"partition\":0,\"error\":\"down\"}\n{\"node\": 3}\n";
+        let e = read_replicas(text.as_bytes()).unwrap_err();
+        assert_eq!(e.line, Some(2));
+        let ok = read_replicas(&text.as_bytes()[..text.find('\n').unwrap() + 1]).unwrap();
+        assert_eq!(ok[0].error.as_deref(), Some("down"));
+    }
+}

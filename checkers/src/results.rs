@@ -1,0 +1,374 @@
+//! The verdict: the `results.json` shape of `spec/history.md`, the names of the anomalies, and
+//! the few-line human summary `tidemark check` prints. Output is bounded: counts are always
+//! exact, but each anomaly type keeps at most [`MAX_ENTRIES`] entries and says how many it cut.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+/// Entries kept per anomaly type in `results.json`; the rest are counted in `truncated`.
+pub const MAX_ENTRIES: usize = 10_000;
+/// Warnings kept; the rest are counted in the last one.
+pub const MAX_WARNINGS: usize = 100;
+
+/// Every anomaly the checkers report, named as in `spec/history.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AnomalyKind {
+    /// An `ok` send whose value is absent from the final committed log.
+    LostWrite,
+    /// Two replicas of one partition in one cluster disagree below both high watermarks.
+    Divergence,
+    /// Two clusters disagree at one offset of a mirrored partition below both committed logs.
+    MirrorDivergence,
+    /// Two observations of one offset in one cluster disagree on its value.
+    InconsistentOffsets,
+    /// One value at more than one offset.
+    Duplicate,
+    /// A value no send ever invoked.
+    UnexpectedValue,
+    /// A value whose send completed `fail`, seen in a poll or the final log.
+    AbortedRead,
+    /// A poll jumped over a record that the committed log holds.
+    PollSkip,
+    /// A poll's offsets do not strictly increase.
+    NonmonotonicPoll,
+    /// Leader epochs decrease as offsets increase, or an epoch cache does not strictly increase.
+    EpochRegression,
+    /// One leader epoch holds records first written on two clusters.
+    EpochOwnership,
+    /// A process saw a high watermark go down with no fault to excuse it.
+    HwRegression,
+}
+
+impl AnomalyKind {
+    /// Every kind, in the order of the spec's table.
+    pub const ALL: [AnomalyKind; 12] = [
+        AnomalyKind::LostWrite,
+        AnomalyKind::Divergence,
+        AnomalyKind::MirrorDivergence,
+        AnomalyKind::InconsistentOffsets,
+        AnomalyKind::Duplicate,
+        AnomalyKind::UnexpectedValue,
+        AnomalyKind::AbortedRead,
+        AnomalyKind::PollSkip,
+        AnomalyKind::NonmonotonicPoll,
+        AnomalyKind::EpochRegression,
+        AnomalyKind::EpochOwnership,
+        AnomalyKind::HwRegression,
+    ];
+
+    /// The name used in `results.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnomalyKind::LostWrite => "lost-write",
+            AnomalyKind::Divergence => "divergence",
+            AnomalyKind::MirrorDivergence => "mirror-divergence",
+            AnomalyKind::InconsistentOffsets => "inconsistent-offsets",
+            AnomalyKind::Duplicate => "duplicate",
+            AnomalyKind::UnexpectedValue => "unexpected-value",
+            AnomalyKind::AbortedRead => "aborted-read",
+            AnomalyKind::PollSkip => "poll-skip",
+            AnomalyKind::NonmonotonicPoll => "nonmonotonic-poll",
+            AnomalyKind::EpochRegression => "epoch-regression",
+            AnomalyKind::EpochOwnership => "epoch-ownership",
+            AnomalyKind::HwRegression => "hw-regression",
+        }
+    }
+}
+
+/// `true`, `false` or `"unknown"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    /// Nothing the test forbids was found.
+    Valid,
+    /// Something the test forbids was found.
+    Invalid,
+    /// The evidence cannot support a verdict.
+    Unknown,
+}
+
+impl Validity {
+    /// The exit code of `tidemark check`: 0 valid, 1 invalid, 2 unknown.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Validity::Valid => 0,
+            Validity::Invalid => 1,
+            Validity::Unknown => 2,
+        }
+    }
+}
+
+impl Serialize for Validity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Validity::Valid => s.serialize_bool(true),
+            Validity::Invalid => s.serialize_bool(false),
+            Validity::Unknown => s.serialize_str("unknown"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Validity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Bool(true) => Ok(Validity::Valid),
+            Value::Bool(false) => Ok(Validity::Invalid),
+            Value::String(s) if s == "unknown" => Ok(Validity::Unknown),
+            other => Err(serde::de::Error::custom(format!(
+                "valid must be true, false or \"unknown\", not {other}"
+            ))),
+        }
+    }
+}
+
+/// Completions of one `f`, by type. Invocations that never completed count as `info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpStats {
+    /// Completed `ok`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ok: u64,
+    /// Completed `fail`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fail: u64,
+    /// Completed `info`, or never completed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub info: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A check that could not run, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedCheck {
+    /// The anomaly it looks for.
+    pub check: String,
+    /// Why it could not run.
+    pub reason: String,
+}
+
+/// The content of `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// The verdict.
+    pub valid: Validity,
+    /// Every anomaly type seen.
+    pub anomaly_types: Vec<String>,
+    /// Those the test's guarantees forbid; any makes the run invalid.
+    pub bad_anomaly_types: Vec<String>,
+    /// The entries of each type, each naming the ops or replicas that prove it.
+    pub anomalies: BTreeMap<String, Vec<Value>>,
+    /// How many of each type were found (the entries may be cut, see `truncated`).
+    #[serde(default)]
+    pub anomaly_counts: BTreeMap<String, u64>,
+    /// Entries left out of `anomalies`, per type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub truncated: BTreeMap<String, u64>,
+    /// Client op counts by `f` and completion type.
+    pub stats: BTreeMap<String, OpStats>,
+    /// Checks that could not run.
+    #[serde(default)]
+    pub skipped_checks: Vec<SkippedCheck>,
+    /// Anomaly types the test allows, with why.
+    #[serde(default)]
+    pub allowed: BTreeMap<String, String>,
+    /// What was tolerated in the input or assumed by the analysis.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+impl Results {
+    /// Adds a warning, keeping at most [`MAX_WARNINGS`].
+    pub fn warn(&mut self, warning: impl Into<String>) {
+        push_warning(&mut self.warnings, warning.into());
+    }
+
+    /// A few lines for a person: the verdict, op counts, each anomaly type with its count and
+    /// its first `examples` entries, skipped checks and warnings.
+    pub fn summary(&self, examples: usize) -> String {
+        let mut out = String::new();
+        let verdict = match self.valid {
+            Validity::Valid => "VALID",
+            Validity::Invalid => "INVALID",
+            Validity::Unknown => "UNKNOWN",
+        };
+        let _ = writeln!(out, "verdict: {verdict}");
+        if !self.stats.is_empty() {
+            let ops: Vec<String> = self
+                .stats
+                .iter()
+                .map(|(f, s)| format!("{f} ok {} fail {} info {}", s.ok, s.fail, s.info))
+                .collect();
+            let _ = writeln!(out, "ops: {}", ops.join("; "));
+        }
+        if self.anomaly_types.is_empty() {
+            let _ = writeln!(out, "anomalies: none");
+        }
+        for kind in &self.anomaly_types {
+            let count = self
+                .anomaly_counts
+                .get(kind)
+                .copied()
+                .unwrap_or_else(|| self.anomalies.get(kind).map_or(0, |e| e.len() as u64));
+            let judged = if self.bad_anomaly_types.contains(kind) {
+                "forbidden".to_owned()
+            } else {
+                match self.allowed.get(kind) {
+                    Some(why) => format!("allowed: {why}"),
+                    None => "allowed".to_owned(),
+                }
+            };
+            let _ = writeln!(out, "{kind}: {count} ({judged})");
+            let entries = self.anomalies.get(kind).map_or(&[][..], |e| &e[..]);
+            for e in entries.iter().take(examples) {
+                let _ = writeln!(out, "  {e}");
+            }
+            if count > examples as u64 && !entries.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  ... {} more in results.json",
+                    count - entries.len().min(examples) as u64
+                );
+            }
+        }
+        for s in &self.skipped_checks {
+            let _ = writeln!(out, "skipped {}: {}", s.check, s.reason);
+        }
+        for w in &self.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
+        out
+    }
+}
+
+pub(crate) fn push_warning(warnings: &mut Vec<String>, warning: String) {
+    match warnings.len() {
+        n if n < MAX_WARNINGS => warnings.push(warning),
+        n if n == MAX_WARNINGS => warnings.push("more warnings left out".to_owned()),
+        _ => {}
+    }
+}
+
+/// Collects anomaly entries with exact counts and at most [`MAX_ENTRIES`] entries per type.
+#[derive(Debug, Default)]
+pub(crate) struct Anomalies {
+    entries: BTreeMap<AnomalyKind, Vec<Value>>,
+    counts: BTreeMap<AnomalyKind, u64>,
+}
+
+impl Anomalies {
+    pub(crate) fn push(&mut self, kind: AnomalyKind, entry: Value) {
+        *self.counts.entry(kind).or_default() += 1;
+        let entries = self.entries.entry(kind).or_default();
+        if entries.len() < MAX_ENTRIES {
+            entries.push(entry);
+        }
+    }
+
+    /// Judges the collected anomalies against the allowed set and builds the results.
+    pub(crate) fn into_results(
+        self,
+        allowed: BTreeMap<String, String>,
+        no_evidence: bool,
+        stats: BTreeMap<String, OpStats>,
+        skipped_checks: Vec<SkippedCheck>,
+        warnings: Vec<String>,
+    ) -> Results {
+        let mut anomaly_types = Vec::new();
+        let mut bad_anomaly_types = Vec::new();
+        let mut anomalies = BTreeMap::new();
+        let mut anomaly_counts = BTreeMap::new();
+        let mut truncated = BTreeMap::new();
+        for (kind, entries) in self.entries {
+            let name = kind.name().to_owned();
+            let count = self.counts[&kind];
+            if count > entries.len() as u64 {
+                truncated.insert(name.clone(), count - entries.len() as u64);
+            }
+            if !allowed.contains_key(&name) {
+                bad_anomaly_types.push(name.clone());
+            }
+            anomaly_types.push(name.clone());
+            anomaly_counts.insert(name.clone(), count);
+            anomalies.insert(name, entries);
+        }
+        let valid = if !bad_anomaly_types.is_empty() {
+            Validity::Invalid
+        } else if no_evidence {
+            Validity::Unknown
+        } else {
+            Validity::Valid
+        };
+        Results {
+            valid,
+            anomaly_types,
+            bad_anomaly_types,
+            anomalies,
+            anomaly_counts,
+            truncated,
+            stats,
+            skipped_checks,
+            allowed,
+            warnings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn validity_serializes_as_the_spec_says() {
+        assert_eq!(serde_json::to_value(Validity::Valid).unwrap(), json!(true));
+        assert_eq!(
+            serde_json::to_value(Validity::Invalid).unwrap(),
+            json!(false)
+        );
+        assert_eq!(
+            serde_json::to_value(Validity::Unknown).unwrap(),
+            json!("unknown")
+        );
+        assert_eq!(
+            serde_json::from_value::<Validity>(json!("unknown")).unwrap(),
+            Validity::Unknown
+        );
+        assert!(serde_json::from_value::<Validity>(json!("maybe")).is_err());
+    }
+
+    #[test]
+    fn entries_are_capped_but_counted() {
+        let mut a = Anomalies::default();
+        for i in 0..MAX_ENTRIES + 5 {
+            a.push(AnomalyKind::Duplicate, json!({"value": i}));
+        }
+        let mut allowed = BTreeMap::new();
+        allowed.insert("duplicate".to_owned(), "test".to_owned());
+        let r = a.into_results(allowed, false, BTreeMap::new(), vec![], vec![]);
+        assert_eq!(r.valid, Validity::Valid);
+        assert_eq!(r.anomalies["duplicate"].len(), MAX_ENTRIES);
+        assert_eq!(r.anomaly_counts["duplicate"], MAX_ENTRIES as u64 + 5);
+        assert_eq!(r.truncated["duplicate"], 5);
+        assert!(r.bad_anomaly_types.is_empty());
+        let text = r.summary(5);
+        assert!(text.contains("duplicate: 10005 (allowed: test)"), "{text}");
+        assert!(text.contains("... 10000 more"), "{text}");
+    }
+
+    #[test]
+    fn stats_omit_zero_counts() {
+        let s = OpStats {
+            ok: 3,
+            fail: 0,
+            info: 1,
+        };
+        assert_eq!(
+            serde_json::to_value(s).unwrap(),
+            json!({"ok": 3, "info": 1})
+        );
+    }
+}
