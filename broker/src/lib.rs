@@ -1,1 +1,13 @@
+//! tidemark-broker: the Kafka-wire-compatible broker that tidemark deploys and tests. It keeps
+//! Kafka's on-disk ideas (segments named by base offset, `leader-epoch-checkpoint`) and speaks the
+//! Kafka protocol through the kafka-protocol crate, so real clients use it unchanged.
 
+pub mod broker;
+pub mod config;
+pub mod dump;
+pub mod errors;
+pub mod faults;
+pub mod log;
+pub mod metadata;
+pub mod partition;
+pub mod protocol;

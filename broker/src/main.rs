@@ -1,1 +1,164 @@
-fn main() {}
+//! The `tidemark-broker` executable: `tidemark-broker server.properties [--override k=v]...` runs
+//! a broker; `tidemark-broker dump-log` prints replica states for the harness.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tidemark_broker::broker::Broker;
+use tidemark_broker::config::BrokerConfig;
+use tidemark_broker::dump::{dump, DumpOptions};
+use tidemark_broker::faults::{Bug, Faults};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+#[derive(Parser)]
+#[command(
+    name = "tidemark-broker",
+    version,
+    about = "A Kafka-wire-compatible broker, the system under test of tidemark",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    /// The broker's server.properties (Kafka's key names).
+    #[arg(required = true)]
+    config: Option<PathBuf>,
+    /// Override one setting of the file, as `key=value`; may be repeated.
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Turn on a known-bad behaviour to prove the harness catches it; may be repeated.
+    #[arg(long = "inject-bug", value_name = "NAME")]
+    inject_bug: Vec<Bug>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every partition replica in a data dir as one JSON line (replicas.jsonl shape).
+    DumpLog {
+        /// The broker's log.dirs directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Add `"node": NAME` to every line.
+        #[arg(long)]
+        node: Option<String>,
+        /// Add `"cluster": NAME` to every line.
+        #[arg(long)]
+        cluster: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::DumpLog {
+            data_dir,
+            topic,
+            partition,
+            node,
+            cluster,
+        }) => {
+            let opts = DumpOptions {
+                data_dir,
+                topic,
+                partition,
+                node,
+                cluster,
+            };
+            let stdout = std::io::stdout();
+            match dump(&opts, &mut stdout.lock()) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("dump-log: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => {
+            let path = cli
+                .config
+                .expect("clap requires the config without a subcommand");
+            let config = match BrokerConfig::load(&path, &cli.overrides) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("tidemark-broker: configuration error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_tracing(config.node_id);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            match runtime.block_on(run(config, Faults::new(cli.inject_bug))) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    error!("broker failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_tracing(node_id: i32) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
+        .unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let span = tracing::info_span!("node", id = node_id);
+    std::mem::forget(span.entered());
+}
+
+async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
+    for bug in faults.names() {
+        warn!("!!! INJECTED BUG ENABLED: {bug} — this broker is deliberately unsafe !!!");
+    }
+    let broker = Broker::open(config, faults)?;
+    info!(node_id = broker.config.node_id, log_dir = %broker.log_dir().display(), "broker started");
+    let shutdown = CancellationToken::new();
+    let checkpointer = tokio::spawn(checkpoint_loop(broker.clone(), shutdown.clone()));
+    let listener = tokio::spawn(tidemark_broker::protocol::run_listener(
+        broker.clone(),
+        shutdown.clone(),
+    ));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+        r = listener => {
+            shutdown.cancel();
+            r??;
+        }
+    }
+    shutdown.cancel();
+    let _ = checkpointer.await;
+    broker.shutdown()?;
+    info!("clean shutdown complete");
+    Ok(())
+}
+
+async fn checkpoint_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = broker.checkpoint_high_watermarks() {
+                    warn!("high watermark checkpoint failed: {e}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,635 @@
+//! Broker configuration in Kafka's own vocabulary: a `server.properties` file plus `--override`
+//! pairs, every key checked against the set this broker understands so that a typo is an error
+//! naming the key, the value and the line rather than a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Where a configuration value came from, so an error can point at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Line `line` (1-based) of the properties file.
+    File { path: PathBuf, line: usize },
+    /// A `--override key=value` argument.
+    Override,
+    /// A topic-level setting from CreateTopics or IncrementalAlterConfigs.
+    Topic,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File { path, line } => write!(f, "{}:{}", path.display(), line),
+            Origin::Override => write!(f, "--override"),
+            Origin::Topic => write!(f, "topic config"),
+        }
+    }
+}
+
+/// A configuration mistake, with the key, the value and where it was written.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{origin}: unknown configuration key `{key}`")]
+    UnknownKey { key: String, origin: Origin },
+    #[error("{origin}: invalid value `{value}` for `{key}`: {reason}")]
+    BadValue {
+        key: String,
+        value: String,
+        reason: String,
+        origin: Origin,
+    },
+    #[error("{origin}: line is not `key=value`: `{text}`")]
+    Syntax { text: String, origin: Origin },
+    #[error("missing required configuration `{key}`")]
+    Missing { key: String },
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Settings that may also be overridden per topic; the broker's values are the defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    pub min_insync_replicas: i32,
+    pub unclean_leader_election_enable: bool,
+    pub segment_bytes: u64,
+    /// fsync after this many appended messages; 1 means before every acknowledgement.
+    pub flush_interval_messages: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
+            segment_bytes: 1 << 30,
+            flush_interval_messages: u64::MAX,
+        }
+    }
+}
+
+/// Topic-level key names and the broker keys they default from.
+pub const TOPIC_KEYS: &[(&str, &str)] = &[
+    ("min.insync.replicas", "min.insync.replicas"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+    ),
+    ("segment.bytes", "log.segment.bytes"),
+    ("flush.messages", "log.flush.interval.messages"),
+];
+
+impl LogConfig {
+    /// Applies one topic-level setting (Kafka's topic key names) to this configuration.
+    pub fn set_topic_key(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let origin = Origin::Topic;
+        match key {
+            "min.insync.replicas" => {
+                self.min_insync_replicas =
+                    parse_num(key, value, 1, i32::MAX as i64, &origin)? as i32
+            }
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election_enable = parse_bool(key, value, &origin)?
+            }
+            "segment.bytes" => {
+                self.segment_bytes = parse_num(key, value, 14, i64::MAX, &origin)? as u64
+            }
+            "flush.messages" => {
+                self.flush_interval_messages = parse_num(key, value, 1, i64::MAX, &origin)? as u64
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                    origin,
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of a topic-level key, rendered as Kafka would.
+    pub fn topic_value(&self, key: &str) -> Option<String> {
+        Some(match key {
+            "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "flush.messages" => {
+                if self.flush_interval_messages == u64::MAX {
+                    i64::MAX.to_string()
+                } else {
+                    self.flush_interval_messages.to_string()
+                }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// A named listener, `NAME://host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Listener {
+    pub fn socket_addr(&self) -> Result<SocketAddr, String> {
+        let host = if self.host.is_empty() {
+            "0.0.0.0"
+        } else {
+            &self.host
+        };
+        format!("{host}:{}", self.port)
+            .parse()
+            .map_err(|e| format!("{e}"))
+    }
+}
+
+/// One voter of the controller quorum, `id@host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// The resolved broker configuration.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub process_roles: Vec<String>,
+    pub listeners: Vec<Listener>,
+    pub advertised_listeners: Vec<Listener>,
+    pub controller_listener_names: Vec<String>,
+    pub controller_quorum_voters: Vec<Voter>,
+    pub log_dir: PathBuf,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub replica_lag_time_max_ms: u64,
+    pub log: LogConfig,
+    /// Every key as finally set, for DescribeConfigs.
+    pub raw: BTreeMap<String, String>,
+}
+
+const BROKER_KEYS: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "process.roles",
+    "listeners",
+    "advertised.listeners",
+    "controller.listener.names",
+    "controller.quorum.voters",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "log.dirs",
+    "log.dir",
+    "num.partitions",
+    "default.replication.factor",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "log.segment.bytes",
+    "log.flush.interval.messages",
+    "auto.create.topics.enable",
+    "replica.lag.time.max.ms",
+];
+
+impl BrokerConfig {
+    /// Reads a properties file and applies `key=value` overrides after it.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut entries = Vec::new();
+        for (i, raw_line) in text.lines().enumerate() {
+            let origin = Origin::File {
+                path: path.to_path_buf(),
+                line: i + 1,
+            };
+            let line = raw_line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            let (k, v) = split_pair(line).ok_or_else(|| ConfigError::Syntax {
+                text: line.to_string(),
+                origin: origin.clone(),
+            })?;
+            entries.push((k, v, origin));
+        }
+        for o in overrides {
+            let (k, v) = split_pair(o).ok_or_else(|| ConfigError::Syntax {
+                text: o.clone(),
+                origin: Origin::Override,
+            })?;
+            entries.push((k, v, Origin::Override));
+        }
+        Self::from_entries(entries)
+    }
+
+    /// Builds the configuration from `(key, value, origin)` triples; later entries win.
+    pub fn from_entries(entries: Vec<(String, String, Origin)>) -> Result<Self, ConfigError> {
+        let mut set: BTreeMap<String, (String, Origin)> = BTreeMap::new();
+        for (k, v, origin) in entries {
+            if !BROKER_KEYS.contains(&k.as_str()) {
+                return Err(ConfigError::UnknownKey { key: k, origin });
+            }
+            set.insert(k, (v, origin));
+        }
+        let get = |k: &str| set.get(k).map(|(v, o)| (v.as_str(), o));
+        let required = |k: &str| get(k).ok_or_else(|| ConfigError::Missing { key: k.to_string() });
+
+        let (v, o) =
+            get("node.id")
+                .or_else(|| get("broker.id"))
+                .ok_or_else(|| ConfigError::Missing {
+                    key: "node.id".to_string(),
+                })?;
+        let node_id = parse_num("node.id", v, 0, i32::MAX as i64, o)? as i32;
+
+        let process_roles = match get("process.roles") {
+            Some((v, o)) => {
+                let roles: Vec<String> = v.split(',').map(|r| r.trim().to_string()).collect();
+                for r in &roles {
+                    if r != "broker" && r != "controller" {
+                        return Err(bad(
+                            "process.roles",
+                            v,
+                            "roles are `broker` and `controller`",
+                            o,
+                        ));
+                    }
+                }
+                roles
+            }
+            None => vec!["broker".to_string(), "controller".to_string()],
+        };
+
+        let (v, o) = required("listeners")?;
+        let listeners = parse_listeners("listeners", v, o)?;
+        let advertised_listeners = match get("advertised.listeners") {
+            Some((v, o)) => parse_listeners("advertised.listeners", v, o)?,
+            None => listeners.clone(),
+        };
+        let controller_listener_names = match get("controller.listener.names") {
+            Some((v, _)) => v
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            None => vec!["CONTROLLER".to_string()],
+        };
+        for name in &controller_listener_names {
+            if !listeners.iter().any(|l| &l.name == name)
+                && process_roles.iter().any(|r| r == "controller")
+            {
+                let (v, o) = get("controller.listener.names").unwrap_or((name, &Origin::Override));
+                return Err(bad(
+                    "controller.listener.names",
+                    v,
+                    &format!("no listener named {name} in `listeners`"),
+                    o,
+                ));
+            }
+        }
+        let controller_quorum_voters = match get("controller.quorum.voters") {
+            Some((v, o)) => parse_voters(v, o)?,
+            None => Vec::new(),
+        };
+
+        let (v, o) =
+            get("log.dirs")
+                .or_else(|| get("log.dir"))
+                .ok_or_else(|| ConfigError::Missing {
+                    key: "log.dirs".to_string(),
+                })?;
+        let dirs: Vec<&str> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if dirs.len() != 1 {
+            return Err(bad(
+                "log.dirs",
+                v,
+                "exactly one log directory is supported",
+                o,
+            ));
+        }
+        let log_dir = PathBuf::from(dirs[0]);
+
+        let num = |k: &str, default: i64, min: i64, max: i64| -> Result<i64, ConfigError> {
+            match get(k) {
+                Some((v, o)) => parse_num(k, v, min, max, o),
+                None => Ok(default),
+            }
+        };
+        let boolean = |k: &str, default: bool| -> Result<bool, ConfigError> {
+            match get(k) {
+                Some((v, o)) => parse_bool(k, v, o),
+                None => Ok(default),
+            }
+        };
+        let flush = num("log.flush.interval.messages", i64::MAX, 1, i64::MAX)?;
+        let log = LogConfig {
+            min_insync_replicas: num("min.insync.replicas", 1, 1, i32::MAX as i64)? as i32,
+            unclean_leader_election_enable: boolean("unclean.leader.election.enable", false)?,
+            segment_bytes: num("log.segment.bytes", 1 << 30, 14, i64::MAX)? as u64,
+            flush_interval_messages: if flush == i64::MAX {
+                u64::MAX
+            } else {
+                flush as u64
+            },
+        };
+        Ok(BrokerConfig {
+            node_id,
+            process_roles,
+            listeners,
+            advertised_listeners,
+            controller_listener_names,
+            controller_quorum_voters,
+            log_dir,
+            num_partitions: num("num.partitions", 1, 1, 100_000)? as i32,
+            default_replication_factor: num("default.replication.factor", 1, 1, i16::MAX as i64)?
+                as i16,
+            auto_create_topics_enable: boolean("auto.create.topics.enable", true)?,
+            replica_lag_time_max_ms: num("replica.lag.time.max.ms", 30_000, 1, i64::MAX)? as u64,
+            log,
+            raw: set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
+        })
+    }
+
+    /// The listener clients use: the first one that is not a controller listener.
+    pub fn client_listener(&self) -> Option<&Listener> {
+        self.listeners
+            .iter()
+            .find(|l| !self.controller_listener_names.contains(&l.name))
+    }
+
+    /// The advertised address of the client listener.
+    pub fn advertised_client_listener(&self) -> Option<&Listener> {
+        let name = &self.client_listener()?.name;
+        self.advertised_listeners
+            .iter()
+            .find(|l| &l.name == name)
+            .or_else(|| self.client_listener())
+    }
+}
+
+fn split_pair(line: &str) -> Option<(String, String)> {
+    let idx = line.find(['=', ':'])?;
+    let k = line[..idx].trim();
+    if k.is_empty() {
+        return None;
+    }
+    Some((k.to_string(), line[idx + 1..].trim().to_string()))
+}
+
+fn bad(key: &str, value: &str, reason: &str, origin: &Origin) -> ConfigError {
+    ConfigError::BadValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+        origin: origin.clone(),
+    }
+}
+
+fn parse_num(
+    key: &str,
+    value: &str,
+    min: i64,
+    max: i64,
+    origin: &Origin,
+) -> Result<i64, ConfigError> {
+    let n: i64 = value
+        .parse()
+        .map_err(|_| bad(key, value, "expected an integer", origin))?;
+    if n < min || n > max {
+        return Err(bad(
+            key,
+            value,
+            &format!("must be between {min} and {max}"),
+            origin,
+        ));
+    }
+    Ok(n)
+}
+
+fn parse_bool(key: &str, value: &str, origin: &Origin) -> Result<bool, ConfigError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(bad(key, value, "expected true or false", origin)),
+    }
+}
+
+fn parse_host_port(s: &str) -> Option<(String, u16)> {
+    let idx = s.rfind(':')?;
+    let host = s[..idx]
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = s[idx + 1..].parse().ok()?;
+    Some((host, port))
+}
+
+fn parse_listeners(key: &str, value: &str, origin: &Origin) -> Result<Vec<Listener>, ConfigError> {
+    let mut out = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, rest) = part.split_once("://").ok_or_else(|| {
+            bad(
+                key,
+                value,
+                &format!("`{part}` is not NAME://host:port"),
+                origin,
+            )
+        })?;
+        let (host, port) = parse_host_port(rest).ok_or_else(|| {
+            bad(
+                key,
+                value,
+                &format!("`{part}` has no valid host:port"),
+                origin,
+            )
+        })?;
+        if out.iter().any(|l: &Listener| l.name == name) {
+            return Err(bad(
+                key,
+                value,
+                &format!("listener {name} is named twice"),
+                origin,
+            ));
+        }
+        out.push(Listener {
+            name: name.to_string(),
+            host,
+            port,
+        });
+    }
+    if out.is_empty() {
+        return Err(bad(key, value, "no listener given", origin));
+    }
+    Ok(out)
+}
+
+fn parse_voters(value: &str, origin: &Origin) -> Result<Vec<Voter>, ConfigError> {
+    let key = "controller.quorum.voters";
+    let mut out = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, rest) = part
+            .split_once('@')
+            .ok_or_else(|| bad(key, value, &format!("`{part}` is not id@host:port"), origin))?;
+        let id: i32 = id
+            .parse()
+            .map_err(|_| bad(key, value, &format!("`{id}` is not a node id"), origin))?;
+        let (host, port) = parse_host_port(rest).ok_or_else(|| {
+            bad(
+                key,
+                value,
+                &format!("`{part}` has no valid host:port"),
+                origin,
+            )
+        })?;
+        out.push(Voter { id, host, port });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String, Origin)> {
+        pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v))| {
+                (
+                    k.to_string(),
+                    v.to_string(),
+                    Origin::File {
+                        path: "s.properties".into(),
+                        line: i + 1,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    const BASE: &[(&str, &str)] = &[
+        ("node.id", "1"),
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        ),
+        ("log.dirs", "/tmp/x"),
+    ];
+
+    #[test]
+    fn parses_kafka_style_file() {
+        let cfg = BrokerConfig::from_entries(entries(BASE)).unwrap();
+        assert_eq!(cfg.node_id, 1);
+        assert_eq!(cfg.client_listener().unwrap().port, 9092);
+        assert_eq!(cfg.log.min_insync_replicas, 1);
+        assert!(cfg.auto_create_topics_enable);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let mut e = entries(BASE);
+        e.push((
+            "log.segmnt.bytes".into(),
+            "10".into(),
+            Origin::File {
+                path: "s.properties".into(),
+                line: 7,
+            },
+        ));
+        let err = BrokerConfig::from_entries(e).unwrap_err().to_string();
+        assert!(
+            err.contains("log.segmnt.bytes") && err.contains("s.properties:7"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_value_names_key_value_and_line() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("min.insync.replicas", "two"));
+        let err = BrokerConfig::from_entries(entries(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("min.insync.replicas") && err.contains("`two`") && err.contains(":4"),
+            "{err}"
+        );
+        let mut pairs = BASE.to_vec();
+        pairs.push(("auto.create.topics.enable", "yes"));
+        let err = BrokerConfig::from_entries(entries(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("auto.create.topics.enable") && err.contains("true or false"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_listener_and_voters_rejected() {
+        let mut pairs = BASE.to_vec();
+        pairs[1] = ("listeners", "127.0.0.1:9092");
+        assert!(BrokerConfig::from_entries(entries(&pairs)).is_err());
+        let mut pairs = BASE.to_vec();
+        pairs.push(("controller.quorum.voters", "1@127.0.0.1"));
+        let err = BrokerConfig::from_entries(entries(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("controller.quorum.voters"), "{err}");
+    }
+
+    #[test]
+    fn missing_required_key() {
+        let err = BrokerConfig::from_entries(entries(&BASE[..2]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("log.dirs"), "{err}");
+    }
+
+    #[test]
+    fn topic_keys_override() {
+        let mut lc = LogConfig::default();
+        lc.set_topic_key("min.insync.replicas", "2").unwrap();
+        assert_eq!(lc.min_insync_replicas, 2);
+        assert!(lc.set_topic_key("min.insync.replicas", "0").is_err());
+        assert!(lc.set_topic_key("no.such", "1").is_err());
+        assert_eq!(
+            lc.topic_value("flush.messages").unwrap(),
+            i64::MAX.to_string()
+        );
+    }
+
+    #[test]
+    fn override_file_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("server.properties");
+        std::fs::write(
+            &p,
+            "# c\nnode.id=3\nlisteners=PLAINTEXT://127.0.0.1:1\nlog.dirs=/x\nbogus line\n",
+        )
+        .unwrap();
+        let err = BrokerConfig::load(&p, &[]).unwrap_err().to_string();
+        assert!(err.contains(":5"), "{err}");
+        std::fs::write(
+            &p,
+            "node.id=3\nlisteners=PLAINTEXT://127.0.0.1:1\nlog.dirs=/x\n",
+        )
+        .unwrap();
+        let cfg = BrokerConfig::load(&p, &["node.id=4".into()]).unwrap();
+        assert_eq!(cfg.node_id, 4);
+    }
+}

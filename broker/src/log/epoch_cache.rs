@@ -1,0 +1,241 @@
+//! The leader-epoch cache (KIP-101): which leader epoch started at which offset. It decides how a
+//! follower truncates after a leader change, so it is kept exact and persisted on every change in
+//! Kafka's `leader-epoch-checkpoint` text format.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::LogError;
+
+/// File name of the checkpoint inside a partition directory.
+pub const CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+
+/// One entry: `epoch` started at `start_offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpochEntry {
+    pub epoch: i32,
+    pub start_offset: i64,
+}
+
+/// The epoch cache of one replica, strictly increasing in epoch and start offset.
+#[derive(Debug)]
+pub struct LeaderEpochCache {
+    path: PathBuf,
+    entries: Vec<EpochEntry>,
+}
+
+impl LeaderEpochCache {
+    /// Loads the checkpoint in `dir`, or starts empty when there is none.
+    pub fn open(dir: &Path) -> Result<Self, LogError> {
+        let path = dir.join(CHECKPOINT_FILE);
+        let entries = match std::fs::read_to_string(&path) {
+            Ok(text) => parse_checkpoint(&text).map_err(|reason| LogError::Corrupt {
+                path: path.clone(),
+                reason,
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(LogError::io(&path, e)),
+        };
+        Ok(LeaderEpochCache { path, entries })
+    }
+
+    pub fn entries(&self) -> &[EpochEntry] {
+        &self.entries
+    }
+
+    pub fn latest(&self) -> Option<EpochEntry> {
+        self.entries.last().copied()
+    }
+
+    /// Records that `epoch` starts at `start_offset`, dropping entries this one supersedes.
+    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> Result<(), LogError> {
+        if epoch < 0 || start_offset < 0 {
+            return Err(LogError::Invalid(format!(
+                "epoch entry ({epoch}, {start_offset})"
+            )));
+        }
+        if let Some(last) = self.latest() {
+            if last.epoch == epoch && start_offset >= last.start_offset {
+                return Ok(());
+            }
+        }
+        self.entries
+            .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
+        self.entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
+        self.flush()
+    }
+
+    /// Removes entries starting at or after `end_offset` (the log was truncated there).
+    pub fn truncate_from_end(&mut self, end_offset: i64) -> Result<(), LogError> {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.start_offset < end_offset);
+        if self.entries.len() != before {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Removes everything (the log was emptied).
+    pub fn clear(&mut self) -> Result<(), LogError> {
+        self.entries.clear();
+        self.flush()
+    }
+
+    /// Kafka's `endOffsetFor`: the largest epoch ≤ `requested` and the offset where it ended
+    /// (the start of the next epoch, or `log_end_offset` when it is the latest).
+    pub fn end_offset_for(&self, requested: i32, log_end_offset: i64) -> (i32, i64) {
+        if requested < 0 {
+            return (-1, -1);
+        }
+        match self.latest() {
+            Some(l) if l.epoch == requested => return (requested, log_end_offset),
+            None => return (-1, -1),
+            _ => {}
+        }
+        let Some(higher_idx) = self.entries.iter().position(|e| e.epoch > requested) else {
+            return (-1, -1);
+        };
+        let higher = self.entries[higher_idx];
+        if higher_idx == 0 {
+            (requested, higher.start_offset)
+        } else {
+            (self.entries[higher_idx - 1].epoch, higher.start_offset)
+        }
+    }
+
+    fn flush(&self) -> Result<(), LogError> {
+        let tmp = self.path.with_extension("tmp");
+        let mut text = format!("0\n{}\n", self.entries.len());
+        for e in &self.entries {
+            text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
+        }
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| LogError::io(&self.path, e))
+    }
+}
+
+/// Parses Kafka's checkpoint format: version line, count line, then `epoch offset` lines.
+pub fn parse_checkpoint(text: &str) -> Result<Vec<EpochEntry>, String> {
+    let mut lines = text.lines();
+    let version = lines.next().ok_or("empty file")?.trim();
+    if version != "0" {
+        return Err(format!("unsupported checkpoint version `{version}`"));
+    }
+    let count: usize = lines
+        .next()
+        .ok_or("missing entry count")?
+        .trim()
+        .parse()
+        .map_err(|_| "entry count is not a number".to_string())?;
+    let mut entries = Vec::with_capacity(count);
+    for (i, line) in lines.enumerate() {
+        let mut parts = line.split_whitespace();
+        let (Some(e), Some(o), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(format!("line {}: expected `epoch offset`", i + 3));
+        };
+        let epoch = e
+            .parse()
+            .map_err(|_| format!("line {}: bad epoch `{e}`", i + 3))?;
+        let start_offset = o
+            .parse()
+            .map_err(|_| format!("line {}: bad offset `{o}`", i + 3))?;
+        entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
+    }
+    if entries.len() != count {
+        return Err(format!("expected {count} entries, found {}", entries.len()));
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_round_trip_in_kafka_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::open(dir.path()).unwrap();
+        c.assign(0, 0).unwrap();
+        c.assign(3, 12).unwrap();
+        c.assign(3, 15).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(CHECKPOINT_FILE)).unwrap();
+        assert_eq!(text, "0\n2\n0 0\n3 12\n");
+        let c2 = LeaderEpochCache::open(dir.path()).unwrap();
+        assert_eq!(c2.entries(), c.entries());
+    }
+
+    #[test]
+    fn assign_keeps_monotonic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::open(dir.path()).unwrap();
+        c.assign(1, 0).unwrap();
+        c.assign(2, 5).unwrap();
+        c.assign(4, 10).unwrap();
+        // A lower epoch at a higher offset supersedes the later entries, as in Kafka.
+        c.assign(3, 7).unwrap();
+        assert_eq!(
+            c.entries(),
+            &[
+                EpochEntry {
+                    epoch: 1,
+                    start_offset: 0
+                },
+                EpochEntry {
+                    epoch: 2,
+                    start_offset: 5
+                },
+                EpochEntry {
+                    epoch: 3,
+                    start_offset: 7
+                }
+            ]
+        );
+        assert!(c.assign(-1, 0).is_err());
+    }
+
+    #[test]
+    fn end_offset_for_follows_kafka() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::open(dir.path()).unwrap();
+        assert_eq!(c.end_offset_for(0, 10), (-1, -1));
+        c.assign(1, 0).unwrap();
+        c.assign(3, 2).unwrap();
+        // KIP-279: asking for epoch 2 returns the floor epoch 1 ending where 3 starts.
+        assert_eq!(c.end_offset_for(2, 9), (1, 2));
+        assert_eq!(c.end_offset_for(3, 9), (3, 9));
+        assert_eq!(c.end_offset_for(0, 9), (0, 0));
+        assert_eq!(c.end_offset_for(4, 9), (-1, -1));
+        assert_eq!(c.end_offset_for(-1, 9), (-1, -1));
+    }
+
+    #[test]
+    fn truncation_and_corrupt_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::open(dir.path()).unwrap();
+        c.assign(1, 0).unwrap();
+        c.assign(2, 5).unwrap();
+        c.truncate_from_end(5).unwrap();
+        assert_eq!(
+            c.latest(),
+            Some(EpochEntry {
+                epoch: 1,
+                start_offset: 0
+            })
+        );
+        std::fs::write(dir.path().join(CHECKPOINT_FILE), "0\n2\n1 0\n").unwrap();
+        assert!(LeaderEpochCache::open(dir.path()).is_err());
+        assert!(parse_checkpoint("1\n0\n").is_err());
+        assert!(parse_checkpoint("0\n1\n1 x\n").is_err());
+    }
+}

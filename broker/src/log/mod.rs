@@ -1,0 +1,409 @@
+//! The durable log of one partition replica: segments of v2 record batches named by base offset,
+//! their offset indexes, the leader-epoch cache, and recovery after a crash. It knows nothing of
+//! leaders or replication; the partition layer decides what to append and where to truncate.
+
+pub mod batch;
+pub mod epoch_cache;
+pub mod index;
+pub mod segment;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::BytesMut;
+
+use batch::BatchHeader;
+use epoch_cache::LeaderEpochCache;
+use segment::Segment;
+
+/// Marker written on clean shutdown; its absence at start means a crash, so every segment is
+/// CRC-scanned instead of only the newest.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("invalid records: {0}")]
+    InvalidRecords(#[from] batch::BatchError),
+    #[error("offset {offset} is out of range [{start}, {end}]")]
+    OutOfRange { offset: i64, start: i64, end: i64 },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl LogError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        LogError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Per-log settings the partition passes down.
+#[derive(Clone, Copy, Debug)]
+pub struct LogSettings {
+    pub segment_bytes: u64,
+    /// fsync once this many messages are unflushed (1: before every acknowledgement).
+    pub flush_interval_messages: u64,
+}
+
+/// The result of an append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+/// Bytes read for a fetch.
+#[derive(Debug, Default)]
+pub struct ReadResult {
+    pub records: Vec<u8>,
+}
+
+/// One replica's log.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    settings: LogSettings,
+    segments: BTreeMap<i64, Segment>,
+    epochs: LeaderEpochCache,
+    unflushed_messages: u64,
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir`, recovering after a crash. Returns the log and a
+    /// description of anything recovery had to cut.
+    pub fn open(dir: &Path, settings: LogSettings) -> Result<(Self, Vec<String>), LogError> {
+        std::fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+        let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = clean_marker.exists();
+        if clean {
+            std::fs::remove_file(&clean_marker).map_err(|e| LogError::io(&clean_marker, e))?;
+        }
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+            let entry = entry.map_err(|e| LogError::io(dir, e))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    bases.push(base);
+                }
+            }
+        }
+        bases.sort_unstable();
+        let mut notes = Vec::new();
+        let mut segments = BTreeMap::new();
+        let mut expected_next: Option<i64> = None;
+        let mut cut = false;
+        let count = bases.len();
+        for (i, base) in bases.into_iter().enumerate() {
+            // After a cut or an overlap, later segments cannot be trusted to follow on.
+            if cut || expected_next.is_some_and(|n| base < n) {
+                let stale = Segment::open(dir, base, false)?.0;
+                notes.push(format!(
+                    "removed segment {} after a recovery cut",
+                    stale.path().display()
+                ));
+                stale.delete()?;
+                cut = true;
+                continue;
+            }
+            let verify = !clean || i + 1 == count;
+            let (seg, seg_cut) = Segment::open(dir, base, verify)?;
+            if let Some(c) = seg_cut {
+                notes.push(c);
+                cut = true;
+            }
+            expected_next = Some(seg.next_offset());
+            segments.insert(base, seg);
+        }
+        if segments.is_empty() {
+            segments.insert(0, Segment::create(dir, 0)?);
+        }
+        let epochs = LeaderEpochCache::open(dir)?;
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            settings,
+            segments,
+            epochs,
+            unflushed_messages: 0,
+        };
+        let leo = log.log_end_offset();
+        log.epochs.truncate_from_end(leo)?;
+        Ok((log, notes))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn set_settings(&mut self, settings: LogSettings) {
+        self.settings = settings;
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        *self
+            .segments
+            .keys()
+            .next()
+            .expect("a log always has a segment")
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+
+    pub fn epochs(&self) -> &LeaderEpochCache {
+        &self.epochs
+    }
+
+    /// The latest epoch in the cache, or -1.
+    pub fn latest_epoch(&self) -> i32 {
+        self.epochs.latest().map_or(-1, |e| e.epoch)
+    }
+
+    /// Kafka's `endOffsetForEpoch`.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Records the start of a new leader epoch at the log end (a new leader does this at once).
+    pub fn assign_epoch_start(&mut self, epoch: i32) -> Result<(), LogError> {
+        let leo = self.log_end_offset();
+        self.epochs.assign(epoch, leo)
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has a segment")
+    }
+
+    /// Appends client batches as leader: offsets are assigned from the log end and each batch is
+    /// stamped with `leader_epoch`. Every batch's CRC is checked first; nothing is written unless
+    /// all are valid.
+    pub fn append_as_leader(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, LogError> {
+        let batches = batch::split_batches(records)?;
+        if batches.is_empty() {
+            return Err(LogError::Invalid("no record batch in request".into()));
+        }
+        let mut buf = BytesMut::from(records);
+        let mut next = self.log_end_offset();
+        let first = next;
+        let mut stamped = Vec::with_capacity(batches.len());
+        for (at, h) in &batches {
+            batch::stamp(&mut buf, *at, next, leader_epoch);
+            stamped.push((
+                *at,
+                BatchHeader {
+                    base_offset: next,
+                    leader_epoch,
+                    ..*h
+                },
+            ));
+            next += h.last_offset_delta as i64 + 1;
+        }
+        self.append_stamped(&buf, &stamped)?;
+        Ok(AppendInfo {
+            first_offset: first,
+            last_offset: next - 1,
+        })
+    }
+
+    /// Appends batches exactly as another replica holds them (a follower or a mirror): offsets
+    /// and epochs are kept, and must continue from the log end.
+    pub fn append_as_follower(&mut self, records: &[u8]) -> Result<Option<AppendInfo>, LogError> {
+        let batches = batch::split_batches(records)?;
+        let Some((_, first)) = batches.first() else {
+            return Ok(None);
+        };
+        let leo = self.log_end_offset();
+        if first.base_offset != leo {
+            return Err(LogError::Invalid(format!(
+                "replicated batch starts at {} but the log ends at {leo}",
+                first.base_offset
+            )));
+        }
+        let mut expect = leo;
+        for (_, h) in &batches {
+            if h.base_offset != expect {
+                return Err(LogError::Invalid(format!(
+                    "replicated batch at {} expected {expect}",
+                    h.base_offset
+                )));
+            }
+            expect = h.next_offset();
+        }
+        self.append_stamped(records, &batches)?;
+        Ok(Some(AppendInfo {
+            first_offset: leo,
+            last_offset: expect - 1,
+        }))
+    }
+
+    fn append_stamped(
+        &mut self,
+        bytes: &[u8],
+        batches: &[(usize, BatchHeader)],
+    ) -> Result<(), LogError> {
+        let active_size = self.active().size();
+        if active_size > 0 && active_size + bytes.len() as u64 > self.settings.segment_bytes {
+            let base = self.log_end_offset();
+            self.active().flush()?;
+            self.segments
+                .insert(base, Segment::create(&self.dir, base)?);
+        }
+        let segment = self
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment");
+        segment.append(bytes, batches)?;
+        let mut messages = 0u64;
+        for (_, h) in batches {
+            // Epoch changes are checkpointed before the append is acknowledged.
+            if self
+                .epochs
+                .latest()
+                .is_none_or(|e| e.epoch != h.leader_epoch)
+                && h.leader_epoch >= 0
+            {
+                self.epochs.assign(h.leader_epoch, h.base_offset)?;
+            }
+            messages += h.last_offset_delta as u64 + 1;
+        }
+        self.unflushed_messages += messages;
+        if self.unflushed_messages >= self.settings.flush_interval_messages {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs the active segment (older segments were flushed when they rolled).
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.active().flush()?;
+        self.unflushed_messages = 0;
+        Ok(())
+    }
+
+    /// Reads whole batches starting with the one that holds `offset`, stopping before
+    /// `max_offset` (exclusive; the high watermark for consumers) and after `max_bytes`, but always
+    /// returning at least one batch when one is available.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadResult, LogError> {
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < start || offset > end {
+            return Err(LogError::OutOfRange { offset, start, end });
+        }
+        let mut out = Vec::new();
+        for seg in self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(self.segments.range(offset + 1..).map(|(_, s)| s))
+        {
+            let Some((mut pos, mut h)) = seg.find(offset)? else {
+                continue;
+            };
+            loop {
+                if h.last_offset() >= max_offset
+                    || (!out.is_empty() && out.len() + h.size > max_bytes)
+                {
+                    return Ok(ReadResult { records: out });
+                }
+                out.extend_from_slice(&seg.read(pos, h.size)?);
+                pos += h.size as u64;
+                if pos >= seg.size() {
+                    break;
+                }
+                h = seg.header_at(pos)?;
+            }
+        }
+        Ok(ReadResult { records: out })
+    }
+
+    /// Removes every batch at or after `offset` and the epochs that started there.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset() {
+            return self.truncate_fully_and_start_at(offset.max(0).min(self.log_start_offset()));
+        }
+        let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        for base in doomed {
+            if base == self.log_start_offset() {
+                continue;
+            }
+            let seg = self.segments.remove(&base).expect("listed above");
+            seg.delete()?;
+        }
+        let seg = self
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment");
+        seg.truncate_to(offset)?;
+        seg.flush()?;
+        let leo = self.log_end_offset();
+        self.epochs.truncate_from_end(leo)
+    }
+
+    /// Deletes everything and starts empty at `offset`.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        for (_, seg) in std::mem::take(&mut self.segments) {
+            seg.delete()?;
+        }
+        self.segments
+            .insert(offset, Segment::create(&self.dir, offset)?);
+        self.epochs.clear()
+    }
+
+    /// Every batch header in the log, in order (for dumps and tests).
+    pub fn batch_headers(&self) -> Result<Vec<(u64, i64, BatchHeader)>, LogError> {
+        let mut out = Vec::new();
+        for seg in self.segments.values() {
+            let mut pos = 0;
+            while pos < seg.size() {
+                let h = seg.header_at(pos)?;
+                out.push((pos, seg.base_offset, h));
+                pos += h.size as u64;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads the raw bytes of every batch (for dumps).
+    pub fn read_all(&self) -> Result<Vec<u8>, LogError> {
+        let mut out = Vec::new();
+        for seg in self.segments.values() {
+            out.extend_from_slice(&seg.read(0, seg.size() as usize)?);
+        }
+        Ok(out)
+    }
+
+    /// Flushes and marks the log cleanly closed.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.flush()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        std::fs::write(&marker, b"").map_err(|e| LogError::io(&marker, e))
+    }
+}

@@ -1,0 +1,247 @@
+//! One partition replica on this broker: its log plus the replication state around it (leader or
+//! follower, leader epoch, ISR, high watermark). Produce, fetch and epoch queries go through here
+//! so that fencing by leader epoch and the high-watermark rules live in one place.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::config::LogConfig;
+use crate::errors;
+use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
+use crate::metadata::PartitionRegistration;
+
+/// Per-partition file recording the last registration this replica acted on, so that
+/// `dump-log` can tell roles and epochs without asking a running broker.
+pub const STATE_FILE: &str = "partition.state";
+
+/// What a replica last knew of its partition, as persisted in `partition.state`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersistedState {
+    pub node_id: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+    pub replicas: Vec<i32>,
+}
+
+/// What the leader knows of one follower.
+#[derive(Clone, Copy, Debug)]
+pub struct FollowerState {
+    pub log_end_offset: i64,
+    pub last_caught_up: Instant,
+}
+
+#[derive(Debug)]
+pub struct PartitionState {
+    pub log: PartitionLog,
+    pub config: LogConfig,
+    pub node_id: i32,
+    pub registration: PartitionRegistration,
+    pub high_watermark: i64,
+    pub followers: BTreeMap<i32, FollowerState>,
+}
+
+impl PartitionState {
+    pub fn is_leader(&self) -> bool {
+        self.registration.leader == self.node_id
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.registration.leader_epoch
+    }
+
+    /// KIP-320: compare a requester's view of the leader epoch with ours.
+    pub fn check_leader_epoch(&self, current: i32) -> Result<(), i16> {
+        if current < 0 || current == self.leader_epoch() {
+            Ok(())
+        } else if current < self.leader_epoch() {
+            Err(errors::FENCED_LEADER_EPOCH)
+        } else {
+            Err(errors::UNKNOWN_LEADER_EPOCH)
+        }
+    }
+
+    /// The minimum ISR size below which the high watermark must not advance (KIP-966).
+    pub fn effective_min_isr(&self) -> usize {
+        (self.config.min_insync_replicas.max(1) as usize)
+            .min(self.registration.replicas.len().max(1))
+    }
+
+    /// Moves the leader's high watermark to the smallest log end offset in the ISR, never back,
+    /// and not at all while the ISR is under the minimum. Returns whether it moved.
+    pub fn maybe_increment_high_watermark(&mut self, strict_min_isr: bool) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
+        if strict_min_isr && self.registration.isr.len() < self.effective_min_isr() {
+            return false;
+        }
+        let mut candidate = self.log.log_end_offset();
+        for id in &self.registration.isr {
+            if *id == self.node_id {
+                continue;
+            }
+            let leo = self
+                .followers
+                .get(id)
+                .map_or(self.high_watermark, |f| f.log_end_offset);
+            candidate = candidate.min(leo);
+        }
+        if candidate > self.high_watermark {
+            self.high_watermark = candidate;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn settings(config: &LogConfig) -> LogSettings {
+        LogSettings {
+            segment_bytes: config.segment_bytes,
+            flush_interval_messages: config.flush_interval_messages,
+        }
+    }
+}
+
+/// A partition replica shared by request handlers and background tasks.
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    dir: PathBuf,
+    state: Mutex<PartitionState>,
+    high_watermark: watch::Sender<i64>,
+}
+
+/// Directory name of a partition in the log dir: `<topic>-<partition>`, as Kafka names it.
+pub fn dir_name(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+impl Partition {
+    /// Opens the replica's log (recovering it) and adopts `registration`.
+    pub fn open(
+        log_dir: &Path,
+        topic: &str,
+        index: i32,
+        node_id: i32,
+        config: LogConfig,
+        registration: PartitionRegistration,
+        stored_high_watermark: Option<i64>,
+    ) -> Result<(Self, Vec<String>), LogError> {
+        let dir = log_dir.join(dir_name(topic, index));
+        let (log, notes) = PartitionLog::open(&dir, PartitionState::settings(&config))?;
+        let hw = stored_high_watermark
+            .unwrap_or(0)
+            .clamp(log.log_start_offset(), log.log_end_offset());
+        let state = PartitionState {
+            log,
+            config,
+            node_id,
+            registration: PartitionRegistration {
+                leader: -1,
+                leader_epoch: -1,
+                ..registration.clone()
+            },
+            high_watermark: hw,
+            followers: BTreeMap::new(),
+        };
+        let (tx, _) = watch::channel(hw);
+        let p = Partition {
+            topic: topic.to_string(),
+            index,
+            dir,
+            state: Mutex::new(state),
+            high_watermark: tx,
+        };
+        p.apply_registration(registration)?;
+        Ok((p, notes))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Runs `f` with the partition state locked.
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut PartitionState) -> R) -> R {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    /// Subscribes to high-watermark changes (acks=all waits and long-polling fetches).
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    /// Publishes the current high watermark to waiters.
+    pub fn publish_high_watermark(&self, hw: i64) {
+        self.high_watermark.send_if_modified(|v| {
+            let changed = *v != hw;
+            *v = hw;
+            changed
+        });
+    }
+
+    /// Adopts a new registration: a replica that becomes leader at a new epoch records the epoch's
+    /// start at its log end, as Kafka's `makeLeader` does.
+    pub fn apply_registration(&self, reg: PartitionRegistration) -> Result<(), LogError> {
+        let hw = self.with_state(|s| -> Result<i64, LogError> {
+            let becomes_leader = reg.leader == s.node_id
+                && (s.registration.leader != s.node_id
+                    || reg.leader_epoch > s.registration.leader_epoch);
+            let epoch_changed = reg.leader_epoch != s.registration.leader_epoch
+                || reg.leader != s.registration.leader;
+            s.registration = reg;
+            if becomes_leader {
+                s.log.assign_epoch_start(s.registration.leader_epoch)?;
+                s.followers.clear();
+            }
+            if epoch_changed {
+                let st = PersistedState {
+                    node_id: s.node_id,
+                    leader: s.registration.leader,
+                    leader_epoch: s.registration.leader_epoch,
+                    isr: s.registration.isr.clone(),
+                    replicas: s.registration.replicas.clone(),
+                };
+                let path = self.dir.join(STATE_FILE);
+                let bytes =
+                    serde_json::to_vec(&st).map_err(|e| LogError::Invalid(e.to_string()))?;
+                std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
+            }
+            s.maybe_increment_high_watermark(true);
+            Ok(s.high_watermark)
+        })?;
+        self.publish_high_watermark(hw);
+        Ok(())
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        self.with_state(|s| {
+            s.log.set_settings(PartitionState::settings(&config));
+            s.config = config;
+        });
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.with_state(|s| s.high_watermark)
+    }
+
+    /// Flushes the log and marks it cleanly closed.
+    pub fn close(self) -> Result<(), LogError> {
+        let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        state.log.close()
+    }
+}
+
+/// The outcome of a leader append, before any acks=all wait.
+#[derive(Debug)]
+pub struct LeaderAppend {
+    pub info: AppendInfo,
+    pub high_watermark: i64,
+}

@@ -1,0 +1,612 @@
+//! One function per Kafka API: translate the decoded request into broker calls and the results
+//! into the response of the same version.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset as DivergingEpoch, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::SUPPORTED_APIS;
+use crate::broker::{Broker, FetchSpec};
+use crate::config::TOPIC_KEYS;
+use crate::errors;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+/// Dispatches one request; `None` means no response is sent (acks=0 produce).
+pub async fn handle(
+    broker: &Broker,
+    header: &RequestHeader,
+    request: RequestKind,
+    version: i16,
+) -> Option<ResponseKind> {
+    let _ = header;
+    Some(match request {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(errors::NONE)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, r, version)),
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(create_topics(broker, r, version))
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(delete_topics(broker, r, version))
+        }
+        RequestKind::Produce(r) => {
+            let acks = r.acks;
+            let resp = produce(broker, r, version).await;
+            if acks == 0 {
+                return None;
+            }
+            ResponseKind::Produce(resp)
+        }
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(broker, r, version).await),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(broker, r, version)),
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(broker, r))
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(describe_configs(broker, r))
+        }
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(broker, r))
+        }
+        other => {
+            tracing::warn!("unexpected request {other:?} passed version checks");
+            return None;
+        }
+    })
+}
+
+pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = error_code;
+    r.api_keys = SUPPORTED_APIS
+        .iter()
+        .map(|(k, lo, hi)| {
+            let mut v = ApiVersion::default();
+            v.api_key = *k as i16;
+            v.min_version = *lo;
+            v.max_version = *hi;
+            v
+        })
+        .collect();
+    r
+}
+
+fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+    let cfg = &broker.config;
+    // Auto-create requested topics that do not exist, if both sides allow it.
+    if let Some(topics) = &req.topics {
+        let auto = cfg.auto_create_topics_enable && (version < 4 || req.allow_auto_topic_creation);
+        if auto {
+            let image = broker.metadata();
+            for t in topics {
+                if let Some(name) = &t.name {
+                    if !image.topics.contains_key(name.0.as_str()) {
+                        if let Err(e) =
+                            broker.create_topic(name.0.as_str(), -1, -1, &BTreeMap::new(), false)
+                        {
+                            tracing::info!(topic = %name.0.as_str(), "auto-create failed: {}", e.message);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let image = broker.metadata();
+    let mut resp = MetadataResponse::default();
+    if version >= 2 {
+        resp.cluster_id = Some(s("tidemark"));
+    }
+    resp.controller_id = BrokerId(image.brokers.keys().next().copied().unwrap_or(cfg.node_id));
+    resp.brokers = image
+        .brokers
+        .values()
+        .map(|b| {
+            let mut mb = MetadataResponseBroker::default();
+            mb.node_id = BrokerId(b.id);
+            mb.host = s(b.host.clone());
+            mb.port = b.port as i32;
+            mb
+        })
+        .collect();
+    let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+            .collect()
+    });
+    let describe = |t: &crate::metadata::TopicRegistration| {
+        let mut mt = MetadataResponseTopic::default();
+        mt.name = Some(TopicName(s(t.name.clone())));
+        if version >= 10 {
+            mt.topic_id = t.id;
+        }
+        mt.partitions = t
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut mp = MetadataResponsePartition::default();
+                mp.partition_index = i as i32;
+                mp.error_code = if p.leader < 0 {
+                    errors::LEADER_NOT_AVAILABLE
+                } else {
+                    errors::NONE
+                };
+                mp.leader_id = BrokerId(p.leader);
+                if version >= 7 {
+                    mp.leader_epoch = p.leader_epoch;
+                }
+                mp.replica_nodes = p.replicas.iter().map(|r| BrokerId(*r)).collect();
+                mp.isr_nodes = p.isr.iter().map(|r| BrokerId(*r)).collect();
+                mp
+            })
+            .collect();
+        mt
+    };
+    resp.topics = match wanted {
+        None => image.topics.values().map(describe).collect(),
+        Some(list) => list
+            .into_iter()
+            .map(|(name, id)| {
+                let found = match &name {
+                    Some(n) => image.topics.get(n),
+                    None => image.topic_by_id(id),
+                };
+                match found {
+                    Some(t) => describe(t),
+                    None => {
+                        let mut mt = MetadataResponseTopic::default();
+                        mt.name = name.map(|n| TopicName(s(n)));
+                        if version >= 10 {
+                            mt.topic_id = id;
+                        }
+                        mt.error_code = if mt.name.is_some() {
+                            errors::UNKNOWN_TOPIC_OR_PARTITION
+                        } else {
+                            errors::UNKNOWN_TOPIC_ID
+                        };
+                        mt
+                    }
+                }
+            })
+            .collect(),
+    };
+    resp
+}
+
+fn create_topics(broker: &Broker, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+    let mut resp = CreateTopicsResponse::default();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut result = CreatableTopicResult::default();
+        result.name = t.name.clone();
+        let mut configs = BTreeMap::new();
+        for c in &t.configs {
+            if let Some(v) = &c.value {
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+        }
+        let outcome = if !t.assignments.is_empty() {
+            Err(crate::broker::ApiError::new(
+                errors::INVALID_REQUEST,
+                "manual replica assignment is not supported",
+            ))
+        } else {
+            broker.create_topic(
+                &name,
+                t.num_partitions,
+                t.replication_factor,
+                &configs,
+                req.validate_only,
+            )
+        };
+        match outcome {
+            Ok(topic) if version >= 5 => {
+                if version >= 7 {
+                    result.topic_id = topic.id;
+                }
+                result.num_partitions = topic.partitions.len() as i32;
+                result.replication_factor = topic
+                    .partitions
+                    .first()
+                    .map_or(0, |p| p.replicas.len() as i16);
+                let lc = broker
+                    .topic_log_config(&name)
+                    .unwrap_or_else(|| broker.config.log.clone());
+                result.configs = Some(
+                    TOPIC_KEYS
+                        .iter()
+                        .filter_map(|(k, _)| {
+                            let mut c = CreatableTopicConfigs::default();
+                            c.name = s(*k);
+                            c.value = Some(s(lc.topic_value(k)?));
+                            c.config_source = if configs.contains_key(*k) { 1 } else { 5 };
+                            Some(c)
+                        })
+                        .collect(),
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                result.error_code = e.code;
+                result.error_message = Some(s(e.message));
+            }
+        }
+        resp.topics.push(result);
+    }
+    resp
+}
+
+fn delete_topics(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+    let image = broker.metadata();
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> = req
+        .topic_names
+        .iter()
+        .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
+        .collect();
+    targets.extend(
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)),
+    );
+    let mut resp = DeleteTopicsResponse::default();
+    for (name, id) in targets {
+        let mut r = DeletableTopicResult::default();
+        let resolved = name
+            .clone()
+            .or_else(|| image.topic_by_id(id).map(|t| t.name.clone()));
+        r.name = resolved.clone().map(|n| TopicName(s(n)));
+        if version >= 6 {
+            r.topic_id = image
+                .topics
+                .get(resolved.as_deref().unwrap_or_default())
+                .map_or(id, |t| t.id);
+        }
+        match resolved {
+            Some(n) => {
+                if let Err(e) = broker.delete_topic(&n) {
+                    r.error_code = e.code;
+                    if version >= 5 {
+                        r.error_message = Some(s(e.message));
+                    }
+                }
+            }
+            None => r.error_code = errors::UNKNOWN_TOPIC_ID,
+        }
+        resp.responses.push(r);
+    }
+    resp
+}
+
+async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceResponse {
+    let mut resp = ProduceResponse::default();
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    for topic in req.topic_data {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = topic.name.clone();
+        for pd in topic.partition_data {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = pd.index;
+            pr.log_append_time_ms = -1;
+            let result = if !matches!(req.acks, -1 | 0 | 1) {
+                crate::broker::ProduceResult {
+                    error: errors::INVALID_REQUIRED_ACKS,
+                    base_offset: -1,
+                    log_start_offset: -1,
+                    message: Some(format!("acks={} is not -1, 0 or 1", req.acks)),
+                }
+            } else {
+                let records = pd.records.unwrap_or_default();
+                broker
+                    .produce(topic.name.0.as_str(), pd.index, &records, req.acks, timeout)
+                    .await
+            };
+            pr.error_code = result.error;
+            pr.base_offset = result.base_offset;
+            if version >= 5 {
+                pr.log_start_offset = result.log_start_offset;
+            }
+            if version >= 8 {
+                pr.error_message = result.message.map(s);
+            }
+            tr.partition_responses.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    resp
+}
+
+async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 30_000) as u64);
+    let max_bytes = if req.max_bytes > 0 {
+        req.max_bytes as usize
+    } else {
+        usize::MAX
+    };
+    let replica_id = if req.replica_id.0 >= 0 {
+        req.replica_id.0
+    } else {
+        req.replica_state.replica_id.0
+    };
+    let mut data = broker.watch_data();
+    loop {
+        data.borrow_and_update();
+        let mut resp = FetchResponse::default();
+        let mut total = 0usize;
+        let mut any_error = false;
+        for topic in &req.topics {
+            let mut tr = FetchableTopicResponse::default();
+            tr.topic = topic.topic.clone();
+            tr.topic_id = topic.topic_id;
+            let name = if topic.topic.0.is_empty() {
+                broker
+                    .metadata()
+                    .topic_by_id(topic.topic_id)
+                    .map(|t| t.name.clone())
+            } else {
+                Some(topic.topic.0.to_string())
+            };
+            for fp in &topic.partitions {
+                let mut pd = PartitionData::default();
+                pd.partition_index = fp.partition;
+                let Some(name) = &name else {
+                    pd.error_code = errors::UNKNOWN_TOPIC_ID;
+                    any_error = true;
+                    tr.partitions.push(pd);
+                    continue;
+                };
+                let budget = (fp.partition_max_bytes.max(0) as usize)
+                    .min(max_bytes.saturating_sub(total))
+                    .max(1);
+                let spec = FetchSpec {
+                    fetch_offset: fp.fetch_offset,
+                    current_leader_epoch: fp.current_leader_epoch,
+                    last_fetched_epoch: fp.last_fetched_epoch,
+                    max_bytes: budget,
+                    replica_id,
+                };
+                let r = broker.fetch(name, fp.partition, spec);
+                any_error |= r.error != errors::NONE;
+                total += r.records.len();
+                pd.error_code = r.error;
+                pd.high_watermark = r.high_watermark;
+                pd.last_stable_offset = r.high_watermark;
+                if version >= 5 {
+                    pd.log_start_offset = r.log_start_offset;
+                }
+                if let Some((epoch, end_offset)) = r.diverging_epoch {
+                    let mut d = DivergingEpoch::default();
+                    d.epoch = epoch;
+                    d.end_offset = end_offset;
+                    pd.diverging_epoch = d;
+                }
+                pd.records = Some(r.records.into());
+                tr.partitions.push(pd);
+            }
+            resp.responses.push(tr);
+        }
+        let now = Instant::now();
+        if any_error || total >= req.min_bytes.max(1) as usize || now >= deadline {
+            return resp;
+        }
+        let _ = tokio::time::timeout(deadline - now, data.changed()).await;
+    }
+}
+
+fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let mut resp = ListOffsetsResponse::default();
+    for topic in req.topics {
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = topic.name.clone();
+        for p in topic.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            match broker.list_offset(
+                topic.name.0.as_str(),
+                p.partition_index,
+                p.timestamp,
+                p.current_leader_epoch,
+            ) {
+                Ok((ts, offset, epoch)) => {
+                    pr.timestamp = ts;
+                    pr.offset = offset;
+                    if version >= 4 {
+                        pr.leader_epoch = epoch;
+                    }
+                }
+                Err(code) => {
+                    pr.error_code = code;
+                    pr.timestamp = -1;
+                    pr.offset = -1;
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+fn offset_for_leader_epoch(
+    broker: &Broker,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut resp = OffsetForLeaderEpochResponse::default();
+    for topic in req.topics {
+        let mut tr = OffsetForLeaderTopicResult::default();
+        tr.topic = topic.topic.clone();
+        for p in topic.partitions {
+            let mut e = EpochEndOffset::default();
+            e.partition = p.partition;
+            match broker.offset_for_leader_epoch(
+                topic.topic.0.as_str(),
+                p.partition,
+                p.current_leader_epoch,
+                p.leader_epoch,
+            ) {
+                Ok((epoch, offset)) => {
+                    e.leader_epoch = epoch;
+                    e.end_offset = offset;
+                }
+                Err(code) => {
+                    e.error_code = code;
+                    e.leader_epoch = -1;
+                    e.end_offset = -1;
+                }
+            }
+            tr.partitions.push(e);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let mut resp = DescribeConfigsResponse::default();
+    for res in req.resources {
+        let mut r = DescribeConfigsResult::default();
+        r.resource_type = res.resource_type;
+        r.resource_name = res.resource_name.clone();
+        let entries: Result<Vec<(String, String, i8)>, (i16, String)> = match res.resource_type {
+            RESOURCE_TOPIC => {
+                let name = res.resource_name.to_string();
+                let image = broker.metadata();
+                match (image.topics.get(&name), broker.topic_log_config(&name)) {
+                    (Some(t), Some(lc)) => Ok(TOPIC_KEYS
+                        .iter()
+                        .filter_map(|(k, _)| {
+                            let source = if t.configs.contains_key(*k) { 1 } else { 5 };
+                            Some((k.to_string(), lc.topic_value(k)?, source))
+                        })
+                        .collect()),
+                    _ => Err((
+                        errors::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("no topic {name}"),
+                    )),
+                }
+            }
+            RESOURCE_BROKER => {
+                let id = res.resource_name.to_string();
+                if id.is_empty() || id == broker.config.node_id.to_string() {
+                    Ok(broker
+                        .config
+                        .raw
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone(), 4))
+                        .collect())
+                } else {
+                    Err((
+                        errors::INVALID_REQUEST,
+                        format!("this is broker {}, not {id}", broker.config.node_id),
+                    ))
+                }
+            }
+            other => Err((
+                errors::INVALID_REQUEST,
+                format!("resource type {other} is not supported"),
+            )),
+        };
+        match entries {
+            Ok(list) => {
+                let wanted = res
+                    .configuration_keys
+                    .as_ref()
+                    .map(|ks| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>());
+                r.configs = list
+                    .into_iter()
+                    .filter(|(k, _, _)| wanted.as_ref().is_none_or(|w| w.contains(k)))
+                    .map(|(k, v, source)| {
+                        let mut c = DescribeConfigsResourceResult::default();
+                        c.name = s(k);
+                        c.value = Some(s(v));
+                        c.config_source = source;
+                        c.read_only = res.resource_type == RESOURCE_BROKER;
+                        c
+                    })
+                    .collect();
+            }
+            Err((code, msg)) => {
+                r.error_code = code;
+                r.error_message = Some(s(msg));
+            }
+        }
+        resp.results.push(r);
+    }
+    resp
+}
+
+fn incremental_alter_configs(
+    broker: &Broker,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for res in req.resources {
+        let mut r = AlterConfigsResourceResponse::default();
+        r.resource_type = res.resource_type;
+        r.resource_name = res.resource_name.clone();
+        let outcome = if res.resource_type != RESOURCE_TOPIC {
+            Err((
+                errors::INVALID_REQUEST,
+                "only topic configs can be altered".to_string(),
+            ))
+        } else {
+            let mut changes = Vec::new();
+            let mut bad = None;
+            for c in &res.configs {
+                match c.config_operation {
+                    0 => changes.push((
+                        c.name.to_string(),
+                        Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
+                    )),
+                    1 => changes.push((c.name.to_string(), None)),
+                    op => {
+                        bad = Some((
+                            errors::INVALID_REQUEST,
+                            format!("operation {op} on {} is not supported", c.name.as_str()),
+                        ))
+                    }
+                }
+            }
+            match bad {
+                Some(b) => Err(b),
+                None => broker
+                    .alter_topic_configs(res.resource_name.as_str(), &changes, req.validate_only)
+                    .map_err(|e| (e.code, e.message)),
+            }
+        };
+        if let Err((code, msg)) = outcome {
+            r.error_code = code;
+            r.error_message = Some(s(msg));
+        }
+        resp.responses.push(r);
+    }
+    resp
+}

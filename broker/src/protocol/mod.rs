@@ -1,0 +1,164 @@
+//! The Kafka wire: framing, request-header decoding, version negotiation and dispatch. Requests
+//! on one connection are answered in order, one at a time, as Kafka does; a frame that cannot be
+//! decoded closes only its own connection.
+
+mod handlers;
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::broker::Broker;
+
+/// Largest request frame accepted (Kafka's `socket.request.max.bytes` default).
+pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
+
+/// The APIs and versions this broker implements, advertised in ApiVersions. Produce ≥ 3 and
+/// Fetch ≥ 4 together make librdkafka use record batch v2. Versions that require topic ids on
+/// the wire (Produce 13, Fetch 13+) are not advertised.
+pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+];
+
+fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// Accepts client connections until `shutdown` is cancelled.
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let broker = broker.clone();
+                    let shutdown = shutdown.clone();
+                    tokio::spawn(async move {
+                        debug!(%peer, "connection opened");
+                        match connection(stream, broker, shutdown).await {
+                            Ok(()) => debug!(%peer, "connection closed"),
+                            Err(e) => warn!(%peer, "connection closed: {e:#}"),
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    stream.set_nodelay(true)?;
+    let codec = LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME_BYTES)
+        .new_codec();
+    let mut framed = Framed::new(stream, codec);
+    loop {
+        let frame = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            f = framed.next() => match f {
+                Some(f) => f?,
+                None => return Ok(()),
+            },
+        };
+        match respond(&broker, frame.freeze()).await? {
+            Some(out) => framed.send(out).await?,
+            None => continue,
+        }
+    }
+}
+
+/// Decodes one request and builds its encoded response; `None` for acks=0 produce, which gets no
+/// response. An error closes the connection.
+pub async fn respond(broker: &Broker, mut frame: Bytes) -> anyhow::Result<Option<Bytes>> {
+    if frame.len() < 8 {
+        anyhow::bail!(
+            "frame of {} bytes is too short for a request header",
+            frame.len()
+        );
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let api_key =
+        ApiKey::try_from(raw_key).map_err(|_| anyhow::anyhow!("unknown API key {raw_key}"))?;
+    let crate_range = api_key.valid_versions();
+    if api_key == ApiKey::ApiVersions && !(0..=3).contains(&version) {
+        // KIP-511: answer an unknown ApiVersions version in v0 with our list and UNSUPPORTED_VERSION.
+        let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let body = handlers::api_versions(crate::errors::UNSUPPORTED_VERSION);
+        return encode_response(api_key, 0, correlation_id, &ResponseKind::ApiVersions(body))
+            .map(Some);
+    }
+    let Some((lo, hi)) = supported_range(api_key) else {
+        anyhow::bail!("API {api_key:?} (key {raw_key}) is not supported by this broker");
+    };
+    if version < lo || version > hi || version < crate_range.min || version > crate_range.max {
+        anyhow::bail!("API {api_key:?} version {version} is not supported (supported {lo}..={hi})");
+    }
+    let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
+        .map_err(|e| anyhow::anyhow!("bad request header: {e}"))?;
+    let request = RequestKind::decode(api_key, &mut frame, version)
+        .map_err(|e| anyhow::anyhow!("bad {api_key:?} v{version} body: {e}"))?;
+    let Some(response) = handlers::handle(broker, &header, request, version).await else {
+        return Ok(None);
+    };
+    encode_response(api_key, version, header.correlation_id, &response).map(Some)
+}
+
+fn encode_response(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> anyhow::Result<Bytes> {
+    let mut out = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, api_key.response_header_version(version))?;
+    body.encode(&mut out, version)?;
+    Ok(out.freeze())
+}
+
+/// Binds the client listener and serves until `shutdown`.
+pub async fn run_listener(broker: Arc<Broker>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let listener = broker
+        .config
+        .client_listener()
+        .ok_or_else(|| anyhow::anyhow!("no client listener configured"))?
+        .clone();
+    let addr = listener
+        .socket_addr()
+        .map_err(|e| anyhow::anyhow!("listener {}: {e}", listener.name))?;
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} ({}): {e}", listener.name))?;
+    info!(%addr, name = %listener.name, "listening");
+    serve(tcp, broker, shutdown).await;
+    Ok(())
+}
