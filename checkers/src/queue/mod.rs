@@ -117,6 +117,8 @@ impl ValueInfo {
 struct Slot {
     value: i64,
     proof: Proof,
+    /// Some poll returned a record at this offset.
+    polled: bool,
 }
 
 /// A range of offsets `[lo, hi)` a poll jumped over.
@@ -502,6 +504,10 @@ impl<'r> QueueAnalysis<'r> {
         };
         let mut prev: Option<(i64, Option<i64>)> = None;
         let mut furthest = None;
+        // Gaps count only in a poll whose offsets increase: one that went backwards is reported
+        // as nonmonotonic, and may well have returned the "skipped" offsets out of order.
+        let mut gaps: Vec<(i64, i64, Option<i64>)> = Vec::new();
+        let mut monotonic = true;
         for r in records {
             let (offset, value, epoch) = parse_record(r)?;
             match prev {
@@ -512,13 +518,12 @@ impl<'r> QueueAnalysis<'r> {
                         "offsets": [po, offset],
                     });
                     self.anomalies.push(AnomalyKind::NonmonotonicPoll, entry);
+                    monotonic = false;
                 }
-                Some((po, _)) if offset > po + 1 => {
-                    self.note_gap(pk, po + 1, offset, Some(po), op, p)
-                }
+                Some((po, _)) if offset > po + 1 => gaps.push((po + 1, offset, Some(po))),
                 None => {
                     if let Some(f) = from.filter(|&f| offset > f) {
-                        self.note_gap(pk, f, offset, None, op, p);
+                        gaps.push((f, offset, None));
                     }
                 }
                 _ => {}
@@ -540,6 +545,11 @@ impl<'r> QueueAnalysis<'r> {
             let info = self.values.entry(value).or_insert_with(ValueInfo::new);
             if info.first_poll == NONE {
                 info.first_poll = op.index;
+            }
+        }
+        if monotonic {
+            for (lo, hi, after) in gaps {
+                self.note_gap(pk, lo, hi, after, op, p);
             }
         }
         if let (Some(from), Some(furthest)) = (from, furthest) {
@@ -600,12 +610,21 @@ impl<'r> QueueAnalysis<'r> {
     /// Records that `value` was observed at `offset` of partition `pk`: the offset must hold
     /// one value, and the value one place (a topic, partition and offset, on any cluster).
     fn observe_record(&mut self, pk: u32, offset: i64, value: i64, proof: Proof) {
+        let polled = matches!(proof, Proof::Poll(_));
         let slots = &mut self.parts[pk as usize].slots;
-        match slots.get(&offset) {
+        match slots.get_mut(&offset) {
             None => {
-                slots.insert(offset, Slot { value, proof });
+                slots.insert(
+                    offset,
+                    Slot {
+                        value,
+                        proof,
+                        polled,
+                    },
+                );
             }
             Some(slot) if slot.value != value => {
+                slot.polled |= polled;
                 let first = (slot.value, slot.proof);
                 let witnesses = self
                     .conflicts
@@ -615,7 +634,7 @@ impl<'r> QueueAnalysis<'r> {
                     witnesses.push((value, proof));
                 }
             }
-            Some(_) => {}
+            Some(slot) => slot.polled |= polled,
         }
         let info = self.values.entry(value).or_insert_with(ValueInfo::new);
         if info.loc_pk == NO_PK {
@@ -868,7 +887,7 @@ impl<'r> QueueAnalysis<'r> {
                     let mut polled: Vec<i64> = part
                         .slots
                         .iter()
-                        .filter(|(_, s)| matches!(s.proof, Proof::Poll(_)))
+                        .filter(|(_, s)| s.polled)
                         .map(|(&o, _)| o)
                         .collect();
                     polled.sort_unstable();

@@ -1,0 +1,551 @@
+//! One tiny history per anomaly that must fire, and clean ones that must not (the pattern of
+//! Jepsen's `kafka_test.clj`).
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{entries, replica, Hist};
+use tidemark_checkers::{
+    check, check_history, read_history, OpType, Process, ReplicaState, Results, Validity,
+};
+
+use OpType::{Fail, Info, Ok};
+
+fn run(h: &Hist, replicas: Option<&[ReplicaState]>) -> Results {
+    check(&json!({}), h.ops.clone(), replicas)
+}
+
+fn only(r: &Results, kinds: &[&str]) {
+    assert_eq!(r.anomaly_types, kinds, "{}", r.summary(5));
+}
+
+/// Three acknowledged writes, read back, with three agreeing replicas.
+fn clean() -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(1, &[2, 3], Ok, Some(1));
+    h.poll(2, 0, &[(0, 1, 0), (1, 2, 0), (2, 3, 0)], Some(3));
+    h.poll(2, 1, &[(1, 2, 0), (2, 3, 0)], Some(3));
+    let recs = [(0, 1, 0), (1, 2, 0), (2, 3, 0)];
+    let replicas = vec![
+        replica("a", "n1", true, 3, &recs),
+        replica("a", "n2", false, 3, &recs),
+        replica("a", "n3", false, 3, &recs),
+    ];
+    (h, replicas)
+}
+
+#[test]
+fn clean_history_is_valid() {
+    let (h, replicas) = clean();
+    for r in [run(&h, Some(&replicas)), run(&h, None)] {
+        assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+        assert!(r.anomaly_types.is_empty());
+        assert_eq!(r.stats["send"].ok, 2);
+        assert_eq!(r.stats["poll"].ok, 2);
+    }
+    let r = run(&h, None);
+    let skipped: Vec<&str> = r.skipped_checks.iter().map(|s| s.check.as_str()).collect();
+    assert!(skipped.contains(&"divergence"), "{skipped:?}");
+    assert!(skipped.contains(&"lost-write"), "{skipped:?}");
+}
+
+#[test]
+fn clean_history_with_fail_and_info_sends_is_valid() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(1, &[2], Fail, None);
+    h.send(2, &[3], Info, None);
+    h.send(3, &[4], Info, None);
+    h.poll(4, 0, &[(0, 1, 0), (1, 3, 0)], Some(2));
+    let recs = [(0, 1, 0), (1, 3, 0)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("a", "n2", false, 2, &recs),
+    ];
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert_eq!(r.stats["send"].info, 2);
+    assert_eq!(r.stats["send"].fail, 1);
+}
+
+#[test]
+fn lost_write_against_the_final_log() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    let acked = h.send(0, &[2], Ok, Some(1));
+    let replicas = vec![replica("a", "n1", true, 1, &[(0, 1, 0), (1, 2, 0)])];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["lost-write"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "lost-write")[0];
+    assert_eq!(e["value"], 2);
+    assert_eq!(e["op_index"], acked);
+    assert_eq!(e["offset"], 1);
+    assert_eq!(e["final_log"]["node"], "n1");
+    assert_eq!(e["final_log"]["high_watermark"], 1);
+}
+
+#[test]
+fn lost_write_proven_by_a_poll_that_read_past_it() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    let acked = h.send(0, &[2], Ok, Some(1));
+    h.send(0, &[3], Ok, Some(2));
+    let poll = h.poll(1, 0, &[(0, 1, 0), (2, 3, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["lost-write"]);
+    let e = &entries(&r, "lost-write")[0];
+    assert_eq!(
+        (e["value"].clone(), e["op_index"].clone()),
+        (json!(2), json!(acked))
+    );
+    assert_eq!(e["read_past_by"]["poll"], poll);
+}
+
+#[test]
+fn unread_write_is_not_lost_without_replicas() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(1));
+    h.poll(1, 0, &[(0, 1, 0)], None);
+    h.poll(1, 3, &[], None);
+    assert_eq!(run(&h, None).valid, Validity::Valid);
+}
+
+#[test]
+fn lost_write_is_allowed_under_unclean_election() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    let replicas = vec![replica("a", "n1", true, 0, &[])];
+    let r = check(
+        &json!({"unclean_leader_election": true}),
+        h.ops.clone(),
+        Some(&replicas),
+    );
+    assert_eq!(r.anomaly_types, ["lost-write"]);
+    assert!(r.bad_anomaly_types.is_empty());
+    assert_eq!(r.valid, Validity::Valid);
+    h.nemesis(
+        "unclean-election",
+        json!({"cluster": "a", "topic": "t", "partition": 0, "leader": "n1"}),
+    );
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.allowed.contains_key("lost-write"));
+}
+
+#[test]
+fn divergence_between_replicas() {
+    let (h, mut replicas) = clean();
+    replicas[2].records[1].value = 9;
+    let r = run(&h, Some(&replicas));
+    only(&r, &["divergence"]);
+    let e = &entries(&r, "divergence");
+    assert_eq!(e.len(), 2, "n1-n3 and n2-n3 disagree");
+    assert_eq!(e[0]["offset"], 1);
+    assert_eq!(e[0]["replicas"][1]["node"], "n3");
+    assert_eq!(e[0]["replicas"][1]["record"], json!([1, 9, 0]));
+}
+
+#[test]
+fn divergence_above_a_high_watermark_is_fine() {
+    let (h, mut replicas) = clean();
+    replicas[2].high_watermark = Some(1);
+    replicas[2].records[1].value = 9;
+    replicas[2].records.truncate(2);
+    assert_eq!(run(&h, Some(&replicas)).valid, Validity::Valid);
+}
+
+#[test]
+fn divergence_is_never_allowed_by_unclean_elections() {
+    let (mut h, mut replicas) = clean();
+    h.nemesis(
+        "unclean-election",
+        json!({"cluster": "a", "topic": "t", "partition": 0}),
+    );
+    replicas[1].records[0].epoch = Some(5);
+    let r = check(
+        &json!({"unclean_leader_election": true}),
+        h.ops.clone(),
+        Some(&replicas),
+    );
+    assert!(
+        r.bad_anomaly_types.contains(&"divergence".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    assert_eq!(r.valid, Validity::Invalid);
+}
+
+/// Two clusters, cluster b mirroring a: values 1 and 2 are written on a.
+fn mirrored() -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    h.poll_on(Some("b"), 1, 0, &[(0, 1, 0), (1, 2, 0)], Some(2));
+    let recs = [(0, 1, 0), (1, 2, 0)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("b", "n4", true, 2, &recs),
+    ];
+    (h, replicas)
+}
+
+#[test]
+fn clean_mirror_is_valid() {
+    let (h, replicas) = mirrored();
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r
+        .skipped_checks
+        .iter()
+        .all(|s| s.check != "mirror-divergence"));
+}
+
+#[test]
+fn mirror_divergence_between_clusters() {
+    let (mut h, mut replicas) = mirrored();
+    h.ops.truncate(4);
+    h.send_on(Some("a"), 0, &[3], Info, None);
+    replicas[1].records[1] = tidemark_checkers::Record::new(1, 3, 0);
+    let r = run(&h, Some(&replicas));
+    only(&r, &["mirror-divergence"]);
+    let e = &entries(&r, "mirror-divergence")[0];
+    assert_eq!(e["offset"], 1);
+    assert_eq!(e["clusters"][0]["record"][1], 2);
+    assert_eq!(e["clusters"][1]["record"][1], 3);
+}
+
+#[test]
+fn mirror_divergence_allowed_under_unclean_without_support() {
+    let (mut h, mut replicas) = mirrored();
+    h.send_on(Some("a"), 0, &[3], Info, None);
+    replicas[1].records[1] = tidemark_checkers::Record::new(1, 3, 0);
+    h.nemesis(
+        "unclean-election",
+        json!({"cluster": "b", "topic": "t", "partition": 0}),
+    );
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let supported = json!({"topic_config": {"mirror.support.unclean.leader.election": "true"}});
+    let r = check(&supported, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.bad_anomaly_types, ["mirror-divergence"]);
+}
+
+#[test]
+fn mirror_divergence_is_skipped_when_the_run_ends_failed_over() {
+    let (mut h, mut replicas) = mirrored();
+    h.nemesis("failover", json!({"from": "a", "to": "b", "topics": ["t"]}));
+    h.send_on(Some("b"), 2, &[3], Ok, Some(1));
+    replicas[1].records[1] = tidemark_checkers::Record::new(1, 3, 1);
+    replicas[1].epochs.push(tidemark_checkers::EpochEntry {
+        epoch: 1,
+        start_offset: 1,
+    });
+    let r = run(&h, Some(&replicas));
+    assert!(
+        !r.anomaly_types.contains(&"mirror-divergence".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    assert!(r
+        .skipped_checks
+        .iter()
+        .any(|s| s.check == "mirror-divergence"));
+}
+
+#[test]
+fn epoch_ownership_across_clusters() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("b"), 1, &[2], Ok, Some(1));
+    let recs = [(0, 1, 4), (1, 2, 4)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("b", "n4", true, 2, &recs),
+    ];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["epoch-ownership"]);
+    let e = &entries(&r, "epoch-ownership")[0];
+    assert_eq!(e["epoch"], 4);
+    assert_eq!(e["records"][0]["origin"], "a");
+    assert_eq!(e["records"][1]["origin"], "b");
+}
+
+#[test]
+fn inconsistent_offsets_between_ack_and_poll() {
+    let mut h = Hist::new();
+    let acked = h.send(0, &[1], Ok, Some(0));
+    h.send(1, &[2], Info, None);
+    let poll = h.poll(2, 0, &[(0, 2, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["inconsistent-offsets"]);
+    let e = &entries(&r, "inconsistent-offsets")[0];
+    assert_eq!(e["offset"], 0);
+    assert_eq!(
+        e["values"],
+        json!([{"value": 1, "seen_by": {"send": acked}}, {"value": 2, "seen_by": {"poll": poll}}])
+    );
+}
+
+#[test]
+fn duplicate_value_at_two_offsets() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0), (1, 1, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["duplicate"]);
+    let e = &entries(&r, "duplicate")[0];
+    assert_eq!(e["value"], 1);
+    assert_eq!(e["places"][0]["offset"], 0);
+    assert_eq!(e["places"][1]["offset"], 1);
+}
+
+#[test]
+fn unexpected_value() {
+    let mut h = Hist::new();
+    let poll = h.poll(1, 0, &[(0, 99, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["unexpected-value"]);
+    let e = &entries(&r, "unexpected-value")[0];
+    assert_eq!(
+        (e["value"].clone(), e["seen_by"]["poll"].clone()),
+        (json!(99), json!(poll))
+    );
+}
+
+#[test]
+fn aborted_read_is_for_fail_only() {
+    let mut h = Hist::new();
+    let failed = h.send(0, &[5], Fail, None);
+    h.send(1, &[6], Info, None);
+    let poll = h.poll(2, 0, &[(0, 5, 0), (1, 6, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["aborted-read"]);
+    let e = entries(&r, "aborted-read");
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0]["value"], 5);
+    assert_eq!(e[0]["op_index"], failed);
+    assert_eq!(e[0]["seen_by"]["poll"], poll);
+}
+
+#[test]
+fn aborted_read_in_the_final_log() {
+    let mut h = Hist::new();
+    h.send(0, &[5], Fail, None);
+    let replicas = vec![replica("a", "n1", true, 1, &[(0, 5, 0)])];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["aborted-read"]);
+    assert_eq!(
+        entries(&r, "aborted-read")[0]["seen_by"]["final_log"]["node"],
+        "n1"
+    );
+}
+
+#[test]
+fn poll_skip_against_other_polls() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    let skipping = h.poll(1, 0, &[(0, 1, 0), (2, 3, 0)], None);
+    h.poll(2, 1, &[(1, 2, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["poll-skip"]);
+    let e = &entries(&r, "poll-skip")[0];
+    assert_eq!(e["op_index"], skipping);
+    assert_eq!(e["after"], 0);
+    assert_eq!(e["next"], 2);
+    assert_eq!(e["skipped"], json!([1]));
+}
+
+#[test]
+fn poll_skip_at_the_start_against_the_final_log() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2], Ok, Some(0));
+    h.poll(1, 0, &[(1, 2, 0)], None);
+    let replicas = vec![replica("a", "n1", true, 2, &[(0, 1, 0), (1, 2, 0)])];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["poll-skip"]);
+    let e = &entries(&r, "poll-skip")[0];
+    assert_eq!(
+        (e["from"].clone(), e["after"].clone()),
+        (json!(0), Value::Null)
+    );
+    assert_eq!(e["reference"], "final log");
+}
+
+#[test]
+fn gaps_without_records_are_not_skips() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(2));
+    h.poll(1, 0, &[(0, 1, 0), (2, 2, 0)], None);
+    let replicas = vec![replica("a", "n1", true, 3, &[(0, 1, 0), (2, 2, 0)])];
+    assert_eq!(run(&h, Some(&replicas)).valid, Validity::Valid);
+}
+
+#[test]
+fn nonmonotonic_poll() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2], Ok, Some(0));
+    let poll = h.poll(1, 0, &[(1, 2, 0), (0, 1, 0)], None);
+    let r = run(&h, None);
+    only(&r, &["nonmonotonic-poll"]);
+    let e = &entries(&r, "nonmonotonic-poll")[0];
+    assert_eq!(
+        (e["op_index"].clone(), e["offsets"].clone()),
+        (json!(poll), json!([1, 0]))
+    );
+}
+
+#[test]
+fn epoch_regression_in_records_and_cache() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2], Ok, Some(0));
+    let mut replicas = vec![replica("a", "n1", true, 2, &[(0, 1, 3), (1, 2, 2)])];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["epoch-regression"]);
+    let e = entries(&r, "epoch-regression");
+    assert!(
+        e.iter()
+            .any(|e| e["records"] == json!([[0, 1, 3], [1, 2, 2]])),
+        "{e:?}"
+    );
+    assert!(
+        e.iter().any(|e| e["epochs"] == json!([[3, 0], [2, 1]])),
+        "{e:?}"
+    );
+    replicas[0] = replica("a", "n1", true, 2, &[(0, 1, 3), (1, 2, 3)]);
+    replicas[0].epochs = vec![(3, 0).into(), (4, 0).into()];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["epoch-regression"]);
+    assert_eq!(
+        entries(&r, "epoch-regression")[0]["epochs"],
+        json!([[3, 0], [4, 0]])
+    );
+}
+
+#[test]
+fn epoch_regression_within_a_poll() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2], Ok, Some(0));
+    let poll = h.poll(1, 0, &[(0, 1, 3), (1, 2, 2)], None);
+    let r = run(&h, None);
+    only(&r, &["epoch-regression"]);
+    assert_eq!(entries(&r, "epoch-regression")[0]["op_index"], poll);
+}
+
+#[test]
+fn hw_regression_without_a_fault() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    let first = h.poll(1, 0, &[(0, 1, 0)], Some(3));
+    let second = h.poll(1, 0, &[(0, 1, 0)], Some(2));
+    let r = run(&h, None);
+    only(&r, &["hw-regression"]);
+    let e = &entries(&r, "hw-regression")[0];
+    assert_eq!(
+        (e["op_index"].clone(), e["high_watermark"].clone()),
+        (json!(second), json!(2))
+    );
+    assert_eq!(
+        e["previous"],
+        json!({"op_index": first, "high_watermark": 3})
+    );
+}
+
+#[test]
+fn hw_regression_excused_by_a_fault() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0)], Some(3));
+    h.nemesis("kill", json!({"nodes": ["n1"]}));
+    h.poll(1, 0, &[(0, 1, 0)], Some(2));
+    assert_eq!(run(&h, None).valid, Validity::Valid);
+    // Still excused while the fault lasts, with no new nemesis op in between.
+    h.poll(1, 0, &[(0, 1, 0)], Some(3));
+    h.poll(1, 0, &[(0, 1, 0)], Some(1));
+    assert_eq!(run(&h, None).valid, Validity::Valid);
+    h.nemesis("start", json!({"nodes": ["n1"]}));
+    h.poll(1, 0, &[(0, 1, 0)], Some(3));
+    h.poll(1, 0, &[(0, 1, 0)], Some(2));
+    assert_eq!(run(&h, None).anomaly_types, ["hw-regression"]);
+    // Another process's lower watermark is no regression.
+    let mut h = Hist::new();
+    h.poll(1, 0, &[], Some(3));
+    h.poll(2, 0, &[], Some(2));
+    assert!(run(&h, None).anomaly_types.is_empty());
+}
+
+#[test]
+fn no_evidence_is_unknown() {
+    let mut h = Hist::new();
+    h.push(
+        Process::Client(0),
+        OpType::Invoke,
+        "send",
+        json!({"topic": "t", "partition": 0, "values": [1]}),
+        None,
+    );
+    let r = run(&h, None);
+    assert_eq!(r.valid, Validity::Unknown);
+    assert_eq!(
+        r.stats["send"].info, 1,
+        "an invocation without completion counts as info"
+    );
+}
+
+#[test]
+fn explicit_allowed_list_overrides_the_policy() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0), (1, 1, 0)], None);
+    let r = check(
+        &json!({"allowed_anomalies": ["duplicate"]}),
+        h.ops.clone(),
+        None,
+    );
+    assert_eq!(r.valid, Validity::Valid);
+    assert_eq!(r.anomaly_types, ["duplicate"]);
+}
+
+#[test]
+fn literal_jsonl_history_through_the_reader() {
+    let text = r#"{"tidemark_history": 1, "test": {"name": "queue"}}
+{"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "send", "value": {"topic": "t", "partition": 0, "values": [17, 18]}}
+{"index": 1, "time": 5, "process": 0, "type": "ok", "f": "send", "value": {"topic": "t", "partition": 0, "values": [17, 18], "offset": 42}}
+{"index": 2, "time": 6, "process": 1, "type": "invoke", "f": "poll", "value": {"topic": "t", "partition": 0, "from": 42}}
+{"index": 3, "time": 9, "process": 1, "type": "ok", "f": "poll", "value": {"topic": "t", "partition": 0, "from": 42, "records": [[42, 17, 3], [43, 18, 3]], "high_watermark": 44}}
+{"index": 4, "time": 9, "process": "nemesis", "type": "invoke", "f": "kill", "value": {}}
+{"index": 5, "ti"#;
+    let r = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap();
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(
+        r.warnings.iter().any(|w| w.contains("truncated")),
+        "{:?}",
+        r.warnings
+    );
+    let bad = text.replace(
+        "\"values\": [17, 18]}}\n{\"index\": 1",
+        "\"values\": \"x\"}}\n{\"index\": 1",
+    );
+    let e = check_history(read_history(bad.as_bytes()).unwrap(), None).unwrap_err();
+    assert_eq!(e.line, Some(2), "{e}");
+    assert!(e.problem.contains("values"), "{e}");
+}
+
+#[test]
+fn summary_names_verdict_counts_and_examples() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0), (1, 1, 0)], None);
+    let text = run(&h, None).summary(5);
+    assert!(text.starts_with("verdict: INVALID"), "{text}");
+    assert!(text.contains("send ok 1 fail 0 info 0"), "{text}");
+    assert!(text.contains("duplicate: 1 (forbidden)"), "{text}");
+    assert!(text.contains("\"value\":1"), "{text}");
+    assert!(
+        text.contains("skipped divergence: no replicas.jsonl"),
+        "{text}"
+    );
+}
