@@ -267,7 +267,7 @@ impl BrokerConfig {
                 }
                 roles
             }
-            None => vec!["broker".to_string(), "controller".to_string()],
+            None => Vec::new(),
         };
 
         let (v, o) = required("listeners")?;
@@ -283,6 +283,19 @@ impl BrokerConfig {
                 .filter(|s| !s.is_empty())
                 .collect(),
             None => vec!["CONTROLLER".to_string()],
+        };
+        // Without process.roles, a node is a controller too when it has a controller listener.
+        let process_roles = if process_roles.is_empty() {
+            let mut roles = vec!["broker".to_string()];
+            if listeners
+                .iter()
+                .any(|l| controller_listener_names.contains(&l.name))
+            {
+                roles.push("controller".to_string());
+            }
+            roles
+        } else {
+            process_roles
         };
         for name in &controller_listener_names {
             if !listeners.iter().any(|l| &l.name == name)

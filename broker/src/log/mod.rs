@@ -407,3 +407,232 @@ impl PartitionLog {
         std::fs::write(&marker, b"").map_err(|e| LogError::io(&marker, e))
     }
 }
+
+/// Builds record batches for tests (unit tests here and the property tests).
+pub mod testing {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// One v2 batch holding `values`, with base offset 0 and epoch -1 (the producer's view).
+    pub fn batch(values: &[&[u8]]) -> Vec<u8> {
+        let records: Vec<Record> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder starts a new batch unless offset − sequence is constant.
+                sequence: i as i32 - 1,
+                timestamp: 1_700_000_000_000 + i as i64,
+                key: None,
+                value: Some(Bytes::copy_from_slice(v)),
+                headers: IndexMap::new(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &opts).expect("encode batch");
+        buf.to_vec()
+    }
+
+    /// The values stored in raw batch bytes, with their offsets and epochs.
+    pub fn values(mut bytes: &[u8]) -> Vec<(i64, Vec<u8>, i32)> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let h = super::batch::parse_header(bytes).expect("valid header");
+            let mut b = Bytes::copy_from_slice(&bytes[..h.size]);
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut b).expect("decode");
+            for r in set.records {
+                out.push((
+                    r.offset,
+                    r.value.map(|v| v.to_vec()).unwrap_or_default(),
+                    h.leader_epoch,
+                ));
+            }
+            bytes = &bytes[h.size..];
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{batch, values};
+    use super::*;
+
+    fn settings() -> LogSettings {
+        LogSettings {
+            segment_bytes: 1024,
+            flush_interval_messages: u64::MAX,
+        }
+    }
+
+    fn append_n(log: &mut PartitionLog, n: usize, epoch: i32) {
+        for i in 0..n {
+            let v = format!("v{i}");
+            log.append_as_leader(&batch(&[v.as_bytes(), b"x"]), epoch)
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn append_read_assigns_offsets_and_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        let a = log.append_as_leader(&batch(&[b"a", b"b"]), 3).unwrap();
+        assert_eq!(
+            a,
+            AppendInfo {
+                first_offset: 0,
+                last_offset: 1
+            }
+        );
+        let b = log.append_as_leader(&batch(&[b"c"]), 5).unwrap();
+        assert_eq!(b.first_offset, 2);
+        assert_eq!(log.log_end_offset(), 3);
+        let read = log.read(0, i64::MAX, 1 << 20).unwrap();
+        assert_eq!(
+            values(&read.records),
+            vec![
+                (0, b"a".to_vec(), 3),
+                (1, b"b".to_vec(), 3),
+                (2, b"c".to_vec(), 5)
+            ]
+        );
+        // Reading from the middle of a batch returns the whole batch; the max offset cuts.
+        assert_eq!(values(&log.read(1, i64::MAX, 1).unwrap().records).len(), 2);
+        assert!(log.read(0, 2, 1 << 20).unwrap().records.len() < read.records.len());
+        assert!(matches!(
+            log.read(4, i64::MAX, 10),
+            Err(LogError::OutOfRange { .. })
+        ));
+        assert_eq!(log.epochs().entries().len(), 2);
+        assert_eq!(log.end_offset_for_epoch(3), (3, 2));
+    }
+
+    #[test]
+    fn rolls_segments_and_reads_across_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        append_n(&mut log, 40, 0);
+        assert!(log.segments.len() > 2, "segments: {}", log.segments.len());
+        let all = values(&log.read(0, i64::MAX, usize::MAX).unwrap().records);
+        assert_eq!(all.len(), 80);
+        assert!(all.iter().enumerate().all(|(i, (o, _, _))| *o == i as i64));
+        let from_middle = values(&log.read(51, i64::MAX, usize::MAX).unwrap().records);
+        assert_eq!(from_middle.first().unwrap().0, 50);
+        log.close().unwrap();
+        let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(log.log_end_offset(), 80);
+    }
+
+    #[test]
+    fn truncate_removes_tail_and_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        append_n(&mut log, 20, 1);
+        append_n(&mut log, 20, 2);
+        log.truncate_to(30).unwrap();
+        assert_eq!(log.log_end_offset(), 30);
+        assert_eq!(log.latest_epoch(), 1);
+        // Truncating inside a batch removes the whole batch.
+        log.truncate_to(7).unwrap();
+        assert_eq!(log.log_end_offset(), 6);
+        let after = log.append_as_leader(&batch(&[b"z"]), 4).unwrap();
+        assert_eq!(after.first_offset, 6);
+        log.truncate_to(0).unwrap();
+        assert_eq!(log.log_end_offset(), 0);
+        assert!(log.epochs().entries().is_empty());
+    }
+
+    #[test]
+    fn recovery_cuts_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        log.append_as_leader(&batch(&[b"a"]), 0).unwrap();
+        log.append_as_leader(&batch(&[b"b"]), 0).unwrap();
+        let seg_path = log.active().path().to_path_buf();
+        drop(log);
+        let len = std::fs::metadata(&seg_path).unwrap().len();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg_path)
+            .unwrap();
+        f.set_len(len - 3).unwrap();
+        let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert_eq!(log.log_end_offset(), 1);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(
+            values(&log.read(0, i64::MAX, usize::MAX).unwrap().records).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn recovery_cuts_corrupt_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        log.append_as_leader(&batch(&[b"a"]), 0).unwrap();
+        log.append_as_leader(&batch(&[b"bbbbbbbb"]), 0).unwrap();
+        log.append_as_leader(&batch(&[b"c"]), 0).unwrap();
+        let seg_path = log.active().path().to_path_buf();
+        drop(log);
+        let mut bytes = std::fs::read(&seg_path).unwrap();
+        let first = batch::parse_header(&bytes).unwrap().size;
+        bytes[first + 70] ^= 0xff;
+        std::fs::write(&seg_path, &bytes).unwrap();
+        let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert_eq!(
+            log.log_end_offset(),
+            1,
+            "everything from the corrupt batch on is cut"
+        );
+        assert!(notes[0].contains("CRC"), "{notes:?}");
+    }
+
+    #[test]
+    fn rejects_corrupt_client_batch_without_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        let mut good = batch(&[b"a"]);
+        good.extend(batch(&[b"b"]));
+        let n = good.len();
+        good[n - 2] ^= 1;
+        assert!(matches!(
+            log.append_as_leader(&good, 0),
+            Err(LogError::InvalidRecords(batch::BatchError::Crc { .. }))
+        ));
+        assert_eq!(log.log_end_offset(), 0);
+        assert!(log.append_as_leader(&good[..20], 0).is_err());
+    }
+
+    #[test]
+    fn follower_append_keeps_offsets_and_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut leader, _) = PartitionLog::open(&dir.path().join("l"), settings()).unwrap();
+        leader.append_as_leader(&batch(&[b"a", b"b"]), 2).unwrap();
+        leader.append_as_leader(&batch(&[b"c"]), 7).unwrap();
+        let bytes = leader.read(0, i64::MAX, usize::MAX).unwrap().records;
+        let (mut follower, _) = PartitionLog::open(&dir.path().join("f"), settings()).unwrap();
+        follower.append_as_follower(&bytes).unwrap();
+        assert_eq!(follower.epochs().entries(), leader.epochs().entries());
+        assert_eq!(follower.read_all().unwrap(), bytes);
+        assert!(
+            follower.append_as_follower(&bytes).is_err(),
+            "must continue from the log end"
+        );
+    }
+}
