@@ -1,1 +1,45 @@
-//! placeholder
+//! tidemark's engine: everything between "here is a test" and "here is its run directory".
+//!
+//! The engine is a set of small traits, each with a written contract, and the data that flows
+//! between them:
+//!
+//! - [`Remote`](remote::Remote): run a command on a node, move files to and from it.
+//!   [`Local`](remote::Local) runs inside a network namespace, [`Ssh`](ssh::Ssh) over SSH.
+//! - [`Runtime`](runtime::Runtime): make nodes exist and give each an address.
+//!   [`NetnsRuntime`](netns::NetnsRuntime) is the embedded default.
+//! - [`Db`](db::Db) with the optional [`Kill`](db::Kill), [`Pause`](db::Pause),
+//!   [`LogFiles`](db::LogFiles) and [`ReplicaDump`](db::ReplicaDump): the broker on a node.
+//!   [`TidemarkBroker`](broker::TidemarkBroker) deploys `tidemark-broker`.
+//! - [`Net`](net::Net): cut and heal links between nodes. [`Iptables`](net::Iptables).
+//! - [`Client`](client::Client): one logical process's connection, invoking one op at a time.
+//! - [`Generator`](generator::Generator): the pure, seeded schedule of ops.
+//! - [`Nemesis`](nemesis::Nemesis): performs fault ops.
+//! - [`Checker`](checker::Checker): history and replica states in, verdict out.
+//!
+//! The [`runner`] owns time and the seed and drives a [`Test`](test::Test) through its phases;
+//! [`history`] streams every op to disk as it happens, [`store`] lays out the run directory, and
+//! [`leftovers`] finds and removes what a killed run left behind.
+//!
+//! Dependencies point one way: this crate knows nothing of particular workloads or fault kinds;
+//! those crates implement the traits here.
+
+pub mod broker;
+pub mod checker;
+pub mod client;
+pub mod db;
+pub mod dial;
+pub mod generator;
+pub mod history;
+pub mod kafka;
+pub mod leftovers;
+pub mod nemesis;
+pub mod net;
+pub mod netns;
+pub mod op;
+pub mod progress;
+pub mod remote;
+pub mod runner;
+pub mod runtime;
+pub mod ssh;
+pub mod store;
+pub mod test;

@@ -1,0 +1,526 @@
+//! `tidemark-broker` as a [`Db`]: upload the binary, render `server.properties`, start it as a
+//! daemon with a pid file, and kill, pause, resume, stop, wipe and dump it — all through the
+//! node's [`Remote`](crate::remote::Remote), so the same code serves namespaces and SSH hosts.
+//!
+//! Files on a node, under its directory: `bin/tidemark-broker`, `server.properties`, `data/`,
+//! `broker.log` (the broker's stderr) and `broker.pid`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::db::{Db, Kill, LogFiles, Pause, ReplicaDump};
+use crate::remote::{self, command_line, escape};
+use crate::runtime::Node;
+
+/// The client listener port.
+pub const CLIENT_PORT: u16 = 9092;
+/// The controller listener port.
+pub const CONTROLLER_PORT: u16 = 9093;
+
+/// The broker settings a test chooses (Kafka property names in comments).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerConfig {
+    /// `num.partitions`.
+    pub num_partitions: u32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: u32,
+    /// `min.insync.replicas`.
+    pub min_insync_replicas: u32,
+    /// `unclean.leader.election.enable`.
+    pub unclean_leader_election: bool,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: u64,
+    /// `log.segment.bytes`, when set.
+    pub log_segment_bytes: Option<u64>,
+    /// `log.flush.interval.messages`, when set.
+    pub log_flush_interval_messages: Option<u64>,
+    /// Any other property; these win over everything above.
+    pub overrides: BTreeMap<String, String>,
+}
+
+impl BrokerConfig {
+    /// Safe defaults for a cluster of `nodes`: replication factor min(3, nodes), min ISR one less
+    /// (at least 1), no unclean election, topics created explicitly.
+    pub fn for_cluster(nodes: usize) -> Self {
+        let rf = nodes.clamp(1, 3) as u32;
+        BrokerConfig {
+            num_partitions: 1,
+            default_replication_factor: rf,
+            min_insync_replicas: rf.saturating_sub(1).max(1),
+            unclean_leader_election: false,
+            auto_create_topics: false,
+            replica_lag_time_max_ms: 10_000,
+            log_segment_bytes: None,
+            log_flush_interval_messages: None,
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// The properties every node shares, by Kafka name (overrides applied).
+    pub fn properties(&self) -> BTreeMap<String, String> {
+        let mut props: BTreeMap<String, String> = BTreeMap::new();
+        let mut set = |k: &str, v: String| {
+            props.insert(k.to_string(), v);
+        };
+        set("num.partitions", self.num_partitions.to_string());
+        set(
+            "default.replication.factor",
+            self.default_replication_factor.to_string(),
+        );
+        set("min.insync.replicas", self.min_insync_replicas.to_string());
+        set(
+            "unclean.leader.election.enable",
+            self.unclean_leader_election.to_string(),
+        );
+        set(
+            "auto.create.topics.enable",
+            self.auto_create_topics.to_string(),
+        );
+        set(
+            "replica.lag.time.max.ms",
+            self.replica_lag_time_max_ms.to_string(),
+        );
+        if let Some(b) = self.log_segment_bytes {
+            set("log.segment.bytes", b.to_string());
+        }
+        if let Some(m) = self.log_flush_interval_messages {
+            set("log.flush.interval.messages", m.to_string());
+        }
+        for (k, v) in &self.overrides {
+            set(k, v.clone());
+        }
+        props
+    }
+}
+
+/// Renders `server.properties` for `node` in `cluster`, storing data in `data_dir`.
+pub fn render_properties(
+    config: &BrokerConfig,
+    node: &Node,
+    cluster: &[Node],
+    data_dir: &Path,
+) -> String {
+    let mut props: BTreeMap<String, String> = BTreeMap::new();
+    props.insert("node.id".into(), node.id.to_string());
+    props.insert("process.roles".into(), "broker,controller".into());
+    props.insert(
+        "listeners".into(),
+        format!(
+            "PLAINTEXT://{}:{CLIENT_PORT},CONTROLLER://{}:{CONTROLLER_PORT}",
+            node.ip, node.ip
+        ),
+    );
+    props.insert(
+        "advertised.listeners".into(),
+        format!("PLAINTEXT://{}:{CLIENT_PORT}", node.ip),
+    );
+    props.insert("controller.listener.names".into(), "CONTROLLER".into());
+    props.insert(
+        "controller.quorum.voters".into(),
+        cluster
+            .iter()
+            .map(|n| format!("{}@{}:{CONTROLLER_PORT}", n.id, n.ip))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    props.insert("log.dirs".into(), data_dir.display().to_string());
+    // Shared settings (and overrides) come last so an override can replace anything.
+    props.extend(config.properties());
+    let mut out = format!(
+        "# Written by tidemark for node {} of cluster {}.\n",
+        node.name, node.cluster
+    );
+    for (k, v) in props {
+        let _ = writeln!(out, "{k}={v}");
+    }
+    out
+}
+
+/// `tidemark-broker` on each node.
+#[derive(Debug, Clone)]
+pub struct TidemarkBroker {
+    binary: PathBuf,
+    config: BrokerConfig,
+    inject_bugs: Vec<String>,
+}
+
+/// A shell function that tells whether a pid is a live (non-zombie) process.
+const ALIVE: &str =
+    "alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }";
+
+impl TidemarkBroker {
+    /// Deploys the broker binary at `binary` (on this machine) with `config`, turning on each
+    /// injectable bug in `inject_bugs`.
+    pub fn new(binary: PathBuf, config: BrokerConfig, inject_bugs: Vec<String>) -> Self {
+        TidemarkBroker {
+            binary,
+            config,
+            inject_bugs,
+        }
+    }
+
+    /// The configuration every node gets.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    fn bin(node: &Node) -> PathBuf {
+        node.dir.join("bin").join("tidemark-broker")
+    }
+
+    fn data_dir(node: &Node) -> PathBuf {
+        node.dir.join("data")
+    }
+
+    fn pid_file(node: &Node) -> PathBuf {
+        node.dir.join("broker.pid")
+    }
+
+    fn log_file(node: &Node) -> PathBuf {
+        node.dir.join("broker.log")
+    }
+
+    fn props_file(node: &Node) -> PathBuf {
+        node.dir.join("server.properties")
+    }
+
+    fn path_arg(p: &Path) -> String {
+        escape(&p.display().to_string())
+    }
+
+    /// The command line that starts the broker in the background and records its pid. `setsid`
+    /// keeps terminal signals meant for the harness away from it.
+    pub fn start_command(&self, node: &Node) -> String {
+        let mut args = vec![
+            Self::bin(node).display().to_string(),
+            Self::props_file(node).display().to_string(),
+        ];
+        for bug in &self.inject_bugs {
+            args.push("--inject-bug".into());
+            args.push(bug.clone());
+        }
+        format!(
+            "{ALIVE}; if [ -f {pid} ] && alive $(cat {pid}); then exit 0; fi; \
+             cd {dir} && nohup setsid {cmd} >> {log} 2>&1 < /dev/null & echo $! > {pid}",
+            pid = Self::path_arg(&Self::pid_file(node)),
+            dir = Self::path_arg(&node.dir),
+            cmd = command_line(&args),
+            log = Self::path_arg(&Self::log_file(node)),
+        )
+    }
+
+    fn signal_command(node: &Node, signal: &str) -> String {
+        format!(
+            "{ALIVE}; if [ -f {pid} ] && alive $(cat {pid}); then kill -{signal} $(cat {pid}); fi; true",
+            pid = Self::path_arg(&Self::pid_file(node)),
+        )
+    }
+
+    /// Sends SIGTERM and waits up to `grace_ms`, then SIGKILL; returns when the process is gone.
+    fn stop_command(node: &Node, grace_ms: u64) -> String {
+        format!(
+            "{ALIVE}; p=$(cat {pid} 2>/dev/null) || exit 0; \
+             if alive $p; then kill -CONT $p; kill -TERM $p; i=0; \
+             while alive $p && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; \
+             if alive $p; then kill -KILL $p; fi; \
+             while alive $p; do sleep 0.05; done; fi; rm -f {pid}",
+            pid = Self::path_arg(&Self::pid_file(node)),
+            tries = grace_ms / 100,
+        )
+    }
+
+    /// Sends SIGKILL and returns when the process is gone.
+    fn kill_command(node: &Node) -> String {
+        format!(
+            "{ALIVE}; p=$(cat {pid} 2>/dev/null) || exit 0; \
+             if alive $p; then kill -KILL $p; while alive $p; do sleep 0.05; done; fi; rm -f {pid}",
+            pid = Self::path_arg(&Self::pid_file(node)),
+        )
+    }
+}
+
+impl Db for TidemarkBroker {
+    fn setup(&self, node: &Node, cluster: &[Node]) -> anyhow::Result<()> {
+        let r = node.remote.as_ref();
+        let bin = Self::bin(node);
+        remote::run(
+            r,
+            &command_line(&[
+                "mkdir",
+                "-p",
+                &bin.parent().unwrap_or(&node.dir).display().to_string(),
+                &Self::data_dir(node).display().to_string(),
+            ]),
+        )?;
+        r.upload(&self.binary, &bin)
+            .with_context(|| format!("uploading {}", self.binary.display()))?;
+        remote::run(
+            r,
+            &command_line(&["chmod", "755", &bin.display().to_string()]),
+        )?;
+        let props = render_properties(&self.config, node, cluster, &Self::data_dir(node));
+        let local = tempfile_with(&props)?;
+        r.upload(local.path(), &Self::props_file(node))?;
+        self.start(node)
+    }
+
+    fn stop(&self, node: &Node) -> anyhow::Result<()> {
+        // SIGTERM, then SIGKILL after 10 s.
+        remote::run(node.remote.as_ref(), &Self::stop_command(node, 10_000))?;
+        Ok(())
+    }
+
+    fn teardown(&self, node: &Node) -> anyhow::Result<()> {
+        self.stop(node)?;
+        remote::run(
+            node.remote.as_ref(),
+            &command_line(&["rm", "-rf", &Self::data_dir(node).display().to_string()]),
+        )?;
+        Ok(())
+    }
+
+    fn endpoint(&self, node: &Node) -> SocketAddr {
+        SocketAddr::new(node.ip, CLIENT_PORT)
+    }
+
+    fn describe(&self) -> Value {
+        json!({
+            "name": "tidemark-broker",
+            "binary": self.binary.display().to_string(),
+            "config": self.config,
+            "properties": self.config.properties(),
+            "inject_bugs": self.inject_bugs,
+        })
+    }
+
+    fn as_kill(&self) -> Option<&dyn Kill> {
+        Some(self)
+    }
+
+    fn as_pause(&self) -> Option<&dyn Pause> {
+        Some(self)
+    }
+
+    fn as_log_files(&self) -> Option<&dyn LogFiles> {
+        Some(self)
+    }
+
+    fn as_replica_dump(&self) -> Option<&dyn ReplicaDump> {
+        Some(self)
+    }
+}
+
+impl Kill for TidemarkBroker {
+    fn kill(&self, node: &Node) -> anyhow::Result<()> {
+        remote::run(node.remote.as_ref(), &Self::kill_command(node))?;
+        Ok(())
+    }
+
+    fn start(&self, node: &Node) -> anyhow::Result<()> {
+        remote::run(node.remote.as_ref(), &self.start_command(node))?;
+        Ok(())
+    }
+
+    fn is_running(&self, node: &Node) -> anyhow::Result<bool> {
+        let out = remote::run(
+            node.remote.as_ref(),
+            &format!(
+                "{ALIVE}; if [ -f {pid} ] && alive $(cat {pid}); then echo yes; else echo no; fi",
+                pid = Self::path_arg(&Self::pid_file(node)),
+            ),
+        )?;
+        Ok(out.trim() == "yes")
+    }
+}
+
+impl Pause for TidemarkBroker {
+    fn pause(&self, node: &Node) -> anyhow::Result<()> {
+        remote::run(node.remote.as_ref(), &Self::signal_command(node, "STOP"))?;
+        Ok(())
+    }
+
+    fn resume(&self, node: &Node) -> anyhow::Result<()> {
+        remote::run(node.remote.as_ref(), &Self::signal_command(node, "CONT"))?;
+        Ok(())
+    }
+}
+
+impl LogFiles for TidemarkBroker {
+    fn log_files(&self, node: &Node) -> Vec<PathBuf> {
+        vec![Self::log_file(node), Self::props_file(node)]
+    }
+}
+
+impl ReplicaDump for TidemarkBroker {
+    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<Value>> {
+        let out = remote::run(
+            node.remote.as_ref(),
+            &command_line(&[
+                &Self::bin(node).display().to_string(),
+                "dump-log",
+                "--data-dir",
+                &Self::data_dir(node).display().to_string(),
+            ]),
+        )?;
+        let mut replicas = Vec::new();
+        for line in out.lines().filter(|l| !l.trim().is_empty()) {
+            let mut v: Value = serde_json::from_str(line)
+                .with_context(|| format!("{}: bad dump-log line {line:?}", node.name))?;
+            let obj = v
+                .as_object_mut()
+                .with_context(|| format!("{}: dump-log line is not an object", node.name))?;
+            obj.insert("cluster".into(), Value::String(node.cluster.clone()));
+            obj.insert("node".into(), Value::String(node.name.clone()));
+            replicas.push(v);
+        }
+        Ok(replicas)
+    }
+}
+
+fn tempfile_with(content: &str) -> anyhow::Result<TempFile> {
+    let path = std::env::temp_dir().join(format!(
+        "tidemark-props-{}-{}",
+        std::process::id(),
+        crate::leftovers::new_run_id()
+    ));
+    std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
+    Ok(TempFile(path))
+}
+
+/// A local file removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::Local;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+
+    fn node(i: u8) -> Node {
+        Node {
+            name: format!("n{i}"),
+            cluster: "a".into(),
+            id: i as u32,
+            ip: IpAddr::V4(Ipv4Addr::new(10, 211, 0, 10 + i)),
+            dir: format!("/w/n{i}").into(),
+            remote: Arc::new(Local::host()),
+        }
+    }
+
+    #[test]
+    fn properties_name_the_node_its_listeners_and_the_quorum() {
+        let cluster = [node(1), node(2), node(3)];
+        let props = render_properties(
+            &BrokerConfig::for_cluster(3),
+            &cluster[1],
+            &cluster,
+            Path::new("/w/n2/data"),
+        );
+        let lines: Vec<&str> = props.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "advertised.listeners=PLAINTEXT://10.211.0.12:9092",
+                "auto.create.topics.enable=false",
+                "controller.listener.names=CONTROLLER",
+                "controller.quorum.voters=1@10.211.0.11:9093,2@10.211.0.12:9093,3@10.211.0.13:9093",
+                "default.replication.factor=3",
+                "listeners=PLAINTEXT://10.211.0.12:9092,CONTROLLER://10.211.0.12:9093",
+                "log.dirs=/w/n2/data",
+                "min.insync.replicas=2",
+                "node.id=2",
+                "num.partitions=1",
+                "process.roles=broker,controller",
+                "replica.lag.time.max.ms=10000",
+                "unclean.leader.election.enable=false",
+            ]
+        );
+    }
+
+    #[test]
+    fn overrides_and_optional_settings_win() {
+        let cluster = [node(1)];
+        let mut config = BrokerConfig::for_cluster(1);
+        config.log_segment_bytes = Some(4096);
+        config.unclean_leader_election = true;
+        config
+            .overrides
+            .insert("min.insync.replicas".into(), "5".into());
+        let props = render_properties(&config, &cluster[0], &cluster, Path::new("/d"));
+        assert!(props.contains("\nlog.segment.bytes=4096\n"));
+        assert!(props.contains("\nunclean.leader.election.enable=true\n"));
+        assert!(props.contains("\nmin.insync.replicas=5\n"));
+        assert!(props.contains("\ndefault.replication.factor=1\n"));
+        assert!(!props.contains("log.flush.interval.messages"));
+    }
+
+    #[test]
+    fn start_command_passes_injected_bugs_escaped() {
+        let broker = TidemarkBroker::new(
+            "/x".into(),
+            BrokerConfig::for_cluster(1),
+            vec!["hw-truncation".into(), "a b".into()],
+        );
+        let cmd = broker.start_command(&node(1));
+        assert!(
+            cmd.contains("/w/n1/bin/tidemark-broker /w/n1/server.properties --inject-bug hw-truncation --inject-bug 'a b'"),
+            "{cmd}"
+        );
+        assert!(cmd.contains("echo $! > /w/n1/broker.pid"), "{cmd}");
+    }
+
+    #[test]
+    fn a_daemon_is_started_killed_and_reported_through_the_remote() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = Node {
+            dir: dir.path().to_path_buf(),
+            ..node(1)
+        };
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        // A stand-in daemon with the broker's file layout: the real broker is exercised by the
+        // end-to-end tests.
+        std::fs::write(
+            dir.path().join("bin/tidemark-broker"),
+            "#!/bin/sh\necho started >&2\nexec sleep 30\n",
+        )
+        .unwrap();
+        remote::run(
+            n.remote.as_ref(),
+            &format!("chmod 755 {}/bin/tidemark-broker", dir.path().display()),
+        )
+        .unwrap();
+        let broker = TidemarkBroker::new("/unused".into(), BrokerConfig::for_cluster(1), vec![]);
+        broker.start(&n).unwrap();
+        assert!(broker.is_running(&n).unwrap());
+        broker.pause(&n).unwrap();
+        assert!(broker.is_running(&n).unwrap());
+        broker.resume(&n).unwrap();
+        broker.kill(&n).unwrap();
+        assert!(!broker.is_running(&n).unwrap());
+        let log = std::fs::read_to_string(dir.path().join("broker.log")).unwrap();
+        assert!(log.contains("started"), "{log}");
+    }
+}

@@ -1,0 +1,96 @@
+//! Clients and workloads. A [`Client`] is one logical process's view of the cluster and performs
+//! one op at a time; a [`Workload`] bundles what a kind of test needs: how to prepare the
+//! database, how to open clients, the schedule of ops, the final reads, and how to check.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::checker::Checker;
+use crate::dial::Dialer;
+use crate::generator::Generator;
+use crate::op::{Completion, Invocation};
+
+/// Where a client can reach one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddr {
+    /// Node name.
+    pub name: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// The broker's node id.
+    pub id: u32,
+    /// Client address.
+    pub addr: SocketAddr,
+}
+
+/// Everything clients share: the nodes, how to dial them and the per-request timeout.
+#[derive(Clone)]
+pub struct ClientContext {
+    /// Every node of the test.
+    pub nodes: Vec<NodeAddr>,
+    /// Opens connections from the harness to nodes.
+    pub dialer: Arc<dyn Dialer>,
+    /// The longest any single request may take before its op ends `info`.
+    pub timeout: Duration,
+}
+
+impl ClientContext {
+    /// The node with broker id `id` in `cluster`.
+    pub fn node_by_id(&self, cluster: &str, id: i32) -> Option<&NodeAddr> {
+        self.nodes
+            .iter()
+            .find(|n| n.cluster == cluster && n.id as i32 == id)
+    }
+}
+
+/// One logical process's client.
+///
+/// Contract (Jepsen's `Client`):
+/// - [`invoke`](Client::invoke) performs one op and completes `ok` only if it took effect,
+///   `fail` only if it certainly did not, and `info` when unsure (timeouts, lost connections,
+///   errors that do not prove failure). It never retries behind the caller's back and returns
+///   within a bounded time.
+/// - The runner calls `invoke` for one op at a time; after an `info` it drops the client and opens
+///   a new one for a new process. Dropping a client closes its connections.
+pub trait Client: Send {
+    /// Performs `op`.
+    fn invoke<'a>(&'a mut self, op: &'a Invocation) -> BoxFuture<'a, Completion>;
+}
+
+/// A kind of test.
+///
+/// Contract:
+/// - [`setup`](Workload::setup) prepares the database once all nodes serve (e.g. creates topics)
+///   and returns once every node agrees the preparation is visible, or an error.
+/// - [`open`](Workload::open) makes a client for a fresh process bound to node index `node`; it
+///   must not block (connections are made on first use).
+/// - [`generator`](Workload::generator) is the main phase's client schedule, run under the test's
+///   time limit and rate by the runner. [`final_generator`](Workload::final_generator) runs after
+///   every fault is healed, with fresh processes, to read everything back.
+/// - [`checker`](Workload::checker) judges the history and replica states.
+pub trait Workload: Send + Sync {
+    /// Name, e.g. `queue`.
+    fn name(&self) -> &'static str;
+
+    /// The workload's resolved options, for test.json.
+    fn options(&self) -> Value;
+
+    /// Prepares the database.
+    fn setup<'a>(&'a self, cx: &'a ClientContext) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Opens a client for a new process talking first to node `node` of `cx.nodes`.
+    fn open(&self, cx: &ClientContext, node: usize) -> Box<dyn Client>;
+
+    /// The main phase's client ops.
+    fn generator(&self) -> Box<dyn Generator>;
+
+    /// The final reads, after healing.
+    fn final_generator(&self) -> Box<dyn Generator>;
+
+    /// The checker for this workload.
+    fn checker(&self) -> Box<dyn Checker>;
+}

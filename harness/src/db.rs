@@ -1,0 +1,104 @@
+//! The system under test on one node. [`Db`] is what every database must do; the optional
+//! abilities (kill, pause, log files, replica dumps) are separate traits a database may offer,
+//! found through the `as_*` accessors, so fault kinds are only scheduled where they can happen.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::runtime::Node;
+
+/// Installs, configures, starts and stops the database on a node.
+///
+/// Contract:
+/// - [`setup`](Db::setup) installs and configures the database on `node` (knowing every node of
+///   its cluster) and starts it; it returns once the process is started, not once it serves.
+/// - [`teardown`](Db::teardown) stops it and removes its data; it succeeds when nothing was
+///   running.
+/// - [`endpoint`](Db::endpoint) is the address clients use for `node`.
+/// - All methods block and are called from a blocking context; they may run concurrently for
+///   different nodes.
+pub trait Db: Send + Sync {
+    /// Installs, configures and starts the database on `node`.
+    fn setup(&self, node: &Node, cluster: &[Node]) -> anyhow::Result<()>;
+
+    /// Stops the database on `node` cleanly (it may flush and checkpoint), keeping its data.
+    /// Stopping a stopped node succeeds.
+    fn stop(&self, node: &Node) -> anyhow::Result<()>;
+
+    /// Stops the database on `node` and wipes its data.
+    fn teardown(&self, node: &Node) -> anyhow::Result<()>;
+
+    /// Where clients connect for `node`.
+    fn endpoint(&self, node: &Node) -> SocketAddr;
+
+    /// What test.json records about this database (binary, version, configuration).
+    fn describe(&self) -> Value;
+
+    /// The kill ability, when this database has it.
+    fn as_kill(&self) -> Option<&dyn Kill> {
+        None
+    }
+
+    /// The pause ability, when this database has it.
+    fn as_pause(&self) -> Option<&dyn Pause> {
+        None
+    }
+
+    /// The log-files ability, when this database has it.
+    fn as_log_files(&self) -> Option<&dyn LogFiles> {
+        None
+    }
+
+    /// The replica-dump ability, when this database has it.
+    fn as_replica_dump(&self) -> Option<&dyn ReplicaDump> {
+        None
+    }
+}
+
+/// Crash and restart (Jepsen's `Kill`).
+///
+/// Contract: [`kill`](Kill::kill) ends the process abruptly (SIGKILL, no clean shutdown) and
+/// returns once it is gone; killing a dead node succeeds. [`start`](Kill::start) starts a stopped
+/// node with its existing data and configuration; starting a running node does nothing.
+/// [`is_running`](Kill::is_running) tells whether the process is alive.
+pub trait Kill: Send + Sync {
+    /// Kills the process on `node`.
+    fn kill(&self, node: &Node) -> anyhow::Result<()>;
+    /// Starts the process on `node` if it is not running.
+    fn start(&self, node: &Node) -> anyhow::Result<()>;
+    /// Whether the process on `node` is alive (paused counts as alive).
+    fn is_running(&self, node: &Node) -> anyhow::Result<bool>;
+}
+
+/// Freeze and thaw (Jepsen's `Pause`): SIGSTOP and SIGCONT.
+///
+/// Contract: [`pause`](Pause::pause) stops the process from running without ending it; it keeps
+/// its sockets and memory. [`resume`](Pause::resume) lets it run again. Both succeed on a node
+/// whose process is not running.
+pub trait Pause: Send + Sync {
+    /// Freezes the process on `node`.
+    fn pause(&self, node: &Node) -> anyhow::Result<()>;
+    /// Thaws the process on `node`.
+    fn resume(&self, node: &Node) -> anyhow::Result<()>;
+}
+
+/// Files to snarf into `nodes/<node>/` of the run directory.
+///
+/// Contract: paths are on the node; files that do not exist are skipped by the caller.
+pub trait LogFiles: Send + Sync {
+    /// The node's log files.
+    fn log_files(&self, node: &Node) -> Vec<PathBuf>;
+}
+
+/// Reads every replica's state on a node in the `replicas.jsonl` shape.
+///
+/// Contract: returns one JSON object per partition replica on `node` with at least `topic`,
+/// `partition`, `role`, `log_start_offset`, `high_watermark`, `log_end_offset`, `epochs` and
+/// `records`, plus `cluster` and `node`. It reads on-disk state and works whether the process is
+/// running or not.
+pub trait ReplicaDump: Send + Sync {
+    /// The replicas on `node`.
+    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<Value>>;
+}

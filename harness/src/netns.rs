@@ -1,0 +1,176 @@
+//! The embedded runtime: one network namespace per node on this machine, with no VMs and no
+//! containers. The namespaces hang off a bridge that itself lives in a namespace, and the
+//! harness's clients connect from one more namespace on that bridge, so the root namespace's
+//! interfaces and firewall are never touched and every packet stays inside namespaces this run
+//! created. Partitions are iptables rules inside the node namespaces.
+//!
+//! Layout for run `R` (addresses only ever assigned inside these namespaces):
+//!
+//! ```text
+//! tdm-R-sw    bridge br0, one port p-<member> per member
+//! tdm-R-ctl   eth0 10.211.0.2/24   the harness's client sockets
+//! tdm-R-n1    eth0 10.211.0.11/24  broker n1
+//! tdm-R-n2    eth0 10.211.0.12/24  broker n2 ...
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+
+use crate::dial::{Dialer, FromNetns};
+use crate::leftovers::{self, RunState, PREFIX};
+use crate::remote::Local;
+use crate::runtime::{Node, Runtime};
+
+/// The most nodes one run may have (addresses .11 to .250).
+pub const MAX_NODES: usize = 240;
+
+/// Network namespaces on this machine.
+pub struct NetnsRuntime {
+    run: String,
+    work_dir: PathBuf,
+    namespaces: Vec<String>,
+    wrote_state: bool,
+}
+
+impl NetnsRuntime {
+    /// A runtime for run `run` whose node directories live under `work_root/run`. Fails with a
+    /// message that says what is needed when this process is not root.
+    pub fn new(work_root: &std::path::Path, run: &str) -> anyhow::Result<Self> {
+        if !nix::unistd::geteuid().is_root() {
+            bail!(
+                "the netns runtime needs root: it creates network namespaces, veth pairs, a \
+                 bridge and iptables rules (run tidemark as root, e.g. with sudo). It also needs \
+                 iproute2 and iptables installed. No other runtime is built in yet; the docker \
+                 and hosts (SSH) runtimes are planned"
+            );
+        }
+        Ok(NetnsRuntime {
+            run: run.to_string(),
+            work_dir: work_root.join(run),
+            namespaces: Vec::new(),
+            wrote_state: false,
+        })
+    }
+
+    /// The namespace name for `what` (a node name, `sw` or `ctl`).
+    pub fn namespace(&self, what: &str) -> String {
+        format!("{PREFIX}{}-{what}", self.run)
+    }
+
+    /// The run's work directory on this machine.
+    pub fn work_dir(&self) -> &std::path::Path {
+        &self.work_dir
+    }
+
+    fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .context("running ip (is iproute2 installed?)")?;
+        if !out.status.success() {
+            bail!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    fn add_namespace(&mut self, what: &str) -> anyhow::Result<String> {
+        let ns = self.namespace(what);
+        self.ip(&["netns", "add", &ns])?;
+        self.namespaces.push(ns.clone());
+        self.ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Adds a member namespace with `ip` on the bridge.
+    fn add_member(&mut self, what: &str, ip: Ipv4Addr) -> anyhow::Result<String> {
+        let sw = self.namespace("sw");
+        let ns = self.add_namespace(what)?;
+        let port = format!("p-{what}");
+        self.ip(&[
+            "-n", &sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+        ])?;
+        self.ip(&["-n", &sw, "link", "set", &port, "master", "br0"])?;
+        self.ip(&["-n", &sw, "link", "set", &port, "up"])?;
+        self.ip(&["-n", &ns, "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+        self.ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        Ok(ns)
+    }
+
+    fn ensure_bridge(&mut self) -> anyhow::Result<()> {
+        if !self.wrote_state {
+            RunState::current(&self.run)?.write(&self.work_dir)?;
+            self.wrote_state = true;
+        }
+        let sw = self.namespace("sw");
+        if self.namespaces.contains(&sw) {
+            return Ok(());
+        }
+        self.add_namespace("sw")?;
+        self.ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        self.ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        self.add_member("ctl", Ipv4Addr::new(10, 211, 0, 2))?;
+        Ok(())
+    }
+}
+
+impl Runtime for NetnsRuntime {
+    fn name(&self) -> &'static str {
+        "netns"
+    }
+
+    fn create(&mut self, cluster: &str, names: &[String]) -> anyhow::Result<Vec<Node>> {
+        if names.is_empty() || names.len() > MAX_NODES {
+            bail!(
+                "the netns runtime runs 1 to {MAX_NODES} nodes, not {}",
+                names.len()
+            );
+        }
+        self.ensure_bridge()?;
+        let mut nodes = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            let ip = Ipv4Addr::new(10, 211, 0, 11 + i as u8);
+            let ns = self.add_member(name, ip)?;
+            let dir = self.work_dir.join(name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            nodes.push(Node {
+                name: name.clone(),
+                cluster: cluster.to_string(),
+                id: i as u32 + 1,
+                ip: IpAddr::V4(ip),
+                dir,
+                remote: Arc::new(Local::in_netns(ns)),
+            });
+        }
+        Ok(nodes)
+    }
+
+    fn dialer(&self) -> Arc<dyn Dialer> {
+        Arc::new(FromNetns::new(&self.namespace("ctl")))
+    }
+
+    fn destroy(&mut self) -> anyhow::Result<()> {
+        let result = leftovers::remove(&self.namespaces, Some(&self.work_dir));
+        self.namespaces.clear();
+        self.wrote_state = false;
+        result
+    }
+}
+
+impl Drop for NetnsRuntime {
+    fn drop(&mut self) {
+        // A panic or early return must not leave namespaces behind.
+        if !self.namespaces.is_empty() || self.wrote_state {
+            if let Err(e) = self.destroy() {
+                eprintln!("tidemark: netns teardown: {e:#}");
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! A test: the options a person chose (plain, serializable data that goes to `test.json` and the
+//! history header) and the parts that carry it out (runtime, database, network, workload,
+//! nemesis).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::client::Workload;
+use crate::db::Db;
+use crate::nemesis::Nemesis;
+use crate::net::Net;
+use crate::runtime::{Node, NodeRecord, Runtime};
+
+/// Everything about a test that is chosen rather than built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestOptions {
+    /// The test's name: the store directory under `store/`.
+    pub name: String,
+    /// Seeds every random choice of the schedule.
+    pub seed: u64,
+    /// Number of broker nodes.
+    pub nodes: usize,
+    /// Number of client workers.
+    pub concurrency: usize,
+    /// Length of the main phase.
+    pub time_limit: Duration,
+    /// Client ops per second over all workers (0 = as fast as the workers go).
+    pub rate: f64,
+    /// Fault kinds, empty for none.
+    pub nemesis: Vec<String>,
+    /// The runtime's name.
+    pub runtime: String,
+    /// The store directory.
+    pub store: PathBuf,
+    /// The longest one client op may take before it ends `info`.
+    pub op_timeout: Duration,
+    /// How long nodes get to start serving.
+    pub ready_timeout: Duration,
+    /// How long replicas get to converge after healing.
+    pub converge_timeout: Duration,
+    /// How long the final reads may take.
+    pub final_timeout: Duration,
+    /// The command line, for the record.
+    pub argv: Vec<String>,
+}
+
+impl TestOptions {
+    /// Names of the nodes: `n1`, `n2`, ...
+    pub fn node_names(&self) -> Vec<String> {
+        (1..=self.nodes).map(|i| format!("n{i}")).collect()
+    }
+}
+
+/// The parts that carry a test out.
+pub struct Test {
+    /// The chosen options.
+    pub options: TestOptions,
+    /// Makes the nodes.
+    pub runtime: Box<dyn Runtime>,
+    /// The database.
+    pub db: Arc<dyn Db>,
+    /// The network.
+    pub net: Arc<dyn Net>,
+    /// The workload.
+    pub workload: Arc<dyn Workload>,
+    /// The nemesis, when faults are wanted.
+    pub nemesis: Option<Arc<dyn Nemesis>>,
+}
+
+impl Test {
+    /// The resolved test as `test.json` and the history header record it.
+    pub fn describe(&self, nodes: &[Node]) -> Value {
+        let o = &self.options;
+        let mut clusters: Vec<&str> = nodes.iter().map(|n| n.cluster.as_str()).collect();
+        clusters.dedup();
+        let broker = self.db.describe();
+        json!({
+            "name": o.name,
+            "seed": o.seed,
+            "rng": "rand 0.10 ChaCha8Rng",
+            "tidemark_version": env!("CARGO_PKG_VERSION"),
+            "workload": self.workload.name(),
+            "workload_options": self.workload.options(),
+            "nemesis": o.nemesis,
+            "nodes": nodes.iter().map(NodeRecord::from).collect::<Vec<_>>(),
+            "clusters": clusters,
+            "broker": broker,
+            "broker_config": broker.get("properties").cloned().unwrap_or(Value::Null),
+            "runtime": o.runtime,
+            "concurrency": o.concurrency,
+            "time_limit_s": o.time_limit.as_secs_f64(),
+            "rate": o.rate,
+            "op_timeout_ms": o.op_timeout.as_millis() as u64,
+            "converge_timeout_s": o.converge_timeout.as_secs_f64(),
+            "final_timeout_s": o.final_timeout.as_secs_f64(),
+            "argv": o.argv,
+        })
+    }
+}
