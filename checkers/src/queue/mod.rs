@@ -481,7 +481,9 @@ impl<'r> QueueAnalysis<'r> {
             info.outcome = outcome;
             info.completion = op.index;
             if let Some(first) = offset {
-                let at = first + i as i64;
+                let at = first
+                    .checked_add(i as i64)
+                    .ok_or("send offset overflows a 64-bit offset")?;
                 info.acked = Some(at);
                 self.observe_record(pk, at, v, Proof::Ack(op.index));
             }
@@ -520,7 +522,7 @@ impl<'r> QueueAnalysis<'r> {
                     self.anomalies.push(AnomalyKind::NonmonotonicPoll, entry);
                     monotonic = false;
                 }
-                Some((po, _)) if offset > po + 1 => gaps.push((po + 1, offset, Some(po))),
+                Some((po, _)) if offset - 1 > po => gaps.push((po + 1, offset, Some(po))),
                 None => {
                     if let Some(f) = from.filter(|&f| offset > f) {
                         gaps.push((f, offset, None));

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod sim;
+
 use serde_json::{json, Value};
 use tidemark_checkers::{EpochEntry, Op, OpType, Process, Record, ReplicaState, Results};
 
