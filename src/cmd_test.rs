@@ -1,11 +1,270 @@
-//! `tidemark test`.
+//! `tidemark test`: builds a [`Test`] from the command line — the netns runtime, the bundled
+//! broker found beside this executable, the chosen workload — runs it, and exits like Jepsen:
+//! 0 valid, 1 invalid, 2 unknown, 254 bad usage, 255 the harness failed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
+use tidemark_harness::leftovers;
+use tidemark_harness::net::Iptables;
+use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::progress::Progress;
+use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
+use tidemark_harness::test::{Test, TestOptions};
+use tidemark_workloads::queue::{Queue, QueueOptions};
 
 /// Arguments of `tidemark test`.
-#[derive(clap::Args)]
-pub struct Args {}
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Needs root for the netns runtime. Examples:\n  \
+    tidemark test --time-limit 30\n  \
+    tidemark test --nodes 5 --concurrency 20 --rate 500 --seed 7\n\
+    Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
+pub struct Args {
+    /// The workload: what clients do and how the history is checked.
+    #[arg(long, default_value = "queue", value_name = "NAME")]
+    workload: String,
+    /// Fault kinds, comma separated, or `none`.
+    #[arg(long, default_value = "none", value_name = "LIST")]
+    nemesis: String,
+    /// Seconds of workload before healing and the final reads.
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    time_limit: f64,
+    /// Number of broker nodes.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    nodes: usize,
+    /// Number of concurrent client workers.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    concurrency: usize,
+    /// Client ops per second over all workers; 0 for as fast as they go.
+    #[arg(long, default_value_t = 100.0, value_name = "R")]
+    rate: f64,
+    /// Seed of every random choice of the schedule (default: from the clock, printed).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Where run directories go.
+    #[arg(long, default_value = "store", value_name = "DIR")]
+    store: PathBuf,
+    /// Turn on a known broker bug (repeatable), to prove the checkers catch it.
+    #[arg(long, value_name = "NAME")]
+    inject_bug: Vec<String>,
+    /// Where nodes come from.
+    #[arg(long, default_value = "netns", value_name = "NAME")]
+    runtime: String,
+    /// The tidemark-broker binary to deploy (default: beside this executable).
+    #[arg(long, value_name = "PATH")]
+    broker_binary: Option<PathBuf>,
+    /// Milliseconds one client op may take before it ends `info`.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    op_timeout_ms: u64,
+    /// Seconds replicas get to converge after healing.
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    converge_timeout: f64,
+    /// Seconds the final reads may take.
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    final_timeout: f64,
+    /// The test's name in the store (default: the workload's).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// No progress output.
+    #[arg(long)]
+    quiet: bool,
+}
 
 /// Runs the subcommand and returns the process exit code.
-pub fn run(_args: Args) -> u8 {
-    eprintln!("tidemark test: not built yet");
-    crate::EXIT_HARNESS_FAILED
+pub fn run(args: Args) -> u8 {
+    match build(args) {
+        Ok((test, quiet)) => execute(test, quiet),
+        Err(Problem::Usage(msg)) => {
+            eprintln!("tidemark test: {msg}");
+            crate::EXIT_BAD_INPUT
+        }
+        Err(Problem::Harness(msg)) => {
+            eprintln!("tidemark test: {msg}");
+            crate::EXIT_HARNESS_FAILED
+        }
+    }
+}
+
+enum Problem {
+    Usage(String),
+    Harness(String),
+}
+
+fn seconds(name: &str, s: f64) -> Result<Duration, Problem> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| Problem::Usage(format!("--{name} must be a positive number of seconds")))
+}
+
+fn build(args: Args) -> Result<(Test, bool), Problem> {
+    if !tidemark_workloads::NAMES.contains(&args.workload.as_str()) {
+        return Err(Problem::Usage(format!(
+            "unknown workload {:?}; available: {}",
+            args.workload,
+            tidemark_workloads::NAMES.join(", ")
+        )));
+    }
+    let faults: Vec<String> = args
+        .nemesis
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && *k != "none")
+        .map(str::to_string)
+        .collect();
+    if !faults.is_empty() {
+        return Err(Problem::Usage(format!(
+            "unknown fault kind(s): {}. This build has no fault kinds yet; use --nemesis none",
+            faults.join(", ")
+        )));
+    }
+    if args.runtime != "netns" {
+        return Err(Problem::Usage(format!(
+            "unknown runtime {:?}; available: netns",
+            args.runtime
+        )));
+    }
+    if args.nodes == 0 || args.nodes > tidemark_harness::netns::MAX_NODES {
+        return Err(Problem::Usage(format!(
+            "--nodes must be 1 to {}",
+            tidemark_harness::netns::MAX_NODES
+        )));
+    }
+    if args.concurrency == 0 {
+        return Err(Problem::Usage("--concurrency must be at least 1".into()));
+    }
+    if !(args.rate >= 0.0 && args.rate.is_finite()) {
+        return Err(Problem::Usage("--rate must be 0 or more".into()));
+    }
+    let time_limit = seconds("time-limit", args.time_limit)?;
+    let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
+    let final_timeout = seconds("final-timeout", args.final_timeout)?;
+    if args.op_timeout_ms == 0 {
+        return Err(Problem::Usage("--op-timeout-ms must be positive".into()));
+    }
+    let broker = match args.broker_binary {
+        Some(p) => p,
+        None => std::env::current_exe()
+            .map_err(|e| Problem::Harness(format!("cannot locate this executable: {e}")))?
+            .with_file_name("tidemark-broker"),
+    };
+    if !broker.is_file() {
+        return Err(Problem::Usage(format!(
+            "no broker binary at {}; build it with `cargo build -p tidemark-broker` or pass \
+             --broker-binary PATH",
+            broker.display()
+        )));
+    }
+    let broker = std::fs::canonicalize(&broker).unwrap_or(broker);
+
+    let work_root = std::env::temp_dir().join("tidemark");
+    let found = leftovers::find(&work_root).map_err(|e| Problem::Harness(format!("{e:#}")))?;
+    if !found.is_empty() {
+        let list: Vec<String> = found.iter().map(|l| format!("  {l}")).collect();
+        return Err(Problem::Harness(format!(
+            "a killed run left resources behind:\n{}\nremove them with `tidemark teardown` \
+             and start again",
+            list.join("\n")
+        )));
+    }
+    let runtime = NetnsRuntime::new(&work_root, &leftovers::new_run_id())
+        .map_err(|e| Problem::Harness(format!("{e:#}")))?;
+
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    });
+    let options = TestOptions {
+        name: args.name.unwrap_or_else(|| args.workload.clone()),
+        seed,
+        nodes: args.nodes,
+        concurrency: args.concurrency,
+        time_limit,
+        rate: args.rate,
+        nemesis: faults,
+        runtime: args.runtime,
+        store: args.store,
+        op_timeout: Duration::from_millis(args.op_timeout_ms),
+        ready_timeout: Duration::from_secs(30),
+        converge_timeout,
+        final_timeout,
+        argv: std::env::args().collect(),
+    };
+    let test = Test {
+        runtime: Box::new(runtime),
+        db: Arc::new(TidemarkBroker::new(
+            broker,
+            BrokerConfig::for_cluster(options.nodes),
+            args.inject_bug,
+        )),
+        net: Arc::new(Iptables),
+        workload: Arc::new(Queue::new(QueueOptions::for_cluster(options.nodes))),
+        nemesis: None,
+        options,
+    };
+    Ok((test, args.quiet))
+}
+
+fn execute(test: Test, quiet: bool) -> u8 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tidemark test: starting the async runtime: {e}");
+            return crate::EXIT_HARNESS_FAILED;
+        }
+    };
+    if !quiet {
+        eprintln!(
+            "tidemark: test {} seed {} ({} nodes, {} workers, {} s)",
+            test.options.name,
+            test.options.seed,
+            test.options.nodes,
+            test.options.concurrency,
+            test.options.time_limit.as_secs_f64()
+        );
+    }
+    let mut progress = Progress::new(test.options.time_limit, quiet);
+    let cancel = CancellationToken::new();
+    let report = rt.block_on(async {
+        let watcher = tokio::spawn(cancel_on_signal(cancel.clone()));
+        let report = runner::run(test, cancel.clone(), &mut progress).await;
+        watcher.abort();
+        report
+    });
+    if let Some(dir) = &report.run_dir {
+        eprintln!("tidemark: run directory {}", dir.display());
+    }
+    match &report.outcome {
+        RunOutcome::Checked(results) => println!("{}", results.summary(5)),
+        RunOutcome::Interrupted => {
+            eprintln!("tidemark: interrupted; the history so far is in the run directory")
+        }
+        RunOutcome::Failed(e) => eprintln!("tidemark test: {e:#}"),
+    }
+    report.exit_code()
+}
+
+/// Cancels the run on the first SIGINT or SIGTERM; teardown then runs as usual.
+async fn cancel_on_signal(cancel: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("tidemark: stopping: healing nothing, tearing down");
+    cancel.cancel();
 }

@@ -62,6 +62,11 @@ fn start_ticks(pid: i32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether this process runs as root (namespaces and iptables need it).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// A new run id: unique enough among runs on one machine, not part of any test's randomness.
 pub fn new_run_id() -> String {
     let nanos = std::time::SystemTime::now()

@@ -40,7 +40,7 @@ impl NetnsRuntime {
     /// A runtime for run `run` whose node directories live under `work_root/run`. Fails with a
     /// message that says what is needed when this process is not root.
     pub fn new(work_root: &std::path::Path, run: &str) -> anyhow::Result<Self> {
-        if !nix::unistd::geteuid().is_root() {
+        if !leftovers::is_root() {
             bail!(
                 "the netns runtime needs root: it creates network namespaces, veth pairs, a \
                  bridge and iptables rules (run tidemark as root, e.g. with sudo). It also needs \

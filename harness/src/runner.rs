@@ -19,7 +19,7 @@ use anyhow::{bail, Context as _};
 use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
+pub use tokio_util::sync::CancellationToken;
 
 use crate::checker::{check_file, write_results, ReplicaState, Results};
 use crate::client::{Client, ClientContext, NodeAddr, Workload};

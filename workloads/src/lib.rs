@@ -1,1 +1,10 @@
-//! placeholder
+//! tidemark's workloads: what clients do, on what schedule, and which checker judges it. Each
+//! workload implements the engine's [`Workload`](tidemark_harness::client::Workload) trait.
+//!
+//! - [`queue`]: unique integers sent to and polled from several topic-partitions (Jepsen's
+//!   Kafka queue test), judged by the queue checker.
+
+pub mod queue;
+
+/// The workloads the CLI offers, by name.
+pub const NAMES: &[&str] = &["queue"];

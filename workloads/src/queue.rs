@@ -1,0 +1,687 @@
+//! The queue workload: clients send unique integers to topic-partitions and poll them back from
+//! per-process positions, the way Jepsen's Kafka test does with assigned consumers. Every value is
+//! written once, so the checker can name the send behind every record it sees.
+//!
+//! Main phase: a mix of `send` (1 to `max_values_per_send` fresh integers, acks=all) and `poll`
+//! (from the process's position in that partition, sometimes seeking back). Final phase: with
+//! fresh clients, each worker reads its share of the partitions from offset 0 up to the high
+//! watermark.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tidemark_harness::checker::Checker;
+use tidemark_harness::client::{Client, ClientContext, Workload};
+use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
+use tidemark_harness::kafka::{codes, error_name, ClusterMetadata, Connection, KafkaError};
+use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome, Process};
+use tidemark_harness::runner::CLUSTER;
+
+/// The queue workload's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueOptions {
+    /// Topic names.
+    pub topics: Vec<String>,
+    /// Partitions per topic.
+    pub partitions: i32,
+    /// Replicas per partition.
+    pub replication_factor: i16,
+    /// The most values one send carries.
+    pub max_values_per_send: usize,
+    /// Share of main-phase ops that are sends (the rest are polls).
+    pub send_fraction: f64,
+    /// Chance that a poll seeks back to an earlier offset instead of reading on.
+    pub seek_back_probability: f64,
+    /// The most bytes one poll asks for.
+    pub poll_max_bytes: i32,
+    /// How long a poll lets the broker wait for data.
+    pub poll_max_wait: Duration,
+}
+
+impl QueueOptions {
+    /// Two topics of two partitions, replicated on up to three nodes.
+    pub fn for_cluster(nodes: usize) -> Self {
+        QueueOptions {
+            topics: vec!["t0".into(), "t1".into()],
+            partitions: 2,
+            replication_factor: nodes.clamp(1, 3) as i16,
+            max_values_per_send: 3,
+            send_fraction: 0.5,
+            seek_back_probability: 1.0 / 16.0,
+            poll_max_bytes: 64 * 1024,
+            poll_max_wait: Duration::from_millis(100),
+        }
+    }
+
+    /// Every (topic, partition).
+    pub fn partitions(&self) -> Vec<(String, i32)> {
+        self.topics
+            .iter()
+            .flat_map(|t| (0..self.partitions).map(move |p| (t.clone(), p)))
+            .collect()
+    }
+}
+
+/// The queue workload.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    options: QueueOptions,
+}
+
+impl Queue {
+    /// A queue workload with `options`.
+    pub fn new(options: QueueOptions) -> Self {
+        Queue { options }
+    }
+}
+
+impl Workload for Queue {
+    fn name(&self) -> &'static str {
+        "queue"
+    }
+
+    fn options(&self) -> Value {
+        serde_json::to_value(&self.options).unwrap_or(Value::Null)
+    }
+
+    fn setup<'a>(&'a self, cx: &'a ClientContext) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(create_topics(cx, &self.options))
+    }
+
+    fn open(&self, cx: &ClientContext, node: usize) -> Box<dyn Client> {
+        Box::new(QueueClient::new(cx.clone(), node, self.options.clone()))
+    }
+
+    fn generator(&self) -> Box<dyn Generator> {
+        Box::new(QueueGen::new(self.options.clone()))
+    }
+
+    fn final_generator(&self) -> Box<dyn Generator> {
+        let parts = self.options.partitions();
+        Box::new(generator::each_worker(move |worker, workers| {
+            let mine: Vec<(String, i32)> = parts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % workers == worker)
+                .map(|(_, tp)| tp.clone())
+                .collect();
+            Box::new(Drain::new(mine)) as Box<dyn Generator>
+        }))
+    }
+
+    fn checker(&self) -> Box<dyn Checker> {
+        Box::new(tidemark_checkers::QueueChecker)
+    }
+}
+
+/// Creates the topics and waits until every node reports a leader for every partition. A node
+/// that still does not know a topic after a while is asked to create it too (brokers without a
+/// shared controller keep metadata per node; with one, it answers TOPIC_ALREADY_EXISTS).
+async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<()> {
+    let first = &cx.nodes[0];
+    let mut conn = Connection::connect(cx.dialer.clone(), first.addr, cx.timeout).await?;
+    for t in &o.topics {
+        let code = conn
+            .create_topic(t, o.partitions, o.replication_factor)
+            .await?;
+        if code != codes::NONE && code != codes::TOPIC_ALREADY_EXISTS {
+            anyhow::bail!("creating topic {t} on {}: {}", first.name, error_name(code));
+        }
+    }
+    for node in &cx.nodes {
+        let mut conn = Connection::connect(cx.dialer.clone(), node.addr, cx.timeout).await?;
+        let mut asked = false;
+        let started = tokio::time::Instant::now();
+        loop {
+            let meta = conn.metadata(Some(&o.topics)).await?;
+            let missing: Vec<&String> = o
+                .topics
+                .iter()
+                .filter(|t| (0..o.partitions).any(|p| meta.leader(t, p).is_none()))
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            if !asked && started.elapsed() > Duration::from_secs(2) {
+                asked = true;
+                for t in missing {
+                    let code = conn
+                        .create_topic(t, o.partitions, o.replication_factor)
+                        .await?;
+                    if code != codes::NONE && code != codes::TOPIC_ALREADY_EXISTS {
+                        anyhow::bail!("creating topic {t} on {}: {}", node.name, error_name(code));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// How a produce error code ends a send: `fail` only when the broker rejected the batch before
+/// appending it; anything that may have been appended (or that we do not know) is `info`.
+/// NOT_LEADER_OR_FOLLOWER is `info` because a leader may append and then lose leadership before
+/// answering (KAFKA-13574).
+pub fn produce_outcome(code: i16) -> Outcome {
+    const DEFINITE: &[i16] = &[
+        2,  // CORRUPT_MESSAGE
+        3,  // UNKNOWN_TOPIC_OR_PARTITION
+        5,  // LEADER_NOT_AVAILABLE
+        10, // MESSAGE_TOO_LARGE
+        17, // INVALID_TOPIC_EXCEPTION
+        18, // RECORD_LIST_TOO_LARGE
+        19, // NOT_ENOUGH_REPLICAS
+        21, // INVALID_REQUIRED_ACKS
+        29, // TOPIC_AUTHORIZATION_FAILED
+        32, // INVALID_TIMESTAMP
+        35, // UNSUPPORTED_VERSION
+        87, // INVALID_RECORD
+    ];
+    if code == codes::NONE {
+        Outcome::Ok
+    } else if DEFINITE.contains(&code) {
+        Outcome::Fail
+    } else {
+        Outcome::Info
+    }
+}
+
+/// A client for one process: follows Metadata to each partition's leader, one connection per
+/// broker, one request at a time.
+pub struct QueueClient {
+    cx: ClientContext,
+    home: usize,
+    options: QueueOptions,
+    metadata: Option<ClusterMetadata>,
+    conns: BTreeMap<i32, Connection>,
+}
+
+/// Why an op could not be sent, or what happened to it.
+struct Failure {
+    outcome: Outcome,
+    node: Option<String>,
+    error: String,
+}
+
+impl QueueClient {
+    fn new(cx: ClientContext, home: usize, options: QueueOptions) -> Self {
+        QueueClient {
+            cx,
+            home,
+            options,
+            metadata: None,
+            conns: BTreeMap::new(),
+        }
+    }
+
+    /// Metadata, asking the home node first and then the others.
+    async fn refresh_metadata(&mut self) -> Result<(), Failure> {
+        let mut last = String::new();
+        let n = self.cx.nodes.len();
+        for k in 0..n {
+            let node = &self.cx.nodes[(self.home + k) % n];
+            let attempt = async {
+                let mut c =
+                    Connection::connect(self.cx.dialer.clone(), node.addr, self.cx.timeout).await?;
+                c.metadata(Some(&self.options.topics)).await
+            };
+            match attempt.await {
+                Ok(m) => {
+                    self.metadata = Some(m);
+                    return Ok(());
+                }
+                Err(e) => last = format!("{}: {e}", node.name),
+            }
+        }
+        Err(Failure {
+            outcome: Outcome::Fail,
+            node: None,
+            error: format!("no metadata: {last}"),
+        })
+    }
+
+    /// The leader's broker id, node name and a connection to it. Nothing has been sent to the
+    /// partition when this fails, so failures here are definite.
+    async fn leader(&mut self, topic: &str, partition: i32) -> Result<(i32, String), Failure> {
+        if self.metadata.is_none() {
+            self.refresh_metadata().await?;
+        }
+        let meta = self.metadata.as_ref().expect("refreshed above");
+        let Some(id) = meta.leader(topic, partition) else {
+            self.metadata = None;
+            return Err(Failure {
+                outcome: Outcome::Fail,
+                node: None,
+                error: format!("no leader for {topic}/{partition} in metadata"),
+            });
+        };
+        let Some(node) = self.cx.node_by_id(CLUSTER, id).cloned() else {
+            self.metadata = None;
+            return Err(Failure {
+                outcome: Outcome::Fail,
+                node: None,
+                error: format!("leader {id} of {topic}/{partition} is not a node of the test"),
+            });
+        };
+        if self.conns.get(&id).is_none_or(|c| c.is_broken()) {
+            let c = Connection::connect(self.cx.dialer.clone(), node.addr, self.cx.timeout)
+                .await
+                .map_err(|e| Failure {
+                    outcome: if e.maybe_sent() {
+                        Outcome::Info
+                    } else {
+                        Outcome::Fail
+                    },
+                    node: Some(node.name.clone()),
+                    error: e.to_string(),
+                })?;
+            self.conns.insert(id, c);
+        }
+        Ok((id, node.name))
+    }
+
+    fn lost(&mut self, id: i32, node: String, e: KafkaError) -> Failure {
+        self.conns.remove(&id);
+        Failure {
+            outcome: if e.maybe_sent() {
+                Outcome::Info
+            } else {
+                Outcome::Fail
+            },
+            node: Some(node),
+            error: e.to_string(),
+        }
+    }
+
+    async fn send(&mut self, v: &Value) -> Result<(Value, String), Failure> {
+        let (topic, partition) = topic_partition(v)?;
+        let values: Vec<i64> = v
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        let (id, node) = self.leader(&topic, partition).await?;
+        let conn = self.conns.get_mut(&id).expect("connected in leader()");
+        let r = match conn.produce(&topic, partition, &values, -1).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.lost(id, node, e)),
+        };
+        match produce_outcome(r.error_code) {
+            Outcome::Ok => {
+                let mut done = v.clone();
+                done["offset"] = json!(r.base_offset);
+                Ok((done, node))
+            }
+            outcome => {
+                self.metadata = None;
+                Err(Failure {
+                    outcome,
+                    node: Some(node),
+                    error: error_name(r.error_code),
+                })
+            }
+        }
+    }
+
+    async fn poll(&mut self, v: &Value) -> Result<(Value, String), Failure> {
+        let (topic, partition) = topic_partition(v)?;
+        let from = v.get("from").and_then(Value::as_i64).unwrap_or(0);
+        let (id, node) = self.leader(&topic, partition).await?;
+        let (max_bytes, max_wait) = (self.options.poll_max_bytes, self.options.poll_max_wait);
+        let conn = self.conns.get_mut(&id).expect("connected in leader()");
+        let r = match conn
+            .fetch(&topic, partition, from, max_bytes, max_wait)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.lost(id, node, e)),
+        };
+        if r.error_code != codes::NONE {
+            // A read that returned an error observed nothing and changed nothing.
+            self.metadata = None;
+            return Err(Failure {
+                outcome: Outcome::Fail,
+                node: Some(node),
+                error: error_name(r.error_code),
+            });
+        }
+        let mut records = Vec::with_capacity(r.records.len());
+        let mut unparsed = Vec::new();
+        for rec in &r.records {
+            let text = rec.value.as_deref().map(String::from_utf8_lossy);
+            match text.as_deref().and_then(|t| t.parse::<i64>().ok()) {
+                Some(value) => records.push(json!([rec.offset, value, rec.leader_epoch])),
+                None => unparsed.push(json!([rec.offset, text, rec.leader_epoch])),
+            }
+        }
+        let mut done = v.clone();
+        done["records"] = Value::Array(records);
+        done["high_watermark"] = json!(r.high_watermark);
+        if !unparsed.is_empty() {
+            // Records whose value is not a decimal integer: kept for people, beside the spec's
+            // fields, since no send of this workload wrote them.
+            done["unparsed_records"] = Value::Array(unparsed);
+        }
+        Ok((done, node))
+    }
+}
+
+fn topic_partition(v: &Value) -> Result<(String, i32), Failure> {
+    let topic = v.get("topic").and_then(Value::as_str);
+    let partition = v.get("partition").and_then(Value::as_i64);
+    match (topic, partition) {
+        (Some(t), Some(p)) => Ok((t.to_string(), p as i32)),
+        _ => Err(Failure {
+            outcome: Outcome::Fail,
+            node: None,
+            error: format!("op value lacks topic or partition: {v}"),
+        }),
+    }
+}
+
+impl Client for QueueClient {
+    fn invoke<'a>(&'a mut self, op: &'a Invocation) -> BoxFuture<'a, Completion> {
+        Box::pin(async move {
+            let result = match op.f.as_str() {
+                "send" => self.send(&op.value).await,
+                "poll" => self.poll(&op.value).await,
+                other => Err(Failure {
+                    outcome: Outcome::Fail,
+                    node: None,
+                    error: format!("the queue client does not know op {other:?}"),
+                }),
+            };
+            match result {
+                Ok((value, node)) => Completion {
+                    outcome: Outcome::Ok,
+                    value,
+                    node: Some(node),
+                    error: None,
+                },
+                Err(f) => Completion {
+                    outcome: f.outcome,
+                    value: op.value.clone(),
+                    node: f.node,
+                    error: Some(f.error),
+                },
+            }
+        })
+    }
+}
+
+/// The main phase's schedule: sends of fresh integers and polls from per-process positions.
+pub struct QueueGen {
+    options: QueueOptions,
+    partitions: Vec<(String, i32)>,
+    next_value: i64,
+    positions: BTreeMap<(u64, usize), i64>,
+}
+
+impl QueueGen {
+    /// A schedule over `options`' topic-partitions.
+    pub fn new(options: QueueOptions) -> Self {
+        QueueGen {
+            partitions: options.partitions(),
+            options,
+            next_value: 0,
+            positions: BTreeMap::new(),
+        }
+    }
+
+    fn index_of(&self, v: &Value) -> Option<usize> {
+        let t = v.get("topic")?.as_str()?;
+        let p = v.get("partition")?.as_i64()?;
+        self.partitions
+            .iter()
+            .position(|(tt, pp)| tt == t && *pp as i64 == p)
+    }
+}
+
+impl Generator for QueueGen {
+    fn next(&mut self, ctx: &Context, rng: &mut Rng) -> Next {
+        let Some(worker) = ctx.random_free_client(rng) else {
+            return Next::Pending(None);
+        };
+        let tp = rng.random_range(0..self.partitions.len());
+        let (topic, partition) = self.partitions[tp].clone();
+        let op = if rng.random_bool(self.options.send_fraction) {
+            let n = rng.random_range(1..=self.options.max_values_per_send.max(1)) as i64;
+            let values: Vec<i64> = (self.next_value..self.next_value + n).collect();
+            self.next_value += n;
+            Invocation {
+                f: "send".into(),
+                value: json!({"topic": topic, "partition": partition, "values": values}),
+            }
+        } else {
+            let Process::Client(process) = ctx.process(worker) else {
+                return Next::Pending(None);
+            };
+            let mut from = self.positions.get(&(process, tp)).copied().unwrap_or(0);
+            if from > 0 && rng.random_bool(self.options.seek_back_probability) {
+                from = rng.random_range(0..from);
+            }
+            Invocation {
+                f: "poll".into(),
+                value: json!({"topic": topic, "partition": partition, "from": from}),
+            }
+        };
+        Next::Op(Planned {
+            worker,
+            time: ctx.time,
+            op,
+        })
+    }
+
+    fn update(&mut self, _ctx: &Context, _worker: Worker, op: &Op) {
+        if op.f != "poll" || op.kind != OpType::Ok {
+            return;
+        }
+        let (Process::Client(process), Some(tp)) = (op.process, self.index_of(&op.value)) else {
+            return;
+        };
+        if let Some(last) = last_offset(&op.value) {
+            self.positions.insert((process, tp), last + 1);
+        }
+    }
+}
+
+/// The offset of the last record a poll returned.
+fn last_offset(v: &Value) -> Option<i64> {
+    v.get("records")?.as_array()?.last()?.get(0)?.as_i64()
+}
+
+/// One worker's final reads: each of its partitions from offset 0 until a poll reaches the high
+/// watermark. Failed polls are retried after a short pause; the runner's time limit bounds it.
+pub struct Drain {
+    partitions: Vec<(String, i32)>,
+    current: usize,
+    position: i64,
+    retry_at: u64,
+}
+
+/// Pause before retrying a failed final read.
+const DRAIN_RETRY: u64 = 100_000_000;
+
+impl Drain {
+    /// Reads `partitions` in order.
+    pub fn new(partitions: Vec<(String, i32)>) -> Self {
+        Drain {
+            partitions,
+            current: 0,
+            position: 0,
+            retry_at: 0,
+        }
+    }
+}
+
+impl Generator for Drain {
+    fn next(&mut self, ctx: &Context, _rng: &mut Rng) -> Next {
+        let Some((topic, partition)) = self.partitions.get(self.current) else {
+            return Next::Done;
+        };
+        if ctx.time < self.retry_at {
+            return Next::Pending(Some(self.retry_at));
+        }
+        let Some(&worker) = ctx.free.first() else {
+            return Next::Pending(None);
+        };
+        Next::Op(Planned {
+            worker,
+            time: ctx.time,
+            op: Invocation {
+                f: "poll".into(),
+                value: json!({"topic": topic, "partition": partition, "from": self.position}),
+            },
+        })
+    }
+
+    fn update(&mut self, ctx: &Context, _worker: Worker, op: &Op) {
+        match op.kind {
+            OpType::Invoke => {}
+            OpType::Ok => {
+                let hw = op
+                    .value
+                    .get("high_watermark")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if let Some(last) = last_offset(&op.value) {
+                    self.position = last + 1;
+                }
+                if self.position >= hw {
+                    self.current += 1;
+                    self.position = 0;
+                }
+            }
+            OpType::Fail | OpType::Info => self.retry_at = ctx.time + DRAIN_RETRY,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn opts() -> QueueOptions {
+        QueueOptions::for_cluster(3)
+    }
+
+    #[test]
+    fn produce_errors_are_fail_only_when_nothing_was_appended() {
+        assert_eq!(produce_outcome(0), Outcome::Ok);
+        assert_eq!(produce_outcome(codes::NOT_ENOUGH_REPLICAS), Outcome::Fail);
+        assert_eq!(
+            produce_outcome(codes::UNKNOWN_TOPIC_OR_PARTITION),
+            Outcome::Fail
+        );
+        assert_eq!(
+            produce_outcome(codes::NOT_LEADER_OR_FOLLOWER),
+            Outcome::Info
+        );
+        assert_eq!(
+            produce_outcome(codes::NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+            Outcome::Info
+        );
+        assert_eq!(produce_outcome(codes::REQUEST_TIMED_OUT), Outcome::Info);
+        assert_eq!(produce_outcome(-1), Outcome::Info);
+        assert_eq!(produce_outcome(9999), Outcome::Info);
+    }
+
+    /// A fake log per partition, so polls return what sends wrote.
+    fn answer(logs: &mut BTreeMap<(String, i64), Vec<i64>>, p: &Planned) -> (Outcome, Value, u64) {
+        let v = &p.op.value;
+        let key = (
+            v["topic"].as_str().unwrap().to_string(),
+            v["partition"].as_i64().unwrap(),
+        );
+        let log = logs.entry(key).or_default();
+        let mut done = v.clone();
+        if p.op.f == "send" {
+            done["offset"] = json!(log.len());
+            log.extend(
+                v["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_i64().unwrap()),
+            );
+        } else {
+            let from = v["from"].as_i64().unwrap() as usize;
+            let recs: Vec<Value> = log
+                .iter()
+                .enumerate()
+                .skip(from)
+                .take(5)
+                .map(|(o, x)| json!([o, x, 0]))
+                .collect();
+            done["records"] = Value::Array(recs);
+            done["high_watermark"] = json!(log.len());
+        }
+        (Outcome::Ok, done, 1_000_000)
+    }
+
+    #[test]
+    fn sends_carry_unique_values_and_polls_move_forward_per_process() {
+        let mut logs = BTreeMap::new();
+        let mut g = QueueGen::new(opts());
+        let h = generator::simulate(&mut g, 4, 11, 2000, |p| answer(&mut logs, p));
+        let mut seen = BTreeSet::new();
+        for op in h
+            .iter()
+            .filter(|o| o.f == "send" && o.kind == OpType::Invoke)
+        {
+            for v in op.value["values"].as_array().unwrap() {
+                assert!(seen.insert(v.as_i64().unwrap()), "value {v} sent twice");
+            }
+        }
+        assert!(seen.len() > 500);
+        let polls_from_later_offsets = h
+            .iter()
+            .filter(|o| o.f == "poll" && o.kind == OpType::Invoke)
+            .filter(|o| o.value["from"].as_i64().unwrap() > 0)
+            .count();
+        assert!(polls_from_later_offsets > 100, "{polls_from_later_offsets}");
+    }
+
+    #[test]
+    fn the_schedule_is_deterministic_for_a_seed() {
+        let run = |seed| {
+            let mut logs = BTreeMap::new();
+            let mut g = QueueGen::new(opts());
+            generator::simulate(&mut g, 3, seed, 300, |p| answer(&mut logs, p))
+        };
+        assert_eq!(run(5), run(5));
+        assert_ne!(run(5), run(6));
+    }
+
+    #[test]
+    fn the_final_reads_cover_every_partition_up_to_its_high_watermark() {
+        let mut logs = BTreeMap::new();
+        for (i, (t, p)) in opts().partitions().into_iter().enumerate() {
+            logs.insert((t, p as i64), (0..(7 * i as i64 + 3)).collect::<Vec<_>>());
+        }
+        let expected = logs.clone();
+        let mut g = Queue::new(opts()).final_generator();
+        let h = generator::simulate(g.as_mut(), 3, 1, 1000, |p| answer(&mut logs, p));
+        let mut read: BTreeMap<(String, i64), BTreeSet<i64>> = BTreeMap::new();
+        for op in h.iter().filter(|o| o.kind == OpType::Ok) {
+            let key = (
+                op.value["topic"].as_str().unwrap().to_string(),
+                op.value["partition"].as_i64().unwrap(),
+            );
+            for r in op.value["records"].as_array().unwrap() {
+                read.entry(key.clone())
+                    .or_default()
+                    .insert(r[0].as_i64().unwrap());
+            }
+        }
+        for (key, log) in expected {
+            assert_eq!(read[&key].len(), log.len(), "{key:?}");
+        }
+    }
+}
