@@ -34,6 +34,9 @@ pub struct Args {
     /// Number of broker nodes.
     #[arg(long, default_value_t = 3, value_name = "N")]
     nodes: usize,
+    /// Replicas per partition (default: min(3, nodes)).
+    #[arg(long, value_name = "N")]
+    replication_factor: Option<u32>,
     /// Number of concurrent client workers.
     #[arg(long, default_value_t = 10, value_name = "N")]
     concurrency: usize,
@@ -138,6 +141,13 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     if !(args.rate >= 0.0 && args.rate.is_finite()) {
         return Err(Problem::Usage("--rate must be 0 or more".into()));
     }
+    let rf = args.replication_factor.unwrap_or(args.nodes.min(3) as u32);
+    if rf == 0 || rf as usize > args.nodes {
+        return Err(Problem::Usage(format!(
+            "--replication-factor must be 1 to --nodes ({})",
+            args.nodes
+        )));
+    }
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
     let final_timeout = seconds("final-timeout", args.final_timeout)?;
@@ -198,11 +208,11 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         runtime: Box::new(runtime),
         db: Arc::new(TidemarkBroker::new(
             broker,
-            BrokerConfig::for_cluster(options.nodes),
+            BrokerConfig::for_replication(rf),
             args.inject_bug,
         )),
         net: Arc::new(Iptables),
-        workload: Arc::new(Queue::new(QueueOptions::for_cluster(options.nodes))),
+        workload: Arc::new(Queue::new(QueueOptions::new(rf as i16))),
         nemesis: None,
         options,
     };

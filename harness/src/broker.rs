@@ -47,10 +47,10 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// Safe defaults for a cluster of `nodes`: replication factor min(3, nodes), min ISR one less
-    /// (at least 1), no unclean election, topics created explicitly.
-    pub fn for_cluster(nodes: usize) -> Self {
-        let rf = nodes.clamp(1, 3) as u32;
+    /// Safe defaults for topics of `rf` replicas: min ISR one less (at least 1), no unclean
+    /// election, topics created explicitly.
+    pub fn for_replication(rf: u32) -> Self {
+        let rf = rf.max(1);
         BrokerConfig {
             num_partitions: 1,
             default_replication_factor: rf,
@@ -434,7 +434,7 @@ mod tests {
     fn properties_name_the_node_its_listeners_and_the_quorum() {
         let cluster = [node(1), node(2), node(3)];
         let props = render_properties(
-            &BrokerConfig::for_cluster(3),
+            &BrokerConfig::for_replication(3),
             &cluster[1],
             &cluster,
             Path::new("/w/n2/data"),
@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn overrides_and_optional_settings_win() {
         let cluster = [node(1)];
-        let mut config = BrokerConfig::for_cluster(1);
+        let mut config = BrokerConfig::for_replication(1);
         config.log_segment_bytes = Some(4096);
         config.unclean_leader_election = true;
         config
@@ -481,7 +481,7 @@ mod tests {
     fn start_command_passes_injected_bugs_escaped() {
         let broker = TidemarkBroker::new(
             "/x".into(),
-            BrokerConfig::for_cluster(1),
+            BrokerConfig::for_replication(1),
             vec!["hw-truncation".into(), "a b".into()],
         );
         let cmd = broker.start_command(&node(1));
@@ -512,7 +512,8 @@ mod tests {
             &format!("chmod 755 {}/bin/tidemark-broker", dir.path().display()),
         )
         .unwrap();
-        let broker = TidemarkBroker::new("/unused".into(), BrokerConfig::for_cluster(1), vec![]);
+        let broker =
+            TidemarkBroker::new("/unused".into(), BrokerConfig::for_replication(1), vec![]);
         broker.start(&n).unwrap();
         assert!(broker.is_running(&n).unwrap());
         broker.pause(&n).unwrap();

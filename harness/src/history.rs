@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::op::Op;
 
@@ -33,7 +33,14 @@ impl HistoryWriter {
             next_index: 0,
             last_flush: Instant::now(),
         };
-        w.line(&json!({"tidemark_history": 1, "test": test}))?;
+        // Written by hand so the format marker comes first, as the spec shows it.
+        let header = format!(
+            "{{\"tidemark_history\":1,\"test\":{}}}\n",
+            serde_json::to_string(test)?
+        );
+        w.out
+            .write_all(header.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
         w.flush()?;
         Ok(w)
     }
@@ -86,6 +93,7 @@ impl Drop for HistoryWriter {
 mod tests {
     use super::*;
     use crate::op::{OpType, Process};
+    use serde_json::json;
 
     fn op(f: &str) -> Op {
         Op {
@@ -110,7 +118,9 @@ mod tests {
         assert_eq!(w.append(op("send")).unwrap().index, 1);
         drop(w);
         let text = std::fs::read_to_string(&path).unwrap();
-        let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let header = text.lines().next().unwrap();
+        assert!(header.starts_with("{\"tidemark_history\":1,"), "{header}");
+        let first: Value = serde_json::from_str(header).unwrap();
         assert_eq!(first["tidemark_history"], json!(1));
         assert_eq!(first["test"]["seed"], json!(1));
         let reader = tidemark_checkers::read_history(std::io::BufReader::new(

@@ -50,6 +50,8 @@ pub mod codes {
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
     /// The topic already exists.
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    /// More replicas asked for than the cluster has brokers.
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
     /// Offset out of range for a fetch.
     pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 }

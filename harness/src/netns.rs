@@ -126,6 +126,15 @@ impl Runtime for NetnsRuntime {
         "netns"
     }
 
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": "netns",
+            "run": self.run,
+            "namespace_prefix": format!("{PREFIX}{}-", self.run),
+            "work_dir": self.work_dir,
+        })
+    }
+
     fn create(&mut self, cluster: &str, names: &[String]) -> anyhow::Result<Vec<Node>> {
         if names.is_empty() || names.len() > MAX_NODES {
             bail!(

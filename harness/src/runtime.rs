@@ -83,6 +83,9 @@ pub trait Runtime: Send {
     /// The runtime's name as the CLI spells it, e.g. `netns`.
     fn name(&self) -> &'static str;
 
+    /// What test.json records about the runtime (its name and the names it created).
+    fn describe(&self) -> serde_json::Value;
+
     /// Creates the nodes named `names` in `cluster`.
     fn create(&mut self, cluster: &str, names: &[String]) -> anyhow::Result<Vec<Node>>;
 

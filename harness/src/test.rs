@@ -90,7 +90,7 @@ impl Test {
             "clusters": clusters,
             "broker": broker,
             "broker_config": broker.get("properties").cloned().unwrap_or(Value::Null),
-            "runtime": o.runtime,
+            "runtime": self.runtime.describe(),
             "concurrency": o.concurrency,
             "time_limit_s": o.time_limit.as_secs_f64(),
             "rate": o.rate,

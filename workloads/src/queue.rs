@@ -43,12 +43,12 @@ pub struct QueueOptions {
 }
 
 impl QueueOptions {
-    /// Two topics of two partitions, replicated on up to three nodes.
-    pub fn for_cluster(nodes: usize) -> Self {
+    /// Two topics of two partitions, each with `replication_factor` replicas.
+    pub fn new(replication_factor: i16) -> Self {
         QueueOptions {
             topics: vec!["t0".into(), "t1".into()],
             partitions: 2,
-            replication_factor: nodes.clamp(1, 3) as i16,
+            replication_factor,
             max_values_per_send: 3,
             send_fraction: 0.5,
             seek_back_probability: 1.0 / 16.0,
@@ -118,49 +118,64 @@ impl Workload for Queue {
     }
 }
 
-/// Creates the topics and waits until every node reports a leader for every partition. A node
-/// that still does not know a topic after a while is asked to create it too (brokers without a
-/// shared controller keep metadata per node; with one, it answers TOPIC_ALREADY_EXISTS).
+/// Waits until the cluster reports enough brokers for the replication factor, creates the
+/// topics through the first node, and waits until every replica of every partition knows its
+/// leader. The caller bounds the time.
 async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<()> {
     let first = &cx.nodes[0];
     let mut conn = Connection::connect(cx.dialer.clone(), first.addr, cx.timeout).await?;
+    let mut brokers = 0;
+    for attempt in 0.. {
+        brokers = conn.metadata(Some(&[])).await?.brokers.len();
+        if brokers >= o.replication_factor as usize || attempt == 50 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for t in &o.topics {
         let code = conn
             .create_topic(t, o.partitions, o.replication_factor)
             .await?;
+        if code == codes::INVALID_REPLICATION_FACTOR {
+            anyhow::bail!(
+                "creating topic {t} with replication factor {}: the cluster reports {brokers} \
+                 broker(s); use a smaller --replication-factor",
+                o.replication_factor
+            );
+        }
         if code != codes::NONE && code != codes::TOPIC_ALREADY_EXISTS {
             anyhow::bail!("creating topic {t} on {}: {}", first.name, error_name(code));
         }
     }
-    for node in &cx.nodes {
+    let meta = loop {
+        let meta = conn.metadata(Some(&o.topics)).await?;
+        if all_led(&meta, o) {
+            break meta;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let replicas: std::collections::BTreeSet<i32> = meta
+        .topics
+        .values()
+        .flat_map(|(_, parts)| parts.values().flat_map(|p| p.replicas.iter().copied()))
+        .collect();
+    for id in replicas {
+        let node = cx
+            .node_by_id(CLUSTER, id)
+            .ok_or_else(|| anyhow::anyhow!("replica {id} is not a node of the test"))?;
         let mut conn = Connection::connect(cx.dialer.clone(), node.addr, cx.timeout).await?;
-        let mut asked = false;
-        let started = tokio::time::Instant::now();
-        loop {
-            let meta = conn.metadata(Some(&o.topics)).await?;
-            let missing: Vec<&String> = o
-                .topics
-                .iter()
-                .filter(|t| (0..o.partitions).any(|p| meta.leader(t, p).is_none()))
-                .collect();
-            if missing.is_empty() {
-                break;
-            }
-            if !asked && started.elapsed() > Duration::from_secs(2) {
-                asked = true;
-                for t in missing {
-                    let code = conn
-                        .create_topic(t, o.partitions, o.replication_factor)
-                        .await?;
-                    if code != codes::NONE && code != codes::TOPIC_ALREADY_EXISTS {
-                        anyhow::bail!("creating topic {t} on {}: {}", node.name, error_name(code));
-                    }
-                }
-            }
+        while !all_led(&conn.metadata(Some(&o.topics)).await?, o) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     Ok(())
+}
+
+/// Whether every partition of every topic has a leader in `meta`.
+fn all_led(meta: &ClusterMetadata, o: &QueueOptions) -> bool {
+    o.topics
+        .iter()
+        .all(|t| (0..o.partitions).all(|p| meta.leader(t, p).is_some()))
 }
 
 /// How a produce error code ends a send: `fail` only when the broker rejected the batch before
@@ -219,7 +234,8 @@ impl QueueClient {
         }
     }
 
-    /// Metadata, asking the home node first and then the others.
+    /// Metadata that names a leader for every partition, asking the home node first and then
+    /// the others (as a Kafka client walks its bootstrap servers).
     async fn refresh_metadata(&mut self) -> Result<(), Failure> {
         let mut last = String::new();
         let n = self.cx.nodes.len();
@@ -231,12 +247,19 @@ impl QueueClient {
                 c.metadata(Some(&self.options.topics)).await
             };
             match attempt.await {
-                Ok(m) => {
+                Ok(m) if all_led(&m, &self.options) => {
                     self.metadata = Some(m);
                     return Ok(());
                 }
+                Ok(m) => {
+                    last = format!("{}: no leader for some partition", node.name);
+                    self.metadata.get_or_insert(m);
+                }
                 Err(e) => last = format!("{}: {e}", node.name),
             }
+        }
+        if self.metadata.is_some() {
+            return Ok(());
         }
         Err(Failure {
             outcome: Outcome::Fail,
@@ -568,7 +591,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     fn opts() -> QueueOptions {
-        QueueOptions::for_cluster(3)
+        QueueOptions::new(3)
     }
 
     #[test]

@@ -1,0 +1,102 @@
+//! `tidemark test` end to end on real network namespaces with real brokers: a short run without
+//! faults is valid, writes every file of the run directory, and leaves nothing behind.
+
+mod engine_support;
+
+use std::process::Command;
+
+use engine_support::*;
+use serde_json::Value;
+
+#[test]
+fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
+    if !root_or_skip("a_short_run_without_faults_is_valid_and_leaves_nothing_behind") {
+        return;
+    }
+    broker();
+    let store = tempfile::tempdir().unwrap();
+    let out = Command::new(tidemark())
+        .args([
+            "test",
+            "--time-limit",
+            "15",
+            "--nemesis",
+            "none",
+            "--seed",
+            "1",
+        ])
+        // The broker does not replicate across nodes yet; one replica per partition keeps this
+        // test about the engine.
+        .args(["--replication-factor", "1", "--quiet", "--store"])
+        .arg(store.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("VALID"), "{stdout}");
+
+    let run = store.path().join("latest");
+    let test = test_json(&run);
+    assert_eq!(test["seed"], 1);
+    assert_eq!(test["workload"], "queue");
+    assert_eq!(test["nodes"].as_array().unwrap().len(), 3);
+
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    let mut lines = history.lines();
+    let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["tidemark_history"], 1);
+    assert_eq!(header["test"], test);
+    let ops: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(ops.len() > 500, "only {} ops", ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        assert_eq!(op["index"], i as u64);
+    }
+    let oks = |f: &str| {
+        ops.iter()
+            .filter(|o| o["f"] == f && o["type"] == "ok")
+            .count()
+    };
+    assert!(oks("send") > 100 && oks("poll") > 100);
+
+    let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
+    let replicas: Vec<Value> = replicas
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Two topics of two partitions, each replica named with its cluster and node.
+    assert!(replicas.len() >= 4, "{replicas:?}");
+    assert!(replicas
+        .iter()
+        .all(|r| r["cluster"] == "a" && r["node"].is_string() && r["records"].is_array()));
+
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["valid"], true, "{results}");
+    for n in ["n1", "n2", "n3"] {
+        let log = run.join("nodes").join(n).join("broker.log");
+        assert!(log.is_file(), "{} missing", log.display());
+    }
+    assert_nothing_left(&test);
+}
+
+#[test]
+fn bad_usage_exits_254_with_a_reason() {
+    let out = Command::new(tidemark())
+        .args(["test", "--nemesis", "meteor-strike"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(254));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown fault kind(s): meteor-strike"),
+        "{stderr}"
+    );
+
+    let out = Command::new(tidemark())
+        .args(["test", "--workload", "bank"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(254));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("available: queue"));
+}

@@ -1,0 +1,67 @@
+//! Shared by the engine's integration tests: where the binaries are, whether we may create
+//! namespaces, and how to tell that a run left nothing behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The `tidemark` binary under test.
+pub fn tidemark() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tidemark"))
+}
+
+/// The broker binary beside it; `cargo build --workspace` puts it there.
+pub fn broker() -> PathBuf {
+    let b = tidemark().with_file_name("tidemark-broker");
+    assert!(
+        b.is_file(),
+        "{} is missing: run `cargo build --workspace` before `cargo test`",
+        b.display()
+    );
+    b
+}
+
+/// True when the test may create namespaces; prints why it skips otherwise.
+pub fn root_or_skip(test: &str) -> bool {
+    let uid = Command::new("id").arg("-u").output().expect("id -u");
+    let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+    if !root {
+        eprintln!("skipping {test}: needs root to create network namespaces");
+    }
+    root
+}
+
+/// `test.json` of a run directory.
+pub fn test_json(run_dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).expect("test.json"))
+        .expect("test.json is JSON")
+}
+
+/// Asserts that nothing of the run described by `test` remains: no namespace with its prefix, no
+/// work directory, no live process started from it.
+pub fn assert_nothing_left(test: &Value) {
+    let prefix = test["runtime"]["namespace_prefix"]
+        .as_str()
+        .expect("prefix");
+    let work_dir = test["runtime"]["work_dir"].as_str().expect("work dir");
+    let list = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip");
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        !list.lines().any(|l| l.starts_with(prefix)),
+        "namespaces left: {list}"
+    );
+    assert!(!Path::new(work_dir).exists(), "{work_dir} left");
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            !cmdline.contains(work_dir),
+            "process {} left: {cmdline}",
+            entry.file_name().to_string_lossy()
+        );
+    }
+}
