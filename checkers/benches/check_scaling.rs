@@ -1,1 +1,130 @@
-fn main() {}
+//! How reading and checking scale: µs per op at 1M and 2M ops, the ratio of the two times, and
+//! the memory the check needs. Goals (anchors.md §3): ≤ 5 µs per op on one core, time(2N) /
+//! time(N) ≤ 2.2, memory in proportion to distinct values rather than ops.
+//!
+//! Each scenario runs in a child process (this binary with `--child`), so that its peak memory
+//! is its own. The child simulates a correct run, serializes it to jsonl in memory, resets its
+//! peak-RSS counter, then reads and checks the jsonl; the memory figure is the peak during
+//! read + check minus the resident size just before it (which holds the jsonl text).
+//! Run with `cargo bench -p tidemark-checkers`.
+
+#[path = "../tests/support/sim.rs"]
+mod sim;
+
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::json;
+use sim::{simulate_into, SimConfig};
+use tidemark_checkers::{check_history, read_history, read_replicas, Validity};
+
+/// (ops, percent of client ops that are sends)
+const SCENARIOS: [(usize, u64); 3] = [(1_000_000, 50), (2_000_000, 50), (2_000_000, 10)];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        let ops = args[i + 1].parse().expect("ops");
+        let send_percent = args[i + 2].parse().expect("send percent");
+        child(ops, send_percent);
+        return;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    let mut rows = Vec::new();
+    println!(
+        "{:>9} {:>6} {:>10} {:>8} {:>9} {:>10} {:>12}",
+        "ops", "sends%", "values", "secs", "µs/op", "check MB", "bytes/value"
+    );
+    for (ops, send_percent) in SCENARIOS {
+        let out = Command::new(&exe)
+            .args(["--child", &ops.to_string(), &send_percent.to_string()])
+            .output()
+            .expect("run child");
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let row: serde_json::Value = serde_json::from_slice(&out.stdout).expect("child output");
+        let secs = row["secs"].as_f64().unwrap();
+        let values = row["values"].as_u64().unwrap();
+        let mem = row["check_bytes"].as_u64().unwrap();
+        println!(
+            "{:>9} {:>6} {:>10} {:>8.2} {:>9.2} {:>10.1} {:>12.0}",
+            ops,
+            send_percent,
+            values,
+            secs,
+            secs * 1e6 / ops as f64,
+            mem as f64 / 1e6,
+            mem as f64 / values as f64
+        );
+        rows.push((ops, send_percent, secs, mem));
+    }
+    let ratio = rows[1].2 / rows[0].2;
+    println!("time(2M)/time(1M) = {ratio:.2} (goal ≤ 2.2)");
+    println!(
+        "memory at 2M ops: {:.1} MB with 50% sends, {:.1} MB with 10% sends (same ops, fewer values)",
+        rows[1].3 as f64 / 1e6,
+        rows[2].3 as f64 / 1e6
+    );
+}
+
+fn child(ops: usize, send_percent: u64) {
+    let cfg = SimConfig {
+        seed: 42,
+        ops,
+        partitions: 8,
+        workers: 16,
+        max_poll: 10,
+        send_percent,
+    };
+    let mut history =
+        serde_json::to_vec(&json!({"tidemark_history": 1, "test": {"workload": "queue"}})).unwrap();
+    history.push(b'\n');
+    let mut values = 0u64;
+    let replicas = simulate_into(cfg, &mut |op| {
+        if op.f == "send" && op.kind == tidemark_checkers::OpType::Invoke {
+            values += op.value["values"].as_array().map_or(0, |v| v.len() as u64);
+        }
+        serde_json::to_writer(&mut history, &op).unwrap();
+        history.push(b'\n');
+    });
+    let mut replicas_text = Vec::new();
+    for r in &replicas {
+        serde_json::to_writer(&mut replicas_text, r).unwrap();
+        replicas_text.push(b'\n');
+    }
+    drop(replicas);
+
+    // Writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let before = status_kb("VmRSS");
+    let start = Instant::now();
+    let replicas = read_replicas(&replicas_text[..]).expect("replicas");
+    let results = check_history(read_history(&history[..]).expect("header"), Some(&replicas))
+        .expect("history");
+    let secs = start.elapsed().as_secs_f64();
+    let peak = status_kb("VmHWM");
+    assert_eq!(results.valid, Validity::Valid, "{}", results.summary(3));
+    let check_bytes = if reset {
+        peak.saturating_sub(before) * 1024
+    } else {
+        peak * 1024
+    };
+    println!(
+        "{}",
+        json!({"ops": ops, "values": values, "secs": secs, "check_bytes": check_bytes,
+               "peak_reset": reset, "history_bytes": history.len()})
+    );
+}
+
+/// A `kB` field of /proc/self/status.
+fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

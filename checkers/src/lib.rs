@@ -21,6 +21,7 @@
 //!
 //! or [`check`] with ops it already holds. The verdict policy is in [`policy`].
 
+mod dense;
 pub mod op;
 pub mod policy;
 pub mod queue;

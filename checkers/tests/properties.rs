@@ -19,6 +19,7 @@ fn config(seed: u64, ops: usize, partitions: i64) -> SimConfig {
         partitions,
         workers: 4,
         max_poll: 6,
+        send_percent: 50,
     }
 }
 

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
+use crate::dense::DenseMap;
 use crate::op::{Op, OpType, Process, ReplicaState};
 use crate::policy::{config_op_enables_unclean, HistoryFacts, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
@@ -136,7 +137,7 @@ struct Partition {
     cluster: u32,
     topic: u32,
     partition: i64,
-    slots: FxHashMap<i64, Slot>,
+    slots: DenseMap<Slot>,
     gaps: FxHashMap<(i64, i64), Gap>,
     /// Poll start offset -> the furthest offset a poll from there returned, and that poll.
     reach: BTreeMap<i64, (i64, u64)>,
@@ -184,7 +185,7 @@ pub struct QueueAnalysis<'r> {
     topic_ids: FxHashMap<String, u32>,
     pk_ids: FxHashMap<(u32, u32, i64), u32>,
     parts: Vec<Partition>,
-    values: FxHashMap<i64, ValueInfo>,
+    values: DenseMap<ValueInfo>,
     conflicts: FxHashMap<(u32, i64), Vec<(i64, Proof)>>,
     duplicates: FxHashMap<i64, Vec<(u32, i64, Proof)>>,
     pending: FxHashMap<u64, Pending>,
@@ -224,7 +225,7 @@ impl<'r> QueueAnalysis<'r> {
             topic_ids: FxHashMap::default(),
             pk_ids: FxHashMap::default(),
             parts: Vec::new(),
-            values: FxHashMap::default(),
+            values: DenseMap::default(),
             conflicts: FxHashMap::default(),
             duplicates: FxHashMap::default(),
             pending: FxHashMap::default(),
@@ -303,8 +304,7 @@ impl<'r> QueueAnalysis<'r> {
                 self.observe_record(pk, rec.offset, rec.value, Proof::Final(log.leader as u32));
                 if cluster < 64 {
                     self.values
-                        .entry(rec.value)
-                        .or_insert_with(ValueInfo::new)
+                        .get_or_insert_with(rec.value, ValueInfo::new)
                         .final_clusters |= 1 << cluster;
                 }
             }
@@ -386,7 +386,7 @@ impl<'r> QueueAnalysis<'r> {
             let cluster = self.cluster_id(op.cluster.as_deref());
             let pk = self.pk(cluster, topic, partition);
             for &v in &values {
-                let info = self.values.entry(v).or_insert_with(ValueInfo::new);
+                let info = self.values.get_or_insert_with(v, ValueInfo::new);
                 if info.invoke != NONE {
                     let warning = format!(
                         "op {}: value {v} was already sent by op {} (values must be unique)",
@@ -473,7 +473,7 @@ impl<'r> QueueAnalysis<'r> {
             _ => None,
         };
         for (i, &v) in values.iter().enumerate() {
-            let info = self.values.entry(v).or_insert_with(ValueInfo::new);
+            let info = self.values.get_or_insert_with(v, ValueInfo::new);
             if info.invoke == NONE {
                 info.invoke = op.index;
                 info.send_pk = pk;
@@ -544,10 +544,6 @@ impl<'r> QueueAnalysis<'r> {
             prev = Some((offset, epoch.or(prev.and_then(|(_, e)| e))));
             furthest = Some(furthest.map_or(offset, |f: i64| f.max(offset)));
             self.observe_record(pk, offset, value, Proof::Poll(op.index));
-            let info = self.values.entry(value).or_insert_with(ValueInfo::new);
-            if info.first_poll == NONE {
-                info.first_poll = op.index;
-            }
         }
         if monotonic {
             for (lo, hi, after) in gaps {
@@ -614,16 +610,13 @@ impl<'r> QueueAnalysis<'r> {
     fn observe_record(&mut self, pk: u32, offset: i64, value: i64, proof: Proof) {
         let polled = matches!(proof, Proof::Poll(_));
         let slots = &mut self.parts[pk as usize].slots;
-        match slots.get_mut(&offset) {
+        match slots.get_mut(offset) {
             None => {
-                slots.insert(
-                    offset,
-                    Slot {
-                        value,
-                        proof,
-                        polled,
-                    },
-                );
+                slots.get_or_insert_with(offset, || Slot {
+                    value,
+                    proof,
+                    polled,
+                });
             }
             Some(slot) if slot.value != value => {
                 slot.polled |= polled;
@@ -638,7 +631,12 @@ impl<'r> QueueAnalysis<'r> {
             }
             Some(slot) => slot.polled |= polled,
         }
-        let info = self.values.entry(value).or_insert_with(ValueInfo::new);
+        let info = self.values.get_or_insert_with(value, ValueInfo::new);
+        if let Proof::Poll(op) = proof {
+            if info.first_poll == NONE {
+                info.first_poll = op;
+            }
+        }
         if info.loc_pk == NO_PK {
             info.loc_pk = pk;
             info.loc_offset = offset;
@@ -685,7 +683,7 @@ impl<'r> QueueAnalysis<'r> {
         for (_, pend) in std::mem::take(&mut self.pending) {
             self.stats.entry(pend.f).or_default().info += 1;
             for v in pend.send.map(|s| s.1).unwrap_or_default() {
-                if let Some(info) = self.values.get_mut(&v) {
+                if let Some(info) = self.values.get_mut(v) {
                     if info.outcome == Outcome::Pending {
                         info.outcome = Outcome::Info;
                     }
@@ -707,7 +705,7 @@ impl<'r> QueueAnalysis<'r> {
     /// Lost writes, aborted reads and unexpected values: judged per value once every send has
     /// completed and every poll has been seen.
     fn check_values(&mut self) {
-        let mut values: Vec<(i64, ValueInfo)> = self.values.iter().map(|(&v, &i)| (v, i)).collect();
+        let mut values: Vec<(i64, ValueInfo)> = self.values.iter().map(|(v, &i)| (v, i)).collect();
         values.sort_unstable_by_key(|&(v, i)| (i.completion, i.invoke, v));
         let mut by_polls: FxHashMap<u32, Vec<(i64, i64, ValueInfo)>> = FxHashMap::default();
         let mut no_final: BTreeSet<u32> = BTreeSet::new();
@@ -876,7 +874,7 @@ impl<'r> QueueAnalysis<'r> {
                     .iter()
                     .filter(|r| {
                         self.values
-                            .get(&r.value)
+                            .get(r.value)
                             .is_none_or(|i| i.outcome != Outcome::Fail)
                     })
                     .map(|r| r.offset)
@@ -890,7 +888,7 @@ impl<'r> QueueAnalysis<'r> {
                         .slots
                         .iter()
                         .filter(|(_, s)| s.polled)
-                        .map(|(&o, _)| o)
+                        .map(|(o, _)| o)
                         .collect();
                     polled.sort_unstable();
                     ("polls", polled)
@@ -963,7 +961,7 @@ impl<'r> QueueAnalysis<'r> {
             replicas::mirror_divergence(replicas, &self.finals, &mut self.anomalies);
         }
         let origin = |v: i64| -> Option<&str> {
-            let info = self.values.get(&v)?;
+            let info = self.values.get(v)?;
             (info.send_pk != NO_PK).then(|| {
                 let part = &self.parts[info.send_pk as usize];
                 self.clusters[part.cluster as usize].as_str()

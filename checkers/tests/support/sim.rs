@@ -44,6 +44,8 @@ pub struct SimConfig {
     pub workers: usize,
     /// Most records one poll returns.
     pub max_poll: i64,
+    /// Share of new client ops that are sends (the rest are polls), in percent.
+    pub send_percent: u64,
 }
 
 /// One partition's log: (value, epoch) at each offset; everything is committed.
@@ -64,19 +66,28 @@ enum Open {
     Poll { partition: i64, from: i64 },
 }
 
+/// Simulates a run, keeping every op.
 pub fn simulate(cfg: SimConfig) -> Sim {
+    let mut ops = Vec::with_capacity(cfg.ops);
+    let replicas = simulate_into(cfg, &mut |op| ops.push(op));
+    Sim { ops, replicas }
+}
+
+/// Simulates a run, handing each op to `sink` as it is made, and returns the replica states.
+pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaState> {
     let mut rng = Rng::new(cfg.seed);
     let mut logs = vec![Log::default(); cfg.partitions as usize];
-    let mut ops: Vec<Op> = Vec::with_capacity(cfg.ops + 2 * cfg.workers);
+    let count = std::cell::Cell::new(0u64);
     // Each worker runs one process at a time; an `info` retires the process.
     let mut procs: Vec<u64> = (0..cfg.workers as u64).collect();
     let mut next_proc = cfg.workers as u64;
     let mut open: Vec<Option<Open>> = (0..cfg.workers).map(|_| None).collect();
     let mut next_value = 0i64;
     let mut killed = false;
-    let push = |ops: &mut Vec<Op>, process, kind, f: &str, value| {
-        let index = ops.len() as u64;
-        ops.push(Op {
+    let mut push = |process, kind, f: &str, value| {
+        let index = count.get();
+        count.set(index + 1);
+        sink(Op {
             index,
             time: index * 1_000,
             process,
@@ -88,7 +99,7 @@ pub fn simulate(cfg: SimConfig) -> Sim {
             error: None,
         });
     };
-    while ops.len() < cfg.ops {
+    while (count.get() as usize) < cfg.ops {
         if rng.chance(1) {
             // A leader change: kill, then start, each an invoke and an info.
             let f = if killed { "start" } else { "kill" };
@@ -97,14 +108,8 @@ pub fn simulate(cfg: SimConfig) -> Sim {
                 let p = rng.below(cfg.partitions as u64) as usize;
                 logs[p].epoch += 1 + rng.below(3) as i64;
             }
-            push(&mut ops, Process::Nemesis, OpType::Invoke, f, json!({}));
-            push(
-                &mut ops,
-                Process::Nemesis,
-                OpType::Info,
-                f,
-                json!({"nodes": ["n1"]}),
-            );
+            push(Process::Nemesis, OpType::Invoke, f, json!({}));
+            push(Process::Nemesis, OpType::Info, f, json!({"nodes": ["n1"]}));
             continue;
         }
         let w = rng.below(cfg.workers as u64) as usize;
@@ -112,18 +117,18 @@ pub fn simulate(cfg: SimConfig) -> Sim {
         match open[w].take() {
             None => {
                 let partition = rng.below(cfg.partitions as u64) as i64;
-                if rng.chance(50) {
+                if rng.chance(cfg.send_percent) {
                     let n = 1 + rng.below(3) as i64;
                     let values: Vec<i64> = (next_value..next_value + n).collect();
                     next_value += n;
                     let v = json!({"topic": "t", "partition": partition, "values": values});
-                    push(&mut ops, process, OpType::Invoke, "send", v);
+                    push(process, OpType::Invoke, "send", v);
                     open[w] = Some(Open::Send { partition, values });
                 } else {
                     let len = logs[partition as usize].records.len() as i64;
                     let from = rng.below(len as u64 + 1) as i64;
                     let v = json!({"topic": "t", "partition": partition, "from": from});
-                    push(&mut ops, process, OpType::Invoke, "poll", v);
+                    push(process, OpType::Invoke, "poll", v);
                     open[w] = Some(Open::Poll { partition, from });
                 }
             }
@@ -143,7 +148,7 @@ pub fn simulate(cfg: SimConfig) -> Sim {
                 if kind == OpType::Ok && rng.below(10) != 0 {
                     v["offset"] = json!(offset);
                 }
-                push(&mut ops, process, kind, "send", v);
+                push(process, kind, "send", v);
                 if kind == OpType::Info {
                     procs[w] = next_proc;
                     next_proc += 1;
@@ -161,12 +166,11 @@ pub fn simulate(cfg: SimConfig) -> Sim {
                     .collect();
                 let v = json!({"topic": "t", "partition": partition, "from": from,
                                "records": records, "high_watermark": hw});
-                push(&mut ops, process, OpType::Ok, "poll", v);
+                push(process, OpType::Ok, "poll", v);
             }
         }
     }
-    let replicas = logs
-        .iter()
+    logs.iter()
         .enumerate()
         .flat_map(|(p, log)| {
             let records: Vec<Record> = log
@@ -201,6 +205,5 @@ pub fn simulate(cfg: SimConfig) -> Sim {
                     error: None,
                 })
         })
-        .collect();
-    Sim { ops, replicas }
+        .collect()
 }
