@@ -3,10 +3,17 @@
 
 mod engine_support;
 
+use std::path::Path;
 use std::process::Command;
 
 use engine_support::*;
 use serde_json::Value;
+
+/// `test.json` of a run directory.
+fn test_json(run_dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).expect("test.json"))
+        .expect("test.json is JSON")
+}
 
 #[test]
 fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {

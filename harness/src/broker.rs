@@ -491,37 +491,4 @@ mod tests {
         );
         assert!(cmd.contains("echo $! > /w/n1/broker.pid"), "{cmd}");
     }
-
-    #[test]
-    fn a_daemon_is_started_killed_and_reported_through_the_remote() {
-        let dir = tempfile::tempdir().unwrap();
-        let n = Node {
-            dir: dir.path().to_path_buf(),
-            ..node(1)
-        };
-        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
-        // A stand-in daemon with the broker's file layout: the real broker is exercised by the
-        // end-to-end tests.
-        std::fs::write(
-            dir.path().join("bin/tidemark-broker"),
-            "#!/bin/sh\necho started >&2\nexec sleep 30\n",
-        )
-        .unwrap();
-        remote::run(
-            n.remote.as_ref(),
-            &format!("chmod 755 {}/bin/tidemark-broker", dir.path().display()),
-        )
-        .unwrap();
-        let broker =
-            TidemarkBroker::new("/unused".into(), BrokerConfig::for_replication(1), vec![]);
-        broker.start(&n).unwrap();
-        assert!(broker.is_running(&n).unwrap());
-        broker.pause(&n).unwrap();
-        assert!(broker.is_running(&n).unwrap());
-        broker.resume(&n).unwrap();
-        broker.kill(&n).unwrap();
-        assert!(!broker.is_running(&n).unwrap());
-        let log = std::fs::read_to_string(dir.path().join("broker.log")).unwrap();
-        assert!(log.contains("started"), "{log}");
-    }
 }

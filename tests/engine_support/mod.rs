@@ -32,12 +32,6 @@ pub fn root_or_skip(test: &str) -> bool {
     root
 }
 
-/// `test.json` of a run directory.
-pub fn test_json(run_dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).expect("test.json"))
-        .expect("test.json is JSON")
-}
-
 /// Asserts that nothing of the run described by `test` remains: no namespace with its prefix, no
 /// work directory, no live process started from it.
 pub fn assert_nothing_left(test: &Value) {

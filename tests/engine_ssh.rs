@@ -1,0 +1,214 @@
+//! The SSH remote against a real OpenSSH server running inside a node's network namespace:
+//! commands with their exit codes, uploads and downloads, the known-hosts policies, and the
+//! broker deployed, started, killed and stopped through it, exactly as on a VM.
+
+mod engine_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
+use tidemark_harness::client::{ClientContext, NodeAddr};
+use tidemark_harness::db::Db;
+use tidemark_harness::leftovers;
+use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::remote::{self, Remote, RemoteError};
+use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runtime::{Node, Runtime};
+use tidemark_harness::ssh::{KnownHosts, Ssh, SshConfig};
+
+fn keygen(path: &Path) {
+    let ok = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ssh-keygen failed");
+}
+
+/// Starts sshd inside `node`'s namespace, listening on the node's address, with keys in `dir`.
+fn start_sshd(node: &Node, dir: &Path) {
+    keygen(&dir.join("hostkey"));
+    keygen(&dir.join("client"));
+    std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys")).unwrap();
+    let config = format!(
+        "Port 22\nListenAddress {ip}\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
+         AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n\
+         StrictModes no\n",
+        ip = node.ip,
+        d = dir.display()
+    );
+    std::fs::write(dir.join("sshd_config"), config).unwrap();
+    // OpenSSH refuses to start without its privilege-separation directory.
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sshd is not installed (apt-get install openssh-server)");
+    remote::run(
+        node.remote.as_ref(),
+        &remote::command_line(&[
+            sshd,
+            "-f",
+            &dir.join("sshd_config").display().to_string(),
+            "-E",
+            &dir.join("sshd.log").display().to_string(),
+        ]),
+    )
+    .unwrap();
+}
+
+fn config(node: &Node, dir: &Path, known_hosts: KnownHosts) -> SshConfig {
+    SshConfig {
+        user: "root".into(),
+        addr: std::net::SocketAddr::new(node.ip, 22),
+        key_file: Some(dir.join("client")),
+        use_agent: false,
+        known_hosts,
+        timeout: Duration::from_secs(20),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_driven_over_ssh_including_the_broker() {
+    if !root_or_skip("a_node_is_driven_over_ssh_including_the_broker") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+    let record = serde_json::json!({"runtime": runtime.describe()});
+    let nodes = runtime.create("a", &["n1".to_string()]).unwrap();
+    let local = &nodes[0];
+    let keys = local.dir.join("ssh");
+    std::fs::create_dir_all(&keys).unwrap();
+    start_sshd(local, &keys);
+    let known_hosts = keys.join("known_hosts");
+
+    let started = Instant::now();
+    let ssh = loop {
+        match Ssh::connect(
+            config(local, &keys, KnownHosts::AcceptNew(known_hosts.clone())),
+            runtime.dialer(),
+        ) {
+            Ok(s) => break s,
+            Err(e) if started.elapsed() > Duration::from_secs(10) => panic!("{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    assert_eq!(ssh.describe(), format!("ssh root@{}:22", local.ip));
+
+    // Commands: output, exit codes, and arguments that need quoting.
+    assert_eq!(
+        remote::run(&ssh, "echo hello; id -un").unwrap(),
+        "hello\nroot"
+    );
+    let out = ssh.exec("echo out; echo err >&2; exit 7").unwrap();
+    assert_eq!(
+        (out.exit, out.stdout.as_str(), out.stderr.as_str()),
+        (7, "out\n", "err\n")
+    );
+    assert!(matches!(
+        remote::run(&ssh, "false"),
+        Err(RemoteError::NonZero { exit: 1, .. })
+    ));
+    let tricky = "it's $HOME; `x`";
+    assert_eq!(
+        remote::run(&ssh, &remote::command_line(&["printf", "%s", tricky])).unwrap(),
+        tricky
+    );
+
+    // Upload and download keep bytes and permission bits.
+    let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let src = work.path().join("payload");
+    std::fs::write(&src, &payload).unwrap();
+    std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let remote_path = local.dir.join("uploaded");
+    ssh.upload(&src, &remote_path).unwrap();
+    assert_eq!(
+        remote::run(&ssh, &format!("wc -c < {}", remote_path.display()))
+            .unwrap()
+            .trim(),
+        "200000"
+    );
+    let back = work.path().join("downloaded");
+    ssh.download(&remote_path, &back).unwrap();
+    assert_eq!(std::fs::read(&back).unwrap(), payload);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&back).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o640);
+
+    // The host key was recorded; strict checking now accepts it and refuses an empty file.
+    assert!(std::fs::read_to_string(&known_hosts)
+        .unwrap()
+        .contains(&local.ip.to_string()));
+    Ssh::connect(
+        config(local, &keys, KnownHosts::Strict(known_hosts.clone())),
+        runtime.dialer(),
+    )
+    .unwrap();
+    let empty = keys.join("empty_known_hosts");
+    std::fs::write(&empty, "").unwrap();
+    let refused = Ssh::connect(
+        config(local, &keys, KnownHosts::Strict(empty)),
+        runtime.dialer(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(refused.contains("is not in"), "{refused}");
+    let wrong_key = SshConfig {
+        key_file: Some(keys.join("hostkey")),
+        ..config(local, &keys, KnownHosts::Ignore)
+    };
+    let denied = Ssh::connect(wrong_key, runtime.dialer())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(denied.contains("authentication failed"), "{denied}");
+
+    // The broker, deployed and controlled through SSH.
+    let node = Node {
+        remote: Arc::new(ssh),
+        dir: local.dir.join("over-ssh"),
+        ..local.clone()
+    };
+    std::fs::create_dir_all(&node.dir).unwrap();
+    let db = TidemarkBroker::new(broker(), BrokerConfig::for_replication(1), vec![]);
+    db.setup(&node, std::slice::from_ref(&node)).unwrap();
+    let cx = ClientContext {
+        nodes: vec![NodeAddr {
+            name: node.name.clone(),
+            cluster: node.cluster.clone(),
+            id: node.id,
+            addr: db.endpoint(&node),
+        }],
+        dialer: runtime.dialer(),
+        timeout: Duration::from_secs(5),
+    };
+    await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
+        .await
+        .unwrap();
+    let kill = db.as_kill().unwrap();
+    assert!(kill.is_running(&node).unwrap());
+    kill.kill(&node).unwrap();
+    assert!(!kill.is_running(&node).unwrap());
+    kill.start(&node).unwrap();
+    await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
+        .await
+        .unwrap();
+    db.stop(&node).unwrap();
+    assert!(!kill.is_running(&node).unwrap());
+    let log: PathBuf = db.as_log_files().unwrap().log_files(&node)[0].clone();
+    let snarfed = work.path().join("broker.log");
+    node.remote.download(&log, &snarfed).unwrap();
+    assert!(std::fs::metadata(&snarfed).unwrap().len() > 0);
+    drop(node);
+
+    runtime.destroy().unwrap();
+    assert_nothing_left(&record);
+}
