@@ -179,3 +179,30 @@ fn the_netns_runtime_names_what_it_needs_when_not_root() {
         .to_string();
     assert!(err.contains("needs root"), "{err}");
 }
+
+#[test]
+fn a_panic_while_nodes_exist_still_removes_them() {
+    if !root_or_skip("a_panic_while_nodes_exist_still_removes_them") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+    let record = serde_json::json!({"runtime": runtime.describe()});
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let nodes = runtime.create("a", &["n1".to_string()]).unwrap();
+        // A process started from the run's directory, so the leftover check can see it.
+        let sleeper = nodes[0].dir.join("sleeper");
+        std::fs::copy("/bin/sleep", &sleeper).unwrap();
+        remote::run(
+            nodes[0].remote.as_ref(),
+            &format!(
+                "nohup setsid {} 600 > /dev/null 2>&1 < /dev/null &",
+                sleeper.display()
+            ),
+        )
+        .unwrap();
+        panic!("the run blew up");
+    }));
+    assert!(panicked.is_err());
+    assert_nothing_left(&record);
+}
