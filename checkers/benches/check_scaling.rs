@@ -18,6 +18,9 @@ use serde_json::json;
 use sim::{simulate_into, SimConfig};
 use tidemark_checkers::{check_history, read_history, read_replicas, Validity};
 
+/// Read + check runs per scenario; the fastest is reported.
+const RUNS: usize = 3;
+
 /// (ops, percent of client ops that are sends)
 const SCENARIOS: [(usize, u64); 3] = [(1_000_000, 50), (2_000_000, 50), (2_000_000, 10)];
 
@@ -100,13 +103,17 @@ fn child(ops: usize, send_percent: u64) {
     // Writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = status_kb("VmRSS");
-    let start = Instant::now();
-    let replicas = read_replicas(&replicas_text[..]).expect("replicas");
-    let results = check_history(read_history(&history[..]).expect("header"), Some(&replicas))
-        .expect("history");
-    let secs = start.elapsed().as_secs_f64();
+    // The machine is shared, so the best of a few runs is the figure least disturbed by others.
+    let mut secs = f64::INFINITY;
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let replicas = read_replicas(&replicas_text[..]).expect("replicas");
+        let results = check_history(read_history(&history[..]).expect("header"), Some(&replicas))
+            .expect("history");
+        secs = secs.min(start.elapsed().as_secs_f64());
+        assert_eq!(results.valid, Validity::Valid, "{}", results.summary(3));
+    }
     let peak = status_kb("VmHWM");
-    assert_eq!(results.valid, Validity::Valid, "{}", results.summary(3));
     let check_bytes = if reset {
         peak.saturating_sub(before) * 1024
     } else {

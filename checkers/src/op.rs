@@ -313,6 +313,22 @@ mod tests {
     }
 
     #[test]
+    fn queue_values_match_the_spec_examples() {
+        let send = json!({"topic": "t", "partition": 0, "values": [17, 18], "offset": 42});
+        let v: SendValue = serde_json::from_value(send.clone()).unwrap();
+        assert_eq!((v.values.clone(), v.offset), (vec![17, 18], Some(42)));
+        assert_eq!(serde_json::to_value(&v).unwrap(), send);
+        let poll = json!({"topic": "t", "partition": 0, "from": 40,
+                          "records": [[40, 15, 3], [41, 16, 3]], "high_watermark": 43});
+        let v: PollValue = serde_json::from_value(poll.clone()).unwrap();
+        assert_eq!(v.records[1], Record::new(41, 16, 3));
+        assert_eq!(serde_json::to_value(&v).unwrap(), poll);
+        let invoke: PollValue =
+            serde_json::from_value(json!({"topic": "t", "partition": 0, "from": 40})).unwrap();
+        assert!(invoke.records.is_empty() && invoke.high_watermark.is_none());
+    }
+
+    #[test]
     fn replica_lines_round_trip() {
         let line = json!({"cluster": "a", "node": "n1", "topic": "t", "partition": 0,
             "role": "leader", "log_start_offset": 0, "high_watermark": 2, "log_end_offset": 2,

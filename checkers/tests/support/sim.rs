@@ -5,8 +5,10 @@
 
 #![allow(dead_code)]
 
-use serde_json::json;
-use tidemark_checkers::{EpochEntry, Op, OpType, Process, Record, ReplicaState};
+use serde_json::{json, Value};
+use tidemark_checkers::{
+    EpochEntry, Op, OpType, PollValue, Process, Record, ReplicaState, SendValue,
+};
 
 /// SplitMix64: small, fast, and good enough to drive a simulation from one seed.
 pub struct Rng(u64);
@@ -121,13 +123,13 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                     let n = 1 + rng.below(3) as i64;
                     let values: Vec<i64> = (next_value..next_value + n).collect();
                     next_value += n;
-                    let v = json!({"topic": "t", "partition": partition, "values": values});
+                    let v = send_value(partition, &values, None);
                     push(process, OpType::Invoke, "send", v);
                     open[w] = Some(Open::Send { partition, values });
                 } else {
                     let len = logs[partition as usize].records.len() as i64;
                     let from = rng.below(len as u64 + 1) as i64;
-                    let v = json!({"topic": "t", "partition": partition, "from": from});
+                    let v = poll_value(partition, from, Vec::new(), None);
                     push(process, OpType::Invoke, "poll", v);
                     open[w] = Some(Open::Poll { partition, from });
                 }
@@ -144,11 +146,9 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                 if applied {
                     log.records.extend(values.iter().map(|&v| (v, log.epoch)));
                 }
-                let mut v = json!({"topic": "t", "partition": partition, "values": values});
-                if kind == OpType::Ok && rng.below(10) != 0 {
-                    v["offset"] = json!(offset);
-                }
-                push(process, kind, "send", v);
+                // One acknowledgement in ten does not say its offset.
+                let known = (kind == OpType::Ok && rng.below(10) != 0).then_some(offset);
+                push(process, kind, "send", send_value(partition, &values, known));
                 if kind == OpType::Info {
                     procs[w] = next_proc;
                     next_proc += 1;
@@ -164,8 +164,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                         Record::new(o, v, e)
                     })
                     .collect();
-                let v = json!({"topic": "t", "partition": partition, "from": from,
-                               "records": records, "high_watermark": hw});
+                let v = poll_value(partition, from, records, Some(hw));
                 push(process, OpType::Ok, "poll", v);
             }
         }
@@ -206,4 +205,25 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                 })
         })
         .collect()
+}
+
+fn send_value(partition: i64, values: &[i64], offset: Option<i64>) -> Value {
+    let v = SendValue {
+        topic: "t".into(),
+        partition,
+        values: values.to_vec(),
+        offset,
+    };
+    serde_json::to_value(v).expect("a send value serializes")
+}
+
+fn poll_value(partition: i64, from: i64, records: Vec<Record>, hw: Option<i64>) -> Value {
+    let v = PollValue {
+        topic: "t".into(),
+        partition,
+        from,
+        records,
+        high_watermark: hw,
+    };
+    serde_json::to_value(v).expect("a poll value serializes")
 }
