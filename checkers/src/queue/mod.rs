@@ -669,7 +669,7 @@ impl<'r> QueueAnalysis<'r> {
         }
     }
 
-    fn place_json(&self, pk: u32) -> (String, String, i64) {
+    fn place(&self, pk: u32) -> (String, String, i64) {
         let part = &self.parts[pk as usize];
         (
             self.clusters[part.cluster as usize].clone(),
@@ -732,7 +732,7 @@ impl<'r> QueueAnalysis<'r> {
                     }
                 }
                 Outcome::Fail if info.first_poll != NONE || info.final_clusters != 0 => {
-                    let (cluster, topic, partition) = self.place_json(info.loc_pk);
+                    let (cluster, topic, partition) = self.place(info.loc_pk);
                     let seen_by = if info.first_poll != NONE {
                         json!({"poll": info.first_poll})
                     } else {
@@ -746,7 +746,7 @@ impl<'r> QueueAnalysis<'r> {
                     self.anomalies.push(AnomalyKind::AbortedRead, entry);
                 }
                 Outcome::NeverInvoked => {
-                    let (cluster, topic, partition) = self.place_json(info.loc_pk);
+                    let (cluster, topic, partition) = self.place(info.loc_pk);
                     let entry = json!({
                         "value": v, "cluster": cluster, "topic": topic, "partition": partition,
                         "offset": info.loc_offset, "seen_by": self.proof_json(info.loc_proof),
@@ -765,7 +765,7 @@ impl<'r> QueueAnalysis<'r> {
             return;
         }
         for pk in no_final {
-            let (cluster, topic, partition) = self.place_json(pk);
+            let (cluster, topic, partition) = self.place(pk);
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::LostWrite.name().into(),
                 reason: format!("no readable replica of {cluster}/{topic}/{partition}: a write there is proven lost only where a later poll read past its acknowledged offset"),
@@ -781,7 +781,7 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     fn lost_write(&mut self, v: i64, info: &ValueInfo, proof: Value) {
-        let (cluster, topic, partition) = self.place_json(info.send_pk);
+        let (cluster, topic, partition) = self.place(info.send_pk);
         let seen_by = (info.first_poll != NONE).then_some(info.first_poll);
         let mut entry = json!({
             "value": v, "cluster": cluster, "topic": topic, "partition": partition,
@@ -829,7 +829,7 @@ impl<'r> QueueAnalysis<'r> {
         let mut conflicts: Vec<_> = std::mem::take(&mut self.conflicts).into_iter().collect();
         conflicts.sort_unstable_by_key(|(k, _)| *k);
         for ((pk, offset), witnesses) in conflicts {
-            let (cluster, topic, partition) = self.place_json(pk);
+            let (cluster, topic, partition) = self.place(pk);
             let values: Vec<Value> = witnesses
                 .iter()
                 .map(|&(v, p)| json!({"value": v, "seen_by": self.proof_json(p)}))
@@ -849,7 +849,7 @@ impl<'r> QueueAnalysis<'r> {
             let places: Vec<Value> = places
                 .iter()
                 .map(|&(pk, offset, proof)| {
-                    let (cluster, topic, partition) = self.place_json(pk);
+                    let (cluster, topic, partition) = self.place(pk);
                     json!({"cluster": cluster, "topic": topic, "partition": partition,
                            "offset": offset, "seen_by": self.proof_json(proof)})
                 })
@@ -867,7 +867,7 @@ impl<'r> QueueAnalysis<'r> {
             if self.parts[pk as usize].gaps.is_empty() {
                 continue;
             }
-            let (cluster, topic, partition) = self.place_json(pk);
+            let (cluster, topic, partition) = self.place(pk);
             let final_offsets: Option<Vec<i64>> = self.parts[pk as usize].final_log.map(|i| {
                 self.finals.logs[i as usize]
                     .records
