@@ -34,7 +34,7 @@ impl Progress {
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::new(total.as_secs().max(1));
             b.set_style(
-                ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len}s  {msg}")
+                ProgressStyle::with_template("[{bar:30}] {pos}/{len}s  {msg}")
                     .expect("static template")
                     .progress_chars("=> "),
             );
@@ -56,10 +56,7 @@ impl Progress {
     /// Announces a phase of the run.
     pub fn phase(&mut self, name: &str) {
         match &self.bar {
-            Some(b) => {
-                b.set_prefix(name.to_string());
-                b.println(format!("tidemark: {name}"));
-            }
+            Some(b) => b.println(format!("tidemark: {name}")),
             None if self.every != Duration::MAX => eprintln!("tidemark: {name}"),
             None => {}
         }
