@@ -96,6 +96,8 @@ impl Broker {
         image.brokers.insert(
             config.node_id,
             BrokerEndpoint {
+                incarnation: 0,
+                fenced: false,
                 id: config.node_id,
                 host: endpoint.host.clone(),
                 port: endpoint.port,
@@ -265,6 +267,7 @@ impl Broker {
                     replicas,
                     leader_epoch: 0,
                     partition_epoch: 0,
+                    leader_recovery_state: Default::default(),
                 }
             })
             .collect();

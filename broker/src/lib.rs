@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod broker;
 pub mod config;
+pub mod controller;
 pub mod dump;
 pub mod errors;
 pub mod faults;

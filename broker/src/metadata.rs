@@ -11,6 +11,15 @@ use uuid::Uuid;
 /// File holding the metadata image in the log directory.
 pub const METADATA_FILE: &str = "cluster-metadata.json";
 
+/// KIP-704: a leader chosen by unclean election is RECOVERING until it says it has recovered;
+/// meanwhile its ISR cannot grow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaderRecoveryState {
+    #[default]
+    Recovered,
+    Recovering,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionRegistration {
     pub replicas: Vec<i32>,
@@ -20,6 +29,8 @@ pub struct PartitionRegistration {
     pub leader_epoch: i32,
     /// Bumped on every change of this registration (ISR, leader).
     pub partition_epoch: i32,
+    #[serde(default)]
+    pub leader_recovery_state: LeaderRecoveryState,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,12 +47,27 @@ pub struct BrokerEndpoint {
     pub id: i32,
     pub host: String,
     pub port: u16,
+    /// Random per broker process start, so a restarted broker is told apart from its old self.
+    #[serde(default)]
+    pub incarnation: u64,
+    /// A fenced broker missed its heartbeats: it leads nothing and is in no ISR it can leave.
+    #[serde(default)]
+    pub fenced: bool,
+}
+
+/// Cluster-wide defaults the controller needs for its own decisions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterDefaults {
+    pub unclean_leader_election_enable: bool,
+    pub min_insync_replicas: i32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataImage {
     pub topics: BTreeMap<String, TopicRegistration>,
     pub brokers: BTreeMap<i32, BrokerEndpoint>,
+    #[serde(default)]
+    pub defaults: ClusterDefaults,
 }
 
 impl MetadataImage {

@@ -1,0 +1,790 @@
+//! The controller's state machine: one command in, the next metadata image and a reply out.
+//! Elections follow Kafka's KRaft controller: a clean leader comes from the ISR among unfenced
+//! brokers; an unclean one (when allowed or asked for) from any unfenced replica, with the ISR
+//! reset to that leader alone and the leader RECOVERING (KIP-704). The leader epoch moves only
+//! when the leader changes or is bumped explicitly; every change moves the partition epoch.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::LogConfig;
+use crate::errors;
+use crate::metadata::{
+    validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
+    PartitionRegistration, TopicRegistration,
+};
+
+/// Kafka's ElectLeaders election types (KIP-460).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Election {
+    Preferred,
+    Unclean,
+}
+
+/// A change to the metadata, as written to the quorum's log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ControllerCommand {
+    /// A broker process started (or restarted: a new incarnation replaces the old one).
+    RegisterBroker {
+        endpoint: BrokerEndpoint,
+        defaults: ClusterDefaults,
+    },
+    /// The active controller stopped hearing from a broker.
+    FenceBroker {
+        id: i32,
+        incarnation: u64,
+    },
+    /// A fenced broker's current incarnation is heartbeating again.
+    UnfenceBroker {
+        id: i32,
+        incarnation: u64,
+    },
+    CreateTopic {
+        name: String,
+        id: Uuid,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    AlterTopicConfigs {
+        name: String,
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    },
+    /// A partition leader asks to change its ISR (Kafka's AlterPartition).
+    AlterPartition {
+        broker_id: i32,
+        topic: String,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: Vec<i32>,
+        recovery_state: LeaderRecoveryState,
+    },
+    /// `partitions: None` means every partition.
+    ElectLeaders {
+        election: Election,
+        partitions: Option<Vec<(String, i32)>>,
+    },
+    /// Raise the leader epoch of a partition without changing its leader.
+    BumpLeaderEpoch {
+        topic: String,
+        partition: i32,
+    },
+}
+
+/// What `apply` answers for a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ControllerReply {
+    Done,
+    Error {
+        code: i16,
+        message: String,
+    },
+    Topic(TopicRegistration),
+    Partition(PartitionRegistration),
+    /// One result per partition of an ElectLeaders: topic, partition, error code, message.
+    Elections(Vec<(String, i32, i16, Option<String>)>),
+}
+
+fn error(code: i16, message: impl Into<String>) -> ControllerReply {
+    ControllerReply::Error {
+        code,
+        message: message.into(),
+    }
+}
+
+fn log_config(defaults: &ClusterDefaults, topic: &TopicRegistration) -> LogConfig {
+    let mut lc = LogConfig {
+        min_insync_replicas: defaults.min_insync_replicas.max(1),
+        unclean_leader_election_enable: defaults.unclean_leader_election_enable,
+        ..LogConfig::default()
+    };
+    for (k, v) in &topic.configs {
+        let _ = lc.set_topic_key(k, v);
+    }
+    lc
+}
+
+fn usable(image: &MetadataImage, id: i32) -> bool {
+    image.brokers.get(&id).is_some_and(|b| !b.fenced)
+}
+
+/// Changes the leader (bumping epochs) and ISR of one partition.
+fn set_leader(
+    p: &mut PartitionRegistration,
+    leader: i32,
+    isr: Vec<i32>,
+    recovery: LeaderRecoveryState,
+) {
+    if p.leader != leader {
+        p.leader_epoch += 1;
+    }
+    p.leader = leader;
+    p.isr = isr;
+    p.leader_recovery_state = recovery;
+    p.partition_epoch += 1;
+}
+
+/// Elects a leader for a leaderless partition: clean from the ISR, else unclean if allowed.
+fn elect_if_leaderless(
+    image_brokers: &MetadataImage,
+    p: &mut PartitionRegistration,
+    unclean: bool,
+) {
+    if p.leader >= 0 {
+        return;
+    }
+    if let Some(l) = p
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| p.isr.contains(r) && usable(image_brokers, *r))
+    {
+        let isr = p.isr.clone();
+        set_leader(p, l, isr, LeaderRecoveryState::Recovered);
+    } else if unclean {
+        if let Some(l) = p
+            .replicas
+            .iter()
+            .copied()
+            .find(|r| usable(image_brokers, *r))
+        {
+            set_leader(p, l, vec![l], LeaderRecoveryState::Recovering);
+        }
+    }
+}
+
+/// Takes broker `id` out of every partition: off the ISR unless it is the last member, and
+/// away from leadership, electing replacements.
+fn fence(image: &mut MetadataImage, id: i32) {
+    if let Some(b) = image.brokers.get_mut(&id) {
+        b.fenced = true;
+    }
+    let snapshot = image.clone();
+    for topic in image.topics.values_mut() {
+        let unclean = log_config(&snapshot.defaults, topic).unclean_leader_election_enable;
+        for p in topic
+            .partitions
+            .iter_mut()
+            .filter(|p| p.replicas.contains(&id))
+        {
+            let shrunk: Vec<i32> = p.isr.iter().copied().filter(|r| *r != id).collect();
+            if p.leader == id {
+                let next = p
+                    .replicas
+                    .iter()
+                    .copied()
+                    .find(|r| shrunk.contains(r) && usable(&snapshot, *r));
+                match next {
+                    Some(l) => set_leader(p, l, shrunk, LeaderRecoveryState::Recovered),
+                    None => {
+                        // Last replica standing: it stays in the ISR, the partition goes offline.
+                        let isr = if shrunk.is_empty() {
+                            p.isr.clone()
+                        } else {
+                            shrunk
+                        };
+                        set_leader(p, -1, isr, p.leader_recovery_state);
+                        elect_if_leaderless(&snapshot, p, unclean);
+                    }
+                }
+            } else if p.isr.contains(&id) && !shrunk.is_empty() {
+                p.isr = shrunk;
+                p.partition_epoch += 1;
+            }
+        }
+    }
+}
+
+fn unfence(image: &mut MetadataImage, id: i32) {
+    if let Some(b) = image.brokers.get_mut(&id) {
+        b.fenced = false;
+    }
+    let snapshot = image.clone();
+    for topic in image.topics.values_mut() {
+        let unclean = log_config(&snapshot.defaults, topic).unclean_leader_election_enable;
+        for p in topic.partitions.iter_mut().filter(|p| p.leader < 0) {
+            elect_if_leaderless(&snapshot, p, unclean);
+        }
+    }
+}
+
+/// Applies one command. Pure: the same image and command always give the same result.
+pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerReply {
+    match cmd {
+        ControllerCommand::RegisterBroker { endpoint, defaults } => {
+            let replaced = image
+                .brokers
+                .get(&endpoint.id)
+                .is_some_and(|b| b.incarnation != endpoint.incarnation);
+            if replaced {
+                // The old process is gone: whatever it led must be re-elected.
+                fence(image, endpoint.id);
+            }
+            image.brokers.insert(
+                endpoint.id,
+                BrokerEndpoint {
+                    fenced: false,
+                    ..endpoint.clone()
+                },
+            );
+            image.defaults = defaults.clone();
+            unfence(image, endpoint.id);
+            ControllerReply::Done
+        }
+        ControllerCommand::FenceBroker { id, incarnation } => {
+            match image.brokers.get(id) {
+                Some(b) if b.incarnation == *incarnation && !b.fenced => fence(image, *id),
+                _ => {
+                    return error(
+                        errors::INVALID_REQUEST,
+                        format!("broker {id}/{incarnation} is not registered and unfenced"),
+                    )
+                }
+            }
+            ControllerReply::Done
+        }
+        ControllerCommand::UnfenceBroker { id, incarnation } => {
+            match image.brokers.get(id) {
+                Some(b) if b.incarnation == *incarnation && b.fenced => unfence(image, *id),
+                _ => {
+                    return error(
+                        errors::INVALID_REQUEST,
+                        format!("broker {id}/{incarnation} is not registered and fenced"),
+                    )
+                }
+            }
+            ControllerReply::Done
+        }
+        ControllerCommand::CreateTopic {
+            name,
+            id,
+            partitions,
+            replication_factor,
+            configs,
+            validate_only,
+        } => {
+            if let Err(m) = validate_topic_name(name) {
+                return error(errors::INVALID_TOPIC_EXCEPTION, m);
+            }
+            if image.topics.contains_key(name) {
+                return error(
+                    errors::TOPIC_ALREADY_EXISTS,
+                    format!("topic {name} already exists"),
+                );
+            }
+            if !(1..=100_000).contains(partitions) {
+                return error(
+                    errors::INVALID_PARTITIONS,
+                    format!("{partitions} partitions"),
+                );
+            }
+            let mut lc = LogConfig::default();
+            for (k, v) in configs {
+                if let Err(e) = lc.set_topic_key(k, v) {
+                    return error(errors::INVALID_CONFIG, e.to_string());
+                }
+            }
+            let live: Vec<i32> = image
+                .brokers
+                .values()
+                .filter(|b| !b.fenced)
+                .map(|b| b.id)
+                .collect();
+            let rf = *replication_factor;
+            if rf < 1 || rf as usize > live.len() {
+                return error(
+                    errors::INVALID_REPLICATION_FACTOR,
+                    format!("replication factor {rf} with {} live broker(s)", live.len()),
+                );
+            }
+            let parts = (0..*partitions)
+                .map(|p| {
+                    let replicas: Vec<i32> = (0..rf as usize)
+                        .map(|r| live[(p as usize + r) % live.len()])
+                        .collect();
+                    PartitionRegistration {
+                        leader: replicas[0],
+                        isr: replicas.clone(),
+                        replicas,
+                        leader_epoch: 0,
+                        partition_epoch: 0,
+                        leader_recovery_state: LeaderRecoveryState::Recovered,
+                    }
+                })
+                .collect();
+            let topic = TopicRegistration {
+                name: name.clone(),
+                id: *id,
+                partitions: parts,
+                configs: configs.clone(),
+            };
+            if !validate_only {
+                image.topics.insert(name.clone(), topic.clone());
+            }
+            ControllerReply::Topic(topic)
+        }
+        ControllerCommand::DeleteTopic { name } => match image.topics.remove(name) {
+            Some(_) => ControllerReply::Done,
+            None => error(
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("no topic {name}"),
+            ),
+        },
+        ControllerCommand::AlterTopicConfigs {
+            name,
+            changes,
+            validate_only,
+        } => {
+            let Some(topic) = image.topics.get_mut(name) else {
+                return error(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("no topic {name}"),
+                );
+            };
+            let mut configs = topic.configs.clone();
+            for (k, v) in changes {
+                match v {
+                    Some(v) => configs.insert(k.clone(), v.clone()),
+                    None => configs.remove(k),
+                };
+            }
+            let mut lc = LogConfig::default();
+            for (k, v) in &configs {
+                if let Err(e) = lc.set_topic_key(k, v) {
+                    return error(errors::INVALID_CONFIG, e.to_string());
+                }
+            }
+            if !validate_only {
+                topic.configs = configs;
+            }
+            ControllerReply::Done
+        }
+        ControllerCommand::AlterPartition {
+            broker_id,
+            topic,
+            partition,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+            recovery_state,
+        } => {
+            let snapshot = image.clone();
+            let Some(p) = image
+                .topics
+                .get_mut(topic)
+                .and_then(|t| t.partitions.get_mut(*partition as usize))
+            else {
+                return error(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("no partition {topic}-{partition}"),
+                );
+            };
+            if *leader_epoch > p.leader_epoch || *partition_epoch > p.partition_epoch {
+                return error(
+                    errors::NOT_CONTROLLER,
+                    "request is ahead of this controller",
+                );
+            }
+            if *leader_epoch < p.leader_epoch {
+                return error(
+                    errors::FENCED_LEADER_EPOCH,
+                    format!("leader epoch {leader_epoch} < {}", p.leader_epoch),
+                );
+            }
+            if p.leader != *broker_id {
+                return error(
+                    errors::INVALID_REQUEST,
+                    format!("broker {broker_id} is not the leader"),
+                );
+            }
+            if *partition_epoch < p.partition_epoch {
+                return error(
+                    errors::INVALID_UPDATE_VERSION,
+                    format!("partition epoch {partition_epoch} < {}", p.partition_epoch),
+                );
+            }
+            if !new_isr.contains(broker_id) || new_isr.iter().any(|r| !p.replicas.contains(r)) {
+                return error(
+                    errors::INVALID_REQUEST,
+                    format!("ISR {new_isr:?} must hold the leader and only replicas"),
+                );
+            }
+            if *recovery_state == LeaderRecoveryState::Recovering && new_isr.len() > 1 {
+                return error(
+                    errors::INVALID_REQUEST,
+                    "a RECOVERING leader cannot grow its ISR",
+                );
+            }
+            if p.leader_recovery_state == LeaderRecoveryState::Recovered
+                && *recovery_state == LeaderRecoveryState::Recovering
+            {
+                return error(
+                    errors::INVALID_REQUEST,
+                    "RECOVERED cannot go back to RECOVERING",
+                );
+            }
+            if let Some(bad) = new_isr
+                .iter()
+                .find(|r| !p.isr.contains(r) && !usable(&snapshot, **r))
+            {
+                return error(
+                    errors::INELIGIBLE_REPLICA,
+                    format!("replica {bad} is fenced or unknown"),
+                );
+            }
+            p.isr = new_isr.clone();
+            p.leader_recovery_state = *recovery_state;
+            p.partition_epoch += 1;
+            ControllerReply::Partition(p.clone())
+        }
+        ControllerCommand::ElectLeaders {
+            election,
+            partitions,
+        } => {
+            let snapshot = image.clone();
+            let targets: Vec<(String, i32)> = match partitions {
+                Some(list) => list.clone(),
+                None => snapshot
+                    .topics
+                    .values()
+                    .flat_map(|t| (0..t.partitions.len() as i32).map(move |i| (t.name.clone(), i)))
+                    .collect(),
+            };
+            let mut results = Vec::new();
+            for (topic, index) in targets {
+                let Some(p) = image
+                    .topics
+                    .get_mut(&topic)
+                    .and_then(|t| t.partitions.get_mut(index as usize))
+                else {
+                    results.push((
+                        topic,
+                        index,
+                        errors::UNKNOWN_TOPIC_OR_PARTITION,
+                        Some("no such partition".into()),
+                    ));
+                    continue;
+                };
+                let outcome = match election {
+                    Election::Preferred => {
+                        let preferred = p.replicas[0];
+                        if p.leader == preferred {
+                            Err((
+                                errors::ELECTION_NOT_NEEDED,
+                                "the preferred replica already leads",
+                            ))
+                        } else if p.isr.contains(&preferred) && usable(&snapshot, preferred) {
+                            let isr = p.isr.clone();
+                            set_leader(p, preferred, isr, p.leader_recovery_state);
+                            Ok(())
+                        } else {
+                            Err((
+                                PREFERRED_LEADER_NOT_AVAILABLE,
+                                "the preferred replica is not in the ISR or fenced",
+                            ))
+                        }
+                    }
+                    Election::Unclean => {
+                        if p.leader >= 0 {
+                            Err((errors::ELECTION_NOT_NEEDED, "the partition has a leader"))
+                        } else {
+                            elect_if_leaderless(&snapshot, p, true);
+                            if p.leader >= 0 {
+                                Ok(())
+                            } else {
+                                Err((
+                                    errors::ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                    "no unfenced replica",
+                                ))
+                            }
+                        }
+                    }
+                };
+                match outcome {
+                    Ok(()) => results.push((topic, index, errors::NONE, None)),
+                    Err((code, m)) => results.push((topic, index, code, Some(m.to_string()))),
+                }
+            }
+            ControllerReply::Elections(results)
+        }
+        ControllerCommand::BumpLeaderEpoch { topic, partition } => {
+            let Some(p) = image
+                .topics
+                .get_mut(topic)
+                .and_then(|t| t.partitions.get_mut(*partition as usize))
+            else {
+                return error(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("no partition {topic}-{partition}"),
+                );
+            };
+            p.leader_epoch += 1;
+            p.partition_epoch += 1;
+            ControllerReply::Partition(p.clone())
+        }
+    }
+}
+
+/// Kafka's PREFERRED_LEADER_NOT_AVAILABLE.
+const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(image: &mut MetadataImage, id: i32, incarnation: u64) {
+        let endpoint = BrokerEndpoint {
+            id,
+            host: "h".into(),
+            port: 9000 + id as u16,
+            incarnation,
+            fenced: false,
+        };
+        let defaults = ClusterDefaults {
+            unclean_leader_election_enable: false,
+            min_insync_replicas: 1,
+        };
+        assert_eq!(
+            apply(
+                image,
+                &ControllerCommand::RegisterBroker { endpoint, defaults }
+            ),
+            ControllerReply::Done
+        );
+    }
+
+    fn cluster(unclean: bool) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            register(&mut image, id, 10);
+        }
+        let mut configs = BTreeMap::new();
+        configs.insert(
+            "unclean.leader.election.enable".to_string(),
+            unclean.to_string(),
+        );
+        let cmd = ControllerCommand::CreateTopic {
+            name: "t".into(),
+            id: Uuid::nil(),
+            partitions: 1,
+            replication_factor: 3,
+            configs,
+            validate_only: false,
+        };
+        assert!(matches!(apply(&mut image, &cmd), ControllerReply::Topic(_)));
+        image
+    }
+
+    fn part(image: &MetadataImage) -> &PartitionRegistration {
+        &image.topics["t"].partitions[0]
+    }
+
+    fn fence_cmd(id: i32) -> ControllerCommand {
+        ControllerCommand::FenceBroker {
+            id,
+            incarnation: 10,
+        }
+    }
+
+    #[test]
+    fn clean_failover_bumps_epoch_and_shrinks_isr() {
+        let mut image = cluster(false);
+        assert_eq!((part(&image).leader, part(&image).leader_epoch), (1, 0));
+        apply(&mut image, &fence_cmd(1));
+        assert_eq!((part(&image).leader, part(&image).leader_epoch), (2, 1));
+        assert_eq!(part(&image).isr, vec![2, 3]);
+        // A follower fenced: ISR shrinks, epoch stays.
+        apply(&mut image, &fence_cmd(3));
+        assert_eq!(
+            (
+                part(&image).leader,
+                part(&image).leader_epoch,
+                part(&image).isr.clone()
+            ),
+            (2, 1, vec![2])
+        );
+    }
+
+    #[test]
+    fn last_replica_standing_stays_in_isr_and_returns_as_leader() {
+        let mut image = cluster(false);
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(3));
+        apply(&mut image, &fence_cmd(1));
+        assert_eq!(part(&image).leader, -1);
+        assert_eq!(part(&image).isr, vec![1]);
+        // A stale replica coming back does not lead without unclean election.
+        apply(
+            &mut image,
+            &ControllerCommand::UnfenceBroker {
+                id: 2,
+                incarnation: 10,
+            },
+        );
+        assert_eq!(part(&image).leader, -1);
+        apply(
+            &mut image,
+            &ControllerCommand::UnfenceBroker {
+                id: 1,
+                incarnation: 10,
+            },
+        );
+        assert_eq!(part(&image).leader, 1);
+    }
+
+    #[test]
+    fn unclean_election_when_enabled_or_forced() {
+        let mut image = cluster(true);
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(3));
+        apply(&mut image, &fence_cmd(1));
+        apply(
+            &mut image,
+            &ControllerCommand::UnfenceBroker {
+                id: 3,
+                incarnation: 10,
+            },
+        );
+        let p = part(&image);
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_recovery_state),
+            (3, vec![3], LeaderRecoveryState::Recovering)
+        );
+
+        let mut image = cluster(false);
+        let elect = ControllerCommand::ElectLeaders {
+            election: Election::Unclean,
+            partitions: Some(vec![("t".into(), 0)]),
+        };
+        match apply(&mut image, &elect) {
+            ControllerReply::Elections(r) => assert_eq!(r[0].2, errors::ELECTION_NOT_NEEDED),
+            other => panic!("{other:?}"),
+        }
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(3));
+        apply(&mut image, &fence_cmd(1));
+        apply(
+            &mut image,
+            &ControllerCommand::UnfenceBroker {
+                id: 2,
+                incarnation: 10,
+            },
+        );
+        match apply(&mut image, &elect) {
+            ControllerReply::Elections(r) => assert_eq!(r[0].2, errors::NONE),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            (part(&image).leader, part(&image).isr.clone()),
+            (2, vec![2])
+        );
+    }
+
+    #[test]
+    fn alter_partition_validation_order() {
+        let mut image = cluster(false);
+        let alter = |le, pe, isr: Vec<i32>, by| ControllerCommand::AlterPartition {
+            broker_id: by,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: le,
+            partition_epoch: pe,
+            new_isr: isr,
+            recovery_state: LeaderRecoveryState::Recovered,
+        };
+        assert!(matches!(
+            apply(&mut image, &alter(0, 0, vec![1, 2], 1)),
+            ControllerReply::Partition(_)
+        ));
+        let code = |r: ControllerReply| match r {
+            ControllerReply::Error { code, .. } => code,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            code(apply(&mut image, &alter(0, 0, vec![1], 1))),
+            errors::INVALID_UPDATE_VERSION
+        );
+        assert_eq!(
+            code(apply(&mut image, &alter(5, 1, vec![1], 1))),
+            errors::NOT_CONTROLLER
+        );
+        assert_eq!(
+            code(apply(&mut image, &alter(0, 1, vec![2], 2))),
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(apply(&mut image, &alter(0, 1, vec![2], 1))),
+            errors::INVALID_REQUEST
+        );
+        apply(&mut image, &fence_cmd(3));
+        let pe = part(&image).partition_epoch;
+        assert_eq!(
+            code(apply(&mut image, &alter(0, pe, vec![1, 2, 3], 1))),
+            errors::INELIGIBLE_REPLICA
+        );
+        apply(&mut image, &fence_cmd(1));
+        assert_eq!(
+            code(apply(&mut image, &alter(0, pe + 1, vec![1, 2], 1))),
+            errors::FENCED_LEADER_EPOCH
+        );
+    }
+
+    #[test]
+    fn restart_with_new_incarnation_moves_leadership() {
+        let mut image = cluster(false);
+        register(&mut image, 1, 11);
+        // Leadership moved to 2 (epoch 1); broker 1 is back, unfenced, out of the ISR.
+        assert_eq!((part(&image).leader, part(&image).leader_epoch), (2, 1));
+        assert!(!image.brokers[&1].fenced);
+    }
+
+    #[test]
+    fn topic_errors_and_bump() {
+        let mut image = cluster(false);
+        let create = |name: &str, rf| ControllerCommand::CreateTopic {
+            name: name.into(),
+            id: Uuid::nil(),
+            partitions: 1,
+            replication_factor: rf,
+            configs: BTreeMap::new(),
+            validate_only: false,
+        };
+        assert!(matches!(
+            apply(&mut image, &create("t", 1)),
+            ControllerReply::Error {
+                code: errors::TOPIC_ALREADY_EXISTS,
+                ..
+            }
+        ));
+        assert!(matches!(
+            apply(&mut image, &create("u", 4)),
+            ControllerReply::Error {
+                code: errors::INVALID_REPLICATION_FACTOR,
+                ..
+            }
+        ));
+        assert!(matches!(
+            apply(&mut image, &create("bad/name", 1)),
+            ControllerReply::Error {
+                code: errors::INVALID_TOPIC_EXCEPTION,
+                ..
+            }
+        ));
+        apply(
+            &mut image,
+            &ControllerCommand::BumpLeaderEpoch {
+                topic: "t".into(),
+                partition: 0,
+            },
+        );
+        assert_eq!((part(&image).leader, part(&image).leader_epoch), (1, 1));
+    }
+}
