@@ -169,11 +169,6 @@ impl TidemarkBroker {
         }
     }
 
-    /// The configuration every node gets.
-    pub fn config(&self) -> &BrokerConfig {
-        &self.config
-    }
-
     fn bin(node: &Node) -> PathBuf {
         node.dir.join("bin").join("tidemark-broker")
     }

@@ -45,11 +45,6 @@ impl HistoryWriter {
         Ok(w)
     }
 
-    /// The index the next op will get.
-    pub fn next_index(&self) -> u64 {
-        self.next_index
-    }
-
     /// Writes `op` with the next index (overwriting the index it carries) and returns the op as
     /// written.
     pub fn append(&mut self, mut op: Op) -> anyhow::Result<Op> {

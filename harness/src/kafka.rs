@@ -52,8 +52,6 @@ pub mod codes {
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     /// More replicas asked for than the cluster has brokers.
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    /// Offset out of range for a fetch.
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 }
 
 /// The name of a Kafka error code, for histories.
@@ -111,7 +109,6 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
 /// One connection to one broker.
 pub struct Connection {
     framed: Framed<TcpStream, LengthDelimitedCodec>,
-    addr: SocketAddr,
     timeout: Duration,
     next_correlation: i32,
     versions: BTreeMap<i16, i16>,
@@ -227,7 +224,6 @@ impl Connection {
                 })?;
         let mut conn = Connection {
             framed: Framed::new(stream, LengthDelimitedCodec::new()),
-            addr,
             timeout,
             next_correlation: 0,
             versions: BTreeMap::new(),
@@ -235,11 +231,6 @@ impl Connection {
         };
         conn.negotiate().await?;
         Ok(conn)
-    }
-
-    /// The broker this connection goes to.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
     }
 
     /// Whether an earlier request left the connection unusable.

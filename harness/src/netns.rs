@@ -61,11 +61,6 @@ impl NetnsRuntime {
         format!("{PREFIX}{}-{what}", self.run)
     }
 
-    /// The run's work directory on this machine.
-    pub fn work_dir(&self) -> &std::path::Path {
-        &self.work_dir
-    }
-
     fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
         let out = Command::new("ip")
             .args(args)

@@ -10,13 +10,10 @@ use crate::op::Outcome;
 
 /// Completed client ops by outcome.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// `ok`.
-    pub ok: u64,
-    /// `fail`.
-    pub fail: u64,
-    /// `info`.
-    pub info: u64,
+struct Counts {
+    ok: u64,
+    fail: u64,
+    info: u64,
 }
 
 /// Reports a run's progress on stderr.
@@ -69,11 +66,6 @@ impl Progress {
             Outcome::Fail => self.counts.fail += 1,
             Outcome::Info => self.counts.info += 1,
         }
-    }
-
-    /// The counts so far.
-    pub fn counts(&self) -> Counts {
-        self.counts
     }
 
     /// Updates the display for `elapsed` time into the main phase.
