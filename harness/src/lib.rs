@@ -16,6 +16,10 @@
 //! - [`Nemesis`](nemesis::Nemesis): performs fault ops.
 //! - [`Checker`](checker::Checker): history and replica states in, verdict out.
 //!
+//! Around them: [`dial`] opens connections from the harness into the nodes' network (sockets
+//! made inside the client namespace), [`kafka`] is the thin Kafka client workloads build on, and
+//! [`op`] holds the plain data that flows between the parts.
+//!
 //! The [`runner`] owns time and the seed and drives a [`Test`](test::Test) through its phases;
 //! [`history`] streams every op to disk as it happens, [`store`] lays out the run directory, and
 //! [`leftovers`] finds and removes what a killed run left behind.
