@@ -4,21 +4,25 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
 
 use crate::config::{BrokerConfig, LogConfig};
+use crate::controller::{ControllerCommand, ControllerReply, Election, MetadataQuorum};
 use crate::errors;
 use crate::faults::{Bug, Faults};
 use crate::log::LogError;
 use crate::metadata::{
-    validate_topic_name, BrokerEndpoint, MetadataFile, MetadataImage, PartitionRegistration,
-    TopicRegistration,
+    BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage, TopicRegistration,
 };
-use crate::partition::Partition;
+use crate::partition::{Partition, PartitionState, RoleChange};
+use crate::replica::fetcher::{self, FetchTarget};
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
 pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
@@ -71,93 +75,79 @@ pub struct FetchSpec {
 }
 
 /// The broker of one node.
-#[derive(Debug)]
 pub struct Broker {
     pub config: BrokerConfig,
     pub faults: Faults,
-    metadata: Mutex<MetadataImage>,
-    metadata_file: MetadataFile,
+    /// Random per process start; tells a restarted broker apart from its previous run.
+    pub incarnation: u64,
+    quorum: Arc<dyn MetadataQuorum>,
     partitions: RwLock<BTreeMap<(String, i32), Arc<Partition>>>,
-    /// Bumped whenever any high watermark moves; long-polling fetches wait on it.
+    /// Bumped whenever any log end or high watermark moves; long-polling fetches wait on it.
     data_generation: watch::Sender<u64>,
+    /// High watermarks from the checkpoint at start, for partitions opened later.
+    stored_hw: BTreeMap<(String, i32), i64>,
 }
 
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("node_id", &self.config.node_id)
+            .finish()
+    }
+}
+
+/// How long a topic change may take to reach this broker's image before the request fails.
+const METADATA_PROPAGATION: Duration = Duration::from_secs(10);
+
 impl Broker {
-    /// Opens the log directory, recovers every hosted partition and loads the metadata.
-    pub fn open(config: BrokerConfig, faults: Faults) -> anyhow::Result<Arc<Self>> {
+    /// Opens the log directory; partitions are opened as the metadata names them.
+    pub fn open(
+        config: BrokerConfig,
+        faults: Faults,
+        quorum: Arc<dyn MetadataQuorum>,
+    ) -> anyhow::Result<Arc<Self>> {
         std::fs::create_dir_all(&config.log_dir).map_err(|e| {
             anyhow::anyhow!("cannot create log dir {}: {e}", config.log_dir.display())
         })?;
-        let metadata_file = MetadataFile::new(&config.log_dir);
-        let mut image = metadata_file.load()?;
-        let endpoint = config
+        config
             .advertised_client_listener()
             .ok_or_else(|| anyhow::anyhow!("no client listener in `listeners`"))?;
-        image.brokers.insert(
-            config.node_id,
-            BrokerEndpoint {
-                incarnation: 0,
-                fenced: false,
-                id: config.node_id,
-                host: endpoint.host.clone(),
-                port: endpoint.port,
-            },
-        );
         let stored_hw = read_hw_checkpoint(&config.log_dir.join(HW_CHECKPOINT_FILE))?;
         let (tx, _) = watch::channel(0);
-        let broker = Arc::new(Broker {
+        let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
+        Ok(Arc::new(Broker {
             config,
             faults,
-            metadata: Mutex::new(image.clone()),
-            metadata_file,
+            incarnation,
+            quorum,
             partitions: RwLock::new(BTreeMap::new()),
             data_generation: tx,
-        });
-        for topic in image.topics.values() {
-            for (i, reg) in topic.partitions.iter().enumerate() {
-                if reg.replicas.contains(&broker.config.node_id) {
-                    let hw = stored_hw.get(&(topic.name.clone(), i as i32)).copied();
-                    broker.open_partition(topic, i as i32, reg.clone(), hw)?;
-                }
-            }
-        }
-        broker.metadata_file.save(&image)?;
-        Ok(broker)
+            stored_hw,
+        }))
     }
 
-    fn log_config_for(&self, topic: &TopicRegistration) -> LogConfig {
+    pub fn quorum(&self) -> &Arc<dyn MetadataQuorum> {
+        &self.quorum
+    }
+
+    /// The image this broker acts on.
+    pub fn metadata(&self) -> Arc<MetadataImage> {
+        self.quorum.image().borrow().clone()
+    }
+
+    fn log_config_for(&self, image: &MetadataImage, topic: &TopicRegistration) -> LogConfig {
         let mut lc = self.config.log.clone();
+        lc.min_insync_replicas = if image.defaults.min_insync_replicas > 0 {
+            image.defaults.min_insync_replicas
+        } else {
+            lc.min_insync_replicas
+        };
         for (k, v) in &topic.configs {
             if let Err(e) = lc.set_topic_key(k, v) {
                 warn!(topic = %topic.name, "ignoring stored topic config: {e}");
             }
         }
         lc
-    }
-
-    fn open_partition(
-        &self,
-        topic: &TopicRegistration,
-        index: i32,
-        reg: PartitionRegistration,
-        hw: Option<i64>,
-    ) -> anyhow::Result<Arc<Partition>> {
-        let (p, notes) = Partition::open(
-            &self.config.log_dir,
-            &topic.name,
-            index,
-            self.config.node_id,
-            self.log_config_for(topic),
-            reg,
-            hw,
-        )?;
-        for n in notes {
-            warn!(topic = %topic.name, partition = index, "recovery: {n}");
-        }
-        let p = Arc::new(p);
-        self.partitions_write()
-            .insert((topic.name.clone(), index), p.clone());
-        Ok(p)
     }
 
     fn partitions_write(
@@ -176,40 +166,343 @@ impl Broker {
         map.values().cloned().collect()
     }
 
-    /// A copy of the current metadata image.
-    pub fn metadata(&self) -> MetadataImage {
-        self.metadata
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
     fn strict_min_isr(&self) -> bool {
         !self.faults.has(Bug::NoStrictMinIsr)
     }
 
-    fn check_epoch(
-        &self,
-        state: &crate::partition::PartitionState,
-        current: i32,
-    ) -> Result<(), i16> {
+    fn check_epoch(&self, state: &PartitionState, current: i32) -> Result<(), i16> {
         if self.faults.has(Bug::AcceptStaleEpoch) {
             return Ok(());
         }
         state.check_leader_epoch(current)
     }
 
-    fn notify_data(&self) {
-        self.data_generation.send_modify(|g| *g += 1);
+    /// Wakes long-polling fetches and acks=all waiters.
+    pub fn notify_data(&self) {
+        self.data_generation.send_modify(|g| *g = g.wrapping_add(1));
     }
 
-    /// Subscribes to "some high watermark moved".
+    /// Subscribes to "some log end or high watermark moved".
     pub fn watch_data(&self) -> watch::Receiver<u64> {
         self.data_generation.subscribe()
     }
 
-    /// Creates a topic, assigning replicas round-robin over the known brokers.
-    pub fn create_topic(
+    /// Starts the background duties: following metadata, registration and heartbeats, the
+    /// active controller's broker fencing, and the leader's ISR maintenance.
+    pub fn start(self: &Arc<Self>, shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
+        vec![
+            tokio::spawn(self.clone().follow_metadata(shutdown.clone())),
+            tokio::spawn(self.clone().register_and_heartbeat(shutdown.clone())),
+            tokio::spawn(self.clone().fence_silent_brokers(shutdown.clone())),
+            tokio::spawn(self.clone().maintain_isr(shutdown)),
+        ]
+    }
+
+    async fn follow_metadata(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut rx = self.quorum.image();
+        loop {
+            let image = rx.borrow_and_update().clone();
+            self.reconcile(&image);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = rx.changed() => if r.is_err() { return },
+            }
+        }
+    }
+
+    /// Brings the local replicas in line with `image`: opens new ones, adopts registrations,
+    /// starts or stops fetchers, and deletes replicas of deleted topics.
+    fn reconcile(self: &Arc<Self>, image: &MetadataImage) {
+        let me = self.config.node_id;
+        let stale: Vec<(String, i32)> = {
+            let map = self.partitions.read().unwrap_or_else(|p| p.into_inner());
+            map.keys()
+                .filter(|(t, _)| !image.topics.contains_key(t))
+                .cloned()
+                .collect()
+        };
+        for key in stale {
+            if let Some(p) = self.partitions_write().remove(&key) {
+                stop_fetcher(&p);
+                let dir = p.dir().to_path_buf();
+                drop(p);
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    warn!("cannot remove {}: {e}", dir.display());
+                }
+                info!(topic = %key.0, partition = key.1, "deleted replica");
+            }
+        }
+        for topic in image.topics.values() {
+            let lc = self.log_config_for(image, topic);
+            for (i, reg) in topic.partitions.iter().enumerate() {
+                let index = i as i32;
+                if !reg.replicas.contains(&me) {
+                    continue;
+                }
+                let p = match self.partition(&topic.name, index) {
+                    Some(p) => p,
+                    None => match Partition::open(
+                        &self.config.log_dir,
+                        &topic.name,
+                        index,
+                        me,
+                        lc.clone(),
+                        reg.clone(),
+                        self.stored_hw.get(&(topic.name.clone(), index)).copied(),
+                    ) {
+                        Ok((p, notes)) => {
+                            for n in notes {
+                                warn!(topic = %topic.name, partition = index, "recovery: {n}");
+                            }
+                            let p = Arc::new(p);
+                            self.partitions_write()
+                                .insert((topic.name.clone(), index), p.clone());
+                            p
+                        }
+                        Err(e) => {
+                            error!(topic = %topic.name, partition = index, "cannot open replica: {e}");
+                            continue;
+                        }
+                    },
+                };
+                if p.with_state(|s| s.config != lc) {
+                    p.set_config(lc.clone());
+                }
+                match p.apply_registration(reg.clone(), self.strict_min_isr()) {
+                    Ok(RoleChange::None) => {}
+                    Ok(RoleChange::BecameLeader) => {
+                        stop_fetcher(&p);
+                        info!(topic = %topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
+                        self.notify_data();
+                    }
+                    Ok(RoleChange::Leaderless) => stop_fetcher(&p),
+                    Ok(RoleChange::Follow { leader, epoch }) => {
+                        stop_fetcher(&p);
+                        let Some(ep) = image.brokers.get(&leader) else {
+                            continue;
+                        };
+                        let target = FetchTarget {
+                            leader,
+                            leader_epoch: epoch,
+                            address: format!("{}:{}", ep.host, ep.port),
+                        };
+                        let cancel = CancellationToken::new();
+                        *p.fetcher.lock().unwrap_or_else(|x| x.into_inner()) = Some(cancel.clone());
+                        tokio::spawn(fetcher::run(self.clone(), p.clone(), target, cancel));
+                    }
+                    Err(e) => {
+                        error!(topic = %topic.name, partition = index, "cannot adopt registration: {e}")
+                    }
+                }
+            }
+        }
+    }
+
+    async fn register_and_heartbeat(self: Arc<Self>, shutdown: CancellationToken) {
+        let listener = self
+            .config
+            .advertised_client_listener()
+            .expect("checked at open")
+            .clone();
+        let endpoint = BrokerEndpoint {
+            id: self.config.node_id,
+            host: listener.host,
+            port: listener.port,
+            incarnation: self.incarnation,
+            fenced: false,
+        };
+        let defaults = ClusterDefaults {
+            unclean_leader_election_enable: self.config.log.unclean_leader_election_enable,
+            min_insync_replicas: self.config.log.min_insync_replicas,
+        };
+        let cmd = ControllerCommand::RegisterBroker { endpoint, defaults };
+        loop {
+            match self.quorum.submit(cmd.clone()).await {
+                Ok(ControllerReply::Done) => break,
+                Ok(other) => warn!("registration refused: {other:?}"),
+                Err(e) => debug!("registration pending: {e}"),
+            }
+            if sleep_or_cancel(&shutdown, Duration::from_millis(200)).await {
+                return;
+            }
+        }
+        info!(
+            incarnation = self.incarnation,
+            "registered with the controller"
+        );
+        loop {
+            if let Err(e) = self
+                .quorum
+                .heartbeat(self.config.node_id, self.incarnation)
+                .await
+            {
+                debug!("heartbeat failed: {e}");
+            }
+            if sleep_or_cancel(&shutdown, self.config.heartbeat_interval).await {
+                return;
+            }
+        }
+    }
+
+    /// On the active controller: fence brokers whose heartbeats stopped, unfence those that
+    /// came back. Elections follow from the fencing inside the state machine.
+    async fn fence_silent_brokers(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut active_since: Option<Instant> = None;
+        loop {
+            if sleep_or_cancel(&shutdown, Duration::from_millis(200)).await {
+                return;
+            }
+            if !self.quorum.is_active() {
+                active_since = None;
+                continue;
+            }
+            let since = *active_since.get_or_insert_with(Instant::now);
+            let session = self.config.session_timeout;
+            let beats = self.quorum.heartbeats();
+            let image = self.metadata();
+            for b in image.brokers.values() {
+                let fresh = beats
+                    .get(&b.id)
+                    .is_some_and(|(inc, at)| *inc == b.incarnation && at.elapsed() < session);
+                let cmd = if !b.fenced && !fresh && since.elapsed() > session {
+                    info!(
+                        broker = b.id,
+                        "fencing broker: no heartbeat within {session:?}"
+                    );
+                    ControllerCommand::FenceBroker {
+                        id: b.id,
+                        incarnation: b.incarnation,
+                    }
+                } else if b.fenced && fresh {
+                    info!(broker = b.id, "unfencing broker: heartbeats resumed");
+                    ControllerCommand::UnfenceBroker {
+                        id: b.id,
+                        incarnation: b.incarnation,
+                    }
+                } else {
+                    continue;
+                };
+                if let Err(e) = self.quorum.submit(cmd).await {
+                    debug!("fencing decision not committed: {e}");
+                }
+            }
+        }
+    }
+
+    /// On every partition this broker leads: shrink the ISR by followers that stopped catching
+    /// up, and declare a RECOVERING leader recovered (its log is the truth once it leads).
+    async fn maintain_isr(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            if sleep_or_cancel(&shutdown, Duration::from_millis(250)).await {
+                return;
+            }
+            let now = Instant::now();
+            for p in self.all_partitions() {
+                let change = p.with_state(|s| {
+                    if !s.is_leader() {
+                        return None;
+                    }
+                    let laggards = s.laggards(now, self.config.replica_lag_time_max);
+                    if s.registration.leader_recovery_state == LeaderRecoveryState::Recovering {
+                        return Some((s.registration.isr.clone(), LeaderRecoveryState::Recovered));
+                    }
+                    if laggards.is_empty() {
+                        return None;
+                    }
+                    let isr: Vec<i32> = s
+                        .registration
+                        .isr
+                        .iter()
+                        .copied()
+                        .filter(|r| !laggards.contains(r))
+                        .collect();
+                    info!(topic = %p.topic, partition = p.index, ?laggards, "shrinking ISR");
+                    Some((isr, LeaderRecoveryState::Recovered))
+                });
+                if let Some((isr, recovery)) = change {
+                    self.alter_partition(&p, isr, recovery);
+                }
+            }
+        }
+    }
+
+    /// Asks the controller for a new ISR, unless a request for this partition is in flight.
+    fn alter_partition(
+        self: &Arc<Self>,
+        p: &Arc<Partition>,
+        new_isr: Vec<i32>,
+        recovery_state: LeaderRecoveryState,
+    ) {
+        if p.alter_in_flight.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (leader_epoch, partition_epoch) =
+            p.with_state(|s| (s.registration.leader_epoch, s.registration.partition_epoch));
+        let cmd = ControllerCommand::AlterPartition {
+            broker_id: self.config.node_id,
+            topic: p.topic.clone(),
+            partition: p.index,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+            recovery_state,
+        };
+        let broker = self.clone();
+        let p = p.clone();
+        tokio::spawn(async move {
+            match broker.quorum.submit(cmd).await {
+                Ok(ControllerReply::Partition(reg)) => {
+                    debug!(topic = %p.topic, partition = p.index, isr = ?reg.isr, "ISR changed");
+                    // Adopt at once so the high watermark can move before the image arrives.
+                    if let Err(e) = p.apply_registration(reg, broker.strict_min_isr()) {
+                        warn!("cannot adopt registration: {e}");
+                    }
+                    let strict = broker.strict_min_isr();
+                    let hw = p.with_state(|s| {
+                        s.maybe_increment_high_watermark(strict);
+                        s.high_watermark
+                    });
+                    p.publish_high_watermark(hw);
+                    broker.notify_data();
+                }
+                Ok(other) => {
+                    debug!(topic = %p.topic, partition = p.index, "AlterPartition refused: {other:?}")
+                }
+                Err(e) => {
+                    debug!(topic = %p.topic, partition = p.index, "AlterPartition failed: {e}")
+                }
+            }
+            p.alter_in_flight.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// Submits a command and waits until this broker's image satisfies `arrived`.
+    pub async fn submit_and_wait(
+        &self,
+        cmd: ControllerCommand,
+        arrived: impl Fn(&MetadataImage) -> bool,
+    ) -> Result<ControllerReply, ApiError> {
+        let reply = self
+            .quorum
+            .submit(cmd)
+            .await
+            .map_err(|e| ApiError::new(errors::REQUEST_TIMED_OUT, e.to_string()))?;
+        if let ControllerReply::Error { code, message } = &reply {
+            return Err(ApiError::new(*code, message.clone()));
+        }
+        let mut rx = self.quorum.image();
+        let waited = tokio::time::timeout(METADATA_PROPAGATION, rx.wait_for(|i| arrived(i))).await;
+        match waited {
+            Ok(Ok(_)) => Ok(reply),
+            _ => Err(ApiError::new(
+                errors::REQUEST_TIMED_OUT,
+                "metadata did not reach this broker in time",
+            )),
+        }
+    }
+
+    /// Creates a topic through the controller, resolving defaults from this broker's config.
+    pub async fn create_topic(
         &self,
         name: &str,
         num_partitions: i32,
@@ -217,174 +510,106 @@ impl Broker {
         configs: &BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<TopicRegistration, ApiError> {
-        validate_topic_name(name).map_err(|m| ApiError::new(errors::INVALID_TOPIC_EXCEPTION, m))?;
-        let num_partitions = if num_partitions == -1 {
-            self.config.num_partitions
-        } else {
-            num_partitions
-        };
-        if !(1..=100_000).contains(&num_partitions) {
-            return Err(ApiError::new(
-                errors::INVALID_PARTITIONS,
-                format!("{num_partitions} partitions"),
-            ));
-        }
-        let rf = if replication_factor == -1 {
-            self.config.default_replication_factor
-        } else {
-            replication_factor
-        };
-        let mut lc = self.config.log.clone();
-        for (k, v) in configs {
-            lc.set_topic_key(k, v)
-                .map_err(|e| ApiError::new(errors::INVALID_CONFIG, e.to_string()))?;
-        }
-        let mut image = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
-        if image.topics.contains_key(name) {
-            return Err(ApiError::new(
-                errors::TOPIC_ALREADY_EXISTS,
-                format!("topic {name} already exists"),
-            ));
-        }
-        let brokers: Vec<i32> = image.brokers.keys().copied().collect();
-        if rf < 1 || rf as usize > brokers.len() {
-            return Err(ApiError::new(
-                errors::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "replication factor {rf} with {} broker(s) available",
-                    brokers.len()
-                ),
-            ));
-        }
-        let partitions = (0..num_partitions)
-            .map(|p| {
-                let replicas: Vec<i32> = (0..rf as usize)
-                    .map(|r| brokers[(p as usize + r) % brokers.len()])
-                    .collect();
-                PartitionRegistration {
-                    leader: replicas[0],
-                    isr: replicas.clone(),
-                    replicas,
-                    leader_epoch: 0,
-                    partition_epoch: 0,
-                    leader_recovery_state: Default::default(),
-                }
-            })
-            .collect();
-        let topic = TopicRegistration {
+        let cmd = ControllerCommand::CreateTopic {
             name: name.to_string(),
             id: uuid::Uuid::new_v4(),
-            partitions,
+            partitions: if num_partitions == -1 {
+                self.config.num_partitions
+            } else {
+                num_partitions
+            },
+            replication_factor: if replication_factor == -1 {
+                self.config.default_replication_factor
+            } else {
+                replication_factor
+            },
             configs: configs.clone(),
+            validate_only,
         };
-        if validate_only {
-            return Ok(topic);
-        }
-        let mut next = image.clone();
-        next.topics.insert(name.to_string(), topic.clone());
-        self.metadata_file
-            .save(&next)
-            .map_err(|e| ApiError::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        *image = next;
-        drop(image);
-        for (i, reg) in topic.partitions.iter().enumerate() {
-            if reg.replicas.contains(&self.config.node_id) {
-                self.open_partition(&topic, i as i32, reg.clone(), None)
-                    .map_err(|e| ApiError::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
+        let reply = self
+            .submit_and_wait(cmd, |i| validate_only || i.topics.contains_key(name))
+            .await?;
+        match reply {
+            ControllerReply::Topic(t) => {
+                info!(
+                    topic = name,
+                    partitions = t.partitions.len(),
+                    "created topic"
+                );
+                Ok(t)
             }
+            other => Err(ApiError::new(
+                errors::UNKNOWN_SERVER_ERROR,
+                format!("unexpected reply {other:?}"),
+            )),
         }
-        info!(
-            topic = name,
-            partitions = num_partitions,
-            replication_factor = rf,
-            "created topic"
-        );
-        Ok(topic)
     }
 
-    /// Deletes a topic and its local replicas.
-    pub fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
-        let mut image = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(topic) = image.topics.get(name).cloned() else {
-            return Err(ApiError::new(
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("no topic {name}"),
-            ));
-        };
-        let mut next = image.clone();
-        next.topics.remove(name);
-        self.metadata_file
-            .save(&next)
-            .map_err(|e| ApiError::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        *image = next;
-        drop(image);
-        for i in 0..topic.partitions.len() as i32 {
-            if let Some(p) = self.partitions_write().remove(&(name.to_string(), i)) {
-                let dir = p.dir().to_path_buf();
-                drop(p);
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    warn!("cannot remove {}: {e}", dir.display());
-                }
-            }
-        }
-        info!(topic = name, "deleted topic");
-        Ok(())
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
+        self.submit_and_wait(
+            ControllerCommand::DeleteTopic {
+                name: name.to_string(),
+            },
+            |i| !i.topics.contains_key(name),
+        )
+        .await
+        .map(|_| ())
     }
 
-    /// Sets (`Some`) or deletes (`None`) topic-level configs, validating every key first.
-    pub fn alter_topic_configs(
+    /// Sets (`Some`) or deletes (`None`) topic-level configs through the controller.
+    pub async fn alter_topic_configs(
         &self,
         name: &str,
         changes: &[(String, Option<String>)],
         validate_only: bool,
     ) -> Result<(), ApiError> {
-        let mut image = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(topic) = image.topics.get(name) else {
-            return Err(ApiError::new(
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("no topic {name}"),
-            ));
+        let cmd = ControllerCommand::AlterTopicConfigs {
+            name: name.to_string(),
+            changes: changes.to_vec(),
+            validate_only,
         };
-        let mut configs = topic.configs.clone();
-        for (k, v) in changes {
-            match v {
-                Some(v) => {
-                    configs.insert(k.clone(), v.clone());
-                }
-                None => {
-                    configs.remove(k);
-                }
-            }
-        }
-        let mut lc = self.config.log.clone();
-        for (k, v) in &configs {
-            lc.set_topic_key(k, v)
-                .map_err(|e| ApiError::new(errors::INVALID_CONFIG, e.to_string()))?;
-        }
-        if validate_only {
-            return Ok(());
-        }
-        let mut next = image.clone();
-        next.topics.get_mut(name).expect("checked above").configs = configs;
-        self.metadata_file
-            .save(&next)
-            .map_err(|e| ApiError::new(errors::KAFKA_STORAGE_ERROR, e.to_string()))?;
-        *image = next;
-        drop(image);
-        for p in self
-            .all_partitions()
-            .into_iter()
-            .filter(|p| p.topic == name)
+        let expect: BTreeMap<String, Option<String>> = changes.iter().cloned().collect();
+        self.submit_and_wait(cmd, |i| {
+            validate_only
+                || i.topics
+                    .get(name)
+                    .is_some_and(|t| expect.iter().all(|(k, v)| t.configs.get(k) == v.as_ref()))
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// ElectLeaders through the controller; one result per partition.
+    pub async fn elect_leaders(
+        &self,
+        election: Election,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<Vec<(String, i32, i16, Option<String>)>, ApiError> {
+        match self
+            .quorum
+            .submit(ControllerCommand::ElectLeaders {
+                election,
+                partitions,
+            })
+            .await
         {
-            p.set_config(lc.clone());
+            Ok(ControllerReply::Elections(r)) => Ok(r),
+            Ok(ControllerReply::Error { code, message }) => Err(ApiError::new(code, message)),
+            Ok(other) => Err(ApiError::new(
+                errors::UNKNOWN_SERVER_ERROR,
+                format!("unexpected reply {other:?}"),
+            )),
+            Err(e) => Err(ApiError::new(errors::REQUEST_TIMED_OUT, e.to_string())),
         }
-        Ok(())
     }
 
     /// The effective log config of a topic.
     pub fn topic_log_config(&self, name: &str) -> Option<LogConfig> {
-        let image = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
-        image.topics.get(name).map(|t| self.log_config_for(t))
+        let image = self.metadata();
+        image
+            .topics
+            .get(name)
+            .map(|t| self.log_config_for(&image, t))
     }
 
     /// Appends client records to a partition this broker leads and, for acks=all, waits until the
@@ -454,43 +679,47 @@ impl Broker {
             return ok;
         }
         let required = info.last_offset + 1;
+        let epoch = p.with_state(|s| s.leader_epoch());
+        let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = p.watch_high_watermark();
-        let waited = tokio::time::timeout(timeout, rx.wait_for(|hw| *hw >= required)).await;
-        match waited {
-            Ok(Ok(_)) => ok,
-            Ok(Err(_)) => fail(
-                errors::NOT_LEADER_OR_FOLLOWER,
-                "partition closed while waiting".into(),
-            ),
-            Err(_) => {
-                let (under_min, leader) = p.with_state(|s| {
-                    (
-                        s.registration.isr.len() < s.config.min_insync_replicas as usize,
-                        s.is_leader(),
-                    )
-                });
-                if !leader {
-                    fail(
-                        errors::NOT_LEADER_OR_FOLLOWER,
-                        "leadership lost while waiting for the ISR".into(),
-                    )
-                } else if under_min {
-                    fail(
-                        errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                        "ISR shrank below min.insync.replicas".into(),
-                    )
-                } else {
-                    fail(
-                        errors::REQUEST_TIMED_OUT,
-                        format!("ISR did not reach offset {required} in time"),
-                    )
-                }
+        loop {
+            let (hw, leading) =
+                p.with_state(|s| (s.high_watermark, s.is_leader() && s.leader_epoch() == epoch));
+            if !leading {
+                return fail(
+                    errors::NOT_LEADER_OR_FOLLOWER,
+                    "leadership changed while waiting for the ISR".into(),
+                );
             }
+            if hw >= required {
+                return ok;
+            }
+            // Leadership changes do not move the high watermark, so poll as well as wait.
+            let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(100));
+            if tick.is_zero() {
+                break;
+            }
+            let _ = tokio::time::timeout(tick, rx.changed()).await;
+        }
+        let under_min =
+            p.with_state(|s| s.registration.isr.len() < s.config.min_insync_replicas as usize);
+        if under_min {
+            fail(
+                errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                "ISR shrank below min.insync.replicas".into(),
+            )
+        } else {
+            fail(
+                errors::REQUEST_TIMED_OUT,
+                format!("ISR did not reach offset {required} in time"),
+            )
         }
     }
 
-    /// Reads from a partition: consumers read below the high watermark from the leader only.
-    pub fn fetch(&self, topic: &str, index: i32, spec: FetchSpec) -> FetchResult {
+    /// Reads from a partition this broker leads. Consumers read below the high watermark;
+    /// followers (`replica_id` ≥ 0) read to the log end, report their position, and are told
+    /// where their log diverged instead of being given records (KIP-595).
+    pub fn fetch(self: &Arc<Self>, topic: &str, index: i32, spec: FetchSpec) -> FetchResult {
         let fail = |error| FetchResult {
             error,
             high_watermark: -1,
@@ -500,7 +729,9 @@ impl Broker {
         let Some(p) = self.partition(topic, index) else {
             return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
         };
-        p.with_state(|s| {
+        let strict = self.strict_min_isr();
+        let mut expand = None;
+        let result = p.with_state(|s| {
             if let Err(code) = self.check_epoch(s, spec.current_leader_epoch) {
                 return fail(code);
             }
@@ -508,20 +739,44 @@ impl Broker {
                 return fail(errors::NOT_LEADER_OR_FOLLOWER);
             }
             let (start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
+            let follower = spec.replica_id >= 0;
+            if spec.fetch_offset < start || spec.fetch_offset > leo {
+                return FetchResult {
+                    error: errors::OFFSET_OUT_OF_RANGE,
+                    high_watermark: s.high_watermark,
+                    log_start_offset: start,
+                    ..Default::default()
+                };
+            }
+            if follower && spec.last_fetched_epoch >= 0 {
+                let (epoch, end) = s.log.end_offset_for_epoch(spec.last_fetched_epoch);
+                if epoch < spec.last_fetched_epoch || end < spec.fetch_offset {
+                    return FetchResult {
+                        error: errors::NONE,
+                        high_watermark: s.high_watermark,
+                        log_start_offset: start,
+                        diverging_epoch: Some((epoch, end)),
+                        ..Default::default()
+                    };
+                }
+            }
+            if follower {
+                s.record_follower_fetch(spec.replica_id, spec.fetch_offset, Instant::now());
+                if s.may_join_isr(spec.replica_id) {
+                    let mut isr = s.registration.isr.clone();
+                    isr.push(spec.replica_id);
+                    expand = Some(isr);
+                }
+                s.maybe_increment_high_watermark(strict);
+            }
+            let max_offset = if follower { leo } else { s.high_watermark };
             let mut result = FetchResult {
                 error: errors::NONE,
                 high_watermark: s.high_watermark,
                 log_start_offset: start,
                 ..Default::default()
             };
-            if spec.fetch_offset < start || spec.fetch_offset > leo {
-                result.error = errors::OFFSET_OUT_OF_RANGE;
-                return result;
-            }
-            match s
-                .log
-                .read(spec.fetch_offset, s.high_watermark, spec.max_bytes)
-            {
+            match s.log.read(spec.fetch_offset, max_offset, spec.max_bytes) {
                 Ok(r) => result.records = r.records,
                 Err(LogError::OutOfRange { .. }) => result.error = errors::OFFSET_OUT_OF_RANGE,
                 Err(e) => {
@@ -530,7 +785,15 @@ impl Broker {
                 }
             }
             result
-        })
+        });
+        if spec.replica_id >= 0 && result.high_watermark >= 0 {
+            p.publish_high_watermark(result.high_watermark);
+        }
+        if let Some(isr) = expand {
+            info!(topic, partition = index, ?isr, "expanding ISR");
+            self.alter_partition(&p, isr, LeaderRecoveryState::Recovered);
+        }
+        result
     }
 
     /// ListOffsets for one partition: earliest (-2), latest (-1), max timestamp (-3) or the
@@ -541,6 +804,7 @@ impl Broker {
         index: i32,
         timestamp: i64,
         current_leader_epoch: i32,
+        replica_id: i32,
     ) -> Result<(i64, i64, i32), i16> {
         let p = self
             .partition(topic, index)
@@ -553,6 +817,10 @@ impl Broker {
             let epoch = s.leader_epoch();
             match timestamp {
                 -2 => Ok((-1, s.log.log_start_offset(), epoch)),
+                // Followers and debug tools (-2) see the log end; consumers the high watermark.
+                -1 if replica_id >= 0 || replica_id == -2 => {
+                    Ok((-1, s.log.log_end_offset(), epoch))
+                }
                 -1 => Ok((-1, s.high_watermark, epoch)),
                 ts => {
                     let headers = s
@@ -622,6 +890,9 @@ impl Broker {
     pub fn shutdown(&self) -> anyhow::Result<()> {
         self.checkpoint_high_watermarks()?;
         let parts = std::mem::take(&mut *self.partitions_write());
+        for p in parts.values() {
+            stop_fetcher(p);
+        }
         for (_, p) in parts {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.close()?,
@@ -664,4 +935,17 @@ pub fn read_hw_checkpoint(path: &std::path::Path) -> anyhow::Result<BTreeMap<(St
         out.insert((t, p), o);
     }
     Ok(out)
+}
+
+fn stop_fetcher(p: &Partition) {
+    if let Some(cancel) = p.fetcher.lock().unwrap_or_else(|x| x.into_inner()).take() {
+        cancel.cancel();
+    }
+}
+
+async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
 }

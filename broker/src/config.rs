@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Where a configuration value came from, so an error can point at it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,7 +172,9 @@ pub struct BrokerConfig {
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
-    pub replica_lag_time_max_ms: u64,
+    pub replica_lag_time_max: Duration,
+    pub heartbeat_interval: Duration,
+    pub session_timeout: Duration,
     pub log: LogConfig,
     /// Every key as finally set, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
@@ -197,6 +200,8 @@ const BROKER_KEYS: &[&str] = &[
     "log.flush.interval.messages",
     "auto.create.topics.enable",
     "replica.lag.time.max.ms",
+    "broker.heartbeat.interval.ms",
+    "broker.session.timeout.ms",
 ];
 
 impl BrokerConfig {
@@ -371,7 +376,24 @@ impl BrokerConfig {
             default_replication_factor: num("default.replication.factor", 1, 1, i16::MAX as i64)?
                 as i16,
             auto_create_topics_enable: boolean("auto.create.topics.enable", true)?,
-            replica_lag_time_max_ms: num("replica.lag.time.max.ms", 30_000, 1, i64::MAX)? as u64,
+            replica_lag_time_max: Duration::from_millis(num(
+                "replica.lag.time.max.ms",
+                30_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            heartbeat_interval: Duration::from_millis(num(
+                "broker.heartbeat.interval.ms",
+                2_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            session_timeout: Duration::from_millis(num(
+                "broker.session.timeout.ms",
+                9_000,
+                1,
+                i64::MAX,
+            )? as u64),
             log,
             raw: set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
         })

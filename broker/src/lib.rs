@@ -13,3 +13,4 @@ pub mod log;
 pub mod metadata;
 pub mod partition;
 pub mod protocol;
+pub mod replica;

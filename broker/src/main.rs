@@ -9,6 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tidemark_broker::broker::Broker;
 use tidemark_broker::config::BrokerConfig;
+use tidemark_broker::controller::local::LocalQuorum;
+use tidemark_broker::controller::MetadataQuorum;
 use tidemark_broker::dump::{dump, DumpOptions};
 use tidemark_broker::faults::{Bug, Faults};
 use tokio_util::sync::CancellationToken;
@@ -128,9 +130,11 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     for bug in faults.names() {
         warn!("!!! INJECTED BUG ENABLED: {bug} — this broker is deliberately unsafe !!!");
     }
-    let broker = Broker::open(config, faults)?;
+    let quorum: Arc<dyn MetadataQuorum> = LocalQuorum::open(&config.log_dir)?;
+    let broker = Broker::open(config, faults, quorum)?;
     info!(node_id = broker.config.node_id, log_dir = %broker.log_dir().display(), "broker started");
     let shutdown = CancellationToken::new();
+    let duties = broker.start(shutdown.clone());
     let checkpointer = tokio::spawn(checkpoint_loop(broker.clone(), shutdown.clone()));
     let listener = tokio::spawn(tidemark_broker::protocol::run_listener(
         broker.clone(),
@@ -147,6 +151,9 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     }
     shutdown.cancel();
     let _ = checkpointer.await;
+    for d in duties {
+        let _ = d.await;
+    }
     broker.shutdown()?;
     info!("clean shutdown complete");
     Ok(())

@@ -4,16 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::LogConfig;
 use crate::errors;
-use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
-use crate::metadata::PartitionRegistration;
+use crate::log::{LogError, LogSettings, PartitionLog};
+use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 
 /// Per-partition file recording the last registration this replica acted on, so that
 /// `dump-log` can tell roles and epochs without asking a running broker.
@@ -34,6 +36,23 @@ pub struct PersistedState {
 pub struct FollowerState {
     pub log_end_offset: i64,
     pub last_caught_up: Instant,
+    /// The leader's log end offset when this follower last fetched: reaching it means the
+    /// follower was caught up at that fetch (Kafka's `lastFetchLeaderLogEndOffset`).
+    pub leader_end_at_last_fetch: i64,
+}
+
+/// What a new registration asks of this replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleChange {
+    None,
+    BecameLeader,
+    /// Follow `leader` at `epoch` (a new leader or a new epoch).
+    Follow {
+        leader: i32,
+        epoch: i32,
+    },
+    /// No leader is available: stop fetching and wait.
+    Leaderless,
 }
 
 #[derive(Debug)]
@@ -44,6 +63,12 @@ pub struct PartitionState {
     pub registration: PartitionRegistration,
     pub high_watermark: i64,
     pub followers: BTreeMap<i32, FollowerState>,
+    /// Log end offset when this replica became leader: a follower joins the ISR only once it
+    /// has reached it (Kafka's leader epoch start offset).
+    pub leader_epoch_start_offset: i64,
+    /// Set on becoming a follower: the log must be reconciled with the leader's by leader epoch
+    /// before fetching.
+    pub needs_truncation: bool,
 }
 
 impl PartitionState {
@@ -100,6 +125,47 @@ impl PartitionState {
         }
     }
 
+    /// Records a follower's fetch at `fetch_offset` (its log end offset) on the leader.
+    pub fn record_follower_fetch(&mut self, replica: i32, fetch_offset: i64, now: Instant) {
+        let leo = self.log.log_end_offset();
+        let f = self.followers.entry(replica).or_insert(FollowerState {
+            log_end_offset: -1,
+            last_caught_up: now,
+            leader_end_at_last_fetch: leo,
+        });
+        if fetch_offset >= leo || fetch_offset >= f.leader_end_at_last_fetch {
+            f.last_caught_up = now;
+        }
+        f.log_end_offset = fetch_offset;
+        f.leader_end_at_last_fetch = leo;
+    }
+
+    /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
+    /// leader's epoch start, and the leader not RECOVERING).
+    pub fn may_join_isr(&self, replica: i32) -> bool {
+        !self.registration.isr.contains(&replica)
+            && self.registration.leader_recovery_state == LeaderRecoveryState::Recovered
+            && self.followers.get(&replica).is_some_and(|f| {
+                f.log_end_offset >= self.high_watermark
+                    && f.log_end_offset >= self.leader_epoch_start_offset
+            })
+    }
+
+    /// ISR members that have not been caught up for longer than `max_lag`.
+    pub fn laggards(&self, now: Instant, max_lag: std::time::Duration) -> Vec<i32> {
+        self.registration
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| *r != self.node_id)
+            .filter(|r| {
+                self.followers
+                    .get(r)
+                    .is_none_or(|f| now.duration_since(f.last_caught_up) > max_lag)
+            })
+            .collect()
+    }
+
     fn settings(config: &LogConfig) -> LogSettings {
         LogSettings {
             segment_bytes: config.segment_bytes,
@@ -116,6 +182,10 @@ pub struct Partition {
     dir: PathBuf,
     state: Mutex<PartitionState>,
     high_watermark: watch::Sender<i64>,
+    /// At most one AlterPartition in flight per partition, as in Kafka.
+    pub alter_in_flight: AtomicBool,
+    /// The running follower fetcher, if any: stopping it is cancelling its token.
+    pub fetcher: Mutex<Option<CancellationToken>>,
 }
 
 /// Directory name of a partition in the log dir: `<topic>-<partition>`, as Kafka names it.
@@ -150,6 +220,8 @@ impl Partition {
             },
             high_watermark: hw,
             followers: BTreeMap::new(),
+            leader_epoch_start_offset: 0,
+            needs_truncation: false,
         };
         let (tx, _) = watch::channel(hw);
         let p = Partition {
@@ -158,8 +230,9 @@ impl Partition {
             dir,
             state: Mutex::new(state),
             high_watermark: tx,
+            alter_in_flight: AtomicBool::new(false),
+            fetcher: Mutex::new(None),
         };
-        p.apply_registration(registration)?;
         Ok((p, notes))
     }
 
@@ -188,20 +261,55 @@ impl Partition {
     }
 
     /// Adopts a new registration: a replica that becomes leader at a new epoch records the epoch's
-    /// start at its log end, as Kafka's `makeLeader` does.
-    pub fn apply_registration(&self, reg: PartitionRegistration) -> Result<(), LogError> {
-        let hw = self.with_state(|s| -> Result<i64, LogError> {
-            let becomes_leader = reg.leader == s.node_id
-                && (s.registration.leader != s.node_id
-                    || reg.leader_epoch > s.registration.leader_epoch);
-            let epoch_changed = reg.leader_epoch != s.registration.leader_epoch
-                || reg.leader != s.registration.leader;
+    /// start at its log end, as Kafka's `makeLeader` does; one that follows a new leader or epoch
+    /// must truncate by epoch before fetching again.
+    pub fn apply_registration(
+        &self,
+        reg: PartitionRegistration,
+        strict_min_isr: bool,
+    ) -> Result<RoleChange, LogError> {
+        let (hw, change) = self.with_state(|s| -> Result<(i64, RoleChange), LogError> {
+            let old = s.registration.clone();
+            let me = s.node_id;
+            let epoch_changed = reg.leader_epoch != old.leader_epoch || reg.leader != old.leader;
             s.registration = reg;
-            if becomes_leader {
-                s.log.assign_epoch_start(s.registration.leader_epoch)?;
+            let change = if s.registration.leader == me {
+                if epoch_changed {
+                    s.log.assign_epoch_start(s.registration.leader_epoch)?;
+                    s.leader_epoch_start_offset = s.log.log_end_offset();
+                    let now = Instant::now();
+                    let hw = s.high_watermark;
+                    s.followers = s
+                        .registration
+                        .replicas
+                        .iter()
+                        .filter(|r| **r != me)
+                        .map(|r| {
+                            let f = FollowerState {
+                                log_end_offset: -1,
+                                last_caught_up: now,
+                                leader_end_at_last_fetch: hw,
+                            };
+                            (*r, f)
+                        })
+                        .collect();
+                    RoleChange::BecameLeader
+                } else {
+                    RoleChange::None
+                }
+            } else if !epoch_changed {
+                RoleChange::None
+            } else if s.registration.leader < 0 {
+                RoleChange::Leaderless
+            } else {
+                s.needs_truncation = true;
                 s.followers.clear();
-            }
-            if epoch_changed {
+                RoleChange::Follow {
+                    leader: s.registration.leader,
+                    epoch: s.registration.leader_epoch,
+                }
+            };
+            if epoch_changed || old.isr != s.registration.isr {
                 let st = PersistedState {
                     node_id: s.node_id,
                     leader: s.registration.leader,
@@ -214,11 +322,11 @@ impl Partition {
                     serde_json::to_vec(&st).map_err(|e| LogError::Invalid(e.to_string()))?;
                 std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
             }
-            s.maybe_increment_high_watermark(true);
-            Ok(s.high_watermark)
+            s.maybe_increment_high_watermark(strict_min_isr);
+            Ok((s.high_watermark, change))
         })?;
         self.publish_high_watermark(hw);
-        Ok(())
+        Ok(change)
     }
 
     pub fn set_config(&self, config: LogConfig) {
@@ -237,11 +345,4 @@ impl Partition {
         let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
         state.log.close()
     }
-}
-
-/// The outcome of a leader append, before any acks=all wait.
-#[derive(Debug)]
-pub struct LeaderAppend {
-    pub info: AppendInfo,
-    pub high_watermark: i64,
 }

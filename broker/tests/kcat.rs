@@ -21,6 +21,28 @@ fn messages(n: usize, salt: u64) -> Vec<u8> {
     out
 }
 
+/// Compares without printing megabytes: lengths and the first differing line.
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let g: Vec<&[u8]> = got.split(|b| *b == b'\n').collect();
+        let w: Vec<&[u8]> = want.split(|b| *b == b'\n').collect();
+        let first = g
+            .iter()
+            .zip(&w)
+            .position(|(a, b)| a != b)
+            .unwrap_or(g.len().min(w.len()));
+        panic!(
+            "{what}: got {} bytes / {} lines, want {} bytes / {} lines; first difference at line {first}: got {:?}, want {:?}",
+            got.len(),
+            g.len(),
+            want.len(),
+            w.len(),
+            g.get(first).map(|l| String::from_utf8_lossy(l)),
+            w.get(first).map(|l| String::from_utf8_lossy(l)),
+        );
+    }
+}
+
 fn consume_all(b: &BrokerProc, topic: &str, count: usize) -> Vec<u8> {
     let count = count.to_string();
     kcat(
@@ -124,7 +146,11 @@ fn every_acks_setting_metadata_and_offsets() {
             ],
             &input,
         );
-        assert_eq!(consume_all(&b, topic, 500), input, "acks={acks}");
+        assert_same(
+            &consume_all(&b, topic, 500),
+            &input,
+            &format!("acks={acks}"),
+        );
     }
     let meta = String::from_utf8(kcat(&["-b", &boot, "-L"], b"")).unwrap();
     for t in ["acks0", "acks1", "acksall"] {

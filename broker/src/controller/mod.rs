@@ -3,6 +3,7 @@
 //! changes, fencing) are made inside `apply`, a pure function of the image and one command, so
 //! every node reaches the same image and a recorded log can be replayed exactly.
 
+pub mod local;
 pub mod state;
 
 pub use state::{apply, ControllerCommand, ControllerReply, Election};

@@ -2,6 +2,7 @@
 //! into the response of the same version.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -40,7 +41,7 @@ fn s(v: impl Into<String>) -> StrBytes {
 
 /// Dispatches one request; `None` means no response is sent (acks=0 produce).
 pub async fn handle(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     header: &RequestHeader,
     request: RequestKind,
     version: i16,
@@ -48,12 +49,12 @@ pub async fn handle(
     let _ = header;
     Some(match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(errors::NONE)),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, r, version)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, r, version).await),
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(create_topics(broker, r, version))
+            ResponseKind::CreateTopics(create_topics(broker, r, version).await)
         }
         RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(delete_topics(broker, r, version))
+            ResponseKind::DeleteTopics(delete_topics(broker, r, version).await)
         }
         RequestKind::Produce(r) => {
             let acks = r.acks;
@@ -68,11 +69,14 @@ pub async fn handle(
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(broker, r))
         }
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(elect_leaders(broker, r, version).await)
+        }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs(broker, r))
         }
         RequestKind::IncrementalAlterConfigs(r) => {
-            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(broker, r))
+            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(broker, r).await)
         }
         other => {
             tracing::warn!("unexpected request {other:?} passed version checks");
@@ -97,7 +101,7 @@ pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
     r
 }
 
-fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     let cfg = &broker.config;
     // Auto-create requested topics that do not exist, if both sides allow it.
     if let Some(topics) = &req.topics {
@@ -107,8 +111,9 @@ fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResp
             for t in topics {
                 if let Some(name) = &t.name {
                     if !image.topics.contains_key(name.0.as_str()) {
-                        if let Err(e) =
-                            broker.create_topic(name.0.as_str(), -1, -1, &BTreeMap::new(), false)
+                        if let Err(e) = broker
+                            .create_topic(name.0.as_str(), -1, -1, &BTreeMap::new(), false)
+                            .await
                         {
                             tracing::info!(topic = %name.0.as_str(), "auto-create failed: {}", e.message);
                         }
@@ -199,7 +204,11 @@ fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResp
     resp
 }
 
-fn create_topics(broker: &Broker, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+async fn create_topics(
+    broker: &Broker,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     for t in req.topics {
         let name = t.name.0.to_string();
@@ -217,13 +226,15 @@ fn create_topics(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Cre
                 "manual replica assignment is not supported",
             ))
         } else {
-            broker.create_topic(
-                &name,
-                t.num_partitions,
-                t.replication_factor,
-                &configs,
-                req.validate_only,
-            )
+            broker
+                .create_topic(
+                    &name,
+                    t.num_partitions,
+                    t.replication_factor,
+                    &configs,
+                    req.validate_only,
+                )
+                .await
         };
         match outcome {
             Ok(topic) if version >= 5 => {
@@ -262,7 +273,11 @@ fn create_topics(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Cre
     resp
 }
 
-fn delete_topics(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+async fn delete_topics(
+    broker: &Broker,
+    req: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
     let image = broker.metadata();
     let mut targets: Vec<(Option<String>, uuid::Uuid)> = req
         .topic_names
@@ -289,7 +304,7 @@ fn delete_topics(broker: &Broker, req: DeleteTopicsRequest, version: i16) -> Del
         }
         match resolved {
             Some(n) => {
-                if let Err(e) = broker.delete_topic(&n) {
+                if let Err(e) = broker.delete_topic(&n).await {
                     r.error_code = e.code;
                     if version >= 5 {
                         r.error_message = Some(s(e.message));
@@ -341,7 +356,7 @@ async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceR
     resp
 }
 
-async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
+async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 30_000) as u64);
     let max_bytes = if req.max_bytes > 0 {
         req.max_bytes as usize
@@ -431,6 +446,7 @@ fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListO
                 p.partition_index,
                 p.timestamp,
                 p.current_leader_epoch,
+                req.replica_id.0,
             ) {
                 Ok((ts, offset, epoch)) => {
                     pr.timestamp = ts;
@@ -563,7 +579,7 @@ fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeCon
     resp
 }
 
-fn incremental_alter_configs(
+async fn incremental_alter_configs(
     broker: &Broker,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
@@ -599,6 +615,7 @@ fn incremental_alter_configs(
                 Some(b) => Err(b),
                 None => broker
                     .alter_topic_configs(res.resource_name.as_str(), &changes, req.validate_only)
+                    .await
                     .map_err(|e| (e.code, e.message)),
             }
         };
@@ -607,6 +624,64 @@ fn incremental_alter_configs(
             r.error_message = Some(s(msg));
         }
         resp.responses.push(r);
+    }
+    resp
+}
+
+async fn elect_leaders(
+    broker: &Broker,
+    req: ElectLeadersRequest,
+    version: i16,
+) -> ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{
+        PartitionResult, ReplicaElectionResult,
+    };
+    let election = match (version, req.election_type) {
+        (0, _) | (_, 0) => crate::controller::Election::Preferred,
+        (_, 1) => crate::controller::Election::Unclean,
+        (_, other) => {
+            let mut r = ElectLeadersResponse::default();
+            r.error_code = errors::INVALID_REQUEST;
+            tracing::warn!("ElectLeaders with unknown election type {other}");
+            return r;
+        }
+    };
+    let partitions = req.topic_partitions.as_ref().map(|tps| {
+        tps.iter()
+            .flat_map(|tp| {
+                tp.partitions
+                    .iter()
+                    .map(move |p| (tp.topic.0.to_string(), *p))
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut resp = ElectLeadersResponse::default();
+    match broker.elect_leaders(election, partitions).await {
+        Ok(results) => {
+            let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+            for (topic, partition, code, message) in results {
+                let mut pr = PartitionResult::default();
+                pr.partition_id = partition;
+                pr.error_code = code;
+                pr.error_message = message.map(s);
+                by_topic.entry(topic).or_default().push(pr);
+            }
+            resp.replica_election_results = by_topic
+                .into_iter()
+                .map(|(t, prs)| {
+                    let mut r = ReplicaElectionResult::default();
+                    r.topic = TopicName(s(t));
+                    r.partition_result = prs;
+                    r
+                })
+                .collect();
+        }
+        Err(e) => {
+            if version >= 1 {
+                resp.error_code = e.code;
+            }
+            tracing::warn!("ElectLeaders failed: {}", e.message);
+        }
     }
     resp
 }

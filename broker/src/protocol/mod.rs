@@ -34,6 +34,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -96,7 +97,7 @@ async fn connection(
 
 /// Decodes one request and builds its encoded response; `None` for acks=0 produce, which gets no
 /// response. An error closes the connection.
-pub async fn respond(broker: &Broker, mut frame: Bytes) -> anyhow::Result<Option<Bytes>> {
+pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<Option<Bytes>> {
     if frame.len() < 8 {
         anyhow::bail!(
             "frame of {} bytes is too short for a request header",
