@@ -73,12 +73,7 @@ pub fn check_history<R: BufRead>(
 ) -> Result<Results, BadInput> {
     let test = history.test().clone();
     let mut analysis = QueueAnalysis::new(&test, replicas);
-    while let Some(op) = history.next() {
-        let op = op?;
-        analysis
-            .observe(&op)
-            .map_err(|problem| BadInput::at(history.line(), problem))?;
-    }
+    history.for_each_line_op(|op| analysis.observe_line(op))?;
     let mut results = analysis.finish();
     for w in history.warnings() {
         results.warn(w.clone());

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::op::{Op, ReplicaState};
+use crate::queue::LineOp;
 
 /// Input that cannot be checked: a malformed line, a missing header, an unreadable file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,49 +154,98 @@ impl<R: BufRead> HistoryReader<R> {
         &self.warnings
     }
 
-    fn read_op(&mut self) -> Option<Result<Op, BadInput>> {
+    /// Reads the next line that is not blank into the buffer; false at the end of the input.
+    fn advance(&mut self) -> Result<bool, BadInput> {
         loop {
             self.buf.clear();
-            let n = match self.input.read_until(b'\n', &mut self.buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    return Some(Err(BadInput::at(
-                        self.line + 1,
-                        format!("cannot read: {e}"),
-                    )))
-                }
-            };
+            let n = self
+                .input
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| BadInput::at(self.line + 1, format!("cannot read: {e}")))?;
             if n == 0 {
-                return None;
+                return Ok(false);
             }
             self.line += 1;
-            if self.buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
+            if !self.buf.iter().all(u8::is_ascii_whitespace) {
+                return Ok(true);
             }
-            let complete = self.buf.last() == Some(&b'\n');
-            return match serde_json::from_slice::<Op>(&self.buf) {
-                Ok(op) if op.index != self.next_index => Some(Err(BadInput::at(
-                    self.line,
-                    format!(
-                        "op index {} out of sequence: expected {} (indices are dense, in file order)",
-                        op.index, self.next_index
-                    ),
-                ))),
-                Ok(op) => {
-                    self.next_index += 1;
-                    Some(Ok(op))
-                }
-                Err(e) if !complete => {
-                    self.warnings.push(format!(
-                        "line {}: ignored a truncated last line (a killed run?): {e}",
-                        self.line
-                    ));
-                    None
-                }
-                Err(e) => Some(Err(BadInput::at(self.line, format!("malformed op: {e}")))),
-            };
         }
     }
+
+    fn read_op(&mut self) -> Result<Option<Op>, BadInput> {
+        if !self.advance()? {
+            return Ok(None);
+        }
+        match serde_json::from_slice::<Op>(&self.buf) {
+            Ok(op) => {
+                expect_index(self.line, &mut self.next_index, op.index)?;
+                Ok(Some(op))
+            }
+            Err(e) => {
+                let complete = self.buf.last() == Some(&b'\n');
+                unparsable(self.line, complete, &e, &mut self.warnings).map(|()| None)
+            }
+        }
+    }
+
+    /// Feeds every remaining op to `observe`, parsed straight from its line with its value
+    /// left raw (the fast path of [`crate::check_history`]). An error from `observe` is bad
+    /// input on that op's line.
+    pub(crate) fn for_each_line_op(
+        &mut self,
+        mut observe: impl FnMut(&LineOp<'_>) -> Result<(), String>,
+    ) -> Result<(), BadInput> {
+        while !self.done {
+            self.done = true;
+            if !self.advance()? {
+                break;
+            }
+            match serde_json::from_slice::<LineOp>(&self.buf) {
+                Ok(op) => {
+                    expect_index(self.line, &mut self.next_index, op.index)?;
+                    observe(&op).map_err(|p| BadInput::at(self.line, p))?;
+                }
+                Err(e) => {
+                    let complete = self.buf.last() == Some(&b'\n');
+                    unparsable(self.line, complete, &e, &mut self.warnings)?;
+                    break;
+                }
+            }
+            self.done = false;
+        }
+        Ok(())
+    }
+}
+
+/// Indices are dense and in file order.
+fn expect_index(line: u64, next: &mut u64, index: u64) -> Result<(), BadInput> {
+    if index != *next {
+        return Err(BadInput::at(
+            line,
+            format!(
+                "op index {index} out of sequence: expected {next} (indices are dense, in file order)"
+            ),
+        ));
+    }
+    *next += 1;
+    Ok(())
+}
+
+/// A line that does not parse is bad input, unless it is a last line cut short by a killed run:
+/// then it ends the history with a warning.
+fn unparsable(
+    line: u64,
+    complete: bool,
+    e: &serde_json::Error,
+    warnings: &mut Vec<String>,
+) -> Result<(), BadInput> {
+    if complete {
+        return Err(BadInput::at(line, format!("malformed op: {e}")));
+    }
+    warnings.push(format!(
+        "line {line}: ignored a truncated last line (a killed run?): {e}"
+    ));
+    Ok(())
 }
 
 impl<R: BufRead> Iterator for HistoryReader<R> {
@@ -205,7 +255,7 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
         if self.done {
             return None;
         }
-        let next = self.read_op();
+        let next = self.read_op().transpose();
         if !matches!(next, Some(Ok(_))) {
             self.done = true;
         }

@@ -531,7 +531,7 @@ fn literal_jsonl_history_through_the_reader() {
     );
     let e = check_history(read_history(bad.as_bytes()).unwrap(), None).unwrap_err();
     assert_eq!(e.line, Some(2), "{e}");
-    assert!(e.problem.contains("values"), "{e}");
+    assert!(e.problem.contains("malformed send value"), "{e}");
 }
 
 #[test]

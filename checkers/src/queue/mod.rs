@@ -11,6 +11,7 @@
 //! and how far polls read from each starting offset. Everything that needs the whole history
 //! (lost writes, aborted reads, skips, epoch ownership) is decided in [`QueueAnalysis::finish`].
 
+mod event;
 mod replicas;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +25,8 @@ use crate::policy::{config_op_enables_unclean, HistoryFacts, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
 use crate::Checker;
 
+pub(crate) use event::LineOp;
+use event::{topic_partition, Event, PollBody, SendBody};
 use replicas::FinalLogs;
 
 /// Sentinel for "no op" in packed fields.
@@ -140,7 +143,7 @@ struct Partition {
     slots: DenseMap<Slot>,
     gaps: FxHashMap<(i64, i64), Gap>,
     /// Poll start offset -> the furthest offset a poll from there returned, and that poll.
-    reach: BTreeMap<i64, (i64, u64)>,
+    reach: DenseMap<(i64, u64)>,
     /// Index of this partition's final committed log in [`FinalLogs::logs`].
     final_log: Option<u32>,
 }
@@ -177,7 +180,7 @@ pub struct QueueAnalysis<'r> {
     policy: Policy,
     facts: HistoryFacts,
     replicas: Option<&'r [ReplicaState]>,
-    finals: FinalLogs,
+    finals: FinalLogs<'r>,
     default_cluster: String,
     clusters: Vec<String>,
     cluster_ids: FxHashMap<String, u32>,
@@ -300,7 +303,7 @@ impl<'r> QueueAnalysis<'r> {
             let cluster = self.cluster_ids[leader.cluster.as_str()];
             let pk = self.pk(cluster, &leader.topic, leader.partition);
             self.parts[pk as usize].final_log = Some(i as u32);
-            for rec in &log.records {
+            for rec in log.records.iter() {
                 self.observe_record(pk, rec.offset, rec.value, Proof::Final(log.leader as u32));
                 if cluster < 64 {
                     self.values
@@ -315,29 +318,40 @@ impl<'r> QueueAnalysis<'r> {
     /// Takes in the next op of the history. An error means the op is malformed (for example a
     /// send without values); the caller decides whether that is fatal.
     pub fn observe(&mut self, op: &Op) -> Result<(), String> {
-        match op.process {
+        self.observe_event(Event::from(op))
+    }
+
+    /// Takes in the next line of a history as parsed by the streaming reader.
+    pub(crate) fn observe_line(&mut self, op: &LineOp<'_>) -> Result<(), String> {
+        self.observe_event(Event::from(op))
+    }
+
+    fn observe_event(&mut self, ev: Event<'_>) -> Result<(), String> {
+        match ev.process {
             Process::Nemesis => {
-                self.nemesis(op);
+                self.nemesis(ev);
                 Ok(())
             }
             Process::Client(p) => {
-                if op.cluster.is_some() {
-                    self.cluster_id(op.cluster.as_deref());
+                if ev.cluster.is_some() {
+                    self.cluster_id(ev.cluster);
                 }
-                match op.kind {
-                    OpType::Invoke => self.invoke(p, op),
-                    _ => self.complete(p, op),
+                match ev.kind {
+                    OpType::Invoke => self.invoke(p, ev),
+                    _ => self.complete(p, ev),
                 }
             }
         }
     }
 
-    fn nemesis(&mut self, op: &Op) {
+    fn nemesis(&mut self, ev: Event<'_>) {
         self.nemesis_seq += 1;
-        let is_invoke = op.kind == OpType::Invoke;
-        match op.f.as_str() {
+        let is_invoke = ev.kind == OpType::Invoke;
+        match ev.f {
             "unclean-election" => self.facts.forced_unclean = true,
-            "config" if config_op_enables_unclean(&op.value) => self.facts.forced_unclean = true,
+            "config" if config_op_enables_unclean(&ev.value.json()) => {
+                self.facts.forced_unclean = true
+            }
             "failover" => {
                 self.facts.failover = true;
                 self.mirror_event = MirrorEvent::Failover;
@@ -372,45 +386,64 @@ impl<'r> QueueAnalysis<'r> {
         }
     }
 
-    fn invoke(&mut self, p: u64, op: &Op) -> Result<(), String> {
+    /// The partition a send's value names, and its values; all three are required.
+    fn send_target(
+        &mut self,
+        ev: Event<'_>,
+        body: SendBody<'_>,
+    ) -> Result<(u32, Vec<i64>), String> {
+        let (topic, partition) = topic_partition(body.topic, body.partition)?;
+        let values = body.values.ok_or("send has no values")?;
+        let cluster = self.cluster_id(ev.cluster);
+        Ok((self.pk(cluster, &topic, partition), values))
+    }
+
+    fn invoke(&mut self, p: u64, ev: Event<'_>) -> Result<(), String> {
         if let Some(prev) = self.pending.get(&p) {
             let warning = format!(
                 "op {}: process {p} invoked again while op {} was open",
-                op.index, prev.invoke
+                ev.index, prev.invoke
             );
             self.warn(warning);
         }
-        let send = if op.f == "send" {
-            let (topic, partition) = topic_partition(&op.value)?;
-            let values = send_values(&op.value)?;
-            let cluster = self.cluster_id(op.cluster.as_deref());
-            let pk = self.pk(cluster, topic, partition);
-            for &v in &values {
-                let info = self.values.get_or_insert_with(v, ValueInfo::new);
-                if info.invoke != NONE {
-                    let warning = format!(
-                        "op {}: value {v} was already sent by op {} (values must be unique)",
-                        op.index, info.invoke
-                    );
-                    self.warn(warning);
-                    continue;
+        let send = match ev.f {
+            "send" => {
+                let body = ev
+                    .value
+                    .parse::<SendBody>("send")?
+                    .ok_or("send has no value")?;
+                let (pk, values) = self.send_target(ev, body)?;
+                for &v in &values {
+                    let info = self.values.get_or_insert_with(v, ValueInfo::new);
+                    if info.invoke != NONE {
+                        let warning = format!(
+                            "op {}: value {v} was already sent by op {} (values must be unique)",
+                            ev.index, info.invoke
+                        );
+                        self.warn(warning);
+                        continue;
+                    }
+                    info.invoke = ev.index;
+                    info.outcome = Outcome::Pending;
+                    info.send_pk = pk;
                 }
-                info.invoke = op.index;
-                info.outcome = Outcome::Pending;
-                info.send_pk = pk;
+                Some((pk, values))
             }
-            Some((pk, values))
-        } else {
-            if op.f == "poll" {
-                topic_partition(&op.value)?;
+            "poll" => {
+                let body = ev
+                    .value
+                    .parse::<PollBody>("poll")?
+                    .ok_or("poll has no value")?;
+                topic_partition(body.topic, body.partition)?;
+                None
             }
-            None
+            _ => None,
         };
         self.pending.insert(
             p,
             Pending {
-                f: op.f.clone(),
-                invoke: op.index,
+                f: ev.f.to_owned(),
+                invoke: ev.index,
                 nemesis_seq: self.nemesis_seq,
                 send,
             },
@@ -418,105 +451,106 @@ impl<'r> QueueAnalysis<'r> {
         Ok(())
     }
 
-    fn complete(&mut self, p: u64, op: &Op) -> Result<(), String> {
+    fn complete(&mut self, p: u64, ev: Event<'_>) -> Result<(), String> {
         let pending = self.pending.remove(&p);
         match &pending {
             None => {
                 let warning = format!(
                     "op {}: process {p} completed {} without an invocation",
-                    op.index, op.f
+                    ev.index, ev.f
                 );
                 self.warn(warning);
             }
-            Some(pend) if pend.f != op.f => {
+            Some(pend) if pend.f != ev.f => {
                 let warning = format!(
                     "op {}: process {p} completed {} but invoked {} (op {})",
-                    op.index, op.f, pend.f, pend.invoke
+                    ev.index, ev.f, pend.f, pend.invoke
                 );
                 self.warn(warning);
             }
             Some(_) => {}
         }
-        let stats = match self.stats.get_mut(op.f.as_str()) {
+        let stats = match self.stats.get_mut(ev.f) {
             Some(s) => s,
-            None => self.stats.entry(op.f.clone()).or_default(),
+            None => self.stats.entry(ev.f.to_owned()).or_default(),
         };
-        match op.kind {
+        match ev.kind {
             OpType::Ok => stats.ok += 1,
             OpType::Fail => stats.fail += 1,
             _ => stats.info += 1,
         }
-        match op.f.as_str() {
-            "send" => self.complete_send(op, pending),
-            "poll" => self.complete_poll(p, op, pending),
+        match ev.f {
+            "send" => self.complete_send(ev, pending),
+            "poll" => self.complete_poll(p, ev, pending),
             _ => Ok(()),
         }
     }
 
-    fn complete_send(&mut self, op: &Op, pending: Option<Pending>) -> Result<(), String> {
-        let (pk, values) = match pending.and_then(|p| p.send) {
-            Some(sent) => sent,
-            None => {
-                let (topic, partition) = topic_partition(&op.value)?;
-                let cluster = self.cluster_id(op.cluster.as_deref());
-                (self.pk(cluster, topic, partition), send_values(&op.value)?)
-            }
-        };
-        let outcome = match op.kind {
+    fn complete_send(&mut self, ev: Event<'_>, pending: Option<Pending>) -> Result<(), String> {
+        let outcome = match ev.kind {
             OpType::Ok => Outcome::Ok,
             OpType::Fail => Outcome::Fail,
             _ => Outcome::Info,
         };
-        let offset = match (outcome, op.value.get("offset")) {
-            (Outcome::Ok, Some(Value::Null) | None) => None,
-            (Outcome::Ok, Some(o)) => Some(o.as_i64().ok_or("send offset is not an integer")?),
+        // Only an ok completion adds to what the invocation said: the offset.
+        let body = match (outcome, pending.as_ref().and_then(|p| p.send.as_ref())) {
+            (Outcome::Ok, _) | (_, None) => ev.value.parse::<SendBody>("send")?,
             _ => None,
+        };
+        let offset = body
+            .as_ref()
+            .and_then(|b| b.offset)
+            .filter(|_| outcome == Outcome::Ok);
+        let (pk, values) = match pending.and_then(|p| p.send) {
+            Some(sent) => sent,
+            None => self.send_target(ev, body.ok_or("send has no value")?)?,
         };
         for (i, &v) in values.iter().enumerate() {
             let info = self.values.get_or_insert_with(v, ValueInfo::new);
             if info.invoke == NONE {
-                info.invoke = op.index;
+                info.invoke = ev.index;
                 info.send_pk = pk;
             }
             info.outcome = outcome;
-            info.completion = op.index;
+            info.completion = ev.index;
             if let Some(first) = offset {
                 let at = first
                     .checked_add(i as i64)
                     .ok_or("send offset overflows a 64-bit offset")?;
                 info.acked = Some(at);
-                self.observe_record(pk, at, v, Proof::Ack(op.index));
+                self.observe_record(pk, at, v, Proof::Ack(ev.index));
             }
         }
         Ok(())
     }
 
-    fn complete_poll(&mut self, p: u64, op: &Op, pending: Option<Pending>) -> Result<(), String> {
-        let (topic, partition) = topic_partition(&op.value)?;
-        let cluster = self.cluster_id(op.cluster.as_deref());
-        let pk = self.pk(cluster, topic, partition);
-        let from = match op.value.get("from") {
-            Some(f) => Some(f.as_i64().ok_or("poll from is not an integer")?),
-            None => None,
-        };
-        let records = match op.value.get("records") {
-            None | Some(Value::Null) => &[][..],
-            Some(Value::Array(r)) => &r[..],
-            Some(_) => return Err("poll records is not an array".into()),
-        };
+    fn complete_poll(
+        &mut self,
+        p: u64,
+        ev: Event<'_>,
+        pending: Option<Pending>,
+    ) -> Result<(), String> {
+        let body = ev
+            .value
+            .parse::<PollBody>("poll")?
+            .ok_or("poll has no value")?;
+        let (topic, partition) = topic_partition(body.topic, body.partition)?;
+        let cluster = self.cluster_id(ev.cluster);
+        let pk = self.pk(cluster, &topic, partition);
+        let from = body.from;
         let mut prev: Option<(i64, Option<i64>)> = None;
         let mut furthest = None;
         // Gaps count only in a poll whose offsets increase: one that went backwards is reported
         // as nonmonotonic, and may well have returned the "skipped" offsets out of order.
         let mut gaps: Vec<(i64, i64, Option<i64>)> = Vec::new();
         let mut monotonic = true;
-        for r in records {
-            let (offset, value, epoch) = parse_record(r)?;
+        for r in body.records.unwrap_or_default() {
+            let (offset, value, epoch) = (r.offset, r.value, r.epoch);
             match prev {
                 Some((po, _)) if offset <= po => {
                     let entry = json!({
                         "cluster": self.clusters[cluster as usize], "topic": topic,
-                        "partition": partition, "op_index": op.index, "process": p,
+                        "partition": partition, "op_index": ev.index, "process": p,
                         "offsets": [po, offset],
                     });
                     self.anomalies.push(AnomalyKind::NonmonotonicPoll, entry);
@@ -534,7 +568,7 @@ impl<'r> QueueAnalysis<'r> {
                 if offset > po && e < pe {
                     let entry = json!({
                         "cluster": self.clusters[cluster as usize], "topic": topic,
-                        "partition": partition, "op_index": op.index,
+                        "partition": partition, "op_index": ev.index,
                         "records": [[po, pe], [offset, e]],
                         "why": "a poll returned a lower leader epoch at a higher offset",
                     });
@@ -543,39 +577,36 @@ impl<'r> QueueAnalysis<'r> {
             }
             prev = Some((offset, epoch.or(prev.and_then(|(_, e)| e))));
             furthest = Some(furthest.map_or(offset, |f: i64| f.max(offset)));
-            self.observe_record(pk, offset, value, Proof::Poll(op.index));
+            self.observe_record(pk, offset, value, Proof::Poll(ev.index));
         }
         if monotonic {
             for (lo, hi, after) in gaps {
-                self.note_gap(pk, lo, hi, after, op, p);
+                self.note_gap(pk, lo, hi, after, ev.index, p);
             }
         }
         if let (Some(from), Some(furthest)) = (from, furthest) {
             let reach = self.parts[pk as usize]
                 .reach
-                .entry(from)
-                .or_insert((furthest, op.index));
+                .get_or_insert_with(from, || (furthest, ev.index));
             if furthest > reach.0 {
-                *reach = (furthest, op.index);
+                *reach = (furthest, ev.index);
             }
         }
-        if op.kind == OpType::Ok {
-            if let Some(hw) = op.value.get("high_watermark").and_then(Value::as_i64) {
-                let since = pending.map_or(self.nemesis_seq, |p| p.nemesis_seq);
-                self.observe_hw(p, pk, hw, op.index, since);
-            }
+        if let Some(hw) = body.high_watermark.filter(|_| ev.kind == OpType::Ok) {
+            let since = pending.map_or(self.nemesis_seq, |p| p.nemesis_seq);
+            self.observe_hw(p, pk, hw, ev.index, since);
         }
         Ok(())
     }
 
-    fn note_gap(&mut self, pk: u32, lo: i64, hi: i64, after: Option<i64>, op: &Op, p: u64) {
+    fn note_gap(&mut self, pk: u32, lo: i64, hi: i64, after: Option<i64>, op: u64, p: u64) {
         self.parts[pk as usize]
             .gaps
             .entry((lo, hi))
             .and_modify(|g| g.polls += 1)
             .or_insert(Gap {
                 after,
-                op: op.index,
+                op,
                 process: p,
                 polls: 1,
             });
@@ -705,19 +736,18 @@ impl<'r> QueueAnalysis<'r> {
     /// Lost writes, aborted reads and unexpected values: judged per value once every send has
     /// completed and every poll has been seen.
     fn check_values(&mut self) {
-        let mut values: Vec<(i64, ValueInfo)> = self.values.iter().map(|(v, &i)| (v, i)).collect();
-        values.sort_unstable_by_key(|&(v, i)| (i.completion, i.invoke, v));
+        // Only the few anomalous values are collected, then put in history order.
+        let (mut lost, mut aborted, mut unexpected) = (Vec::new(), Vec::new(), Vec::new());
         let mut by_polls: FxHashMap<u32, Vec<(i64, i64, ValueInfo)>> = FxHashMap::default();
         let mut no_final: BTreeSet<u32> = BTreeSet::new();
-        for &(v, info) in &values {
+        for (v, &info) in self.values.iter() {
             match info.outcome {
                 Outcome::Ok => {
                     let part = &self.parts[info.send_pk as usize];
                     match part.final_log {
                         Some(_) if part.cluster < 64 => {
                             if info.final_clusters & (1 << part.cluster) == 0 {
-                                let log = self.final_log_of(info.send_pk);
-                                self.lost_write(v, &info, json!({"final_log": log}));
+                                lost.push((info.completion, v, info));
                             }
                         }
                         _ => {
@@ -732,29 +762,40 @@ impl<'r> QueueAnalysis<'r> {
                     }
                 }
                 Outcome::Fail if info.first_poll != NONE || info.final_clusters != 0 => {
-                    let (cluster, topic, partition) = self.place(info.loc_pk);
-                    let seen_by = if info.first_poll != NONE {
-                        json!({"poll": info.first_poll})
-                    } else {
-                        self.proof_json(info.loc_proof)
-                    };
-                    let entry = json!({
-                        "value": v, "cluster": cluster, "topic": topic, "partition": partition,
-                        "offset": info.loc_offset, "op_index": info.completion,
-                        "invoke_index": info.invoke, "seen_by": seen_by,
-                    });
-                    self.anomalies.push(AnomalyKind::AbortedRead, entry);
+                    aborted.push((info.completion, v, info));
                 }
-                Outcome::NeverInvoked => {
-                    let (cluster, topic, partition) = self.place(info.loc_pk);
-                    let entry = json!({
-                        "value": v, "cluster": cluster, "topic": topic, "partition": partition,
-                        "offset": info.loc_offset, "seen_by": self.proof_json(info.loc_proof),
-                    });
-                    self.anomalies.push(AnomalyKind::UnexpectedValue, entry);
-                }
+                Outcome::NeverInvoked => unexpected.push((0, v, info)),
                 _ => {}
             }
+        }
+        for list in [&mut lost, &mut aborted, &mut unexpected] {
+            list.sort_unstable_by_key(|&(key, v, _)| (key, v));
+        }
+        for (_, v, info) in lost {
+            let log = self.final_log_of(info.send_pk);
+            self.lost_write(v, &info, json!({"final_log": log}));
+        }
+        for (_, v, info) in aborted {
+            let (cluster, topic, partition) = self.place(info.loc_pk);
+            let seen_by = if info.first_poll != NONE {
+                json!({"poll": info.first_poll})
+            } else {
+                self.proof_json(info.loc_proof)
+            };
+            let entry = json!({
+                "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+                "offset": info.loc_offset, "op_index": info.completion,
+                "invoke_index": info.invoke, "seen_by": seen_by,
+            });
+            self.anomalies.push(AnomalyKind::AbortedRead, entry);
+        }
+        for (_, v, info) in unexpected {
+            let (cluster, topic, partition) = self.place(info.loc_pk);
+            let entry = json!({
+                "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+                "offset": info.loc_offset, "seen_by": self.proof_json(info.loc_proof),
+            });
+            self.anomalies.push(AnomalyKind::UnexpectedValue, entry);
         }
         self.lost_by_polls(by_polls);
         if self.replicas.is_none() {
@@ -802,11 +843,12 @@ impl<'r> QueueAnalysis<'r> {
         pks.sort_unstable_by_key(|(pk, _)| *pk);
         for (pk, mut candidates) in pks {
             candidates.sort_unstable_by_key(|c| (c.0, c.1));
-            let reach: Vec<(i64, (i64, u64))> = self.parts[pk as usize]
+            let mut reach: Vec<(i64, (i64, u64))> = self.parts[pk as usize]
                 .reach
                 .iter()
-                .map(|(&f, &r)| (f, r))
+                .map(|(f, &r)| (f, r))
                 .collect();
+            reach.sort_unstable_by_key(|&(from, _)| from);
             let mut next = 0;
             let mut best: Option<(i64, u64)> = None;
             for (acked, v, info) in candidates {
@@ -968,44 +1010,5 @@ impl<'r> QueueAnalysis<'r> {
             })
         };
         replicas::epoch_ownership(replicas, &origin, &mut self.anomalies);
-    }
-}
-
-fn topic_partition(v: &Value) -> Result<(&str, i64), String> {
-    let topic = v
-        .get("topic")
-        .and_then(Value::as_str)
-        .ok_or("value has no string topic")?;
-    let partition = v
-        .get("partition")
-        .and_then(Value::as_i64)
-        .ok_or("value has no integer partition")?;
-    Ok((topic, partition))
-}
-
-fn send_values(v: &Value) -> Result<Vec<i64>, String> {
-    v.get("values")
-        .and_then(Value::as_array)
-        .ok_or("send has no values array")?
-        .iter()
-        .map(|x| {
-            x.as_i64()
-                .ok_or_else(|| format!("send value {x} is not an integer"))
-        })
-        .collect()
-}
-
-fn parse_record(r: &Value) -> Result<(i64, i64, Option<i64>), String> {
-    let bad = || format!("poll record {r} is not [offset, value, leader_epoch]");
-    let a = r.as_array().ok_or_else(bad)?;
-    let int = |i: usize| a.get(i).and_then(Value::as_i64);
-    match a.len() {
-        2 => Ok((int(0).ok_or_else(bad)?, int(1).ok_or_else(bad)?, None)),
-        3 => Ok((
-            int(0).ok_or_else(bad)?,
-            int(1).ok_or_else(bad)?,
-            Some(int(2).ok_or_else(bad)?),
-        )),
-        _ => Err(bad()),
     }
 }

@@ -14,26 +14,26 @@ use crate::results::{Anomalies, AnomalyKind};
 /// The final committed log of one partition of one cluster: the leader replica's records below
 /// its high watermark. Without a replica marked leader, the one with the highest watermark.
 #[derive(Debug)]
-pub(crate) struct FinalLog {
+pub(crate) struct FinalLog<'r> {
     /// Index of the leader in the replica states.
     pub leader: usize,
     pub hw: i64,
-    /// Committed records, by offset.
-    pub records: Vec<Record>,
+    /// Committed records, by offset (borrowed from the replica state when it is in order).
+    pub records: Cow<'r, [Record]>,
 }
 
 /// Every partition's final committed log, and its readable replicas.
 #[derive(Debug, Default)]
-pub(crate) struct FinalLogs {
-    pub logs: Vec<FinalLog>,
+pub(crate) struct FinalLogs<'r> {
+    pub logs: Vec<FinalLog<'r>>,
     /// The readable replicas of each partition of each cluster.
     groups: Vec<Vec<usize>>,
 }
 
-impl FinalLogs {
+impl<'r> FinalLogs<'r> {
     /// Groups the replicas by cluster, topic and partition and picks each group's final log.
     /// Returns warnings for replicas that could not be used.
-    pub fn build(replicas: &[ReplicaState]) -> (Self, Vec<String>) {
+    pub fn build(replicas: &'r [ReplicaState]) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
         let mut by_part: BTreeMap<(&str, &str, i64), Vec<usize>> = BTreeMap::new();
         for (i, r) in replicas.iter().enumerate() {
@@ -80,7 +80,7 @@ impl FinalLogs {
                 finals.logs.push(FinalLog {
                     leader,
                     hw: hw(&leader),
-                    records: committed(&replicas[leader]).into_owned(),
+                    records: committed(&replicas[leader]),
                 });
             }
             finals.groups.push(readable);
@@ -170,7 +170,7 @@ fn differences<'a>(
 
 /// Two replicas of one partition in one cluster hold different records (value or epoch, or a
 /// data record against none) at an offset below both high watermarks and above both log starts.
-pub(crate) fn divergence(replicas: &[ReplicaState], finals: &FinalLogs, out: &mut Anomalies) {
+pub(crate) fn divergence(replicas: &[ReplicaState], finals: &FinalLogs<'_>, out: &mut Anomalies) {
     for group in &finals.groups {
         let logs: Vec<(usize, Cow<'_, [Record]>)> =
             group.iter().map(|&i| (i, sorted(&replicas[i]))).collect();
@@ -204,10 +204,10 @@ pub(crate) fn divergence(replicas: &[ReplicaState], finals: &FinalLogs, out: &mu
 /// value against none) at an offset below both high watermarks.
 pub(crate) fn mirror_divergence(
     replicas: &[ReplicaState],
-    finals: &FinalLogs,
+    finals: &FinalLogs<'_>,
     out: &mut Anomalies,
 ) {
-    let mut by_tp: BTreeMap<(&str, i64), Vec<&FinalLog>> = BTreeMap::new();
+    let mut by_tp: BTreeMap<(&str, i64), Vec<&FinalLog<'_>>> = BTreeMap::new();
     for log in &finals.logs {
         let r = &replicas[log.leader];
         by_tp.entry((&r.topic, r.partition)).or_default().push(log);

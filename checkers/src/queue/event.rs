@@ -1,0 +1,143 @@
+//! One op as the queue analysis reads it, whichever way it arrived: as an [`Op`] built by the
+//! harness, or straight from a line of `history.jsonl`. A line is parsed once, into typed,
+//! borrowed fields: the op's value stays raw text until the analysis asks for the part it needs
+//! (a send's values, a poll's records), which is much cheaper than building a JSON tree per line.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::op::{Op, OpType, Process, Record};
+
+/// A history line with only the fields' types checked, the value left raw.
+#[derive(Debug, Deserialize)]
+pub(crate) struct LineOp<'a> {
+    pub index: u64,
+    #[serde(rename = "time")]
+    _time: u64,
+    pub process: Process,
+    #[serde(rename = "type")]
+    pub kind: OpType,
+    #[serde(borrow)]
+    pub f: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub value: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "node")]
+    _node: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub cluster: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "error")]
+    _error: Option<Cow<'a, str>>,
+}
+
+/// An op's value, parsed on demand.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Body<'a> {
+    Json(&'a Value),
+    Raw(Option<&'a RawValue>),
+}
+
+impl<'a> Body<'a> {
+    /// The value as `T`, or `None` when it is absent or null; `what` names it in errors.
+    pub fn parse<T: Deserialize<'a>>(self, what: &str) -> Result<Option<T>, String> {
+        let parsed = match self {
+            Body::Json(Value::Null) | Body::Raw(None) => return Ok(None),
+            Body::Json(v) => T::deserialize(v),
+            Body::Raw(Some(raw)) if raw.get() == "null" => return Ok(None),
+            Body::Raw(Some(raw)) => serde_json::from_str(raw.get()),
+        };
+        parsed.map(Some).map_err(|e| {
+            // Positions would be within the value, not the line: leave them out.
+            let e = e.to_string();
+            let message = e.rsplit_once(" at line ").map_or(e.as_str(), |(m, _)| m);
+            format!("malformed {what} value: {message}")
+        })
+    }
+
+    /// The value as a JSON tree (for the rare ops that need more than a typed part).
+    pub fn json(self) -> Value {
+        match self {
+            Body::Json(v) => v.clone(),
+            Body::Raw(raw) => raw
+                .and_then(|r| serde_json::from_str(r.get()).ok())
+                .unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// One op, borrowed from an [`Op`] or a [`LineOp`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Event<'a> {
+    pub index: u64,
+    pub process: Process,
+    pub kind: OpType,
+    pub f: &'a str,
+    pub cluster: Option<&'a str>,
+    pub value: Body<'a>,
+}
+
+impl<'a> From<&'a Op> for Event<'a> {
+    fn from(op: &'a Op) -> Self {
+        Event {
+            index: op.index,
+            process: op.process,
+            kind: op.kind,
+            f: &op.f,
+            cluster: op.cluster.as_deref(),
+            value: Body::Json(&op.value),
+        }
+    }
+}
+
+impl<'a> From<&'a LineOp<'a>> for Event<'a> {
+    fn from(op: &'a LineOp<'a>) -> Self {
+        Event {
+            index: op.index,
+            process: op.process,
+            kind: op.kind,
+            f: &op.f,
+            cluster: op.cluster.as_deref(),
+            value: Body::Raw(op.value),
+        }
+    }
+}
+
+/// The parts of a `send` value the analysis reads; each is checked where it is required.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SendBody<'a> {
+    #[serde(borrow, default)]
+    pub topic: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub partition: Option<i64>,
+    #[serde(default)]
+    pub values: Option<Vec<i64>>,
+    #[serde(default)]
+    pub offset: Option<i64>,
+}
+
+/// The parts of a `poll` value the analysis reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PollBody<'a> {
+    #[serde(borrow, default)]
+    pub topic: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub partition: Option<i64>,
+    #[serde(default)]
+    pub from: Option<i64>,
+    #[serde(default)]
+    pub records: Option<Vec<Record>>,
+    #[serde(default)]
+    pub high_watermark: Option<i64>,
+}
+
+/// The topic and partition an op names, both required.
+pub(crate) fn topic_partition(
+    topic: Option<Cow<'_, str>>,
+    partition: Option<i64>,
+) -> Result<(Cow<'_, str>, i64), String> {
+    let topic = topic.ok_or("value has no topic")?;
+    let partition = partition.ok_or("value has no partition")?;
+    Ok((topic, partition))
+}
