@@ -79,7 +79,9 @@ enum Outcome {
     Info,
 }
 
-/// Everything known about one value.
+/// Everything known about one value. It is the analysis's biggest table (one entry per
+/// distinct value), so optional fields are kept as flags beside plain integers to fit it in
+/// 64 bytes.
 #[derive(Debug, Clone, Copy)]
 struct ValueInfo {
     outcome: Outcome,
@@ -87,16 +89,36 @@ struct ValueInfo {
     send_pk: u32,
     invoke: u64,
     completion: u64,
-    /// The offset the `ok` completion reported, if any.
-    acked: Option<i64>,
-    /// The first place the value was observed.
+    /// The offset the `ok` completion reported, when `has_acked`.
+    acked: i64,
+    has_acked: bool,
+    /// The first place the value was observed, and what proves it.
     loc_pk: u32,
     loc_offset: i64,
-    loc_proof: Proof,
+    loc_kind: ProofKind,
+    loc_id: u64,
     /// The first poll that returned it.
     first_poll: u64,
     /// Bit `c` set: the final committed log of cluster `c` holds it.
-    final_clusters: u64,
+    final_clusters: u32,
+}
+
+/// The kind of a [`Proof`], stored apart from its op or replica index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProofKind {
+    Ack,
+    Poll,
+    Final,
+}
+
+impl Proof {
+    fn split(self) -> (ProofKind, u64) {
+        match self {
+            Proof::Ack(op) => (ProofKind::Ack, op),
+            Proof::Poll(op) => (ProofKind::Poll, op),
+            Proof::Final(r) => (ProofKind::Final, u64::from(r)),
+        }
+    }
 }
 
 impl ValueInfo {
@@ -106,12 +128,27 @@ impl ValueInfo {
             send_pk: NO_PK,
             invoke: NONE,
             completion: NONE,
-            acked: None,
+            acked: 0,
+            has_acked: false,
             loc_pk: NO_PK,
             loc_offset: 0,
-            loc_proof: Proof::Ack(NONE),
+            loc_kind: ProofKind::Ack,
+            loc_id: NONE,
             first_poll: NONE,
             final_clusters: 0,
+        }
+    }
+
+    fn acked(&self) -> Option<i64> {
+        self.has_acked.then_some(self.acked)
+    }
+
+    fn loc_proof(&self) -> Proof {
+        match self.loc_kind {
+            ProofKind::Ack => Proof::Ack(self.loc_id),
+            ProofKind::Poll => Proof::Poll(self.loc_id),
+            // Replica indices are stored from a u32, so this never truncates.
+            ProofKind::Final => Proof::Final(self.loc_id as u32),
         }
     }
 }
@@ -192,7 +229,8 @@ pub struct QueueAnalysis<'r> {
     conflicts: FxHashMap<(u32, i64), Vec<(i64, Proof)>>,
     duplicates: FxHashMap<i64, Vec<(u32, i64, Proof)>>,
     pending: FxHashMap<u64, Pending>,
-    hws: FxHashMap<(u64, u32), HwSeen>,
+    /// Per live process, the last high watermark it saw on each partition.
+    hws: FxHashMap<u64, Vec<(u32, HwSeen)>>,
     nemesis_seq: u64,
     active_faults: BTreeSet<&'static str>,
     mirror_event: MirrorEvent,
@@ -305,7 +343,7 @@ impl<'r> QueueAnalysis<'r> {
             self.parts[pk as usize].final_log = Some(i as u32);
             for rec in log.records.iter() {
                 self.observe_record(pk, rec.offset, rec.value, Proof::Final(log.leader as u32));
-                if cluster < 64 {
+                if cluster < 32 {
                     self.values
                         .get_or_insert_with(rec.value, ValueInfo::new)
                         .final_clusters |= 1 << cluster;
@@ -479,6 +517,10 @@ impl<'r> QueueAnalysis<'r> {
             OpType::Fail => stats.fail += 1,
             _ => stats.info += 1,
         }
+        if ev.kind == OpType::Info {
+            // The process never invokes again: what it saw can no longer regress.
+            self.hws.remove(&p);
+        }
         match ev.f {
             "send" => self.complete_send(ev, pending),
             "poll" => self.complete_poll(p, ev, pending),
@@ -517,7 +559,8 @@ impl<'r> QueueAnalysis<'r> {
                 let at = first
                     .checked_add(i as i64)
                     .ok_or("send offset overflows a 64-bit offset")?;
-                info.acked = Some(at);
+                info.acked = at;
+                info.has_acked = true;
                 self.observe_record(pk, at, v, Proof::Ack(ev.index));
             }
         }
@@ -620,9 +663,12 @@ impl<'r> QueueAnalysis<'r> {
             op,
             nemesis_seq: since,
         };
-        let Some(prev) = self.hws.insert((p, pk), seen) else {
+        let seen_by_p = self.hws.entry(p).or_default();
+        let Some(at) = seen_by_p.iter().position(|(k, _)| *k == pk) else {
+            seen_by_p.push((pk, seen));
             return;
         };
+        let prev = std::mem::replace(&mut seen_by_p[at].1, seen);
         let excused = prev.nemesis_seq != self.nemesis_seq || !self.active_faults.is_empty();
         if hw < prev.hw && !excused {
             let part = &self.parts[pk as usize];
@@ -671,14 +717,14 @@ impl<'r> QueueAnalysis<'r> {
         if info.loc_pk == NO_PK {
             info.loc_pk = pk;
             info.loc_offset = offset;
-            info.loc_proof = proof;
+            (info.loc_kind, info.loc_id) = proof.split();
             return;
         }
         let (a, b) = (&self.parts[info.loc_pk as usize], &self.parts[pk as usize]);
         if info.loc_offset == offset && a.topic == b.topic && a.partition == b.partition {
             return;
         }
-        let first = (info.loc_pk, info.loc_offset, info.loc_proof);
+        let first = (info.loc_pk, info.loc_offset, info.loc_proof());
         let places = self.duplicates.entry(value).or_insert_with(|| vec![first]);
         let known = places.iter().any(|&(p, o, _)| {
             let c = &self.parts[p as usize];
@@ -745,14 +791,14 @@ impl<'r> QueueAnalysis<'r> {
                 Outcome::Ok => {
                     let part = &self.parts[info.send_pk as usize];
                     match part.final_log {
-                        Some(_) if part.cluster < 64 => {
+                        Some(_) if part.cluster < 32 => {
                             if info.final_clusters & (1 << part.cluster) == 0 {
                                 lost.push((info.completion, v, info));
                             }
                         }
                         _ => {
                             no_final.insert(info.send_pk);
-                            if let Some(acked) = info.acked.filter(|_| info.first_poll == NONE) {
+                            if let Some(acked) = info.acked().filter(|_| info.first_poll == NONE) {
                                 by_polls
                                     .entry(info.send_pk)
                                     .or_default()
@@ -780,7 +826,7 @@ impl<'r> QueueAnalysis<'r> {
             let seen_by = if info.first_poll != NONE {
                 json!({"poll": info.first_poll})
             } else {
-                self.proof_json(info.loc_proof)
+                self.proof_json(info.loc_proof())
             };
             let entry = json!({
                 "value": v, "cluster": cluster, "topic": topic, "partition": partition,
@@ -793,7 +839,7 @@ impl<'r> QueueAnalysis<'r> {
             let (cluster, topic, partition) = self.place(info.loc_pk);
             let entry = json!({
                 "value": v, "cluster": cluster, "topic": topic, "partition": partition,
-                "offset": info.loc_offset, "seen_by": self.proof_json(info.loc_proof),
+                "offset": info.loc_offset, "seen_by": self.proof_json(info.loc_proof()),
             });
             self.anomalies.push(AnomalyKind::UnexpectedValue, entry);
         }
@@ -826,7 +872,7 @@ impl<'r> QueueAnalysis<'r> {
         let seen_by = (info.first_poll != NONE).then_some(info.first_poll);
         let mut entry = json!({
             "value": v, "cluster": cluster, "topic": topic, "partition": partition,
-            "offset": info.acked, "op_index": info.completion, "invoke_index": info.invoke,
+            "offset": info.acked(), "op_index": info.completion, "invoke_index": info.invoke,
             "seen_by_poll": seen_by,
         });
         if let (Value::Object(e), Value::Object(p)) = (&mut entry, proof) {
@@ -1010,5 +1056,15 @@ impl<'r> QueueAnalysis<'r> {
             })
         };
         replicas::epoch_ownership(replicas, &origin, &mut self.anomalies);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_info_fits_in_a_cache_line() {
+        assert!(std::mem::size_of::<Option<ValueInfo>>() <= 64);
     }
 }
