@@ -9,17 +9,23 @@
 //! The harness calls, after a run:
 //!
 //! ```no_run
-//! # fn main() -> Result<(), tidemark_checkers::BadInput> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::fs::File;
 //! use std::io::BufReader;
-//! let history = tidemark_checkers::read_history(BufReader::new(std::io::stdin()))?;
-//! let replicas: Vec<tidemark_checkers::ReplicaState> = Vec::new();
-//! let results = tidemark_checkers::check_history(history, Some(&replicas))?;
-//! println!("{}", results.summary(5));
-//! # Ok(())
+//! use tidemark_checkers::{check_history, read_history, read_replicas};
+//!
+//! let replicas = read_replicas(BufReader::new(File::open("run/replicas.jsonl")?))?;
+//! let history = read_history(BufReader::new(File::open("run/history.jsonl")?))?;
+//! let results = check_history(history, Some(&replicas))?;
+//! std::fs::write("run/results.json", serde_json::to_vec_pretty(&results)?)?;
+//! print!("{}", results.summary(5));
+//! std::process::exit(results.valid.exit_code().into());
 //! # }
 //! ```
 //!
-//! or [`check`] with ops it already holds. The verdict policy is in [`policy`].
+//! or [`check`] with ops it already holds. It writes histories with [`Op`] (and
+//! [`SendValue`]/[`PollValue`] for queue values), replica states with [`ReplicaState`]. The
+//! verdict policy is in [`policy`]; the anomalies are named by [`AnomalyKind`].
 
 mod dense;
 pub mod op;

@@ -365,6 +365,10 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     fn observe_event(&mut self, ev: Event<'_>) -> Result<(), String> {
+        if ev.f == "unclean-election" {
+            // Forced, whoever recorded it.
+            self.facts.forced_unclean = true;
+        }
         match ev.process {
             Process::Nemesis => {
                 self.nemesis(ev);
@@ -386,7 +390,6 @@ impl<'r> QueueAnalysis<'r> {
         self.nemesis_seq += 1;
         let is_invoke = ev.kind == OpType::Invoke;
         match ev.f {
-            "unclean-election" => self.facts.forced_unclean = true,
             "config" if config_op_enables_unclean(&ev.value.json()) => {
                 self.facts.forced_unclean = true
             }
