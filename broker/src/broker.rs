@@ -509,8 +509,10 @@ impl Broker {
         replication_factor: i16,
         configs: &BTreeMap<String, String>,
         validate_only: bool,
+        assignments: Vec<Vec<i32>>,
     ) -> Result<TopicRegistration, ApiError> {
         let cmd = ControllerCommand::CreateTopic {
+            assignments,
             name: name.to_string(),
             id: uuid::Uuid::new_v4(),
             partitions: if num_partitions == -1 {

@@ -2,6 +2,7 @@
 //! Kafka's on-disk ideas (segments named by base offset, `leader-epoch-checkpoint`) and speaks the
 //! Kafka protocol through the kafka-protocol crate, so real clients use it unchanged.
 
+pub mod admin;
 pub mod alloc;
 pub mod broker;
 pub mod config;

@@ -43,6 +43,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Admin operations over the Kafka protocol.
+    Admin {
+        #[command(subcommand)]
+        op: AdminOp,
+    },
     /// Print every partition replica in a data dir as one JSON line (replicas.jsonl shape).
     DumpLog {
         /// The broker's log.dirs directory.
@@ -61,9 +66,73 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum AdminOp {
+    /// Elect a leader for one partition (Kafka's ElectLeaders, KIP-460); prints JSON.
+    ElectLeaders {
+        #[arg(long)]
+        bootstrap_server: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        /// UNCLEAN election (any live replica may lead, losing what it lacks); default PREFERRED.
+        #[arg(long)]
+        unclean: bool,
+    },
+    /// Print leader, leader epoch, replicas and ISR of every partition as JSON.
+    Describe {
+        #[arg(long)]
+        bootstrap_server: String,
+        #[arg(long)]
+        topic: Option<String>,
+    },
+}
+
+fn admin(op: AdminOp) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match op {
+            AdminOp::ElectLeaders {
+                bootstrap_server,
+                topic,
+                partition,
+                unclean,
+            } => {
+                tidemark_broker::admin::elect_leaders(&bootstrap_server, &topic, partition, unclean)
+                    .await
+            }
+            AdminOp::Describe {
+                bootstrap_server,
+                topic,
+            } => tidemark_broker::admin::describe(&bootstrap_server, topic.as_deref())
+                .await
+                .map(|v| (v, true)),
+        }
+    });
+    match result {
+        Ok((v, ok)) => {
+            println!("{v}");
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("admin: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Some(Command::Admin { op }) => admin(op),
         Some(Command::DumpLog {
             data_dir,
             topic,

@@ -48,6 +48,9 @@ pub enum ControllerCommand {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
         validate_only: bool,
+        /// Replicas per partition chosen by the client; empty for round-robin over live brokers.
+        #[serde(default)]
+        assignments: Vec<Vec<i32>>,
     },
     DeleteTopic {
         name: String,
@@ -270,6 +273,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             replication_factor,
             configs,
             validate_only,
+            assignments,
         } => {
             if let Err(m) = validate_topic_name(name) {
                 return error(errors::INVALID_TOPIC_EXCEPTION, m);
@@ -298,26 +302,51 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 .filter(|b| !b.fenced)
                 .map(|b| b.id)
                 .collect();
-            let rf = *replication_factor;
-            if rf < 1 || rf as usize > live.len() {
-                return error(
-                    errors::INVALID_REPLICATION_FACTOR,
-                    format!("replication factor {rf} with {} live broker(s)", live.len()),
-                );
-            }
-            let parts = (0..*partitions)
-                .map(|p| {
-                    let replicas: Vec<i32> = (0..rf as usize)
-                        .map(|r| live[(p as usize + r) % live.len()])
-                        .collect();
-                    PartitionRegistration {
-                        leader: replicas[0],
-                        isr: replicas.clone(),
-                        replicas,
-                        leader_epoch: 0,
-                        partition_epoch: 0,
-                        leader_recovery_state: LeaderRecoveryState::Recovered,
+            let replica_sets: Vec<Vec<i32>> = if assignments.is_empty() {
+                let rf = *replication_factor;
+                if rf < 1 || rf as usize > live.len() {
+                    return error(
+                        errors::INVALID_REPLICATION_FACTOR,
+                        format!("replication factor {rf} with {} live broker(s)", live.len()),
+                    );
+                }
+                (0..*partitions)
+                    .map(|p| {
+                        (0..rf as usize)
+                            .map(|r| live[(p as usize + r) % live.len()])
+                            .collect()
+                    })
+                    .collect()
+            } else {
+                for (i, set) in assignments.iter().enumerate() {
+                    let mut unique = set.clone();
+                    unique.sort_unstable();
+                    unique.dedup();
+                    if set.is_empty()
+                        || unique.len() != set.len()
+                        || set.len() != assignments[0].len()
+                    {
+                        let m = format!(
+                            "partition {i}: replicas {set:?} must be distinct, of one size"
+                        );
+                        return error(errors::INVALID_REQUEST, m);
                     }
+                    if let Some(b) = set.iter().find(|b| !image.brokers.contains_key(b)) {
+                        let m = format!("partition {i}: broker {b} is not registered");
+                        return error(errors::INVALID_REQUEST, m);
+                    }
+                }
+                assignments.clone()
+            };
+            let parts = replica_sets
+                .into_iter()
+                .map(|replicas| PartitionRegistration {
+                    leader: replicas[0],
+                    isr: replicas.clone(),
+                    replicas,
+                    leader_epoch: 0,
+                    partition_epoch: 0,
+                    leader_recovery_state: LeaderRecoveryState::Recovered,
                 })
                 .collect();
             let topic = TopicRegistration {
@@ -578,6 +607,7 @@ mod tests {
             replication_factor: 3,
             configs,
             validate_only: false,
+            assignments: Vec::new(),
         };
         assert!(matches!(apply(&mut image, &cmd), ControllerReply::Topic(_)));
         image
@@ -756,6 +786,7 @@ mod tests {
             replication_factor: rf,
             configs: BTreeMap::new(),
             validate_only: false,
+            assignments: Vec::new(),
         };
         assert!(matches!(
             apply(&mut image, &create("t", 1)),

@@ -112,7 +112,14 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                 if let Some(name) = &t.name {
                     if !image.topics.contains_key(name.0.as_str()) {
                         if let Err(e) = broker
-                            .create_topic(name.0.as_str(), -1, -1, &BTreeMap::new(), false)
+                            .create_topic(
+                                name.0.as_str(),
+                                -1,
+                                -1,
+                                &BTreeMap::new(),
+                                false,
+                                Vec::new(),
+                            )
                             .await
                         {
                             tracing::info!(topic = %name.0.as_str(), "auto-create failed: {}", e.message);
@@ -220,19 +227,41 @@ async fn create_topics(
                 configs.insert(c.name.to_string(), v.to_string());
             }
         }
-        let outcome = if !t.assignments.is_empty() {
+        let mut assignments: Vec<(i32, Vec<i32>)> = t
+            .assignments
+            .iter()
+            .map(|a| {
+                (
+                    a.partition_index,
+                    a.broker_ids.iter().map(|b| b.0).collect(),
+                )
+            })
+            .collect();
+        assignments.sort_by_key(|(p, _)| *p);
+        let in_order = assignments
+            .iter()
+            .enumerate()
+            .all(|(i, (p, _))| *p == i as i32);
+        let outcome = if !in_order {
             Err(crate::broker::ApiError::new(
                 errors::INVALID_REQUEST,
-                "manual replica assignment is not supported",
+                "assignments must cover partitions 0..n",
             ))
         } else {
+            let partitions = if assignments.is_empty() {
+                t.num_partitions
+            } else {
+                assignments.len() as i32
+            };
+            let sets = assignments.into_iter().map(|(_, b)| b).collect();
             broker
                 .create_topic(
                     &name,
-                    t.num_partitions,
+                    partitions,
                     t.replication_factor,
                     &configs,
                     req.validate_only,
+                    sets,
                 )
                 .await
         };

@@ -30,37 +30,37 @@ pub struct BrokerProc {
 }
 
 impl BrokerProc {
-    /// Starts a broker with `extra` arguments (e.g. `--override k=v`) and waits until it serves.
+    /// Starts a standalone broker with `extra` arguments (e.g. `--override k=v`) and waits until
+    /// it serves.
     pub fn start(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let props = dir.path().join("server.properties");
-        std::fs::write(
-            &props,
-            format!(
-                "node.id=1\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{}\ncontroller.listener.names=CONTROLLER\nlog.dirs={}\nnum.partitions=1\n",
-                free_port(),
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let mut args = vec![props.display().to_string()];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut b = BrokerProc {
-            child: None,
-            dir,
-            port,
-            args,
-        };
+        let props = format!(
+            "node.id=1\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{}\ncontroller.listener.names=CONTROLLER\nlog.dirs={}\nnum.partitions=1\n",
+            free_port(),
+            dir.path().join("data").display()
+        );
+        let mut b = BrokerProc::prepare(dir, port, &props, extra);
         b.spawn();
         b
     }
 
-    pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+    /// Writes `props` as the server.properties of a broker in `dir` without starting it.
+    pub fn prepare(dir: tempfile::TempDir, port: u16, props: &str, extra: &[&str]) -> Self {
+        let path = dir.path().join("server.properties");
+        std::fs::write(&path, props).unwrap();
+        let mut args = vec![path.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        BrokerProc {
+            child: None,
+            dir,
+            port,
+            args,
+        }
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process without waiting for it to serve.
+    pub fn launch(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -73,6 +73,18 @@ impl BrokerProc {
             .spawn()
             .expect("start tidemark-broker");
         self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn spawn(&mut self) {
+        self.launch();
         wait_ready(self.port, self);
     }
 
@@ -119,11 +131,33 @@ impl BrokerProc {
         assert!(self.child.is_none(), "stop the broker first");
         self.spawn();
     }
+
+    /// SIGSTOP: the process stays but does nothing (a GC pause, a hung VM).
+    pub fn pause(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = self.pid().expect("broker running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.child.is_none()
+    }
 }
 
 impl Drop for BrokerProc {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGCONT,
+            );
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -207,4 +241,303 @@ pub fn kcat(args: &[&str], stdin: &[u8]) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+/// A cluster of brokers in combined mode (each a broker and a controller voter) on loopback.
+pub struct Cluster {
+    pub nodes: Vec<BrokerProc>,
+}
+
+/// Settings that make failure detection quick enough for tests.
+pub const FAST_FAILOVER: &str = "broker.heartbeat.interval.ms=200\nbroker.session.timeout.ms=2000\nreplica.lag.time.max.ms=3000\n";
+
+impl Cluster {
+    /// Starts `n` brokers with `props` appended to each server.properties and waits until every
+    /// one serves and all are registered.
+    pub fn start(n: usize, props: &str, extra: &[&str]) -> Cluster {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let voters: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .collect();
+        let mut nodes: Vec<BrokerProc> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (p, c))| {
+                let dir = tempfile::tempdir().unwrap();
+                let text = format!(
+                    "node.id={}\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}\ncontroller.listener.names=CONTROLLER\ncontroller.quorum.voters={}\nlog.dirs={}\n{FAST_FAILOVER}{props}",
+                    i + 1,
+                    voters.join(","),
+                    dir.path().join("data").display()
+                );
+                BrokerProc::prepare(dir, *p, &text, extra)
+            })
+            .collect();
+        for n in nodes.iter_mut() {
+            n.launch();
+        }
+        for n in nodes.iter_mut() {
+            wait_ready(n.port, n);
+        }
+        let c = Cluster { nodes };
+        c.wait_for("all brokers registered", Duration::from_secs(30), |c| {
+            c.describe(None)
+                .is_some_and(|d| d["brokers"].as_array().is_some_and(|b| b.len() == n))
+        });
+        c
+    }
+
+    /// Node `id` (1-based).
+    pub fn node(&mut self, id: i32) -> &mut BrokerProc {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// Bootstrap addresses of the running nodes.
+    pub fn running(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.is_stopped())
+            .map(|n| n.bootstrap())
+            .collect()
+    }
+
+    pub fn addr(&self, id: i32) -> String {
+        self.nodes[id as usize - 1].bootstrap()
+    }
+
+    /// Metadata as `admin describe` prints it, from the first running node that answers.
+    pub fn describe(&self, topic: Option<&str>) -> Option<serde_json::Value> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for addr in self.running() {
+            if let Ok(v) = rt.block_on(tidemark_broker::admin::describe(&addr, topic)) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// (leader, leader epoch, isr) of a partition as some running node sees it.
+    pub fn partition_state(&self, topic: &str, partition: i32) -> Option<(i32, i32, Vec<i64>)> {
+        let d = self.describe(Some(topic))?;
+        let p = d["partitions"]
+            .as_array()?
+            .iter()
+            .find(|p| p["partition"] == partition)?
+            .clone();
+        let isr = p["isr"]
+            .as_array()?
+            .iter()
+            .filter_map(|v| v.as_i64())
+            .collect();
+        Some((
+            p["leader"].as_i64()? as i32,
+            p["leader_epoch"].as_i64()? as i32,
+            isr,
+        ))
+    }
+
+    /// Polls `cond` until it holds or `within` passes (then fails the test with `what`).
+    pub fn wait_for(&self, what: &str, within: Duration, cond: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if cond(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let logs: Vec<String> = self.nodes.iter().map(|n| n.log()).collect();
+        let tail: Vec<String> = logs
+            .iter()
+            .map(|l| l.lines().rev().take(15).collect::<Vec<_>>().join("\n"))
+            .collect();
+        panic!(
+            "timed out waiting for {what}\n--- last log lines per node (newest first) ---\n{}",
+            tail.join("\n---\n")
+        );
+    }
+
+    /// Every replica of every partition on node `id`, read from its data dir.
+    pub fn dump(&self, id: i32) -> Vec<serde_json::Value> {
+        let opts = tidemark_broker::dump::DumpOptions {
+            data_dir: self.nodes[id as usize - 1].data_dir(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        tidemark_broker::dump::dump(&opts, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// A test client: produce and read over one connection per call, reporting raw error codes.
+pub mod client {
+    use std::time::Duration;
+
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{CreateTopicsRequest, FetchRequest, ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use tidemark_broker::replica::client::KafkaConnection;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn name(t: &str) -> TopicName {
+        TopicName(StrBytes::from_string(t.to_string()))
+    }
+
+    /// Creates a topic; returns the error code (0 on success).
+    pub fn create_topic(
+        addr: &str,
+        topic: &str,
+        partitions: i32,
+        rf: i16,
+        configs: &[(&str, &str)],
+    ) -> i16 {
+        create_topic_assigned(addr, topic, partitions, rf, &[], configs)
+    }
+
+    /// Creates a topic with the given replicas per partition (leader first).
+    pub fn create_topic_assigned(
+        addr: &str,
+        topic: &str,
+        partitions: i32,
+        rf: i16,
+        assignments: &[&[i32]],
+        configs: &[(&str, &str)],
+    ) -> i16 {
+        use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+        use kafka_protocol::messages::BrokerId;
+        let (partitions, rf) = if assignments.is_empty() {
+            (partitions, rf)
+        } else {
+            (-1, -1)
+        };
+        let assignments: Vec<CreatableReplicaAssignment> = assignments
+            .iter()
+            .enumerate()
+            .map(|(i, set)| {
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(i as i32)
+                    .with_broker_ids(set.iter().map(|b| BrokerId(*b)).collect())
+            })
+            .collect();
+        rt().block_on(async {
+            let mut c = KafkaConnection::connect(addr, Duration::from_secs(15), "test")
+                .await
+                .unwrap();
+            let req = CreateTopicsRequest::default()
+                .with_timeout_ms(15_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(name(topic))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(rf)
+                    .with_assignments(assignments)
+                    .with_configs(
+                        configs
+                            .iter()
+                            .map(|(k, v)| {
+                                CreatableTopicConfig::default()
+                                    .with_name(StrBytes::from_string(k.to_string()))
+                                    .with_value(Some(StrBytes::from_string(v.to_string())))
+                            })
+                            .collect(),
+                    )]);
+            let resp = c.call(5, &req).await.unwrap();
+            resp.topics[0].error_code
+        })
+    }
+
+    /// Produces one batch of decimal values; Ok(base offset) or Err(error code, or -100 for a
+    /// transport failure or timeout).
+    pub fn produce(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+        values: &[i64],
+        acks: i16,
+        timeout: Duration,
+    ) -> Result<i64, i16> {
+        rt().block_on(async {
+            let mut c = KafkaConnection::connect(addr, timeout, "test")
+                .await
+                .map_err(|_| -100)?;
+            let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
+            let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
+            let batch = tidemark_broker::log::testing::batch(&refs);
+            let req = ProduceRequest::default()
+                .with_acks(acks)
+                .with_timeout_ms(timeout.as_millis() as i32)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(batch.into()))])]);
+            let resp = c
+                .call_with_timeout(9, &req, timeout + Duration::from_secs(1))
+                .await
+                .map_err(|_| -100)?;
+            let p = &resp.responses[0].partition_responses[0];
+            if p.error_code == 0 {
+                Ok(p.base_offset)
+            } else {
+                Err(p.error_code)
+            }
+        })
+    }
+
+    /// Reads everything below the high watermark: `(offset, value, leader epoch)` and the HW.
+    pub fn read_all(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(Vec<(i64, i64, i32)>, i64), i16> {
+        rt().block_on(async {
+            let mut c = KafkaConnection::connect(addr, Duration::from_secs(5), "test")
+                .await
+                .map_err(|_| -100)?;
+            let mut out = Vec::new();
+            let mut offset = 0;
+            loop {
+                let req = FetchRequest::default()
+                    .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                    .with_max_wait_ms(0)
+                    .with_max_bytes(1 << 24)
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(name(topic))
+                        .with_partitions(vec![FetchPartition::default()
+                            .with_partition(partition)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 24)])]);
+                let resp = c.call(11, &req).await.map_err(|_| -100)?;
+                let pd = &resp.responses[0].partitions[0];
+                if pd.error_code != 0 {
+                    return Err(pd.error_code);
+                }
+                let bytes = pd.records.clone().unwrap_or_default();
+                if bytes.is_empty() {
+                    return Ok((out, pd.high_watermark));
+                }
+                for (o, v, e) in tidemark_broker::log::testing::values(&bytes) {
+                    if o >= offset {
+                        out.push((o, String::from_utf8(v).unwrap().parse().unwrap(), e));
+                        offset = o + 1;
+                    }
+                }
+            }
+        })
+    }
 }
