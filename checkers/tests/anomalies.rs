@@ -87,6 +87,17 @@ fn lost_write_against_the_final_log() {
 }
 
 #[test]
+fn writes_below_the_log_start_were_retained_away_not_lost() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(1));
+    let mut leader = replica("a", "n1", true, 2, &[(1, 2, 0)]);
+    leader.log_start_offset = Some(1);
+    let r = run(&h, Some(&[leader]));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+}
+
+#[test]
 fn lost_write_proven_by_a_poll_that_read_past_it() {
     let mut h = Hist::new();
     h.send(0, &[1], Ok, Some(0));

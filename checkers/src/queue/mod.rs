@@ -783,7 +783,9 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     /// Lost writes, aborted reads and unexpected values: judged per value once every send has
-    /// completed and every poll has been seen.
+    /// completed and every poll has been seen. An `ok` value is lost when the final committed
+    /// log of its cluster lacks it, unless it was acknowledged below the final leader's log
+    /// start offset (retention removed it); without a final log, see [`Self::lost_by_polls`].
     fn check_values(&mut self) {
         // Only the few anomalous values are collected, then put in history order.
         let (mut lost, mut aborted, mut unexpected) = (Vec::new(), Vec::new(), Vec::new());
@@ -794,8 +796,10 @@ impl<'r> QueueAnalysis<'r> {
                 Outcome::Ok => {
                     let part = &self.parts[info.send_pk as usize];
                     match part.final_log {
-                        Some(_) if part.cluster < 32 => {
-                            if info.final_clusters & (1 << part.cluster) == 0 {
+                        Some(log) if part.cluster < 32 => {
+                            let start = self.finals.logs[log as usize].start;
+                            let retained = info.acked().is_none_or(|o| o >= start);
+                            if info.final_clusters & (1 << part.cluster) == 0 && retained {
                                 lost.push((info.completion, v, info));
                             }
                         }

@@ -18,6 +18,8 @@ pub(crate) struct FinalLog<'r> {
     /// Index of the leader in the replica states.
     pub leader: usize,
     pub hw: i64,
+    /// The leader's log start offset: records below it were removed by retention, not lost.
+    pub start: i64,
     /// Committed records, by offset (borrowed from the replica state when it is in order).
     pub records: Cow<'r, [Record]>,
 }
@@ -80,6 +82,7 @@ impl<'r> FinalLogs<'r> {
                 finals.logs.push(FinalLog {
                     leader,
                     hw: hw(&leader),
+                    start: replicas[leader].log_start_offset.unwrap_or(i64::MIN),
                     records: committed(&replicas[leader]),
                 });
             }
