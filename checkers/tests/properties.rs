@@ -156,6 +156,42 @@ proptest! {
     }
 }
 
+/// The simulated run on cluster a, mirrored exactly onto cluster b.
+fn mirrored(seed: u64, ops: usize) -> (Vec<tidemark_checkers::Op>, Vec<ReplicaState>) {
+    let sim = simulate(config(seed, ops, 2));
+    let mut ops = sim.ops;
+    for op in &mut ops {
+        op.cluster = Some("a".into());
+    }
+    let mut replicas = sim.replicas.clone();
+    replicas.extend(sim.replicas.into_iter().map(|mut r| {
+        r.cluster = "b".into();
+        r.node = format!("{}b", r.node);
+        r
+    }));
+    (ops, replicas)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_changed_mirror_record_is_mirror_divergence(seed in any::<u64>(), ops in 40usize..300, pick in any::<u64>()) {
+        let (ops, mut replicas) = mirrored(seed, ops);
+        let clean = check(&json!({}), ops.clone(), Some(&replicas));
+        prop_assert!(clean.anomaly_types.is_empty(), "{}", clean.summary(5));
+        let len = replicas[0].records.len();
+        prop_assume!(len > 0);
+        let i = (pick % len as u64) as usize;
+        for r in replicas.iter_mut().filter(|r| r.cluster == "b" && r.partition == 0) {
+            r.records[i].value = -1 - i as i64;
+        }
+        let r = check(&json!({}), ops, Some(&replicas));
+        prop_assert!(kinds(&r).contains(&"mirror-divergence".to_owned()), "{}", r.summary(5));
+        prop_assert!(r.anomalies["mirror-divergence"].iter().any(|e| e["offset"] == i as i64));
+    }
+}
+
 /// Corrupted files never panic: they are bad input or get a verdict.
 #[test]
 fn corrupted_files_never_panic() {
