@@ -4,6 +4,7 @@
 //! every node reaches the same image and a recorded log can be replayed exactly.
 
 pub mod local;
+pub mod raft;
 pub mod state;
 
 pub use state::{apply, ControllerCommand, ControllerReply, Election};
