@@ -161,6 +161,10 @@ async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
     )
     .is_ok());
 
+    db.teardown(n1).unwrap();
+    let data = n1.dir.join("data");
+    assert!(!data.exists(), "{} survived the wipe", data.display());
+
     runtime.destroy().unwrap();
     assert_nothing_left(&test_record);
 }

@@ -275,8 +275,7 @@ impl Db for TidemarkBroker {
         Ok(())
     }
 
-    fn teardown(&self, node: &Node) -> anyhow::Result<()> {
-        self.stop(node)?;
+    fn wipe(&self, node: &Node) -> anyhow::Result<()> {
         remote::run(
             node.remote.as_ref(),
             &command_line(&["rm", "-rf", &Self::data_dir(node).display().to_string()]),

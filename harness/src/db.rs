@@ -14,7 +14,8 @@ use crate::runtime::Node;
 /// Contract:
 /// - [`setup`](Db::setup) installs and configures the database on `node` (knowing every node of
 ///   its cluster) and starts it; it returns once the process is started, not once it serves.
-/// - [`teardown`](Db::teardown) stops it and removes its data; it succeeds when nothing was
+/// - [`stop`](Db::stop) shuts it down cleanly and keeps its data; [`wipe`](Db::wipe) removes the
+///   data of a stopped node; [`teardown`](Db::teardown) does both. All succeed when nothing was
 ///   running.
 /// - [`endpoint`](Db::endpoint) is the address clients use for `node`.
 /// - All methods block and are called from a blocking context; they may run concurrently for
@@ -27,8 +28,14 @@ pub trait Db: Send + Sync {
     /// Stopping a stopped node succeeds.
     fn stop(&self, node: &Node) -> anyhow::Result<()>;
 
+    /// Removes the database's data on `node`; the node must be stopped.
+    fn wipe(&self, node: &Node) -> anyhow::Result<()>;
+
     /// Stops the database on `node` and wipes its data.
-    fn teardown(&self, node: &Node) -> anyhow::Result<()>;
+    fn teardown(&self, node: &Node) -> anyhow::Result<()> {
+        self.stop(node)?;
+        self.wipe(node)
+    }
 
     /// Where clients connect for `node`.
     fn endpoint(&self, node: &Node) -> SocketAddr;

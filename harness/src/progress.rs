@@ -22,6 +22,7 @@ pub struct Progress {
     total: Duration,
     counts: Counts,
     last_line: Instant,
+    last_tick: Instant,
     every: Duration,
 }
 
@@ -42,6 +43,7 @@ impl Progress {
             total,
             counts: Counts::default(),
             last_line: Instant::now(),
+            last_tick: Instant::now(),
             every: if quiet {
                 Duration::MAX
             } else {
@@ -68,8 +70,13 @@ impl Progress {
         }
     }
 
-    /// Updates the display for `elapsed` time into the main phase.
+    /// Updates the display for `elapsed` time into the main phase (at most ten times a second,
+    /// since the runner calls this on every turn of its loop).
     pub fn tick(&mut self, elapsed: Duration) {
+        if self.last_tick.elapsed() < Duration::from_millis(100) {
+            return;
+        }
+        self.last_tick = Instant::now();
         let c = self.counts;
         let msg = format!("ok {}  fail {}  info {}", c.ok, c.fail, c.info);
         match &self.bar {

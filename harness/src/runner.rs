@@ -521,6 +521,8 @@ impl Interpreter {
         }
     }
 
+    /// Records an op; `observe` sees it with its index before it is queued for writing.
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         process: Process,
@@ -529,20 +531,24 @@ impl Interpreter {
         value: Value,
         node: Option<String>,
         error: Option<String>,
-    ) -> anyhow::Result<Op> {
+        observe: impl FnOnce(&Op),
+    ) -> anyhow::Result<()> {
         let cluster = node.as_ref().map(|_| CLUSTER.to_string());
         let time = self.now();
-        self.history.append(Op {
-            index: 0,
-            time,
-            process,
-            kind,
-            f: f.to_string(),
-            value,
-            node,
-            cluster,
-            error,
-        })
+        self.history.append(
+            Op {
+                index: 0,
+                time,
+                process,
+                kind,
+                f: f.to_string(),
+                value,
+                node,
+                cluster,
+                error,
+            },
+            observe,
+        )
     }
 
     /// Heals every fault and records it as nemesis ops.
@@ -563,6 +569,7 @@ impl Interpreter {
                 inv.value,
                 None,
                 None,
+                |_| {},
             )?;
             self.record(
                 Process::Nemesis,
@@ -571,6 +578,7 @@ impl Interpreter {
                 done.value,
                 None,
                 done.error,
+                |_| {},
             )?;
         }
         self.history.flush()
@@ -582,18 +590,18 @@ impl Interpreter {
         gen: &mut dyn Generator,
         tasks: &mut JoinSet<Done>,
     ) -> anyhow::Result<()> {
+        let process = self.context().process(p.worker);
+        self.in_flight.insert(p.worker, p.op.clone());
         let ctx = self.context();
-        let process = ctx.process(p.worker);
-        let op = self.record(
+        self.record(
             process,
             OpType::Invoke,
             &p.op.f,
             p.op.value.clone(),
             None,
             None,
+            |op| gen.update(&ctx, p.worker, op),
         )?;
-        self.in_flight.insert(p.worker, p.op.clone());
-        gen.update(&self.context(), p.worker, &op);
         let inv = p.op;
         let op_timeout = self.op_timeout;
         match p.worker {
@@ -664,8 +672,15 @@ impl Interpreter {
             Worker::Nemesis => OpType::Info,
             Worker::Client(_) => done.outcome.into(),
         };
-        let op = self.record(process, kind, &inv.f, done.value, done.node, done.error)?;
-        gen.update(&ctx, worker, &op);
+        self.record(
+            process,
+            kind,
+            &inv.f,
+            done.value,
+            done.node,
+            done.error,
+            |op| gen.update(&ctx, worker, op),
+        )?;
         if let Worker::Client(i) = worker {
             progress.record(done.outcome);
             if done.outcome == Outcome::Info {
@@ -693,9 +708,6 @@ impl Interpreter {
         loop {
             while let Some(done) = tasks.try_join_next() {
                 self.complete(done.context("worker task failed")?, gen, progress)?;
-            }
-            if self.history.flush_due() {
-                self.history.flush()?;
             }
             if show_time {
                 progress.tick(phase_start.elapsed());

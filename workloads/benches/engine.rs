@@ -25,6 +25,15 @@ use tidemark_workloads::queue::{Queue, QueueOptions};
 
 /// Replicas per partition: the broker does not replicate across nodes yet.
 const RF: u32 = 1;
+
+/// The workload both sides run. Polls return at once instead of waiting for data, so the
+/// figures compare the engine's overhead rather than how often a poll reaches the log's end.
+fn queue_options() -> QueueOptions {
+    QueueOptions {
+        poll_max_wait: Duration::ZERO,
+        ..QueueOptions::new(RF as i16)
+    }
+}
 const MEASURE: Duration = Duration::from_secs(10);
 
 fn broker_binary() -> PathBuf {
@@ -72,7 +81,7 @@ fn test(work: &std::path::Path, options: TestOptions) -> Test {
             vec![],
         )),
         net: Arc::new(Iptables),
-        workload: Arc::new(Queue::new(QueueOptions::new(RF as i16))),
+        workload: Arc::new(Queue::new(queue_options())),
         nemesis: None,
         options,
     }
@@ -133,7 +142,7 @@ async fn raw_rate(concurrency: usize) -> f64 {
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();
-    let queue = Arc::new(Queue::new(QueueOptions::new(RF as i16)));
+    let queue = Arc::new(Queue::new(queue_options()));
     queue.setup(&cx).await.unwrap();
     let count = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + MEASURE;
@@ -143,9 +152,13 @@ async fn raw_rate(concurrency: usize) -> f64 {
         let count = count.clone();
         tasks.push(tokio::spawn(async move {
             let mut next_value = (w as i64) << 40;
+            let mut positions = [0i64; 4];
             let mut i = 0u64;
             while Instant::now() < deadline {
-                let (topic, partition) = (format!("t{}", i % 2), (i / 2 % 2) as i64);
+                // Sends and polls alternate over all four partitions; polls read on from where
+                // this task's last poll ended, as the workload's processes do.
+                let tp = (i / 2 % 4) as usize;
+                let (topic, partition) = (format!("t{}", tp / 2), (tp % 2) as i64);
                 let op = if i % 2 == 0 {
                     next_value += 1;
                     Invocation {
@@ -155,11 +168,18 @@ async fn raw_rate(concurrency: usize) -> f64 {
                 } else {
                     Invocation {
                         f: "poll".into(),
-                        value: json!({"topic": topic, "partition": partition, "from": 0}),
+                        value: json!({"topic": topic, "partition": partition, "from": positions[tp]}),
                     }
                 };
                 let done = client.invoke(&op).await;
                 assert_ne!(done.outcome, Outcome::Fail, "{:?}", done.error);
+                if let Some(last) = done.value["records"]
+                    .as_array()
+                    .and_then(|r| r.last())
+                    .and_then(|r| r[0].as_i64())
+                {
+                    positions[tp] = last + 1;
+                }
                 count.fetch_add(1, Ordering::Relaxed);
                 i += 1;
             }
