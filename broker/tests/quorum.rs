@@ -297,6 +297,55 @@ async fn leader_failover_and_a_restarted_node_catches_up() {
     cluster.stop_all().await;
 }
 
+/// The index of a log id stored in `file` under a node's directory (the test peeks at the store).
+fn stored_index(dir: &std::path::Path, file: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(file)).ok()?;
+    let last = text.lines().last()?;
+    let v: serde_json::Value = serde_json::from_str(last).ok()?;
+    v.get("log_id").unwrap_or(&v).get("index")?.as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_the_purged_log_is_sent_a_snapshot() {
+    init_tracing();
+    let mut cluster = Cluster::new(3, |c| c.snapshot_every = 3);
+    cluster.start_all().await;
+    let leader = cluster.leader().await;
+    let behind = cluster.follower(leader);
+    let mut expected = MetadataImage::default();
+    submit_checked(cluster.node(leader), &mut expected, register(1)).await;
+    submit_checked(cluster.node(leader), &mut expected, create_topic("s", 1, 1)).await;
+    cluster.converged(&expected).await;
+    cluster.stop(behind).await;
+    let behind_dir = cluster.configs[behind].dir.clone();
+    let last = stored_index(&behind_dir, "log.jsonl").expect("the stopped node has a log");
+
+    let leader_dir = cluster.configs[leader].dir.clone();
+    for _ in 0..40 {
+        submit_checked(cluster.node(leader), &mut expected, bump("s", 0)).await;
+        if stored_index(&leader_dir, "purged.json").is_some_and(|p| p > last) {
+            break;
+        }
+    }
+    wait_for("the leader to purge past the stopped node's log", || {
+        stored_index(&leader_dir, "purged.json")
+            .is_some_and(|p| p > last)
+            .then_some(())
+    })
+    .await;
+
+    let t = Instant::now();
+    cluster.start(behind).await;
+    cluster.converged(&expected).await;
+    // Entries after `last` up to the purge point exist nowhere as log entries any more, so
+    // converging proves the snapshot was sent and installed.
+    eprintln!(
+        "lagging node caught up from a snapshot in {:?}",
+        t.elapsed()
+    );
+    cluster.stop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_restart_keeps_the_image() {
     init_tracing();

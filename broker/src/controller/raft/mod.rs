@@ -333,18 +333,24 @@ impl Inner {
         (m.state == ServerState::Leader).then_some(m.current_term)
     }
 
-    /// Leader, and heard from a majority recently enough that no other leader can exist: a
-    /// leader cut off from the others keeps its raft state until it hears of a newer term.
-    fn is_active(&self) -> bool {
+    /// The term this node is the active controller in: leader, and heard from a majority
+    /// recently enough that no other leader can exist. A leader cut off from the others keeps its
+    /// raft state until it hears of a newer term, and one restored from its own vote after a
+    /// restart is leader before any peer confirms it; neither is active.
+    fn active_term(&self) -> Option<u64> {
         let m = self.metrics.borrow();
-        m.state == ServerState::Leader
-            && (self.single_voter
-                || m.millis_since_quorum_ack
-                    .is_some_and(|ms| u128::from(ms) < self.lease.as_millis()))
+        let confirmed = self.single_voter
+            || m.millis_since_quorum_ack
+                .is_some_and(|ms| u128::from(ms) < self.lease.as_millis());
+        (m.state == ServerState::Leader && confirmed).then_some(m.current_term)
+    }
+
+    fn is_active(&self) -> bool {
+        self.active_term().is_some()
     }
 
     fn record_heartbeat(&self, broker_id: i32, incarnation: u64) -> bool {
-        let Some(term) = self.leading_term() else {
+        let Some(term) = self.leading_term().filter(|_| self.is_active()) else {
             return false;
         };
         let mut hb = lock(&self.heartbeats);
@@ -358,6 +364,8 @@ impl Inner {
         true
     }
 
+    /// The heartbeats of this leadership term. They stay visible while the lease lapses for a
+    /// moment, so a caller never mistakes a slow majority for silent brokers.
     fn heartbeats(&self) -> BTreeMap<i32, (u64, Instant)> {
         let hb = lock(&self.heartbeats);
         match self.leading_term() {
