@@ -515,6 +515,8 @@ async fn a_lone_follower_reports_no_leader_in_bounded_time() {
     let lone = cluster.follower(leader);
     let mut expected = MetadataImage::default();
     submit_checked(cluster.node(lone), &mut expected, register(1)).await;
+    // A follower learns that an entry committed only with the leader's next message.
+    cluster.converged(&expected).await;
     for i in 0..3 {
         if i != lone {
             cluster.stop(i).await;
@@ -534,7 +536,110 @@ async fn a_lone_follower_reports_no_leader_in_bounded_time() {
     assert!(t.elapsed() < Duration::from_secs(15));
     assert!(!cluster.node(lone).is_active());
     assert!(cluster.node(lone).heartbeats().is_empty());
-    // Nothing was lost: the image still holds what was committed.
+    // The image holds what was committed, and nothing of the failed submit.
     assert_eq!(*cluster.node(lone).image().borrow().as_ref(), expected);
     cluster.stop_all().await;
+}
+
+const CHILD_DIR: &str = "TIDEMARK_QUORUM_CHILD_DIR";
+const CHILD_PORT: &str = "TIDEMARK_QUORUM_CHILD_PORT";
+
+/// The child process of `kill_9_loses_no_acknowledged_command`: a single voter that bumps an
+/// epoch until it is killed, printing each bump once `submit` has acknowledged it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by kill_9_loses_no_acknowledged_command"]
+async fn child_voter_submits_until_killed() {
+    let (Ok(dir), Ok(port)) = (std::env::var(CHILD_DIR), std::env::var(CHILD_PORT)) else {
+        return;
+    };
+    let port: u16 = port.parse().unwrap();
+    let voters = vec![Voter {
+        id: 1,
+        host: "127.0.0.1".to_string(),
+        port,
+    }];
+    let listen = format!("127.0.0.1:{port}").parse().unwrap();
+    let q: Arc<dyn MetadataQuorum> =
+        RaftQuorum::start(QuorumConfig::new(1, voters, listen, dir.into()))
+            .await
+            .unwrap();
+    q.submit(register(1)).await.unwrap();
+    q.submit(create_topic("k", 1, 1)).await.unwrap();
+    println!("ready");
+    for i in 1.. {
+        q.submit(bump("k", 0)).await.unwrap();
+        println!("acked {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_no_acknowledged_command() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_voter_submits_until_killed",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir.path())
+        .env(CHILD_PORT, port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut acked = 0u64;
+    let deadline = Instant::now() + PATIENCE;
+    while acked < 50 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .expect("the child acknowledges bumps in time");
+        if let Some(n) = line.strip_prefix("acked ") {
+            acked = n.parse().unwrap();
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    // Acknowledgements printed before the kill count too.
+    for line in rx.try_iter() {
+        if let Some(n) = line.strip_prefix("acked ") {
+            acked = acked.max(n.parse().unwrap());
+        }
+    }
+
+    let voters = vec![Voter {
+        id: 1,
+        host: "127.0.0.1".to_string(),
+        port,
+    }];
+    let listen = format!("127.0.0.1:{port}").parse().unwrap();
+    let q = RaftQuorum::start(QuorumConfig::new(1, voters, listen, dir.path().into()))
+        .await
+        .unwrap();
+    let epoch = wait_for("the restarted voter to apply its log", || {
+        let image = q.image().borrow().clone();
+        let epoch = image.topics.get("k")?.partitions[0].leader_epoch;
+        (epoch as u64 >= acked).then_some(epoch)
+    })
+    .await;
+    eprintln!("kill -9 after {acked} acknowledged bumps; epoch {epoch} after restart");
+    q.shutdown().await;
 }
