@@ -541,31 +541,118 @@ async fn a_lone_follower_reports_no_leader_in_bounded_time() {
     cluster.stop_all().await;
 }
 
+/// The config of a child-process voter, passed in the environment as JSON-free plain fields.
+const CHILD_ID: &str = "TIDEMARK_QUORUM_CHILD_ID";
+const CHILD_VOTERS: &str = "TIDEMARK_QUORUM_CHILD_VOTERS";
 const CHILD_DIR: &str = "TIDEMARK_QUORUM_CHILD_DIR";
-const CHILD_PORT: &str = "TIDEMARK_QUORUM_CHILD_PORT";
+/// `bump`: submit epoch bumps until killed, printing `acked N` after each; otherwise only vote.
+const CHILD_MODE: &str = "TIDEMARK_QUORUM_CHILD_MODE";
 
-/// The child process of `kill_9_loses_no_acknowledged_command`: a single voter that bumps an
-/// epoch until it is killed, printing each bump once `submit` has acknowledged it.
+/// A voter in a separate process (this test binary running `child_voter`), so that it can be
+/// killed with SIGKILL or frozen with SIGSTOP. Killed when dropped.
+struct ChildVoter {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildVoter {
+    fn spawn(cfg: &QuorumConfig, mode: &str) -> ChildVoter {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+
+        let voters: Vec<String> = cfg
+            .voters
+            .iter()
+            .map(|v| format!("{}@{}:{}", v.id, v.host, v.port))
+            .collect();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_voter",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ID, cfg.node_id.to_string())
+            .env(CHILD_VOTERS, voters.join(","))
+            .env(CHILD_DIR, &cfg.dir)
+            .env(CHILD_MODE, mode)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildVoter { child, lines }
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
+    /// SIGKILL, and every line the child printed before it died.
+    fn kill(mut self) -> Vec<String> {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        let mut lines = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(PATIENCE) {
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+impl Drop for ChildVoter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn acked(line: &str) -> Option<u64> {
+    line.strip_prefix("acked ")?.parse().ok()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run as a child process by kill_9_loses_no_acknowledged_command"]
-async fn child_voter_submits_until_killed() {
-    let (Ok(dir), Ok(port)) = (std::env::var(CHILD_DIR), std::env::var(CHILD_PORT)) else {
+#[ignore = "a voter process started by other tests"]
+async fn child_voter() {
+    let Ok(id) = std::env::var(CHILD_ID) else {
         return;
     };
-    let port: u16 = port.parse().unwrap();
-    let voters = vec![Voter {
-        id: 1,
-        host: "127.0.0.1".to_string(),
-        port,
-    }];
-    let listen = format!("127.0.0.1:{port}").parse().unwrap();
-    let q: Arc<dyn MetadataQuorum> =
-        RaftQuorum::start(QuorumConfig::new(1, voters, listen, dir.into()))
-            .await
-            .unwrap();
+    let voters: Vec<Voter> = std::env::var(CHILD_VOTERS)
+        .unwrap()
+        .split(',')
+        .map(|v| {
+            let (id, addr) = v.split_once('@').unwrap();
+            let (host, port) = addr.rsplit_once(':').unwrap();
+            Voter {
+                id: id.parse().unwrap(),
+                host: host.to_string(),
+                port: port.parse().unwrap(),
+            }
+        })
+        .collect();
+    let id: i32 = id.parse().unwrap();
+    let me = voters.iter().find(|v| v.id == id).unwrap();
+    let listen = format!("{}:{}", me.host, me.port).parse().unwrap();
+    let dir = std::env::var(CHILD_DIR).unwrap().into();
+    let q: Arc<dyn MetadataQuorum> = RaftQuorum::start(QuorumConfig::new(id, voters, listen, dir))
+        .await
+        .unwrap();
+    if std::env::var(CHILD_MODE).as_deref() != Ok("bump") {
+        std::future::pending::<()>().await;
+    }
     q.submit(register(1)).await.unwrap();
     q.submit(create_topic("k", 1, 1)).await.unwrap();
-    println!("ready");
     for i in 1.. {
         q.submit(bump("k", 0)).await.unwrap();
         println!("acked {i}");
@@ -574,72 +661,145 @@ async fn child_voter_submits_until_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_command() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
     init_tracing();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_voter_submits_until_killed",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_DIR, dir.path())
-        .env(CHILD_PORT, port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut acked = 0u64;
+    let cluster = Cluster::new(1, |_| {});
+    let child = ChildVoter::spawn(&cluster.configs[0], "bump");
     let deadline = Instant::now() + PATIENCE;
-    while acked < 50 {
+    loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx
+        let line = child
+            .lines
             .recv_timeout(left)
             .expect("the child acknowledges bumps in time");
-        if let Some(n) = line.strip_prefix("acked ") {
-            acked = n.parse().unwrap();
+        if acked(&line).is_some_and(|n| n >= 50) {
+            break;
         }
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    reader.join().unwrap();
-    // Acknowledgements printed before the kill count too.
-    for line in rx.try_iter() {
-        if let Some(n) = line.strip_prefix("acked ") {
-            acked = acked.max(n.parse().unwrap());
-        }
-    }
+    // Acknowledgements printed up to the kill count too.
+    let acked = child
+        .kill()
+        .iter()
+        .filter_map(|l| acked(l))
+        .max()
+        .unwrap_or(50);
 
-    let voters = vec![Voter {
-        id: 1,
-        host: "127.0.0.1".to_string(),
-        port,
-    }];
-    let listen = format!("127.0.0.1:{port}").parse().unwrap();
-    let q = RaftQuorum::start(QuorumConfig::new(1, voters, listen, dir.path().into()))
-        .await
-        .unwrap();
+    let mut cluster = cluster;
+    cluster.start(0).await;
     let epoch = wait_for("the restarted voter to apply its log", || {
-        let image = q.image().borrow().clone();
+        let image = cluster.node(0).image().borrow().clone();
         let epoch = image.topics.get("k")?.partitions[0].leader_epoch;
         (epoch as u64 >= acked).then_some(epoch)
     })
     .await;
     eprintln!("kill -9 after {acked} acknowledged bumps; epoch {epoch} after restart");
-    q.shutdown().await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigstopped_follower_does_not_block_the_others() {
+    use nix::sys::signal::Signal;
+
+    init_tracing();
+    let mut cluster = Cluster::new(3, |_| {});
+    cluster.start(0).await;
+    cluster.start(1).await;
+    let child = ChildVoter::spawn(&cluster.configs[2], "idle");
+    let leader = cluster.leader().await;
+    let mut expected = MetadataImage::default();
+    submit_checked(cluster.node(leader), &mut expected, register(1)).await;
+    submit_checked(cluster.node(leader), &mut expected, create_topic("z", 1, 1)).await;
+
+    // Frozen, node 3 still accepts connections (the kernel does) but never answers.
+    child.signal(Signal::SIGSTOP);
+    let frozen = Instant::now();
+    let leader = cluster.leader().await;
+    eprintln!(
+        "SIGSTOP: a leader among the others {:?} later",
+        frozen.elapsed()
+    );
+    let follower = cluster.follower(leader);
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let via = if i % 2 == 0 { leader } else { follower };
+        let t = Instant::now();
+        submit_checked(cluster.node(via), &mut expected, bump("z", 0)).await;
+        slowest = slowest.max(t.elapsed());
+    }
+    eprintln!("SIGSTOP: slowest of 10 submits {slowest:?}");
+    cluster.converged(&expected).await;
+    cluster.node(follower).heartbeat(1, 1001).await.unwrap();
+
+    child.signal(Signal::SIGCONT);
+    submit_checked(cluster.node(follower), &mut expected, bump("z", 0)).await;
+    cluster.converged(&expected).await;
+    drop(child);
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigstopped_leader_is_replaced() {
+    use nix::sys::signal::Signal;
+
+    init_tracing();
+    let mut cluster = Cluster::new(3, |_| {});
+    // Node 1 bootstraps the cluster and the others cannot campaign before they hear from it,
+    // so node 1, in its own process, is the first leader.
+    let child = ChildVoter::spawn(&cluster.configs[0], "idle");
+    cluster.start(1).await;
+    cluster.start(2).await;
+    wait_for("nodes 2 and 3 to follow node 1", || {
+        cluster
+            .running()
+            .all(|(_, n)| n.leader() == Some(1))
+            .then_some(())
+    })
+    .await;
+    let mut expected = MetadataImage::default();
+    submit_checked(cluster.node(1), &mut expected, register(1)).await;
+    submit_checked(cluster.node(2), &mut expected, create_topic("w", 1, 1)).await;
+    cluster.converged(&expected).await;
+
+    child.signal(Signal::SIGSTOP);
+    let frozen = Instant::now();
+    // Sent to the frozen leader: it must come back, applied or in doubt, not hang. Deleting a
+    // missing topic leaves the image alone either way.
+    let node = cluster.node(1).clone();
+    let in_doubt = tokio::spawn(async move {
+        let t = Instant::now();
+        let r = node
+            .submit(ControllerCommand::DeleteTopic {
+                name: "missing".into(),
+            })
+            .await;
+        (r, t.elapsed())
+    });
+    let leader = cluster.leader().await;
+    eprintln!(
+        "SIGSTOPped leader: node {} leads {:?} later",
+        leader + 1,
+        frozen.elapsed()
+    );
+    let other = cluster.follower(leader);
+    submit_checked(cluster.node(other), &mut expected, bump("w", 0)).await;
+    submit_checked(cluster.node(leader), &mut expected, bump("w", 0)).await;
+    cluster.converged(&expected).await;
+    let (result, took) = in_doubt.await.unwrap();
+    eprintln!("SIGSTOPped leader: submit sent to it returned {result:?} after {took:?}");
+    assert!(
+        matches!(
+            result,
+            Ok(ControllerReply::Error { .. })
+                | Err(QuorumError::Unknown(_))
+                | Err(QuorumError::NoLeader(_))
+        ),
+        "{result:?}"
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+
+    // Thawed, the old leader learns of the newer term and follows.
+    child.signal(Signal::SIGCONT);
+    submit_checked(cluster.node(other), &mut expected, bump("w", 0)).await;
+    cluster.converged(&expected).await;
+    drop(child);
+    cluster.stop_all().await;
 }
