@@ -66,6 +66,21 @@ impl<V> DenseMap<V> {
         }
     }
 
+    /// Makes room in the vector for keys up to `max`, when `count` keys are about to arrive
+    /// in no particular order and would keep it about half full. Without this, keys arriving
+    /// out of order (values of one partition after another) would first go to the hash map and
+    /// then be moved, over and over, as the vector grows.
+    pub(crate) fn reserve_for(&mut self, max: i64, count: usize) {
+        if let Ok(max) = usize::try_from(max) {
+            let limit = 2 * (self.len + count) + SLACK;
+            if max >= self.dense.len() && max < limit {
+                // A little headroom: the keys that come later (values sent after the ones in
+                // the final log) would otherwise double the vector for a handful of entries.
+                self.grow((max + max / 8).min(limit - 1));
+            }
+        }
+    }
+
     /// Whether index `i` belongs in the vector: it does while the vector stays about half full.
     fn fits(&self, i: usize) -> bool {
         i < self.dense.len() || i < 2 * self.len + SLACK
@@ -76,6 +91,7 @@ impl<V> DenseMap<V> {
     fn grow(&mut self, i: usize) {
         let old = self.dense.len();
         let new = (2 * old).min(2 * self.len + SLACK).max(i + 1);
+        self.dense.reserve_exact(new - old);
         self.dense.resize_with(new, || None);
         if self.sparse.is_empty() {
             return;
@@ -138,6 +154,20 @@ mod tests {
         assert!(m.sparse.is_empty());
         assert_eq!(m.get(10_000), Some(&1));
         assert_eq!(m.iter().count(), 10_001);
+    }
+
+    #[test]
+    fn reserved_keys_go_straight_to_the_vector() {
+        let mut m = DenseMap::default();
+        m.reserve_for(99_999, 100_000);
+        for k in (0..100_000).rev() {
+            m.get_or_insert_with(k, || k);
+        }
+        assert!(m.sparse.is_empty());
+        assert_eq!(m.get(77), Some(&77));
+        let mut sparse = DenseMap::<i64>::default();
+        sparse.reserve_for(1 << 40, 10);
+        assert!(sparse.dense.is_empty());
     }
 
     #[test]

@@ -336,6 +336,9 @@ impl<'r> QueueAnalysis<'r> {
         for w in warnings {
             self.warn(w);
         }
+        let records = finals.logs.iter().flat_map(|log| log.records.iter());
+        let (count, max) = records.fold((0, i64::MIN), |(n, m), r| (n + 1, m.max(r.value)));
+        self.values.reserve_for(max, count);
         for (i, log) in finals.logs.iter().enumerate() {
             let leader = &replicas[log.leader];
             let cluster = self.cluster_ids[leader.cluster.as_str()];
