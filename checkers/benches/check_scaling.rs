@@ -8,6 +8,18 @@
 //! peak-RSS counter, then reads and checks the jsonl; the memory figure is the peak during
 //! read + check minus the resident size just before it (which holds the jsonl text).
 //! Run with `cargo bench -p tidemark-checkers`.
+//!
+//! Measured on the project's 2-vCPU machine (AMD EPYC, 32 MB L3), shared with other builds:
+//!
+//! | ops | sends | distinct values | CPU s | µs/op | read + check memory |
+//! |---|---|---|---|---|---|
+//! | 1M | 50% | 491k | 1.14 | 1.14 | 94 MB (191 B/value) |
+//! | 2M | 50% | 981k | 2.30 | 1.15 | 220 MB (224 B/value) |
+//! | 4M | 50% | 1.96M | 4.69 | 1.17 | 434 MB (222 B/value) |
+//! | 2M | 10% | 197k | 2.35 | 1.18 | 54 MB (276 B/value) |
+//!
+//! time(2M)/time(1M) = 2.02, time(4M)/time(2M) = 2.04; the same 2M ops with a fifth of the
+//! values need a quarter of the memory.
 
 #[path = "../tests/support/sim.rs"]
 mod sim;
