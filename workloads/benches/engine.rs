@@ -26,11 +26,12 @@ use tidemark_workloads::queue::{Queue, QueueOptions};
 /// Replicas per partition: the broker does not replicate across nodes yet.
 const RF: u32 = 1;
 
-/// The workload both sides run. Polls return at once instead of waiting for data, so the
-/// figures compare the engine's overhead rather than how often a poll reaches the log's end.
+/// The workload both sides run. Polls return at once instead of waiting for data and never seek
+/// back, so both sides read similar amounts and the figures compare the engine's overhead.
 fn queue_options() -> QueueOptions {
     QueueOptions {
         poll_max_wait: Duration::ZERO,
+        seek_back_probability: 0.0,
         ..QueueOptions::new(RF as i16)
     }
 }
