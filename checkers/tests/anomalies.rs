@@ -560,3 +560,136 @@ fn summary_names_verdict_counts_and_examples() {
         "{text}"
     );
 }
+
+#[test]
+fn unreadable_replicas_fall_back_to_polls() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0), (2, 3, 0)], None);
+    let mut broken = replica("a", "n1", true, 3, &[]);
+    broken.error = Some("connection refused".into());
+    let r = run(&h, Some(&[broken]));
+    assert_eq!(r.anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(entries(&r, "lost-write")[0]["value"], 2);
+    assert!(entries(&r, "lost-write")[0]["read_past_by"]["poll"].is_u64());
+    assert!(r
+        .skipped_checks
+        .iter()
+        .any(|s| s.check == "lost-write" && s.reason.contains("no readable replica of a/t/0")));
+    assert!(
+        r.warnings.iter().any(|w| w.contains("connection refused")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn failover_allows_unmirrored_writes_to_be_lost() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    h.nemesis("failover", json!({"from": "a", "to": "b", "topics": ["t"]}));
+    h.send_on(Some("b"), 1, &[3], Ok, Some(1));
+    h.nemesis("failback", json!({"from": "b", "to": "a", "topics": ["t"]}));
+    let recs = [(0, 1, 0), (1, 3, 1)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("b", "n4", true, 2, &recs),
+    ];
+    let r = run(&h, Some(&replicas));
+    assert_eq!(
+        r.anomaly_types,
+        ["lost-write", "inconsistent-offsets"],
+        "{}",
+        r.summary(5)
+    );
+    assert_eq!(r.valid, Validity::Valid);
+    assert!(r.allowed["lost-write"].contains("failover"));
+}
+
+#[test]
+fn a_config_op_can_force_unclean_elections() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.nemesis(
+        "config",
+        json!({"cluster": "a", "topic": "t", "set": {"unclean.leader.election.enable": "true"}}),
+    );
+    let replicas = vec![replica("a", "n1", true, 0, &[])];
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.anomaly_types, ["lost-write"]);
+    assert_eq!(r.valid, Validity::Valid);
+}
+
+#[test]
+fn without_a_marked_leader_the_highest_watermark_is_the_final_log() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(1));
+    let mut behind = replica("a", "n1", false, 1, &[(0, 1, 0)]);
+    let mut ahead = replica("a", "n2", false, 2, &[(0, 1, 0), (1, 2, 0)]);
+    behind.role = None;
+    ahead.role = None;
+    let r = run(&h, Some(&[behind, ahead]));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+}
+
+#[test]
+fn records_of_info_and_fail_polls_are_still_safe_data() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.push(
+        Process::Client(1),
+        OpType::Invoke,
+        "poll",
+        json!({"topic": "t", "partition": 0, "from": 0}),
+        None,
+    );
+    h.push(
+        Process::Client(1),
+        Info,
+        "poll",
+        json!({"topic": "t", "partition": 0, "from": 0, "records": [[0, 1, 0], [1, 1, 0]]}),
+        None,
+    );
+    let r = run(&h, None);
+    assert_eq!(r.anomaly_types, ["duplicate"]);
+    assert_eq!(r.stats["poll"].info, 1);
+}
+
+#[test]
+fn the_queue_checker_is_a_checker() {
+    let (h, replicas) = clean();
+    let checker: &dyn tidemark_checkers::Checker = &tidemark_checkers::QueueChecker;
+    let r = checker.check(&json!({}), &mut h.ops.clone().into_iter(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid);
+}
+
+#[test]
+fn separate_partitions_and_topics_are_separate_logs() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.push(
+        Process::Client(0),
+        OpType::Invoke,
+        "send",
+        json!({"topic": "u", "partition": 3, "values": [2]}),
+        None,
+    );
+    h.push(
+        Process::Client(0),
+        Ok,
+        "send",
+        json!({"topic": "u", "partition": 3, "values": [2], "offset": 0}),
+        None,
+    );
+    h.poll(1, 0, &[(0, 1, 0)], None);
+    let mut other = replica("a", "n1", true, 1, &[(0, 2, 0)]);
+    other.topic = "u".into();
+    other.partition = 3;
+    let r = run(
+        &h,
+        Some(&[replica("a", "n1", true, 1, &[(0, 1, 0)]), other]),
+    );
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+}
