@@ -76,7 +76,8 @@ pub struct QuorumConfig {
     /// How long `submit`/`heartbeat` look for a leader, and how long an appended command may take
     /// to apply before its outcome is reported unknown.
     pub request_timeout: Duration,
-    /// Take a snapshot, and purge the log before it, every this many entries.
+    /// Take a snapshot every this many entries; as many entries before the latest snapshot are
+    /// kept in the log, so a follower that lags a little catches up without a snapshot.
     pub snapshot_every: u64,
 }
 
@@ -165,10 +166,7 @@ impl RaftQuorum {
         let mut addrs = BTreeMap::new();
         for v in &cfg.voters {
             let vid = raft_id(v.id)?;
-            if addrs
-                .insert(vid, format!("{}:{}", v.host, v.port))
-                .is_some()
-            {
+            if addrs.insert(vid, voter_addr(v)).is_some() {
                 anyhow::bail!("controller.quorum.voters names node {} twice", v.id);
             }
         }
@@ -563,6 +561,15 @@ async fn log_leader_changes(inner: Arc<Inner>) {
         if metrics.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// `host:port` to connect to, bracketing an IPv6 literal.
+fn voter_addr(v: &Voter) -> String {
+    if v.host.contains(':') && !v.host.starts_with('[') {
+        format!("[{}]:{}", v.host, v.port)
+    } else {
+        format!("{}:{}", v.host, v.port)
     }
 }
 
