@@ -50,6 +50,11 @@ fn main() {
         child(ops, send_percent);
         return;
     }
+    if !args.iter().any(|a| a == "--bench") {
+        // `cargo test --all-targets` runs benchmarks too; this one takes minutes.
+        println!("check_scaling: skipped (run it with `cargo bench -p tidemark-checkers`)");
+        return;
+    }
     let exe = std::env::current_exe().expect("own path");
     let mut rows = Vec::new();
     println!(
