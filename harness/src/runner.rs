@@ -122,7 +122,7 @@ async fn run_phases(
     progress.phase("deploying tidemark-broker");
     let db = test.db.clone();
     on_nodes(&nodes, |n| db.setup(n, &nodes))?;
-    await_ready(&cx, opts.ready_timeout, cancel).await?;
+    await_serving(&cx, &nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
 
     let run_dir = RunDir::create(&opts.store, &opts.name, SystemTime::now())?;
     *run_dir_out = Some(run_dir.clone());
@@ -175,7 +175,7 @@ async fn run_phases(
 
     progress.phase("healing, restarting stopped nodes");
     interp.heal()?;
-    await_ready(&cx, opts.ready_timeout, cancel).await?;
+    await_serving(&cx, &nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
     progress.phase("waiting for replicas to converge");
     if !await_convergence(&cx, &nodes, test.db.as_ref(), opts.converge_timeout, cancel).await {
         progress.phase("replicas did not converge in time; reading anyway");
@@ -247,9 +247,60 @@ pub async fn await_ready(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
+    await_nodes(cx, None, timeout, cancel).await
+}
+
+/// Like [`await_ready`], but gives up early on a node whose process died, and says why with the
+/// end of its log.
+async fn await_serving(
+    cx: &ClientContext,
+    nodes: &[Node],
+    db: &dyn Db,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    await_nodes(cx, Some((nodes, db)), timeout, cancel).await
+}
+
+/// The last lines of a node's first log file, for error messages.
+fn log_tail(node: &Node, db: &dyn Db) -> String {
+    let Some(path) = db
+        .as_log_files()
+        .and_then(|l| l.log_files(node).into_iter().next())
+    else {
+        return String::new();
+    };
+    let cmd = remote::command_line(&["tail", "-n", "15", &path.display().to_string()]);
+    match remote::run(node.remote.as_ref(), &cmd) {
+        Ok(tail) if !tail.trim().is_empty() => {
+            format!("\nlast lines of {}:\n{tail}", path.display())
+        }
+        _ => String::new(),
+    }
+}
+
+async fn await_nodes(
+    cx: &ClientContext,
+    watch: Option<(&[Node], &dyn Db)>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
-    for node in &cx.nodes {
-        loop {
+    for (i, node) in cx.nodes.iter().enumerate() {
+        for attempt in 0u32.. {
+            if attempt % 10 == 9 {
+                if let Some((nodes, db)) = watch {
+                    let n = &nodes[i];
+                    let dead = db
+                        .as_kill()
+                        .map(|k| tokio::task::block_in_place(|| k.is_running(n)))
+                        .is_some_and(|r| matches!(r, Ok(false)));
+                    if dead {
+                        let tail = tokio::task::block_in_place(|| log_tail(n, db));
+                        bail!("the broker on {} exited instead of serving{tail}", n.name);
+                    }
+                }
+            }
             let attempt = Connection::connect(
                 cx.dialer.clone(),
                 node.addr,
@@ -259,8 +310,11 @@ pub async fn await_ready(
             match attempt {
                 Ok(_) => break,
                 Err(e) if Instant::now() >= deadline => {
+                    let tail = watch
+                        .map(|(nodes, db)| tokio::task::block_in_place(|| log_tail(&nodes[i], db)))
+                        .unwrap_or_default();
                     bail!(
-                        "{} ({}) did not serve within {timeout:?}: {e}",
+                        "{} ({}) did not serve within {timeout:?}: {e}{tail}",
                         node.name,
                         node.addr
                     )
