@@ -561,6 +561,71 @@ where
     }
 }
 
+/// Gives every client process its own generator, made by a function of the process number
+/// (Jepsen's `each-process`): a worker whose op ended `info` runs as a new process and so starts
+/// a fresh generator. Done when the generators of all current processes are done.
+pub struct EachProcess<F> {
+    make: F,
+    gens: BTreeMap<u64, (Box<dyn Generator>, bool)>,
+}
+
+/// Builds an [`EachProcess`].
+pub fn each_process<F>(make: F) -> EachProcess<F>
+where
+    F: FnMut(u64) -> Box<dyn Generator> + Send,
+{
+    EachProcess {
+        make,
+        gens: BTreeMap::new(),
+    }
+}
+
+impl<F> Generator for EachProcess<F>
+where
+    F: FnMut(u64) -> Box<dyn Generator> + Send,
+{
+    fn next(&mut self, ctx: &Context, rng: &mut Rng) -> Next {
+        for p in &ctx.processes {
+            self.gens
+                .entry(*p)
+                .or_insert_with(|| ((self.make)(*p), false));
+        }
+        let mut wake: Option<u64> = None;
+        for i in ctx.free_clients().collect::<Vec<_>>() {
+            let (g, done) = self.gens.get_mut(&ctx.processes[i]).expect("made above");
+            if *done {
+                continue;
+            }
+            match g.next(&ctx.restricted(|w| *w == Worker::Client(i)), rng) {
+                Next::Op(p) => return Next::Op(p),
+                Next::Pending(t) => {
+                    if let Some(t) = t {
+                        wake = Some(wake.map_or(t, |w| w.min(t)));
+                    }
+                }
+                Next::Done => *done = true,
+            }
+        }
+        let all_done = ctx
+            .processes
+            .iter()
+            .all(|p| self.gens.get(p).is_some_and(|(_, done)| *done));
+        if all_done {
+            Next::Done
+        } else {
+            Next::Pending(wake)
+        }
+    }
+
+    fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
+        if let (Worker::Client(_), Process::Client(p)) = (worker, op.process) {
+            if let Some((g, _)) = self.gens.get_mut(&p) {
+                g.update(ctx, worker, op);
+            }
+        }
+    }
+}
+
 /// A simulated op in flight: when it completes, how, with what value, and as which process.
 struct InFlight {
     done_at: u64,
@@ -792,6 +857,41 @@ mod tests {
         assert_eq!(nem[2].0, "stop-partition");
         assert!(nem[0].2 >= 3 && nem[2].2 >= 6, "{nem:?}");
         assert!(h.iter().any(|o| o.process == Process::Client(0)));
+    }
+
+    #[test]
+    fn each_process_starts_over_for_a_process_that_crashed() {
+        let mut g = each_process(|p| {
+            Box::new(limit(
+                2,
+                from_fn(move |_, _, _| {
+                    Some(Invocation {
+                        f: "read".into(),
+                        value: json!(p),
+                    })
+                }),
+            )) as Box<dyn Generator>
+        });
+        let mut n = 0;
+        let h = simulate(&mut g, 1, 1, 100, |p| {
+            n += 1;
+            let outcome = if n == 1 { Outcome::Info } else { Outcome::Ok };
+            (outcome, p.op.value.clone(), MS)
+        });
+        let invoked: Vec<(Process, serde_json::Value)> = h
+            .iter()
+            .filter(|o| o.kind == OpType::Invoke)
+            .map(|o| (o.process, o.value.clone()))
+            .collect();
+        // Process 0 crashed after one op; process 1 gets its own two ops.
+        assert_eq!(
+            invoked,
+            vec![
+                (Process::Client(0), json!(0)),
+                (Process::Client(1), json!(1)),
+                (Process::Client(1), json!(1)),
+            ]
+        );
     }
 
     #[test]
