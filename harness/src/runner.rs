@@ -2,11 +2,11 @@
 //! the generator for ops, hands them to client and nemesis workers, records every invocation and
 //! completion as it happens, and gives a worker whose op ended `info` a fresh process.
 //!
-//! A run: create nodes -> deploy and start the broker -> wait until every node serves -> write
-//! test.json and the history header -> workload setup -> main phase (clients and nemesis under
+//! A run: create nodes -> write test.json and the history header -> deploy and start the
+//! broker -> wait until every node serves -> workload setup -> main phase (clients and nemesis under
 //! the time limit) -> heal everything, start what is down, wait for replicas to converge ->
-//! final reads with fresh clients -> stop brokers cleanly, dump every replica -> snarf logs ->
-//! check (before teardown can fail) -> teardown. Teardown also runs after errors, on
+//! final reads with fresh clients -> stop brokers cleanly, dump every replica -> check (before
+//! teardown can fail) -> snarf node logs -> teardown. Teardown also runs after errors, on
 //! cancellation (Ctrl-C) and, through the runtime's `Drop`, on panic.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -73,7 +73,13 @@ impl RunReport {
 /// Runs `test` to its end and tears everything down, whatever happens.
 pub async fn run(mut test: Test, cancel: CancellationToken, progress: &mut Progress) -> RunReport {
     let mut run_dir = None;
-    let result = run_phases(&mut test, &cancel, progress, &mut run_dir).await;
+    let mut nodes = None;
+    let result = run_phases(&mut test, &cancel, progress, &mut run_dir, &mut nodes).await;
+    // Node logs are evidence whatever happened, so they are collected before every teardown.
+    if let (Some(dir), Some(nodes)) = (&run_dir, &nodes) {
+        progress.phase("collecting node logs");
+        snarf_logs(nodes, test.db.as_ref(), dir);
+    }
     progress.phase("teardown");
     let teardown = tokio::task::block_in_place(|| test.runtime.destroy());
     progress.finish();
@@ -95,6 +101,7 @@ async fn run_phases(
     cancel: &CancellationToken,
     progress: &mut Progress,
     run_dir_out: &mut Option<RunDir>,
+    nodes_out: &mut Option<Arc<Vec<Node>>>,
 ) -> anyhow::Result<Option<Results>> {
     let opts = test.options.clone();
     progress.phase(&format!(
@@ -105,6 +112,15 @@ async fn run_phases(
     let nodes: Arc<Vec<Node>> = Arc::new(tokio::task::block_in_place(|| {
         test.runtime.create(CLUSTER, &names)
     })?);
+    *nodes_out = Some(nodes.clone());
+
+    let run_dir = RunDir::create(&opts.store, &opts.name, SystemTime::now())?;
+    *run_dir_out = Some(run_dir.clone());
+    let description = test.describe(&nodes);
+    run_dir.write_test(&description)?;
+    let history = HistoryWriter::create(&run_dir.history(), &description)?;
+    progress.phase(&format!("run directory {}", run_dir.path().display()));
+
     let cx = ClientContext {
         nodes: nodes
             .iter()
@@ -123,13 +139,6 @@ async fn run_phases(
     let db = test.db.clone();
     on_nodes(&nodes, |n| db.setup(n, &nodes))?;
     await_serving(&cx, &nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
-
-    let run_dir = RunDir::create(&opts.store, &opts.name, SystemTime::now())?;
-    *run_dir_out = Some(run_dir.clone());
-    let description = test.describe(&nodes);
-    run_dir.write_test(&description)?;
-    let history = HistoryWriter::create(&run_dir.history(), &description)?;
-    progress.phase(&format!("run directory {}", run_dir.path().display()));
 
     let workload = test.workload.clone();
     tokio::time::timeout(opts.ready_timeout, workload.setup(&cx))
@@ -201,7 +210,6 @@ async fn run_phases(
     on_nodes(&nodes, |n| db.stop(n))?;
     let replicas = dump_replicas(&nodes, test.db.as_ref());
     run_dir.write_replicas(&replicas)?;
-    snarf_logs(&nodes, test.db.as_ref(), &run_dir);
 
     progress.phase("checking");
     let states: Vec<ReplicaState> = replicas
