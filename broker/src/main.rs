@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use tidemark_broker::broker::Broker;
 use tidemark_broker::config::BrokerConfig;
 use tidemark_broker::controller::local::LocalQuorum;
+use tidemark_broker::controller::raft::{QuorumConfig, RaftQuorum};
 use tidemark_broker::controller::MetadataQuorum;
 use tidemark_broker::dump::{dump, DumpOptions};
 use tidemark_broker::faults::{Bug, Faults};
@@ -199,7 +200,17 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     for bug in faults.names() {
         warn!("!!! INJECTED BUG ENABLED: {bug} — this broker is deliberately unsafe !!!");
     }
-    let quorum: Arc<dyn MetadataQuorum> = LocalQuorum::open(&config.log_dir)?;
+    // With voters configured the metadata lives in the raft quorum; a standalone node keeps it
+    // in a local file.
+    let raft = if config.controller_quorum_voters.is_empty() {
+        None
+    } else {
+        Some(RaftQuorum::start(QuorumConfig::from_broker_config(&config)?).await?)
+    };
+    let quorum: Arc<dyn MetadataQuorum> = match &raft {
+        Some(r) => r.clone(),
+        None => LocalQuorum::open(&config.log_dir)?,
+    };
     let broker = Broker::open(config, faults, quorum)?;
     info!(node_id = broker.config.node_id, log_dir = %broker.log_dir().display(), "broker started");
     let shutdown = CancellationToken::new();
@@ -224,6 +235,9 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
         let _ = d.await;
     }
     broker.shutdown()?;
+    if let Some(r) = raft {
+        r.shutdown().await;
+    }
     info!("clean shutdown complete");
     Ok(())
 }

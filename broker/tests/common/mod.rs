@@ -474,7 +474,7 @@ pub mod client {
         rt().block_on(async {
             let mut c = KafkaConnection::connect(addr, timeout, "test")
                 .await
-                .map_err(|_| -100)?;
+                .map_err(|_| -100i16)?;
             let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
             let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
             let batch = tidemark_broker::log::testing::batch(&refs);
@@ -489,7 +489,7 @@ pub mod client {
             let resp = c
                 .call_with_timeout(9, &req, timeout + Duration::from_secs(1))
                 .await
-                .map_err(|_| -100)?;
+                .map_err(|_| -100i16)?;
             let p = &resp.responses[0].partition_responses[0];
             if p.error_code == 0 {
                 Ok(p.base_offset)
@@ -508,7 +508,7 @@ pub mod client {
         rt().block_on(async {
             let mut c = KafkaConnection::connect(addr, Duration::from_secs(5), "test")
                 .await
-                .map_err(|_| -100)?;
+                .map_err(|_| -100i16)?;
             let mut out = Vec::new();
             let mut offset = 0;
             loop {
@@ -522,7 +522,7 @@ pub mod client {
                             .with_partition(partition)
                             .with_fetch_offset(offset)
                             .with_partition_max_bytes(1 << 24)])]);
-                let resp = c.call(11, &req).await.map_err(|_| -100)?;
+                let resp = c.call(11, &req).await.map_err(|_| -100i16)?;
                 let pd = &resp.responses[0].partitions[0];
                 if pd.error_code != 0 {
                     return Err(pd.error_code);
