@@ -414,7 +414,17 @@ impl Inner {
                     };
                     let timeout = self.request_timeout + self.rpc_timeout;
                     // A fresh connection: a dead pooled one would leave the outcome in doubt.
-                    match self.peers.call(l, request, timeout, Conn::Fresh).await {
+                    let forwarded = tokio::select! {
+                        r = self.peers.call(l, request, timeout, Conn::Fresh) => r,
+                        // A frozen leader would hold the caller for the whole timeout.
+                        next = self.leader_moved(l) => {
+                            return Err(QuorumError::Unknown(format!(
+                                "leadership moved from node {l} to node {next} while the \
+                                 command was with node {l}"
+                            )))
+                        }
+                    };
+                    match forwarded {
                         Ok(Response::Submit(Ok(reply))) => return Ok(reply),
                         Ok(Response::Submit(Err(Refused::Unknown(m)))) => {
                             return Err(QuorumError::Unknown(m))
@@ -443,6 +453,22 @@ impl Inner {
             pause_until(deadline)
                 .await
                 .map_err(|()| QuorumError::NoLeader(why))?;
+        }
+    }
+
+    /// Resolves with the new leader once this node learns of a leader other than `from`.
+    async fn leader_moved(&self, from: u64) -> u64 {
+        let mut metrics = self.metrics.clone();
+        let baseline = metrics.borrow_and_update().current_leader;
+        loop {
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            let now = metrics.borrow_and_update().current_leader;
+            match now {
+                Some(n) if n != from && now != baseline => return n,
+                _ => {}
+            }
         }
     }
 
