@@ -160,7 +160,7 @@ async fn raw_rate(concurrency: usize) -> f64 {
                 // this task's last poll ended, as the workload's processes do.
                 let tp = (i / 2 % 4) as usize;
                 let (topic, partition) = (format!("t{}", tp / 2), (tp % 2) as i64);
-                let op = if i % 2 == 0 {
+                let op = if i.is_multiple_of(2) {
                     next_value += 1;
                     Invocation {
                         f: "send".into(),
