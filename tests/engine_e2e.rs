@@ -23,18 +23,8 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
     broker();
     let store = tempfile::tempdir().unwrap();
     let out = Command::new(tidemark())
-        .args([
-            "test",
-            "--time-limit",
-            "15",
-            "--nemesis",
-            "none",
-            "--seed",
-            "1",
-        ])
-        // The broker does not replicate across nodes yet; one replica per partition keeps this
-        // test about the engine.
-        .args(["--replication-factor", "1", "--quiet", "--store"])
+        .args(["test", "--time-limit", "15", "--nemesis", "none"])
+        .args(["--seed", "1", "--quiet", "--store"])
         .arg(store.path())
         .output()
         .unwrap();
@@ -71,8 +61,8 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    // Two topics of two partitions, each replica named with its cluster and node.
-    assert!(replicas.len() >= 4, "{replicas:?}");
+    // Two topics of two partitions, three replicas each, named with their cluster and node.
+    assert_eq!(replicas.len(), 12);
     assert!(replicas
         .iter()
         .all(|r| r["cluster"] == "a" && r["node"].is_string() && r["records"].is_array()));

@@ -32,14 +32,7 @@ fn a_run_killed_with_sigkill_leaves_a_checkable_history_and_teardown_cleans_up()
     broker();
     let store = tempfile::tempdir().unwrap();
     let mut child = Command::new(tidemark())
-        .args([
-            "test",
-            "--time-limit",
-            "60",
-            "--replication-factor",
-            "1",
-            "--quiet",
-        ])
+        .args(["test", "--time-limit", "60", "--quiet"])
         .arg("--store")
         .arg(store.path())
         .stdout(Stdio::null())

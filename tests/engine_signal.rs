@@ -25,14 +25,7 @@ fn sigint_and_sigterm_tear_the_run_down() {
     for signal in ["-INT", "-TERM"] {
         let store = tempfile::tempdir().unwrap();
         let mut child = Command::new(tidemark())
-            .args([
-                "test",
-                "--time-limit",
-                "60",
-                "--replication-factor",
-                "1",
-                "--quiet",
-            ])
+            .args(["test", "--time-limit", "60", "--quiet"])
             .arg("--store")
             .arg(store.path())
             .stdout(Stdio::null())

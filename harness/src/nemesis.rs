@@ -1,7 +1,7 @@
 //! Faults. A [`Nemesis`] performs fault ops on the nodes through the [`Db`] and [`Net`]
 //! abilities; fault kinds and their schedules live in the `tidemark-nemesis` crate. This module
-//! also holds [`heal_everything`], the final phase's "undo every fault", which works whatever
-//! faults ran because it only uses the abilities themselves.
+//! also holds [`heal_ops`] and [`heal`], the final phase's "undo every fault", which work whatever
+//! faults ran because they only use the abilities themselves.
 
 use serde_json::json;
 
@@ -40,53 +40,62 @@ pub trait Nemesis: Send + Sync {
     fn generator(&self) -> Box<dyn Generator>;
 }
 
-/// Heals the network, resumes paused nodes and starts stopped ones. Returns, for the history,
-/// each step as a nemesis op and how it went.
-pub fn heal_everything(cx: &NemesisContext<'_>) -> Vec<(Invocation, Completion)> {
-    let mut steps = Vec::new();
-    let partition = Invocation {
+/// The final phase's healing as nemesis ops: heal the network, resume paused nodes, start
+/// stopped ones (the last two only when the database can pause and kill).
+pub fn heal_ops(cx: &NemesisContext<'_>) -> Vec<Invocation> {
+    let nodes = json!({ "nodes": cx.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>() });
+    let mut ops = vec![Invocation {
         f: "stop-partition".into(),
         value: json!({}),
-    };
-    let done = match cx.net.heal(cx.nodes) {
-        Ok(()) => Completion::new(Outcome::Info, json!({})),
-        Err(e) => Completion {
-            error: Some(format!("{e:#}")),
-            ..Completion::new(Outcome::Info, json!({}))
-        },
-    };
-    steps.push((partition, done));
-    let names: Vec<String> = cx.nodes.iter().map(|n| n.name.clone()).collect();
-    if let Some(pause) = cx.db.as_pause() {
-        let errors: Vec<String> = cx
-            .nodes
-            .iter()
-            .filter_map(|n| pause.resume(n).err().map(|e| format!("{}: {e:#}", n.name)))
-            .collect();
-        steps.push(step("resume", &names, errors));
+    }];
+    if cx.db.as_pause().is_some() {
+        ops.push(Invocation {
+            f: "resume".into(),
+            value: nodes.clone(),
+        });
     }
-    if let Some(kill) = cx.db.as_kill() {
-        let errors: Vec<String> = cx
-            .nodes
-            .iter()
-            .filter_map(|n| kill.start(n).err().map(|e| format!("{}: {e:#}", n.name)))
-            .collect();
-        steps.push(step("start", &names, errors));
+    if cx.db.as_kill().is_some() {
+        ops.push(Invocation {
+            f: "start".into(),
+            value: nodes,
+        });
     }
-    steps
+    ops
 }
 
-fn step(f: &str, nodes: &[String], errors: Vec<String>) -> (Invocation, Completion) {
-    let value = json!({ "nodes": nodes });
-    let mut done = Completion::new(Outcome::Info, value.clone());
+/// Performs one op of [`heal_ops`] on every node; completes `info` with what was done and the
+/// errors, if any.
+pub fn heal(cx: &NemesisContext<'_>, op: &Invocation) -> Completion {
+    let mut errors: Vec<String> = Vec::new();
+    match op.f.as_str() {
+        "stop-partition" => {
+            if let Err(e) = cx.net.heal(cx.nodes) {
+                errors.push(format!("{e:#}"));
+            }
+        }
+        "resume" => {
+            if let Some(pause) = cx.db.as_pause() {
+                errors.extend(
+                    cx.nodes.iter().filter_map(|n| {
+                        pause.resume(n).err().map(|e| format!("{}: {e:#}", n.name))
+                    }),
+                );
+            }
+        }
+        "start" => {
+            if let Some(kill) = cx.db.as_kill() {
+                errors.extend(
+                    cx.nodes
+                        .iter()
+                        .filter_map(|n| kill.start(n).err().map(|e| format!("{}: {e:#}", n.name))),
+                );
+            }
+        }
+        other => errors.push(format!("{other} is not a healing op")),
+    }
+    let mut done = Completion::new(Outcome::Info, op.value.clone());
     if !errors.is_empty() {
         done.error = Some(errors.join("; "));
     }
-    (
-        Invocation {
-            f: f.to_string(),
-            value,
-        },
-        done,
-    )
+    done
 }

@@ -27,7 +27,7 @@ use crate::db::Db;
 use crate::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use crate::history::HistoryWriter;
 use crate::kafka::{ClusterMetadata, Connection};
-use crate::nemesis::{heal_everything, Nemesis, NemesisContext};
+use crate::nemesis::{heal, heal_ops, Nemesis, NemesisContext};
 use crate::net::Net;
 use crate::op::{Completion, Invocation, Op, OpType, Outcome, Process};
 use crate::progress::Progress;
@@ -613,30 +613,29 @@ impl Interpreter {
         )
     }
 
-    /// Heals every fault and records it as nemesis ops.
+    /// Heals every fault, recording each step as a nemesis invoke and info.
     fn heal(&mut self) -> anyhow::Result<()> {
         let parts = self.parts.clone();
-        let steps = tokio::task::block_in_place(|| {
-            heal_everything(&NemesisContext {
-                nodes: &parts.nodes,
-                db: parts.db.as_ref(),
-                net: parts.net.as_ref(),
-            })
-        });
-        for (inv, done) in steps {
+        let cx = NemesisContext {
+            nodes: &parts.nodes,
+            db: parts.db.as_ref(),
+            net: parts.net.as_ref(),
+        };
+        for op in heal_ops(&cx) {
             self.record(
                 Process::Nemesis,
                 OpType::Invoke,
-                &inv.f,
-                inv.value,
+                &op.f,
+                op.value.clone(),
                 None,
                 None,
                 |_| {},
             )?;
+            let done = tokio::task::block_in_place(|| heal(&cx, &op));
             self.record(
                 Process::Nemesis,
                 OpType::Info,
-                &inv.f,
+                &op.f,
                 done.value,
                 None,
                 done.error,
