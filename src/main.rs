@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_check;
+mod cmd_report;
+mod cmd_serve;
 mod cmd_teardown;
 mod cmd_test;
 
@@ -30,6 +32,10 @@ enum Command {
     Check(cmd_check::Args),
     /// Remove what a killed run left behind: namespaces, bridges, rules, processes.
     Teardown(cmd_teardown::Args),
+    /// Render report.html for a run directory.
+    Report(cmd_report::Args),
+    /// Browse the store's runs, reports and files over HTTP (loopback by default).
+    Serve(cmd_serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +55,8 @@ fn main() -> ExitCode {
         Command::Test(args) => cmd_test::run(args),
         Command::Check(args) => cmd_check::run(args),
         Command::Teardown(args) => cmd_teardown::run(args),
+        Command::Report(args) => cmd_report::run(args),
+        Command::Serve(args) => cmd_serve::run(args),
     };
     ExitCode::from(code)
 }

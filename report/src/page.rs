@@ -236,8 +236,8 @@ pub fn report(run: &Run) -> Markup {
                     (timeline(run))
                     (replicas(run))
                     (logs(run))
-                    p.note { "Rendered by tidemark-report " (env!("CARGO_PKG_VERSION")) " in "
-                        (run.load_time.as_millis()) " ms of loading." }
+                    p.note { "Rendered by tidemark-report " (env!("CARGO_PKG_VERSION")) "; the run loaded in "
+                        (run.load_time.as_millis()) " ms." }
                 }
                 script { (PreEscaped(SCRIPT)) }
             }
@@ -603,7 +603,7 @@ fn timeline(run: &Run) -> Markup {
             data-missing=(missing) data-nav=[matches!(run.embed, Embed::One(_)).then_some("1")] {
             h2 { "Timeline" }
             p.note {
-                "Every op, one column per process, in " (n) " pages: page k shows the ops completed in history lines "
+                "Every op, one column per process, in " (n) @if n == 1 { " page" } @else { " pages" } ": page k shows the ops completed in history lines "
                 "k×" (PAGE_LINES) " to (k+1)×" (PAGE_LINES) "−1, ordered by invocation. Hover an op for its details. "
                 @if pages.len() as u64 == n { "All " (n) " pages are in this file." }
                 @else { (pages.len()) " of the " (n) " pages are in this file (pages "

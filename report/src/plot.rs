@@ -12,7 +12,10 @@ use crate::digest::{Digest, Fault, OpRow, Outcome, FAULT_KINDS};
 pub const MAX_POINTS: usize = 4000;
 const WIDTH: u32 = 1300;
 const HEIGHT: u32 = 380;
-const BUCKETS: usize = 80;
+/// Time buckets of the rate and quantile lines: enough ops in each to mean something, at most 80.
+fn buckets(ops: usize) -> usize {
+    (ops / 20).clamp(10, 80)
+}
 
 const OK: RGBColor = RGBColor(48, 112, 176);
 const FAIL: RGBColor = RGBColor(208, 48, 48);
@@ -146,10 +149,11 @@ pub fn latency(d: &Digest) -> anyhow::Result<Plot> {
 pub fn throughput(d: &Digest) -> anyhow::Result<Plot> {
     let ops: Vec<&OpRow> = client_ops(d).collect();
     let end = d.end.max(1);
-    let width = end.div_ceil(BUCKETS as u64).max(1);
-    let mut counts = vec![[0u64; 3]; BUCKETS];
+    let n = buckets(ops.len());
+    let width = end.div_ceil(n as u64).max(1);
+    let mut counts = vec![[0u64; 3]; n];
     for o in &ops {
-        let b = ((o.end.unwrap_or(0) / width) as usize).min(BUCKETS - 1);
+        let b = ((o.end.unwrap_or(0) / width) as usize).min(n - 1);
         let k = match o.outcome {
             Outcome::Ok => 0,
             Outcome::Fail => 1,
@@ -263,13 +267,14 @@ fn sample<'a>(v: &[&'a OpRow], n: usize) -> Vec<&'a OpRow> {
 
 /// Per time bucket (by start time), the 50th, 95th and 99th percentile latency of `ok` ops in ms.
 fn quantiles(ops: &[&OpRow], end: u64) -> Vec<(f64, [f64; 3])> {
-    let width = end.max(1).div_ceil(BUCKETS as u64).max(1);
-    let mut buckets: Vec<Vec<u64>> = vec![Vec::new(); BUCKETS];
+    let n = buckets(ops.len());
+    let width = end.max(1).div_ceil(n as u64).max(1);
+    let mut by_bucket: Vec<Vec<u64>> = vec![Vec::new(); n];
     for o in ops.iter().filter(|o| o.outcome == Outcome::Ok) {
-        let b = ((o.start / width) as usize).min(BUCKETS - 1);
-        buckets[b].push(o.latency().unwrap_or(0));
+        let b = ((o.start / width) as usize).min(n - 1);
+        by_bucket[b].push(o.latency().unwrap_or(0));
     }
-    buckets
+    by_bucket
         .into_iter()
         .enumerate()
         .filter(|(_, l)| !l.is_empty())

@@ -51,8 +51,7 @@ impl History {
     pub fn send(
         &mut self,
         p: u64,
-        t0: f64,
-        t1: f64,
+        (t0, t1): (f64, f64),
         topic: &str,
         values: &[i64],
         outcome: OpType,
@@ -198,8 +197,7 @@ pub fn valid_run(store: &Path) -> PathBuf {
         let t = i as f64 * 10.0;
         h.send(
             (i % 3) as u64,
-            t,
-            t + 3.0 + (i % 5) as f64,
+            (t, t + 3.0 + (i % 5) as f64),
             "t",
             &[i + 1],
             OpType::Ok,
@@ -259,8 +257,7 @@ pub fn invalid_run(store: &Path, name: &str, topic: &str, fault: &str, log_line:
         let t = i as f64 * 20.0;
         h.send(
             (i % 3) as u64,
-            t,
-            t + 4.0 + (i % 7) as f64,
+            (t, t + 4.0 + (i % 7) as f64),
             topic,
             &[i + 1],
             OpType::Ok,
@@ -276,8 +273,8 @@ pub fn invalid_run(store: &Path, name: &str, topic: &str, fault: &str, log_line:
     );
     h.nemesis(300.0, 301.0, "kill", json!({"nodes": ["n3"]}));
     // Acknowledged at offset 30, then lost: the final log holds another value there.
-    let lost = h.send(1, 320.0, 330.0, topic, &[31], OpType::Ok, Some(30));
-    h.send(2, 325.0, 900.0, topic, &[32], OpType::Info, None);
+    let lost = h.send(1, (320.0, 330.0), topic, &[31], OpType::Ok, Some(30));
+    h.send(2, (325.0, 900.0), topic, &[32], OpType::Info, None);
     leader.push(Record::new(30, 32, 2));
     h.nemesis(400.0, 402.0, "stop-partition", json!({}));
     h.nemesis(450.0, 451.0, "start", json!({"nodes": ["n3"]}));
@@ -358,7 +355,7 @@ pub fn large_run(store: &Path, pairs: u64) -> PathBuf {
             OpType::Ok
         };
         let offset = (outcome == OpType::Ok).then_some(next_offset);
-        h.send(p, t, t + lat, "t", &[value], outcome, offset);
+        h.send(p, (t, t + lat), "t", &[value], outcome, offset);
         if outcome == OpType::Ok {
             if i != lost_at {
                 records.push(Record::new(next_offset, value, 0));
