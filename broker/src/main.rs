@@ -186,7 +186,7 @@ fn main() -> ExitCode {
 
 fn init_tracing(node_id: i32) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
-        .unwrap_or_else(|_| "info".into());
+        .unwrap_or_else(|_| "info,openraft=off".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -24,6 +24,7 @@ pub fn free_port() -> u16 {
 /// A broker process on loopback with its own data directory.
 pub struct BrokerProc {
     child: Option<Child>,
+    paused: bool,
     pub dir: tempfile::TempDir,
     pub port: u16,
     args: Vec<String>,
@@ -53,6 +54,7 @@ impl BrokerProc {
         args.extend(extra.iter().map(|s| s.to_string()));
         BrokerProc {
             child: None,
+            paused: false,
             dir,
             port,
             args,
@@ -133,12 +135,14 @@ impl BrokerProc {
     }
 
     /// SIGSTOP: the process stays but does nothing (a GC pause, a hung VM).
-    pub fn pause(&self) {
+    pub fn pause(&mut self) {
         self.signal(nix::sys::signal::Signal::SIGSTOP);
+        self.paused = true;
     }
 
-    pub fn resume(&self) {
+    pub fn resume(&mut self) {
         self.signal(nix::sys::signal::Signal::SIGCONT);
+        self.paused = false;
     }
 
     fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -323,7 +327,30 @@ impl Cluster {
 
     /// (leader, leader epoch, isr) of a partition as some running node sees it.
     pub fn partition_state(&self, topic: &str, partition: i32) -> Option<(i32, i32, Vec<i64>)> {
-        let d = self.describe(Some(topic))?;
+        Self::partition_of(self.describe(Some(topic))?, partition)
+    }
+
+    /// Metadata as node `id` sees it.
+    pub fn describe_at(&self, id: i32, topic: Option<&str>) -> Option<serde_json::Value> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(tidemark_broker::admin::describe(&self.addr(id), topic))
+            .ok()
+    }
+
+    /// (leader, leader epoch, isr) of a partition as node `id` sees it.
+    pub fn partition_state_at(
+        &self,
+        id: i32,
+        topic: &str,
+        partition: i32,
+    ) -> Option<(i32, i32, Vec<i64>)> {
+        Self::partition_of(self.describe_at(id, Some(topic))?, partition)
+    }
+
+    fn partition_of(d: serde_json::Value, partition: i32) -> Option<(i32, i32, Vec<i64>)> {
         let p = d["partitions"]
             .as_array()?
             .iter()
@@ -349,6 +376,11 @@ impl Cluster {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Ok(dir) = std::env::var("TIDEMARK_TEST_KEEP_LOGS") {
+            for (i, n) in self.nodes.iter().enumerate() {
+                let _ = std::fs::write(format!("{dir}/node{}.log", i + 1), n.log());
+            }
         }
         let logs: Vec<String> = self.nodes.iter().map(|n| n.log()).collect();
         let tail: Vec<String> = logs

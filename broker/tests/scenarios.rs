@@ -1,0 +1,499 @@
+//! The deterministic replication scenarios of kips.md §5.2, scripted against real broker
+//! processes. Each runs on the correct broker and must hold; where an injectable bug targets a
+//! scenario, the same script runs with the bug on and must catch it.
+//!
+//! Clusters have five nodes (all controller voters) and place the scenario's partition on nodes
+//! 1–3 (or 1–2), so killing data nodes never costs the controller quorum its majority.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::client::{create_topic_assigned, produce, read_all};
+use common::Cluster;
+
+const T: Duration = Duration::from_secs(30);
+
+/// The leader as node 5 sees it: scenarios never stop or pause nodes 4 and 5, so their view is
+/// neither missing nor stale.
+fn leader(c: &Cluster, topic: &str) -> i32 {
+    c.partition_state_at(5, topic, 0).map_or(-1, |(l, _, _)| l)
+}
+
+fn values(c: &Cluster, node: i32, topic: &str) -> Vec<i64> {
+    read_all(&c.addr(node), topic, 0)
+        .map(|(r, _)| r.iter().map(|x| x.1).collect())
+        .unwrap_or_default()
+}
+
+/// Records below the high watermark of a replica, from its data dir.
+fn replica_records(c: &Cluster, node: i32, topic: &str) -> Vec<serde_json::Value> {
+    c.dump(node)
+        .into_iter()
+        .find(|r| r["topic"] == topic)
+        .map(|r| r["records"].as_array().unwrap().clone())
+        .unwrap_or_default()
+}
+
+fn start(extra_props: &str, bug: Option<&str>) -> Cluster {
+    let args: Vec<&str> = bug.map(|b| vec!["--inject-bug", b]).unwrap_or_default();
+    Cluster::start(5, extra_props, &args)
+}
+
+/// R-MINISR: with min.insync.replicas=2, a write after the ISR fell to the leader alone is
+/// refused before it is appended, and a write caught by the shrink gets
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND without the high watermark ever covering it.
+fn r_minisr(bug: Option<&str>) -> Result<(), String> {
+    let mut c = start("", bug);
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "m",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[("min.insync.replicas", "2")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("m", 0).is_some_and(|s| s.2.len() == 3)
+    });
+    for i in 0..5 {
+        produce(&c.addr(1), "m", 0, &[i], -1, Duration::from_secs(5))
+            .map_err(|e| format!("setup write failed: {e}"))?;
+    }
+    c.node(3).kill9();
+    c.wait_for("ISR [1, 2]", T, |c| {
+        c.partition_state("m", 0).is_some_and(|s| s.2 == vec![1, 2])
+    });
+    c.node(2).pause();
+    let after_append = produce(&c.addr(1), "m", 0, &[100], -1, Duration::from_secs(8));
+    let (_, hw) = read_all(&c.addr(1), "m", 0).map_err(|e| format!("read failed: {e}"))?;
+    let refused = produce(&c.addr(1), "m", 0, &[101], -1, Duration::from_secs(3));
+    let leo = c.dump(1).into_iter().find(|r| r["topic"] == "m").unwrap()["log_end_offset"]
+        .as_i64()
+        .unwrap();
+    c.node(2).resume();
+    if after_append != Err(20) {
+        return Err(format!("write during the ISR shrink: expected NOT_ENOUGH_REPLICAS_AFTER_APPEND (20), got {after_append:?}"));
+    }
+    if hw != 5 {
+        return Err(format!(
+            "high watermark moved to {hw} while the ISR was below min.insync.replicas"
+        ));
+    }
+    if refused != Err(19) {
+        return Err(format!(
+            "write with ISR [1]: expected NOT_ENOUGH_REPLICAS (19), got {refused:?}"
+        ));
+    }
+    if leo != 6 {
+        return Err(format!(
+            "log end {leo}: the refused write must not be appended (expected 6)"
+        ));
+    }
+    c.wait_for("ISR regrows", T, |c| {
+        c.partition_state("m", 0).is_some_and(|s| s.2.len() == 2)
+    });
+    Ok(())
+}
+
+#[test]
+fn r_minisr_correct_broker() {
+    r_minisr(None).unwrap();
+}
+
+#[test]
+fn r_minisr_catches_no_strict_min_isr() {
+    let err = r_minisr(Some("no-strict-min-isr")).expect_err("the bug must break R-MINISR");
+    assert!(
+        err.contains("NOT_ENOUGH_REPLICAS_AFTER_APPEND") || err.contains("high watermark"),
+        "{err}"
+    );
+}
+
+/// R-ACK: an acks=all write is acknowledged only once the ISR has it, so losing the leader right
+/// after the acknowledgement loses nothing.
+fn r_ack(bug: Option<&str>) -> Result<(), String> {
+    let mut c = start("", bug);
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "a",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[("min.insync.replicas", "2")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("a", 0).is_some_and(|s| s.2.len() == 3)
+    });
+    produce(&c.addr(1), "a", 0, &[1], -1, Duration::from_secs(5))
+        .map_err(|e| format!("setup: {e}"))?;
+    c.node(2).pause();
+    c.node(3).pause();
+    let acked = produce(&c.addr(1), "a", 0, &[2], -1, Duration::from_millis(700)).is_ok();
+    c.node(1).kill9();
+    c.node(2).resume();
+    c.node(3).resume();
+    c.wait_for("a new leader", T, |c| [2, 3].contains(&leader(c, "a")));
+    let l = leader(&c, "a");
+    let have = values(&c, l, "a");
+    if acked && !have.contains(&2) {
+        return Err(format!(
+            "acknowledged value 2 lost: new leader {l} holds {have:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn r_ack_correct_broker() {
+    r_ack(None).unwrap();
+}
+
+#[test]
+fn r_ack_catches_ack_before_replication() {
+    let err =
+        r_ack(Some("ack-before-replication")).expect_err("the bug must lose an acknowledged write");
+    assert!(err.contains("lost"), "{err}");
+}
+
+/// once a new leader is elected, requests carrying the old leader epoch are fenced
+/// (FENCED_LEADER_EPOCH), and a paused-then-resumed old leader (a zombie) gets no acks=all write
+/// acknowledged.
+fn r_320(bug: Option<&str>) -> Result<(), String> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut c = start("", bug);
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "z",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[("min.insync.replicas", "2")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("z", 0).is_some_and(|s| s.2.len() == 3)
+    });
+    produce(&c.addr(1), "z", 0, &[1, 2, 3], -1, Duration::from_secs(5))
+        .map_err(|e| format!("setup: {e}"))?;
+    let (_, old_epoch, _) = c.partition_state("z", 0).unwrap();
+    c.node(1).pause();
+    c.wait_for("a new leader", T, |c| [2, 3].contains(&leader(c, "z")));
+    let zombie_write = {
+        c.node(1).resume();
+        produce(&c.addr(1), "z", 0, &[99], -1, Duration::from_secs(2))
+    };
+    let l = leader(&c, "z");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stale_fetch = rt.block_on(async {
+        let mut conn = tidemark_broker::replica::client::KafkaConnection::connect(
+            &c.addr(l),
+            Duration::from_secs(5),
+            "t",
+        )
+        .await
+        .unwrap();
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("z")))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(old_epoch)
+                    .with_partition_max_bytes(1 << 20)])]);
+        conn.call(11, &req).await.unwrap().responses[0].partitions[0].error_code
+    });
+    if stale_fetch != 74 {
+        return Err(format!("fetch with the old leader epoch {old_epoch} got error {stale_fetch}, expected FENCED_LEADER_EPOCH (74)"));
+    }
+    if zombie_write.is_ok() {
+        c.wait_for("replicas settle", T, |c| {
+            c.partition_state("z", 0).is_some_and(|s| s.2.len() == 3)
+        });
+        if !values(&c, leader(&c, "z"), "z").contains(&99) {
+            return Err("the zombie leader acknowledged a write that is gone".into());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn r_320_correct_broker() {
+    r_320(None).unwrap();
+}
+
+#[test]
+fn r_320_catches_accept_stale_epoch() {
+    let err = r_320(Some("accept-stale-epoch")).expect_err("the bug must serve a stale epoch");
+    assert!(err.contains("FENCED_LEADER_EPOCH"), "{err}");
+}
+
+/// R-101a (KAFKA-1211, in its leader-change form): followers learn the high watermark one fetch
+/// late, so a follower that truncates to its high watermark when it starts following a new
+/// leader drops acknowledged records; if it is then elected, they are gone. Truncating by
+/// leader epoch keeps them.
+fn r_101a(bug: Option<&str>) -> Result<(), String> {
+    let mut c = start("broker.session.timeout.ms=4000\n", bug);
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "k",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[("min.insync.replicas", "2")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("k", 0).is_some_and(|s| s.2.len() == 3)
+    });
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        produce(&c.addr(1), "k", 0, &[i], -1, Duration::from_secs(5))
+            .map_err(|e| format!("setup: {e}"))?;
+        acked.push(i);
+    }
+    // The followers now hold value 9 but have not yet heard that the high watermark covers it.
+    c.node(1).kill9();
+    // Pause node 2 late enough that the controller fences node 1 (electing node 2) well before
+    // it fences node 2 (electing node 3), so node 3 follows node 2 in between.
+    std::thread::sleep(Duration::from_millis(2500));
+    c.node(2).pause();
+    let deadline = Instant::now() + T;
+    while leader(&c, "k") != 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.node(2).resume();
+    if leader(&c, "k") != 3 {
+        return Err(format!(
+            "node 3 was not elected (leader {})",
+            leader(&c, "k")
+        ));
+    }
+    // The new leader alone is under min.insync.replicas: its high watermark moves only once
+    // node 2 has caught up and rejoined the ISR.
+    c.wait_for("ISR regrows", T, |c| {
+        c.partition_state_at(5, "k", 0)
+            .is_some_and(|s| s.2.len() >= 2)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut have: BTreeSet<i64> = BTreeSet::new();
+    while Instant::now() < deadline {
+        have = values(&c, 3, "k").into_iter().collect();
+        if acked.iter().all(|v| have.contains(v)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let lost: Vec<i64> = acked
+        .iter()
+        .filter(|v| !have.contains(v))
+        .copied()
+        .collect();
+    if !lost.is_empty() {
+        return Err(format!(
+            "acknowledged values lost after the leader changes: {lost:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn r_101a_correct_broker() {
+    r_101a(None).unwrap();
+}
+
+#[test]
+fn r_101a_catches_hw_truncation() {
+    let err = r_101a(Some("hw-truncation"))
+        .expect_err("truncating to the HW must lose acknowledged values");
+    assert!(err.contains("lost"), "{err}");
+}
+
+/// R-101b (KIP-101 scenario 2): both replicas crash; the one that leads next lost its unflushed
+/// tail and writes a different record at the same offset in a new epoch; the other comes back
+/// with the old record and must truncate by epoch and converge, not keep its divergent record.
+#[test]
+fn r_101b_replicas_converge_after_multiple_hard_failures() {
+    let mut c = start("", None);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "d", 1, 2, &[&[1, 2]], &[]),
+        0
+    );
+    c.wait_for("ISR of 2", T, |c| {
+        c.partition_state("d", 0).is_some_and(|s| s.2.len() == 2)
+    });
+    produce(&c.addr(1), "d", 0, &[1], -1, Duration::from_secs(5)).unwrap();
+    produce(&c.addr(1), "d", 0, &[2], -1, Duration::from_secs(5)).unwrap();
+    c.node(1).kill9();
+    c.wait_for("node 2 leads", T, |c| leader(c, "d") == 2);
+    c.node(2).kill9();
+    // Power loss on node 2: its copy of value 2 was never flushed.
+    let dir = c.nodes[1].data_dir().join("d-0");
+    let settings = tidemark_broker::log::LogSettings {
+        segment_bytes: 1 << 30,
+        flush_interval_messages: u64::MAX,
+    };
+    let (mut log, _) = tidemark_broker::log::PartitionLog::open(&dir, settings).unwrap();
+    log.truncate_to(1).unwrap();
+    drop(log);
+    c.node(2).restart();
+    c.wait_for("node 2 leads a new epoch", T, |c| {
+        leader(c, "d") == 2 && c.partition_state("d", 0).is_some_and(|s| s.1 >= 2)
+    });
+    c.wait_for("node 2 accepts writes", T, |c| {
+        produce(&c.addr(2), "d", 0, &[3], 1, Duration::from_secs(2)).is_ok()
+    });
+    c.node(1).restart();
+    c.wait_for("ISR of 2 again", T, |c| {
+        c.partition_state("d", 0).is_some_and(|s| s.2.len() == 2)
+    });
+    c.wait_for("logs converge", T, |c| {
+        replica_records(c, 1, "d") == replica_records(c, 2, "d")
+    });
+    let recs = replica_records(&c, 2, "d");
+    assert_eq!(recs[0][1], 1);
+    assert_eq!(
+        recs[1][1], 3,
+        "offset 1 holds the new leader's record: {recs:?}"
+    );
+}
+
+/// R-279 (KIP-279): three fast leader changes with unclean election on. The returning replica's
+/// latest epoch is unknown to the leader, which answers with the end of the largest epoch below
+/// it; the replica truncates there and converges instead of keeping a divergent record.
+#[test]
+fn r_279_logs_converge_after_fast_unclean_failovers() {
+    let mut c = start("", None);
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "f",
+            1,
+            2,
+            &[&[1, 2]],
+            &[("unclean.leader.election.enable", "true")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 2", T, |c| {
+        c.partition_state("f", 0).is_some_and(|s| s.2.len() == 2)
+    });
+    produce(&c.addr(1), "f", 0, &[1], -1, Duration::from_secs(5)).unwrap();
+    // m2 only on node 1: node 2 is down while it is written.
+    c.node(2).kill9();
+    produce(&c.addr(1), "f", 0, &[2], 1, Duration::from_secs(5)).unwrap();
+    c.node(1).kill9();
+    c.node(2).restart();
+    c.wait_for("node 2 leads", T, |c| leader(c, "f") == 2);
+    c.wait_for("m3 written on node 2", T, |c| {
+        produce(&c.addr(2), "f", 0, &[3], 1, Duration::from_secs(2)).is_ok()
+    });
+    c.node(2).kill9();
+    c.node(1).restart();
+    c.wait_for("node 1 leads again", T, |c| leader(c, "f") == 1);
+    c.wait_for("m4 written on node 1", T, |c| {
+        produce(&c.addr(1), "f", 0, &[4], 1, Duration::from_secs(2)).is_ok()
+    });
+    c.node(2).restart();
+    c.wait_for("logs converge", T, |c| {
+        let (a, b) = (replica_records(c, 1, "f"), replica_records(c, 2, "f"));
+        a.len() == 3 && a == b
+    });
+    let recs: Vec<i64> = replica_records(&c, 1, "f")
+        .iter()
+        .map(|r| r[1].as_i64().unwrap())
+        .collect();
+    assert_eq!(recs, vec![1, 2, 4]);
+}
+
+/// R-ULE: the leader alone in the ISR takes writes and dies; ElectLeaders UNCLEAN makes a
+/// lagging replica leader with ISR = {itself}; exactly the unreplicated writes are lost, and the
+/// old leader truncates them when it returns.
+#[test]
+fn r_ule_unclean_election_loses_exactly_the_unreplicated_writes() {
+    let mut c = start("", None);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "u", 1, 3, &[&[1, 2, 3]], &[]),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("u", 0).is_some_and(|s| s.2.len() == 3)
+    });
+    for i in 0..5 {
+        produce(&c.addr(1), "u", 0, &[i], -1, Duration::from_secs(5)).unwrap();
+    }
+    c.node(2).kill9();
+    c.node(3).kill9();
+    c.wait_for("ISR [1]", T, |c| {
+        c.partition_state("u", 0).is_some_and(|s| s.2 == vec![1])
+    });
+    for i in 5..10 {
+        produce(&c.addr(1), "u", 0, &[i], -1, Duration::from_secs(5)).unwrap();
+    }
+    c.node(1).kill9();
+    c.node(2).restart();
+    c.node(3).restart();
+    c.wait_for("leaderless", T, |c| leader(c, "u") == -1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        leader(&c, "u"),
+        -1,
+        "no clean leader exists and unclean election is off"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+        .args([
+            "admin",
+            "elect-leaders",
+            "--bootstrap-server",
+            &c.addr(2),
+            "--topic",
+            "u",
+            "--partition",
+            "0",
+            "--unclean",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "elect-leaders: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    c.wait_for("the election reaches node 5", T, |c| {
+        [2, 3].contains(&leader(c, "u"))
+    });
+    let (l, _, isr) = c.partition_state_at(5, "u", 0).unwrap();
+    assert!([2, 3].contains(&l), "an out-of-ISR replica leads: {l}");
+    assert!(
+        isr == vec![l as i64] || isr.len() == 2,
+        "ISR restarts from the new leader: {isr:?}"
+    );
+    c.wait_for("new leader serves", T, |c| values(c, l, "u").len() == 5);
+    assert_eq!(
+        values(&c, l, "u"),
+        (0..5).collect::<Vec<_>>(),
+        "exactly the five unreplicated writes are lost"
+    );
+    c.node(1).restart();
+    c.wait_for("all three converge", T, |c| {
+        let a = replica_records(c, 1, "u");
+        a.len() == 5 && (2..=3).all(|n| replica_records(c, n, "u") == a)
+    });
+}
