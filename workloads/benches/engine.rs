@@ -23,8 +23,8 @@ use tidemark_harness::runtime::Runtime;
 use tidemark_harness::test::{Test, TestOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
-/// Replicas per partition: the broker does not replicate across nodes yet.
-const RF: u32 = 1;
+/// Replicas per partition, as `tidemark test` chooses for three nodes.
+const RF: u32 = 3;
 
 /// The workload both sides run. Polls return at once instead of waiting for data and never seek
 /// back, so both sides read similar amounts and the figures compare the engine's overhead.
