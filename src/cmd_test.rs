@@ -7,19 +7,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
+use tidemark_harness::hosts::{read_nodes_file, HostsLogin, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::net::Iptables;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
+use tidemark_harness::runtime::Runtime;
+use tidemark_harness::ssh::KnownHosts;
 use tidemark_harness::test::{Test, TestOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 /// Arguments of `tidemark test`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Needs root for the netns runtime. Examples:\n  \
+#[command(after_help = "The netns runtime needs root. Examples:\n  \
     tidemark test --time-limit 30\n  \
-    tidemark test --nodes 5 --concurrency 20 --rate 500 --seed 7\n\
+    tidemark test --nodes 5 --concurrency 20 --rate 500 --seed 7\n  \
+    tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n\
     Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
 pub struct Args {
     /// The workload: what clients do and how the history is checked.
@@ -31,9 +35,9 @@ pub struct Args {
     /// Seconds of workload before healing and the final reads.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     time_limit: f64,
-    /// Number of broker nodes.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    nodes: usize,
+    /// Number of broker nodes (default: 3, or every host of --nodes-file).
+    #[arg(long, value_name = "N")]
+    nodes: Option<usize>,
     /// Replicas per partition (default: min(3, nodes)).
     #[arg(long, value_name = "N")]
     replication_factor: Option<u32>,
@@ -52,9 +56,29 @@ pub struct Args {
     /// Turn on a known broker bug (repeatable), to prove the checkers catch it.
     #[arg(long, value_name = "NAME")]
     inject_bug: Vec<String>,
-    /// Where nodes come from.
+    /// Where nodes come from: `netns` (namespaces on this machine, needs root) or `hosts`
+    /// (machines listed in --nodes-file, over SSH).
     #[arg(long, default_value = "netns", value_name = "NAME")]
     runtime: String,
+    /// For `--runtime hosts`: one host per line, `address[:port]`.
+    #[arg(long, value_name = "PATH")]
+    nodes_file: Option<PathBuf>,
+    /// SSH user on the hosts.
+    #[arg(long, default_value = "root", value_name = "USER")]
+    ssh_user: String,
+    /// SSH private key for the hosts.
+    #[arg(long, value_name = "PATH")]
+    ssh_key: Option<PathBuf>,
+    /// Try the SSH agent (SSH_AUTH_SOCK) for the hosts.
+    #[arg(long)]
+    ssh_agent: bool,
+    /// Host keys: `strict` (must be in --known-hosts), `accept-new` (record unknown hosts,
+    /// refuse changed keys) or `off`.
+    #[arg(long, default_value = "accept-new", value_name = "POLICY")]
+    host_key_checking: String,
+    /// The known_hosts file (default: ~/.ssh/known_hosts).
+    #[arg(long, value_name = "PATH")]
+    known_hosts: Option<PathBuf>,
     /// The tidemark-broker binary to deploy (default: beside this executable).
     #[arg(long, value_name = "PATH")]
     broker_binary: Option<PathBuf>,
@@ -123,13 +147,34 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             faults.join(", ")
         )));
     }
-    if args.runtime != "netns" {
-        return Err(Problem::Usage(format!(
-            "unknown runtime {:?}; available: netns",
-            args.runtime
-        )));
-    }
-    if args.nodes == 0 || args.nodes > tidemark_harness::netns::MAX_NODES {
+    let hosts = match (args.runtime.as_str(), &args.nodes_file) {
+        ("netns", None) => None,
+        ("netns", Some(_)) => {
+            return Err(Problem::Usage(
+                "--nodes-file goes with --runtime hosts".into(),
+            ))
+        }
+        ("hosts", Some(f)) => {
+            Some(read_nodes_file(f).map_err(|e| Problem::Usage(format!("{e:#}")))?)
+        }
+        ("hosts", None) => return Err(Problem::Usage("--runtime hosts needs --nodes-file".into())),
+        (other, _) => {
+            return Err(Problem::Usage(format!(
+                "unknown runtime {other:?}; available: netns, hosts"
+            )))
+        }
+    };
+    let nodes = match (&hosts, args.nodes) {
+        (Some(h), Some(n)) if n != h.len() => {
+            return Err(Problem::Usage(format!(
+                "--nodes {n}, but the nodes file lists {} hosts",
+                h.len()
+            )))
+        }
+        (Some(h), _) => h.len(),
+        (None, n) => n.unwrap_or(3),
+    };
+    if nodes == 0 || nodes > tidemark_harness::netns::MAX_NODES {
         return Err(Problem::Usage(format!(
             "--nodes must be 1 to {}",
             tidemark_harness::netns::MAX_NODES
@@ -141,13 +186,27 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     if !(args.rate >= 0.0 && args.rate.is_finite()) {
         return Err(Problem::Usage("--rate must be 0 or more".into()));
     }
-    let rf = args.replication_factor.unwrap_or(args.nodes.min(3) as u32);
-    if rf == 0 || rf as usize > args.nodes {
+    let rf = args.replication_factor.unwrap_or(nodes.min(3) as u32);
+    if rf == 0 || rf as usize > nodes {
         return Err(Problem::Usage(format!(
-            "--replication-factor must be 1 to --nodes ({})",
-            args.nodes
+            "--replication-factor must be 1 to the number of nodes ({nodes})"
         )));
     }
+    let known_hosts = args
+        .known_hosts
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".ssh/known_hosts")))
+        .unwrap_or_else(|| PathBuf::from("known_hosts"));
+    let known_hosts = match args.host_key_checking.as_str() {
+        "strict" => KnownHosts::Strict(known_hosts),
+        "accept-new" => KnownHosts::AcceptNew(known_hosts),
+        "off" => KnownHosts::Ignore,
+        other => {
+            return Err(Problem::Usage(format!(
+                "--host-key-checking must be strict, accept-new or off, not {other:?}"
+            )))
+        }
+    };
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
     let final_timeout = seconds("final-timeout", args.final_timeout)?;
@@ -169,18 +228,37 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     }
     let broker = std::fs::canonicalize(&broker).unwrap_or(broker);
 
-    let work_root = std::env::temp_dir().join("tidemark");
-    let found = leftovers::find(&work_root).map_err(|e| Problem::Harness(format!("{e:#}")))?;
-    if !found.is_empty() {
-        let list: Vec<String> = found.iter().map(|l| format!("  {l}")).collect();
-        return Err(Problem::Harness(format!(
-            "a killed run left resources behind:\n{}\nremove them with `tidemark teardown` \
-             and start again",
-            list.join("\n")
-        )));
-    }
-    let runtime = NetnsRuntime::new(&work_root, &leftovers::new_run_id())
-        .map_err(|e| Problem::Harness(format!("{e:#}")))?;
+    let run_id = leftovers::new_run_id();
+    let runtime: Box<dyn Runtime> = match hosts {
+        None => {
+            let work_root = std::env::temp_dir().join("tidemark");
+            let found =
+                leftovers::find(&work_root).map_err(|e| Problem::Harness(format!("{e:#}")))?;
+            if !found.is_empty() {
+                let list: Vec<String> = found.iter().map(|l| format!("  {l}")).collect();
+                return Err(Problem::Harness(format!(
+                    "a killed run left resources behind:\n{}\nremove them with \
+                     `tidemark teardown` and start again",
+                    list.join("\n")
+                )));
+            }
+            Box::new(
+                NetnsRuntime::new(&work_root, &run_id)
+                    .map_err(|e| Problem::Harness(format!("{e:#}")))?,
+            )
+        }
+        Some(hosts) => Box::new(HostsRuntime::new(
+            &run_id,
+            hosts,
+            HostsLogin {
+                user: args.ssh_user.clone(),
+                key_file: args.ssh_key.clone(),
+                use_agent: args.ssh_agent,
+                known_hosts,
+                timeout: Duration::from_secs(30),
+            },
+        )),
+    };
 
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -191,7 +269,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     let options = TestOptions {
         name: args.name.unwrap_or_else(|| args.workload.clone()),
         seed,
-        nodes: args.nodes,
+        nodes,
         concurrency: args.concurrency,
         time_limit,
         rate: args.rate,
@@ -205,7 +283,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         argv: std::env::args().collect(),
     };
     let test = Test {
-        runtime: Box::new(runtime),
+        runtime,
         db: Arc::new(TidemarkBroker::new(
             broker,
             BrokerConfig::for_replication(rf),

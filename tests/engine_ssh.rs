@@ -2,13 +2,14 @@
 //! commands with their exit codes, uploads and downloads, the known-hosts policies, and the
 //! broker deployed, started, killed and stopped through it, exactly as on a VM.
 
+mod engine_sshd;
 mod engine_support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use engine_sshd::{keygen, start_sshd};
 use engine_support::*;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::client::{ClientContext, NodeAddr};
@@ -19,49 +20,6 @@ use tidemark_harness::remote::{self, Remote, RemoteError};
 use tidemark_harness::runner::{await_ready, CancellationToken};
 use tidemark_harness::runtime::{Node, Runtime};
 use tidemark_harness::ssh::{KnownHosts, Ssh, SshConfig};
-
-fn keygen(path: &Path) {
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "ssh-keygen failed");
-}
-
-/// Starts sshd inside `node`'s namespace, listening on the node's address, with keys in `dir`.
-fn start_sshd(node: &Node, dir: &Path) {
-    keygen(&dir.join("hostkey"));
-    keygen(&dir.join("client"));
-    std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys")).unwrap();
-    let config = format!(
-        "Port 22\nListenAddress {ip}\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
-         AuthorizedKeysFile {d}/authorized_keys\nPasswordAuthentication no\n\
-         KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n\
-         StrictModes no\n",
-        ip = node.ip,
-        d = dir.display()
-    );
-    std::fs::write(dir.join("sshd_config"), config).unwrap();
-    // OpenSSH refuses to start without its privilege-separation directory.
-    std::fs::create_dir_all("/run/sshd").unwrap();
-    let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("sshd is not installed (apt-get install openssh-server)");
-    remote::run(
-        node.remote.as_ref(),
-        &remote::command_line(&[
-            sshd,
-            "-f",
-            &dir.join("sshd_config").display().to_string(),
-            "-E",
-            &dir.join("sshd.log").display().to_string(),
-        ]),
-    )
-    .unwrap();
-}
 
 fn config(node: &Node, dir: &Path, known_hosts: KnownHosts) -> SshConfig {
     SshConfig {
@@ -86,7 +44,8 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
     let local = &nodes[0];
     let keys = local.dir.join("ssh");
     std::fs::create_dir_all(&keys).unwrap();
-    start_sshd(local, &keys);
+    keygen(&keys.join("client"));
+    start_sshd(local, &keys, &keys.join("client.pub"));
     let known_hosts = keys.join("known_hosts");
 
     let started = Instant::now();

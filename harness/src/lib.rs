@@ -6,7 +6,8 @@
 //! - [`Remote`](remote::Remote): run a command on a node, move files to and from it.
 //!   [`Local`](remote::Local) runs inside a network namespace, [`Ssh`](ssh::Ssh) over SSH.
 //! - [`Runtime`](runtime::Runtime): make nodes exist and give each an address.
-//!   [`NetnsRuntime`](netns::NetnsRuntime) is the embedded default.
+//!   [`NetnsRuntime`](netns::NetnsRuntime) is the embedded default;
+//!   [`HostsRuntime`](hosts::HostsRuntime) drives existing machines over SSH.
 //! - [`Db`](db::Db) with the optional [`Kill`](db::Kill), [`Pause`](db::Pause),
 //!   [`LogFiles`](db::LogFiles) and [`ReplicaDump`](db::ReplicaDump): the broker on a node.
 //!   [`TidemarkBroker`](broker::TidemarkBroker) deploys `tidemark-broker`.
@@ -34,6 +35,7 @@ pub mod db;
 pub mod dial;
 pub mod generator;
 pub mod history;
+pub mod hosts;
 pub mod kafka;
 pub mod leftovers;
 pub mod nemesis;

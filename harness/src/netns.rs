@@ -44,8 +44,8 @@ impl NetnsRuntime {
             bail!(
                 "the netns runtime needs root: it creates network namespaces, veth pairs, a \
                  bridge and iptables rules (run tidemark as root, e.g. with sudo). It also needs \
-                 iproute2 and iptables installed. No other runtime is built in yet; the docker \
-                 and hosts (SSH) runtimes are planned"
+                 iproute2 and iptables installed. Without root, run on machines you can reach \
+                 over SSH instead: --runtime hosts --nodes-file FILE"
             );
         }
         Ok(NetnsRuntime {

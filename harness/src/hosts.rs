@@ -1,0 +1,287 @@
+//! The `hosts` runtime: machines that already exist (VMs, Vagrant boxes, bare hosts), reached
+//! over SSH and listed in a nodes file. Nothing is created but one directory per run on each
+//! host; everything the run starts there is found again by that directory's path, so teardown
+//! removes exactly what this run made.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+
+use crate::dial::{Dialer, Direct};
+use crate::net::CHAIN;
+use crate::remote::{self, command_line, escape};
+use crate::runtime::{Node, Runtime};
+use crate::ssh::{KnownHosts, Ssh, SshConfig};
+
+/// The directory on each host under which runs keep their files.
+pub const HOSTS_ROOT: &str = "/tmp/tidemark-hosts";
+
+/// How to log in to the hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostsLogin {
+    /// Remote user (root, or one that may run iptables).
+    pub user: String,
+    /// Private key file, if any.
+    pub key_file: Option<PathBuf>,
+    /// Whether to try the SSH agent.
+    pub use_agent: bool,
+    /// Host key policy.
+    pub known_hosts: KnownHosts,
+    /// Connect and per-operation timeout.
+    pub timeout: Duration,
+}
+
+/// Reads a nodes file: one host per line as `address[:port]` (port 22 by default); blank lines
+/// and `#` comments are ignored. Host names are resolved here, since brokers need addresses.
+pub fn read_nodes_file(path: &Path) -> anyhow::Result<Vec<SocketAddr>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        hosts.push(
+            parse_host(line)
+                .with_context(|| format!("{}:{}: bad host {line:?}", path.display(), i + 1))?,
+        );
+    }
+    if hosts.is_empty() {
+        bail!("{} lists no hosts", path.display());
+    }
+    Ok(hosts)
+}
+
+fn parse_host(s: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let with_port = if s.contains(':') && !s.starts_with('[') && s.matches(':').count() == 1 {
+        s.to_string()
+    } else {
+        format!("{s}:22")
+    };
+    with_port
+        .to_socket_addrs()?
+        .next()
+        .context("the name resolves to no address")
+}
+
+/// Hosts reached over SSH.
+pub struct HostsRuntime {
+    run: String,
+    hosts: Vec<SocketAddr>,
+    login: HostsLogin,
+    nodes: Vec<Node>,
+}
+
+impl HostsRuntime {
+    /// A runtime for run `run` on `hosts`.
+    pub fn new(run: &str, hosts: Vec<SocketAddr>, login: HostsLogin) -> Self {
+        HostsRuntime {
+            run: run.to_string(),
+            hosts,
+            login,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// The number of hosts.
+    pub fn len(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Whether the nodes file listed no host.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        Path::new(HOSTS_ROOT).join(&self.run)
+    }
+
+    /// The script that kills what the run started on a host, removes its iptables chain and its
+    /// directory. Processes are recognised by the run directory in their command line; the
+    /// bracket keeps the pattern from matching the shell that runs it.
+    pub fn cleanup_script(run_dir: &Path) -> String {
+        let dir = run_dir.display().to_string();
+        let pattern = format!("[{}]{}/", &dir[..1], &dir[1..]);
+        format!(
+            "pkill -KILL -f {pat}; \
+             if command -v iptables >/dev/null; then \
+             iptables -w -D INPUT -j {CHAIN} 2>/dev/null; iptables -w -F {CHAIN} 2>/dev/null; \
+             iptables -w -X {CHAIN} 2>/dev/null; fi; rm -rf {dir}",
+            pat = escape(&pattern),
+            dir = escape(&dir),
+        )
+    }
+}
+
+impl Runtime for HostsRuntime {
+    fn name(&self) -> &'static str {
+        "hosts"
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": "hosts",
+            "run": self.run,
+            "hosts": self.hosts,
+            "user": self.login.user,
+            "work_dir": self.run_dir(),
+        })
+    }
+
+    fn create(&mut self, cluster: &str, names: &[String]) -> anyhow::Result<Vec<Node>> {
+        if names.len() != self.hosts.len() {
+            bail!(
+                "{} nodes asked for, but the nodes file lists {} hosts",
+                names.len(),
+                self.hosts.len()
+            );
+        }
+        let mut made = Vec::new();
+        for (i, (name, addr)) in names.iter().zip(&self.hosts).enumerate() {
+            let config = SshConfig {
+                user: self.login.user.clone(),
+                addr: *addr,
+                key_file: self.login.key_file.clone(),
+                use_agent: self.login.use_agent,
+                known_hosts: self.login.known_hosts.clone(),
+                timeout: self.login.timeout,
+            };
+            let ssh = Ssh::connect(config, Arc::new(Direct))?;
+            let dir = self.run_dir().join(name);
+            remote::run(
+                &ssh,
+                &command_line(&["mkdir", "-p", &dir.display().to_string()]),
+            )?;
+            let node = Node {
+                name: name.clone(),
+                cluster: cluster.to_string(),
+                id: i as u32 + 1,
+                ip: addr.ip(),
+                dir,
+                remote: Arc::new(ssh),
+            };
+            self.nodes.push(node.clone());
+            made.push(node);
+        }
+        Ok(made)
+    }
+
+    fn dialer(&self) -> Arc<dyn Dialer> {
+        Arc::new(Direct)
+    }
+
+    fn destroy(&mut self) -> anyhow::Result<()> {
+        let script = Self::cleanup_script(&self.run_dir());
+        let mut first_err = None;
+        for node in self.nodes.drain(..) {
+            if let Err(e) = remote::run(node.remote.as_ref(), &script) {
+                first_err.get_or_insert(anyhow::Error::from(e).context(node.name));
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for HostsRuntime {
+    fn drop(&mut self) {
+        if !self.nodes.is_empty() {
+            if let Err(e) = self.destroy() {
+                eprintln!("tidemark: hosts teardown: {e:#}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_files_list_addresses_with_optional_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("nodes");
+        std::fs::write(
+            &f,
+            "# three VMs\n10.0.0.1\n10.0.0.2:2222  # custom port\n\n[::1]:22\n",
+        )
+        .unwrap();
+        let hosts = read_nodes_file(&f).unwrap();
+        assert_eq!(
+            hosts,
+            vec![
+                "10.0.0.1:22".parse().unwrap(),
+                "10.0.0.2:2222".parse().unwrap(),
+                "[::1]:22".parse().unwrap()
+            ]
+        );
+        std::fs::write(&f, "# nothing\n").unwrap();
+        assert!(read_nodes_file(&f).is_err());
+        std::fs::write(&f, "10.0.0.1:notaport\n").unwrap();
+        let err = format!("{:#}", read_nodes_file(&f).unwrap_err());
+        assert!(err.contains(":1: bad host"), "{err}");
+    }
+
+    #[test]
+    fn cleanup_kills_by_run_directory_without_matching_itself() {
+        let script = HostsRuntime::cleanup_script(Path::new("/tmp/tidemark-hosts/ab12"));
+        assert!(
+            script.starts_with("pkill -KILL -f '[/]tmp/tidemark-hosts/ab12/';"),
+            "{script}"
+        );
+        assert!(
+            script.ends_with("rm -rf /tmp/tidemark-hosts/ab12"),
+            "{script}"
+        );
+        assert!(script.contains("iptables -w -X TIDEMARK"));
+    }
+
+    #[test]
+    fn the_cleanup_pattern_matches_the_run_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let sleeper = run.join("sleeper");
+        std::fs::copy("/bin/sleep", &sleeper).unwrap();
+        let mut ours = std::process::Command::new(&sleeper)
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let script = HostsRuntime::cleanup_script(&run);
+        // In a network namespace of its own, so the script's iptables cleanup cannot touch this
+        // machine's firewall.
+        let mut cmd = if crate::leftovers::is_root() {
+            let mut c = std::process::Command::new("unshare");
+            c.args(["-n", "sh", "-c", &script]);
+            c
+        } else {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", &script]);
+            c
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(ours.wait().unwrap().code().is_none(), "killed by a signal");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "an unrelated sleep survives"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(!run.exists());
+    }
+}

@@ -1,0 +1,101 @@
+//! `tidemark test --runtime hosts` end to end: three "machines" that are network namespaces
+//! running OpenSSH, listed in a nodes file. The harness runs in the client namespace, reaches
+//! the hosts only over SSH (deploying, starting and dumping the broker there) and through the
+//! Kafka wire, and leaves nothing behind on them.
+
+mod engine_sshd;
+mod engine_support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use engine_sshd::{keygen, start_sshd};
+use engine_support::*;
+use serde_json::Value;
+use tidemark_harness::leftovers;
+use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::runtime::Runtime;
+
+#[test]
+fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
+    if !root_or_skip("a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts") {
+        return;
+    }
+    broker();
+    let work = tempfile::tempdir().unwrap();
+    let mut machines = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+    let record = serde_json::json!({"runtime": machines.describe()});
+    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+    let nodes = machines.create("a", &names).unwrap();
+    let client_key = work.path().join("client");
+    keygen(&client_key);
+    for n in &nodes {
+        let dir = n.dir.join("ssh");
+        std::fs::create_dir_all(&dir).unwrap();
+        start_sshd(n, &dir, &client_key.with_extension("pub"));
+    }
+    let dialer = machines.dialer();
+    for n in &nodes {
+        let started = Instant::now();
+        let addr = std::net::SocketAddr::new(n.ip, 22);
+        while dialer.connect(addr, Duration::from_secs(1)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "sshd on {}",
+                n.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let nodes_file = work.path().join("nodes.txt");
+    let listing: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
+    std::fs::write(
+        &nodes_file,
+        format!("# the test's machines\n{}\n", listing.join("\n")),
+    )
+    .unwrap();
+
+    let store = work.path().join("store");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &machines.namespace("ctl")])
+        .arg(tidemark())
+        .args(["test", "--runtime", "hosts", "--nodes-file"])
+        .arg(&nodes_file)
+        .arg("--ssh-key")
+        .arg(&client_key)
+        .args(["--host-key-checking", "off", "--time-limit", "8", "--quiet"])
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("VALID"), "{stdout}");
+
+    let run = store.join("latest");
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    assert_eq!(test["runtime"]["name"], "hosts");
+    let remote = test["nodes"][0]["remote"].as_str().unwrap();
+    assert!(remote.starts_with("ssh root@"), "{remote}");
+    let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
+    assert_eq!(replicas.lines().count(), 12);
+    for n in ["n1", "n2", "n3"] {
+        assert!(run.join("nodes").join(n).join("broker.log").is_file());
+    }
+    // Everything the run put on the hosts is gone: its directory and its processes.
+    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap();
+    assert!(
+        !std::path::Path::new(hosts_dir).exists(),
+        "{hosts_dir} left"
+    );
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains(hosts_dir), "process left: {cmdline}");
+    }
+
+    machines.destroy().unwrap();
+    assert_nothing_left(&record);
+}
