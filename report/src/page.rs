@@ -62,7 +62,8 @@ tr.gap td{background:#eee;text-align:center;color:#777}
 .v4{background:#e7d5ff}.v5{background:#c8f0ef}.v6{background:#f7d2ec}.v7{background:#e2e2c8}
 .missing{color:#999}
 td.ok{background:#e2edf9}td.fail{background:#fbdcdc}td.info,td.pending{background:#fcecd2}
-.tl table td{white-space:nowrap;font-size:12px}
+.tl-body{overflow-x:auto}
+.tl table td{white-space:nowrap;font-size:12px;max-width:230px;overflow:hidden;text-overflow:ellipsis}
 .tl-nav{margin:8px 0;display:flex;gap:6px;align-items:center}
 .tl-nav input{width:5em}
 .hl{outline:3px solid #111;outline-offset:-2px}
@@ -93,7 +94,7 @@ t.appendChild(h);var found=null;
 r.forEach(function(x){var tr=el('tr');tr.appendChild(el('td','num',(x[5]/1e6).toFixed(3)));
 procs.forEach(function(p){if(p!==x[2]){tr.appendChild(el('td'));return;}
 var td=el('td',x[4]);td.id='t-'+x[0];td.appendChild(el('b',null,x[3]+' '));td.appendChild(document.createTextNode(x[8]));
-td.title='op '+x[0]+(x[1]?' (invoked as op '+x[1]+')':'')+(x[7]?' on '+x[7]:'')+': '+x[4]+(x[6]?', '+(x[6]/1000).toFixed(1)+' ms':'');
+td.title=x[3]+' '+x[8]+'\nop '+x[0]+(x[1]?' (invoked as op '+x[1]+')':'')+(x[7]?' on '+x[7]:'')+': '+x[4]+(x[6]?', '+(x[6]/1000).toFixed(1)+' ms':'');
 if(op!=null&&(x[0]===String(op)||x[1]===String(op))){td.classList.add('hl');found=td;}
 tr.appendChild(td);});t.appendChild(tr);});
 body.appendChild(t);if(found)found.scrollIntoView({block:'center'});return op==null||!!found;}
@@ -336,7 +337,7 @@ fn anomalies(run: &Run) -> Markup {
                     ul { @for s in &r.skipped_checks { li { b { (s.check) } ": " (s.reason) } } }
                 }
             }
-            @let warnings: Vec<&String> = results.map(|r| &r.warnings[..]).unwrap_or_default().iter()
+            @let warnings: BTreeSet<&String> = results.map(|r| &r.warnings[..]).unwrap_or_default().iter()
                 .chain(&run.warnings).chain(&run.digest.warnings).collect();
             @if !warnings.is_empty() {
                 h3 { "Warnings" }
@@ -605,7 +606,8 @@ fn timeline(run: &Run) -> Markup {
             p.note {
                 "Every op, one column per process, in " (n) @if n == 1 { " page" } @else { " pages" } ": page k shows the ops completed in history lines "
                 "k×" (PAGE_LINES) " to (k+1)×" (PAGE_LINES) "−1, ordered by invocation. Hover an op for its details. "
-                @if pages.len() as u64 == n { "All " (n) " pages are in this file." }
+                @if let Embed::One(_) = run.embed { "This view holds page " (start + 1) "; the pager loads the others." }
+                @else if pages.len() as u64 == n { "All " (n) " pages are in this file." }
                 @else { (pages.len()) " of the " (n) " pages are in this file (pages "
                     (clip(&pages.iter().map(|p| (p + 1).to_string()).collect::<Vec<_>>().join(", "), 400))
                     "); the others are named where they would be." }

@@ -374,8 +374,9 @@ async fn file(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) ->
         Err(_) => return Refused::Missing.into_response(),
     };
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
-    // Only reports are served as HTML; anything else a node wrote is shown as text or bytes.
-    let (ctype, csp) = if name == "report.html" {
+    // Only a run's own report is served as HTML; anything a node wrote is text or bytes.
+    let is_report = name == "report.html" && path.parent().is_some_and(is_run);
+    let (ctype, csp) = if is_report {
         ("text/html; charset=utf-8", CSP_REPORT)
     } else {
         (content_type(&name), "default-src 'none'")

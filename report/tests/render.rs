@@ -223,3 +223,30 @@ fn a_run_without_results_is_checked_by_the_report() {
     assert!(html.contains("No node logs in this run"));
     assert!(write_report(store.path()).is_err(), "not a run directory");
 }
+
+#[test]
+fn a_run_cut_short_renders() {
+    let store = tempfile::tempdir().unwrap();
+    let dir = store.path().join("cut").join(common::STAMP);
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = "{\"tidemark_history\":1,\"test\":{\"name\":\"cut\"}}\n";
+    std::fs::write(dir.join("history.jsonl"), header).unwrap();
+    let html = std::fs::read_to_string(write_report(&dir).unwrap()).unwrap();
+    assert!(html.contains("page 1 of 1"));
+    assert!(html.contains("No replicas.jsonl in this run."));
+    // An invocation without its completion and a torn last line, as a killed run leaves them.
+    let torn = format!(
+        "{header}{}\n{{\"index\":1,\"ti",
+        r#"{"index":0,"time":5,"process":0,"type":"invoke","f":"send","value":{"topic":"t","partition":0,"values":[1]}}"#
+    );
+    std::fs::write(dir.join("history.jsonl"), torn).unwrap();
+    let html = std::fs::read_to_string(write_report(&dir).unwrap()).unwrap();
+    assert!(
+        html.contains("truncated last line"),
+        "the reader's warning is shown"
+    );
+    assert!(
+        html.contains("0\t0\t0\tsend\tpending\t"),
+        "the pending op is in the timeline"
+    );
+}

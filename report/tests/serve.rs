@@ -160,6 +160,21 @@ fn reports_files_and_timeline_pages() {
         Some("nosniff")
     );
     assert!(r.text().contains("appended offset 30"));
+    // A node's file named like a report is not served as HTML.
+    std::fs::write(
+        store
+            .path()
+            .join("queue")
+            .join(STAMP)
+            .join("nodes/n1/report.html"),
+        "<script>alert(1)</script>",
+    )
+    .unwrap();
+    let r = get(addr, &format!("/runs/queue/{STAMP}/nodes/n1/report.html"));
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/octet-stream")
+    );
     let r = get(addr, &format!("/runs/queue/{STAMP}/nodes/"));
     assert!(r.text().contains("href=\"n1/\""));
     let r = get(addr, &format!("/runs/queue/{STAMP}/nodes"));
