@@ -52,6 +52,16 @@ pub struct ProduceResult {
     pub message: Option<String>,
 }
 
+/// An acks=all append waiting for the ISR.
+pub struct PendingAck {
+    partition: Arc<Partition>,
+    /// The high watermark that acknowledges the append.
+    required: i64,
+    /// The leader epoch it was appended in; a change means the append may be truncated.
+    epoch: i32,
+    ok: ProduceResult,
+}
+
 /// One partition's answer to a fetch.
 #[derive(Clone, Debug, Default)]
 pub struct FetchResult {
@@ -614,16 +624,16 @@ impl Broker {
             .map(|t| self.log_config_for(&image, t))
     }
 
-    /// Appends client records to a partition this broker leads and, for acks=all, waits until the
-    /// ISR has them (the high watermark passes them) or `timeout` runs out.
-    pub async fn produce(
+    /// Appends client records to a partition this broker leads. For acks=all the result is the
+    /// pending acknowledgement to pass to [`Broker::await_ack`]; otherwise the final answer.
+    /// Appending is synchronous so that requests on one connection append in their order.
+    pub fn append_produce(
         &self,
         topic: &str,
         index: i32,
         records: &[u8],
         acks: i16,
-        timeout: Duration,
-    ) -> ProduceResult {
+    ) -> Result<PendingAck, ProduceResult> {
         let fail = |error: i16, message: String| ProduceResult {
             error,
             base_offset: -1,
@@ -631,10 +641,10 @@ impl Broker {
             message: Some(message),
         };
         let Some(p) = self.partition(topic, index) else {
-            return fail(
+            return Err(fail(
                 errors::UNKNOWN_TOPIC_OR_PARTITION,
                 format!("{topic}-{index} is not hosted here"),
-            );
+            ));
         };
         let strict = self.strict_min_isr();
         let appended = p.with_state(|s| {
@@ -663,12 +673,9 @@ impl Broker {
                     other => (errors::KAFKA_STORAGE_ERROR, other.to_string()),
                 })?;
             s.maybe_increment_high_watermark(strict);
-            Ok((info, s.high_watermark, s.log.log_start_offset()))
+            Ok((info, s.high_watermark, s.log.log_start_offset(), epoch))
         });
-        let (info, hw, log_start) = match appended {
-            Ok(v) => v,
-            Err((code, msg)) => return fail(code, msg),
-        };
+        let (info, hw, log_start, epoch) = appended.map_err(|(code, msg)| fail(code, msg))?;
         p.publish_high_watermark(hw);
         self.notify_data();
         let ok = ProduceResult {
@@ -678,10 +685,31 @@ impl Broker {
             message: None,
         };
         if acks != -1 || self.faults.has(Bug::AckBeforeReplication) {
-            return ok;
+            return Err(ok);
         }
-        let required = info.last_offset + 1;
-        let epoch = p.with_state(|s| s.leader_epoch());
+        Ok(PendingAck {
+            partition: p,
+            required: info.last_offset + 1,
+            epoch,
+            ok,
+        })
+    }
+
+    /// Waits until the ISR has an acks=all append (the high watermark passes it), leadership is
+    /// lost, or `timeout` runs out.
+    pub async fn await_ack(&self, pending: PendingAck, timeout: Duration) -> ProduceResult {
+        let PendingAck {
+            partition: p,
+            required,
+            epoch,
+            ok,
+        } = pending;
+        let fail = |error: i16, message: String| ProduceResult {
+            error,
+            base_offset: -1,
+            log_start_offset: -1,
+            message: Some(message),
+        };
         let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = p.watch_high_watermark();
         loop {

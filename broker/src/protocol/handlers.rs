@@ -347,40 +347,58 @@ async fn delete_topics(
     resp
 }
 
+/// Appends every partition of the request first (in request order, before any wait), then
+/// waits for the acks=all acknowledgements together.
 async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceResponse {
-    let mut resp = ProduceResponse::default();
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
-    for topic in req.topic_data {
-        let mut tr = TopicProduceResponse::default();
-        tr.name = topic.name.clone();
-        for pd in topic.partition_data {
-            let mut pr = PartitionProduceResponse::default();
-            pr.index = pd.index;
-            pr.log_append_time_ms = -1;
-            let result = if !matches!(req.acks, -1 | 0 | 1) {
-                crate::broker::ProduceResult {
+    let mut staged = Vec::new();
+    for topic in &req.topic_data {
+        for pd in &topic.partition_data {
+            let outcome = if !matches!(req.acks, -1 | 0 | 1) {
+                Err(crate::broker::ProduceResult {
                     error: errors::INVALID_REQUIRED_ACKS,
                     base_offset: -1,
                     log_start_offset: -1,
                     message: Some(format!("acks={} is not -1, 0 or 1", req.acks)),
-                }
+                })
             } else {
-                let records = pd.records.unwrap_or_default();
-                broker
-                    .produce(topic.name.0.as_str(), pd.index, &records, req.acks, timeout)
-                    .await
+                let records = pd.records.clone().unwrap_or_default();
+                broker.append_produce(topic.name.0.as_str(), pd.index, &records, req.acks)
             };
-            pr.error_code = result.error;
-            pr.base_offset = result.base_offset;
-            if version >= 5 {
-                pr.log_start_offset = result.log_start_offset;
-            }
-            if version >= 8 {
-                pr.error_message = result.message.map(s);
-            }
-            tr.partition_responses.push(pr);
+            staged.push((topic.name.clone(), pd.index, outcome));
         }
-        resp.responses.push(tr);
+    }
+    let results =
+        futures::future::join_all(staged.into_iter().map(|(name, index, outcome)| async move {
+            let result = match outcome {
+                Ok(pending) => broker.await_ack(pending, timeout).await,
+                Err(done) => done,
+            };
+            (name, index, result)
+        }))
+        .await;
+    let mut resp = ProduceResponse::default();
+    for (name, index, result) in results {
+        let mut pr = PartitionProduceResponse::default();
+        pr.index = index;
+        pr.log_append_time_ms = -1;
+        pr.error_code = result.error;
+        pr.base_offset = result.base_offset;
+        if version >= 5 {
+            pr.log_start_offset = result.log_start_offset;
+        }
+        if version >= 8 {
+            pr.error_message = result.message.map(s);
+        }
+        match resp.responses.last_mut() {
+            Some(tr) if tr.name == name => tr.partition_responses.push(pr),
+            _ => {
+                let mut tr = TopicProduceResponse::default();
+                tr.name = name;
+                tr.partition_responses.push(pr);
+                resp.responses.push(tr);
+            }
+        }
     }
     resp
 }

@@ -7,6 +7,7 @@ mod handlers;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures::stream::FuturesOrdered;
 use futures::{SinkExt, StreamExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
@@ -70,6 +71,12 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancell
     }
 }
 
+/// Requests one connection may have in progress at once.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// Serves one connection. Requests are started in arrival order and each runs until its first
+/// wait before the next is read, so appends keep the order of the requests; waits (acks=all,
+/// long-polling fetches) overlap, and responses go out in request order as the protocol requires.
 async fn connection(
     stream: TcpStream,
     broker: Arc<Broker>,
@@ -80,17 +87,22 @@ async fn connection(
         .max_frame_length(MAX_FRAME_BYTES)
         .new_codec();
     let mut framed = Framed::new(stream, codec);
+    let mut in_flight = FuturesOrdered::new();
+    let mut reading = true;
     loop {
-        let frame = tokio::select! {
+        tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return Ok(()),
-            f = framed.next() => match f {
-                Some(f) => f?,
-                None => return Ok(()),
+            done = in_flight.next(), if !in_flight.is_empty() => {
+                if let Some(out) = done.expect("the set is not empty")? {
+                    framed.send(out).await?;
+                }
+            }
+            frame = framed.next(), if reading && in_flight.len() < MAX_IN_FLIGHT => match frame {
+                Some(frame) => in_flight.push_back(respond(&broker, frame?.freeze())),
+                None => reading = false,
             },
-        };
-        match respond(&broker, frame.freeze()).await? {
-            Some(out) => framed.send(out).await?,
-            None => continue,
+            else => return Ok(()),
         }
     }
 }
