@@ -60,6 +60,32 @@ pub struct Args {
     /// (machines listed in --nodes-file, over SSH).
     #[arg(long, default_value = "netns", value_name = "NAME")]
     runtime: String,
+    /// How to reach the machines of `--runtime hosts`.
+    #[command(flatten)]
+    hosts: Box<HostsArgs>,
+    /// The tidemark-broker binary to deploy (default: beside this executable).
+    #[arg(long, value_name = "PATH")]
+    broker_binary: Option<PathBuf>,
+    /// Milliseconds one client op may take before it ends `info`.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    op_timeout_ms: u64,
+    /// Seconds replicas get to converge after healing.
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    converge_timeout: f64,
+    /// Seconds the final reads may take.
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    final_timeout: f64,
+    /// The test's name in the store (default: the workload's).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// No progress output.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The `--runtime hosts` options, kept apart (and boxed) because most runs never use them.
+#[derive(clap::Args, Debug)]
+struct HostsArgs {
     /// For `--runtime hosts`: one host per line, `address[:port]`.
     #[arg(long, value_name = "PATH")]
     nodes_file: Option<PathBuf>,
@@ -79,24 +105,6 @@ pub struct Args {
     /// The known_hosts file (default: ~/.ssh/known_hosts).
     #[arg(long, value_name = "PATH")]
     known_hosts: Option<PathBuf>,
-    /// The tidemark-broker binary to deploy (default: beside this executable).
-    #[arg(long, value_name = "PATH")]
-    broker_binary: Option<PathBuf>,
-    /// Milliseconds one client op may take before it ends `info`.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    op_timeout_ms: u64,
-    /// Seconds replicas get to converge after healing.
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
-    converge_timeout: f64,
-    /// Seconds the final reads may take.
-    #[arg(long, default_value_t = 30.0, value_name = "S")]
-    final_timeout: f64,
-    /// The test's name in the store (default: the workload's).
-    #[arg(long, value_name = "NAME")]
-    name: Option<String>,
-    /// No progress output.
-    #[arg(long)]
-    quiet: bool,
 }
 
 /// Runs the subcommand and returns the process exit code.
@@ -147,7 +155,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             faults.join(", ")
         )));
     }
-    let hosts = match (args.runtime.as_str(), &args.nodes_file) {
+    let hosts = match (args.runtime.as_str(), &args.hosts.nodes_file) {
         ("netns", None) => None,
         ("netns", Some(_)) => {
             return Err(Problem::Usage(
@@ -193,11 +201,12 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         )));
     }
     let known_hosts = args
+        .hosts
         .known_hosts
         .clone()
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".ssh/known_hosts")))
         .unwrap_or_else(|| PathBuf::from("known_hosts"));
-    let known_hosts = match args.host_key_checking.as_str() {
+    let known_hosts = match args.hosts.host_key_checking.as_str() {
         "strict" => KnownHosts::Strict(known_hosts),
         "accept-new" => KnownHosts::AcceptNew(known_hosts),
         "off" => KnownHosts::Ignore,
@@ -251,9 +260,9 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             &run_id,
             hosts,
             HostsLogin {
-                user: args.ssh_user.clone(),
-                key_file: args.ssh_key.clone(),
-                use_agent: args.ssh_agent,
+                user: args.hosts.ssh_user.clone(),
+                key_file: args.hosts.ssh_key.clone(),
+                use_agent: args.hosts.ssh_agent,
                 known_hosts,
                 timeout: Duration::from_secs(30),
             },
