@@ -19,9 +19,9 @@ pub const TAIL: usize = 30;
 pub const SPAN_S: i128 = 3;
 /// Longest line shown.
 const LINE_CHARS: usize = 400;
-/// Files shown per node, and nodes shown.
-const MAX_FILES: usize = 12;
-const MAX_NODES: usize = 64;
+/// Files shown per node, and nodes shown; the page counts the rest.
+const MAX_FILES: usize = 8;
+const MAX_NODES: usize = 16;
 
 /// When an anomaly happened, in history time.
 pub struct Moment {
@@ -64,17 +64,23 @@ pub struct Line {
     pub text: String,
 }
 
-/// Nodes and their excerpts, from `nodes_dir` (missing: none).
-pub fn excerpts(nodes_dir: &Path, moments: &[Moment], start: Option<&Start>) -> Vec<NodeLogs> {
+/// Nodes and their excerpts, from `nodes_dir` (missing: none), and how many nodes past
+/// [`MAX_NODES`] are left out.
+pub fn excerpts(
+    nodes_dir: &Path,
+    moments: &[Moment],
+    start: Option<&Start>,
+) -> (Vec<NodeLogs>, usize) {
     let mut nodes: Vec<_> = match std::fs::read_dir(nodes_dir) {
         Ok(d) => d
             .flatten()
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .collect(),
-        Err(_) => return Vec::new(),
+        Err(_) => return (Vec::new(), 0),
     };
     nodes.sort_by_key(|e| e.file_name());
-    nodes
+    let left_out = nodes.len().saturating_sub(MAX_NODES);
+    let shown = nodes
         .iter()
         .take(MAX_NODES)
         .map(|node| {
@@ -97,7 +103,8 @@ pub fn excerpts(nodes_dir: &Path, moments: &[Moment], start: Option<&Start>) -> 
                     .collect(),
             }
         })
-        .collect()
+        .collect();
+    (shown, left_out)
 }
 
 struct Collect {

@@ -774,6 +774,9 @@ fn logs(run: &Run) -> Markup {
                     }
                 }
             }
+            @if run.logs_left_out > 0 {
+                p.note { (run.logs_left_out) " more nodes have logs in nodes/; they are not excerpted here." }
+            }
             @for n in &run.logs {
                 h3 { (n.node) }
                 @if n.left_out > 0 { p.note { (n.left_out) " more files are in nodes/" (n.node) "/." } }

@@ -65,6 +65,8 @@ pub struct Run {
     pub replicas: Option<Vec<ReplicaState>>,
     pub offsets: Vec<View>,
     pub logs: Vec<NodeLogs>,
+    /// Nodes whose logs are not shown.
+    pub logs_left_out: usize,
     pub start: Option<Start>,
     pub embed: Embed,
     pub warnings: Vec<String>,
@@ -119,7 +121,7 @@ impl Run {
             .unwrap_or_else(|| store_path.split('/').next().unwrap_or_default().to_owned());
         let start = start(&test, dir);
         let moments = moments(&kinds, &digest);
-        let logs = logs::excerpts(&dir.join("nodes"), &moments, start.as_ref());
+        let (logs, logs_left_out) = logs::excerpts(&dir.join("nodes"), &moments, start.as_ref());
         Ok(Run {
             store_path,
             name,
@@ -131,6 +133,7 @@ impl Run {
             replicas,
             offsets,
             logs,
+            logs_left_out,
             start,
             embed,
             warnings,

@@ -1,6 +1,7 @@
 //! Recorded runs made for the tests: histories written with the checkers' op types, replica
 //! states, results computed by the real checkers, node logs, all in a store laid out as
 //! `tidemark test` lays it out.
+// Each test binary uses some of these helpers.
 #![allow(dead_code)]
 
 use std::io::Write;
