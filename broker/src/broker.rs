@@ -826,6 +826,26 @@ impl Broker {
         result
     }
 
+    /// Runs `f` on a partition this broker leads, after checking the requester's leader epoch.
+    fn with_leader<R>(
+        &self,
+        topic: &str,
+        index: i32,
+        current_leader_epoch: i32,
+        f: impl FnOnce(&mut PartitionState) -> Result<R, i16>,
+    ) -> Result<R, i16> {
+        let p = self
+            .partition(topic, index)
+            .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+        p.with_state(|s| {
+            self.check_epoch(s, current_leader_epoch)?;
+            if !s.is_leader() {
+                return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            }
+            f(s)
+        })
+    }
+
     /// ListOffsets for one partition: earliest (-2), latest (-1), max timestamp (-3) or the
     /// first offset whose batch has a timestamp at or after `timestamp`.
     pub fn list_offset(
@@ -836,14 +856,7 @@ impl Broker {
         current_leader_epoch: i32,
         replica_id: i32,
     ) -> Result<(i64, i64, i32), i16> {
-        let p = self
-            .partition(topic, index)
-            .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
-        p.with_state(|s| {
-            self.check_epoch(s, current_leader_epoch)?;
-            if !s.is_leader() {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
-            }
+        self.with_leader(topic, index, current_leader_epoch, |s| {
             let epoch = s.leader_epoch();
             match timestamp {
                 -2 => Ok((-1, s.log.log_start_offset(), epoch)),
@@ -884,14 +897,7 @@ impl Broker {
         current_leader_epoch: i32,
         epoch: i32,
     ) -> Result<(i32, i64), i16> {
-        let p = self
-            .partition(topic, index)
-            .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
-        p.with_state(|s| {
-            self.check_epoch(s, current_leader_epoch)?;
-            if !s.is_leader() {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
-            }
+        self.with_leader(topic, index, current_leader_epoch, |s| {
             Ok(s.log.end_offset_for_epoch(epoch))
         })
     }

@@ -219,6 +219,24 @@ fn unfence(image: &mut MetadataImage, id: i32) {
     }
 }
 
+/// The registration of one partition, or the error reply naming it.
+fn partition_mut<'a>(
+    image: &'a mut MetadataImage,
+    topic: &str,
+    partition: i32,
+) -> Result<&'a mut PartitionRegistration, ControllerReply> {
+    image
+        .topics
+        .get_mut(topic)
+        .and_then(|t| t.partitions.get_mut(partition as usize))
+        .ok_or_else(|| {
+            error(
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("no partition {topic}-{partition}"),
+            )
+        })
+}
+
 /// Applies one command. Pure: the same image and command always give the same result.
 pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerReply {
     match cmd {
@@ -406,15 +424,9 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             recovery_state,
         } => {
             let snapshot = image.clone();
-            let Some(p) = image
-                .topics
-                .get_mut(topic)
-                .and_then(|t| t.partitions.get_mut(*partition as usize))
-            else {
-                return error(
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("no partition {topic}-{partition}"),
-                );
+            let p = match partition_mut(image, topic, *partition) {
+                Ok(p) => p,
+                Err(reply) => return reply,
             };
             if *leader_epoch > p.leader_epoch || *partition_epoch > p.partition_epoch {
                 return error(
@@ -545,15 +557,9 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             ControllerReply::Elections(results)
         }
         ControllerCommand::BumpLeaderEpoch { topic, partition } => {
-            let Some(p) = image
-                .topics
-                .get_mut(topic)
-                .and_then(|t| t.partitions.get_mut(*partition as usize))
-            else {
-                return error(
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("no partition {topic}-{partition}"),
-                );
+            let p = match partition_mut(image, topic, *partition) {
+                Ok(p) => p,
+                Err(reply) => return reply,
             };
             p.leader_epoch += 1;
             p.partition_epoch += 1;
