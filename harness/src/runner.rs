@@ -29,7 +29,7 @@ use crate::history::HistoryWriter;
 use crate::kafka::{ClusterMetadata, Connection};
 use crate::nemesis::{heal, heal_ops, Nemesis, NemesisContext};
 use crate::net::Net;
-use crate::op::{Completion, Invocation, Op, OpType, Outcome, Process};
+use crate::op::{Completion, Op, OpType, Outcome, Process};
 use crate::progress::Progress;
 use crate::remote;
 use crate::runtime::Node;
@@ -521,7 +521,8 @@ struct Interpreter {
     clients: Vec<Option<Box<dyn Client>>>,
     processes: Vec<u64>,
     next_process: u64,
-    in_flight: BTreeMap<Worker, Invocation>,
+    /// The `f` of the op each busy worker is performing.
+    in_flight: BTreeMap<Worker, String>,
     op_timeout: Duration,
 }
 
@@ -651,8 +652,15 @@ impl Interpreter {
         gen: &mut dyn Generator,
         tasks: &mut JoinSet<Done>,
     ) -> anyhow::Result<()> {
+        if self.in_flight.contains_key(&p.worker) {
+            bail!(
+                "the generator planned {} for busy worker {:?}",
+                p.op.f,
+                p.worker
+            );
+        }
         let process = self.context().process(p.worker);
-        self.in_flight.insert(p.worker, p.op.clone());
+        self.in_flight.insert(p.worker, p.op.f.clone());
         let ctx = self.context();
         self.record(
             process,
@@ -723,7 +731,7 @@ impl Interpreter {
         gen: &mut dyn Generator,
         progress: &mut Progress,
     ) -> anyhow::Result<()> {
-        let inv = self
+        let f = self
             .in_flight
             .remove(&worker)
             .context("completion from an idle worker")?;
@@ -733,15 +741,9 @@ impl Interpreter {
             Worker::Nemesis => OpType::Info,
             Worker::Client(_) => done.outcome.into(),
         };
-        self.record(
-            process,
-            kind,
-            &inv.f,
-            done.value,
-            done.node,
-            done.error,
-            |op| gen.update(&ctx, worker, op),
-        )?;
+        self.record(process, kind, &f, done.value, done.node, done.error, |op| {
+            gen.update(&ctx, worker, op)
+        })?;
         if let Worker::Client(i) = worker {
             progress.record(done.outcome);
             if done.outcome == Outcome::Info {
