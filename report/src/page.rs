@@ -63,7 +63,8 @@ tr.gap td{background:#eee;text-align:center;color:#777}
 .missing{color:#999}
 td.ok{background:#e2edf9}td.fail{background:#fbdcdc}td.info,td.pending{background:#fcecd2}
 .tl-body{overflow-x:auto}
-.tl table td{white-space:nowrap;font-size:12px;max-width:230px;overflow:hidden;text-overflow:ellipsis}
+.tl-body th{position:static}
+.tl table td{white-space:nowrap;font-size:12px;max-width:150px;overflow:hidden;text-overflow:ellipsis}
 .tl-nav{margin:8px 0;display:flex;gap:6px;align-items:center}
 .tl-nav input{width:5em}
 .hl{outline:3px solid #111;outline-offset:-2px}
