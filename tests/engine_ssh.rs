@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine_sshd::{keygen, start_sshd};
+use engine_sshd::{keygen, run_sshd, start_sshd};
 use engine_support::*;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::client::{ClientContext, NodeAddr};
@@ -129,6 +129,28 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
         .unwrap()
         .to_string();
     assert!(denied.contains("authentication failed"), "{denied}");
+
+    // A restarted sshd drops the session; the next command opens a new one.
+    for pid in leftovers::namespace_pids(&runtime.namespace("n1")) {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "sshd" {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        }
+    }
+    run_sshd(local, &keys);
+    let started = Instant::now();
+    loop {
+        match remote::run(&ssh, "echo again") {
+            Ok(out) => {
+                assert_eq!(out, "again");
+                break;
+            }
+            Err(e) if started.elapsed() > Duration::from_secs(10) => panic!("{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 
     // The broker, deployed and controlled through SSH.
     let node = Node {

@@ -1,6 +1,10 @@
 //! Nodes over SSH (VMs, Vagrant boxes, hosts, or an sshd inside a namespace), on libssh2 through
 //! the `ssh2` crate. One authenticated session per node; commands run one at a time on it, each
-//! in its own channel through `sh -c`. Files move with SCP.
+//! in its own channel through `sh -c`. Files move with SCP. A session that broke (a restarted
+//! sshd, a dropped link) is replaced when a channel cannot be opened on it — the one moment a
+//! retry cannot run anything twice. A command's standard error is read after its standard
+//! output, so one that writes more than the SSH window (about 2 MiB) to stderr before it finishes
+//! its stdout must redirect it.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -45,55 +49,81 @@ pub struct SshConfig {
 /// A node driven over SSH.
 pub struct Ssh {
     config: SshConfig,
+    dialer: Arc<dyn Dialer>,
     session: Mutex<Session>,
+}
+
+/// Connects, checks the host key and authenticates.
+fn open_session(config: &SshConfig, dialer: &dyn Dialer) -> Result<Session, RemoteError> {
+    let fail = |reason: String| RemoteError::Transport {
+        node: format!("ssh {}@{}", config.user, config.addr),
+        cmd: "connect".into(),
+        reason,
+    };
+    let tcp = dialer
+        .connect(config.addr, config.timeout)
+        .map_err(|e| fail(format!("tcp: {e}")))?;
+    let mut session = Session::new().map_err(|e| fail(e.to_string()))?;
+    session.set_tcp_stream(tcp);
+    session.set_timeout(config.timeout.as_millis() as u32);
+    session
+        .handshake()
+        .map_err(|e| fail(format!("handshake: {e}")))?;
+    check_host_key(&session, config).map_err(fail)?;
+    let mut tried = Vec::new();
+    if config.use_agent {
+        match session.userauth_agent(&config.user) {
+            Ok(()) => {}
+            Err(e) => tried.push(format!("agent: {e}")),
+        }
+    }
+    if !session.authenticated() {
+        if let Some(key) = &config.key_file {
+            if let Err(e) = session.userauth_pubkey_file(&config.user, None, key, None) {
+                tried.push(format!("key {}: {e}", key.display()));
+            }
+        }
+    }
+    if !session.authenticated() {
+        return Err(fail(format!(
+            "authentication failed ({})",
+            if tried.is_empty() {
+                "no agent or key configured".to_string()
+            } else {
+                tried.join("; ")
+            }
+        )));
+    }
+    Ok(session)
 }
 
 impl Ssh {
     /// Connects through `dialer`, checks the host key and authenticates.
     pub fn connect(config: SshConfig, dialer: Arc<dyn Dialer>) -> Result<Self, RemoteError> {
-        let fail = |reason: String| RemoteError::Transport {
-            node: format!("ssh {}@{}", config.user, config.addr),
-            cmd: "connect".into(),
-            reason,
-        };
-        let tcp = dialer
-            .connect(config.addr, config.timeout)
-            .map_err(|e| fail(format!("tcp: {e}")))?;
-        let mut session = Session::new().map_err(|e| fail(e.to_string()))?;
-        session.set_tcp_stream(tcp);
-        session.set_timeout(config.timeout.as_millis() as u32);
-        session
-            .handshake()
-            .map_err(|e| fail(format!("handshake: {e}")))?;
-        check_host_key(&session, &config).map_err(fail)?;
-        let mut tried = Vec::new();
-        if config.use_agent {
-            match session.userauth_agent(&config.user) {
-                Ok(()) => {}
-                Err(e) => tried.push(format!("agent: {e}")),
-            }
-        }
-        if !session.authenticated() {
-            if let Some(key) = &config.key_file {
-                if let Err(e) = session.userauth_pubkey_file(&config.user, None, key, None) {
-                    tried.push(format!("key {}: {e}", key.display()));
-                }
-            }
-        }
-        if !session.authenticated() {
-            return Err(fail(format!(
-                "authentication failed ({})",
-                if tried.is_empty() {
-                    "no agent or key configured".to_string()
-                } else {
-                    tried.join("; ")
-                }
-            )));
-        }
+        let session = open_session(&config, dialer.as_ref())?;
         Ok(Ssh {
             config,
+            dialer,
             session: Mutex::new(session),
         })
+    }
+
+    /// Opens something on the session with `open`; if that fails, replaces the session once and
+    /// tries again. Nothing has run on the node when `open` fails, so the retry is safe.
+    fn reopen<T>(
+        &self,
+        session: &mut Session,
+        what: &str,
+        open: impl Fn(&Session) -> Result<T, ssh2::Error>,
+    ) -> Result<T, RemoteError> {
+        match open(session) {
+            Ok(t) => Ok(t),
+            Err(first) => {
+                *session = open_session(&self.config, self.dialer.as_ref())
+                    .map_err(|e| self.err(what, format!("{first}; reconnecting failed: {e}")))?;
+                open(session).map_err(|e| self.err(what, e))
+            }
+        }
     }
 
     fn err(&self, cmd: &str, e: impl std::fmt::Display) -> RemoteError {
@@ -158,8 +188,8 @@ impl Remote for Ssh {
     }
 
     fn exec(&self, cmd: &str) -> Result<Output, RemoteError> {
-        let session = self.session.lock().map_err(|e| self.err(cmd, e))?;
-        let mut ch = session.channel_session().map_err(|e| self.err(cmd, e))?;
+        let mut session = self.session.lock().map_err(|e| self.err(cmd, e))?;
+        let mut ch = self.reopen(&mut session, cmd, |s| s.channel_session())?;
         // The server hands the line to the user's shell; wrapping it in `sh -c` makes the syntax
         // the same whatever that shell is.
         ch.exec(&format!("sh -c {}", escape(cmd)))
@@ -185,13 +215,14 @@ impl Remote for Ssh {
         let mode = std::fs::metadata(local)
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
             .unwrap_or(0o644);
-        let session = self
+        let mut session = self
             .session
             .lock()
             .map_err(|e| self.transfer_err(remote, e))?;
-        let mut ch = session
-            .scp_send(remote, mode as i32, data.len() as u64, None)
-            .map_err(|e| self.transfer_err(remote, e))?;
+        let what = format!("scp to {}", remote.display());
+        let mut ch = self.reopen(&mut session, &what, |s| {
+            s.scp_send(remote, mode as i32, data.len() as u64, None)
+        })?;
         ch.write_all(&data)
             .map_err(|e| self.transfer_err(remote, e))?;
         ch.send_eof().map_err(|e| self.transfer_err(remote, e))?;
@@ -201,13 +232,12 @@ impl Remote for Ssh {
     }
 
     fn download(&self, remote: &Path, local: &Path) -> Result<(), RemoteError> {
-        let session = self
+        let mut session = self
             .session
             .lock()
             .map_err(|e| self.transfer_err(remote, e))?;
-        let (mut ch, stat) = session
-            .scp_recv(remote)
-            .map_err(|e| self.transfer_err(remote, e))?;
+        let what = format!("scp from {}", remote.display());
+        let (mut ch, stat) = self.reopen(&mut session, &what, |s| s.scp_recv(remote))?;
         let mut data = Vec::with_capacity(stat.size() as usize);
         ch.read_to_end(&mut data)
             .map_err(|e| self.transfer_err(remote, e))?;

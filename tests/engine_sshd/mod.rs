@@ -32,6 +32,11 @@ pub fn start_sshd(node: &Node, dir: &Path, client_pub: &Path) {
         d = dir.display()
     );
     std::fs::write(dir.join("sshd_config"), config).unwrap();
+    run_sshd(node, dir);
+}
+
+/// Launches sshd in `node`'s namespace with the configuration `start_sshd` wrote into `dir`.
+pub fn run_sshd(node: &Node, dir: &Path) {
     // OpenSSH refuses to start without its privilege-separation directory.
     std::fs::create_dir_all("/run/sshd").unwrap();
     let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
