@@ -288,9 +288,15 @@ impl Db for TidemarkBroker {
     }
 
     fn describe(&self) -> Value {
+        let version = std::process::Command::new(&self.binary)
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
         json!({
             "name": "tidemark-broker",
             "binary": self.binary.display().to_string(),
+            "version": version,
             "config": self.config,
             "properties": self.config.properties(),
             "inject_bugs": self.inject_bugs,
