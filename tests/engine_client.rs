@@ -1,0 +1,154 @@
+//! The queue workload's client against a real replicated cluster, with real faults: every op
+//! ends `ok`, `fail` or `info` by what actually happened (jepsen.md §1.9): acknowledged sends
+//! read back, and a partition that does not exist, an ISR smaller than `min.insync.replicas` and
+//! a cluster that is down are definite failures.
+
+mod engine_support;
+
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use serde_json::json;
+use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
+use tidemark_harness::client::{ClientContext, NodeAddr, Workload};
+use tidemark_harness::db::Db;
+use tidemark_harness::kafka::Connection;
+use tidemark_harness::leftovers;
+use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::op::{Invocation, Outcome};
+use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runtime::Runtime;
+use tidemark_workloads::queue::{Queue, QueueOptions};
+
+fn op(f: &str, value: serde_json::Value) -> Invocation {
+    Invocation { f: f.into(), value }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_end_ok_fail_or_info_by_what_happened() {
+    if !root_or_skip("ops_end_ok_fail_or_info_by_what_happened") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+    let record = json!({"runtime": runtime.describe()});
+    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+    let nodes = runtime.create("a", &names).unwrap();
+    let mut config = BrokerConfig::for_replication(3);
+    // Every replica must be in sync for acks=all, so one dead follower is enough to refuse sends
+    // while the metadata quorum (two of three) can still shrink the ISR.
+    config.min_insync_replicas = 3;
+    // Followers that stop fetching leave the ISR after a second instead of ten.
+    config.replica_lag_time_max_ms = 1000;
+    let db = TidemarkBroker::new(broker(), config, vec![]);
+    for n in &nodes {
+        db.setup(n, &nodes).unwrap();
+    }
+    let cx = ClientContext {
+        nodes: nodes
+            .iter()
+            .map(|n| NodeAddr {
+                name: n.name.clone(),
+                cluster: n.cluster.clone(),
+                id: n.id,
+                addr: db.endpoint(n),
+            })
+            .collect(),
+        dialer: runtime.dialer(),
+        timeout: Duration::from_secs(5),
+    };
+    await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
+        .await
+        .unwrap();
+    let queue = Queue::new(QueueOptions::new(3));
+    queue.setup(&cx).await.unwrap();
+    let mut client = queue.open(&cx, 1);
+
+    // An acknowledged send is read back at the offset it was given.
+    let sent = client
+        .invoke(&op(
+            "send",
+            json!({"topic": "t0", "partition": 0, "values": [1, 2]}),
+        ))
+        .await;
+    assert_eq!(sent.outcome, Outcome::Ok, "{sent:?}");
+    assert_eq!(sent.value["offset"], 0);
+    let leader_name = sent.node.clone().unwrap();
+    let polled = client
+        .invoke(&op(
+            "poll",
+            json!({"topic": "t0", "partition": 0, "from": 0}),
+        ))
+        .await;
+    assert_eq!(polled.outcome, Outcome::Ok, "{polled:?}");
+    assert_eq!(polled.value["high_watermark"], 2);
+    let records = polled.value["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(
+        (records[0][0].clone(), records[0][1].clone()),
+        (json!(0), json!(1))
+    );
+    assert_eq!(
+        (records[1][0].clone(), records[1][1].clone()),
+        (json!(1), json!(2))
+    );
+
+    // A partition that does not exist: nothing could have been written.
+    let nowhere = client
+        .invoke(&op(
+            "send",
+            json!({"topic": "t0", "partition": 9, "values": [3]}),
+        ))
+        .await;
+    assert_eq!(nowhere.outcome, Outcome::Fail, "{nowhere:?}");
+
+    // With a follower dead the ISR shrinks below min.insync.replicas: acks=all sends are refused
+    // before they are appended.
+    let leader = nodes.iter().find(|n| n.name == leader_name).unwrap();
+    let kill = db.as_kill().unwrap();
+    let follower = nodes.iter().find(|n| n.name != leader_name).unwrap();
+    kill.kill(follower).unwrap();
+    let leader_addr = db.endpoint(leader);
+    let started = Instant::now();
+    loop {
+        let isr = async {
+            let mut c = Connection::connect(cx.dialer.clone(), leader_addr, cx.timeout).await?;
+            let m = c.metadata(Some(&["t0".to_string()])).await?;
+            Ok::<_, tidemark_harness::kafka::KafkaError>(m.topics["t0"].1[&0].isr.len())
+        }
+        .await;
+        if isr.as_ref().is_ok_and(|n| *n == 2) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the ISR never shrank: {isr:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut client = queue.open(&cx, 0);
+    let refused = client
+        .invoke(&op(
+            "send",
+            json!({"topic": "t0", "partition": 0, "values": [4]}),
+        ))
+        .await;
+    assert_eq!(refused.outcome, Outcome::Fail, "{refused:?}");
+    assert_eq!(refused.error.as_deref(), Some("NotEnoughReplicas"));
+
+    // With every node down no send can be ok; one never sent is a definite failure.
+    for n in &nodes {
+        kill.kill(n).unwrap();
+    }
+    let mut client = queue.open(&cx, 0);
+    let down = client
+        .invoke(&op(
+            "send",
+            json!({"topic": "t0", "partition": 0, "values": [5]}),
+        ))
+        .await;
+    assert_eq!(down.outcome, Outcome::Fail, "{down:?}");
+
+    runtime.destroy().unwrap();
+    assert_nothing_left(&record);
+}
