@@ -145,20 +145,24 @@ async fn run_phases(
         .await
         .context("workload setup timed out")??;
 
-    let mut interp = Interpreter::new(
+    let mut interp = Interpreter {
+        start: Instant::now(),
+        rng: generator::rng(opts.seed),
         history,
-        generator::rng(opts.seed),
-        cx.clone(),
-        workload.clone(),
-        test.nemesis.clone(),
-        Parts {
+        cx: cx.clone(),
+        workload: workload.clone(),
+        nemesis: test.nemesis.clone(),
+        parts: Parts {
             nodes: nodes.clone(),
             db: test.db.clone(),
             net: test.net.clone(),
         },
-        opts.concurrency,
-        opts.op_timeout,
-    );
+        clients: (0..opts.concurrency).map(|_| None).collect(),
+        processes: (0..opts.concurrency as u64).collect(),
+        next_process: opts.concurrency as u64,
+        in_flight: BTreeMap::new(),
+        op_timeout: opts.op_timeout,
+    };
 
     progress.phase(&format!("main phase, {} s", opts.time_limit.as_secs()));
     let limit = opts.time_limit.as_nanos() as u64;
@@ -527,33 +531,6 @@ struct Interpreter {
 }
 
 impl Interpreter {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        history: HistoryWriter,
-        rng: Rng,
-        cx: ClientContext,
-        workload: Arc<dyn Workload>,
-        nemesis: Option<Arc<dyn Nemesis>>,
-        parts: Parts,
-        concurrency: usize,
-        op_timeout: Duration,
-    ) -> Self {
-        Interpreter {
-            start: Instant::now(),
-            rng,
-            history,
-            cx,
-            workload,
-            nemesis,
-            parts,
-            clients: (0..concurrency).map(|_| None).collect(),
-            processes: (0..concurrency as u64).collect(),
-            next_process: concurrency as u64,
-            in_flight: BTreeMap::new(),
-            op_timeout,
-        }
-    }
-
     fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
@@ -584,34 +561,19 @@ impl Interpreter {
         }
     }
 
-    /// Records an op; `observe` sees it with its index before it is queued for writing.
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &mut self,
-        process: Process,
-        kind: OpType,
-        f: &str,
-        value: Value,
-        node: Option<String>,
-        error: Option<String>,
-        observe: impl FnOnce(&Op),
-    ) -> anyhow::Result<()> {
-        let cluster = node.as_ref().map(|_| CLUSTER.to_string());
-        let time = self.now();
-        self.history.append(
-            Op {
-                index: 0,
-                time,
-                process,
-                kind,
-                f: f.to_string(),
-                value,
-                node,
-                cluster,
-                error,
-            },
-            observe,
-        )
+    /// A history line at the current time, with no node or error yet.
+    fn line(&self, process: Process, kind: OpType, f: &str, value: Value) -> Op {
+        Op {
+            index: 0,
+            time: self.now(),
+            process,
+            kind,
+            f: f.to_string(),
+            value,
+            node: None,
+            cluster: None,
+            error: None,
+        }
     }
 
     /// Heals every fault, recording each step as a nemesis invoke and info.
@@ -623,25 +585,12 @@ impl Interpreter {
             net: parts.net.as_ref(),
         };
         for op in heal_ops(&cx) {
-            self.record(
-                Process::Nemesis,
-                OpType::Invoke,
-                &op.f,
-                op.value.clone(),
-                None,
-                None,
-                |_| {},
-            )?;
+            let invoke = self.line(Process::Nemesis, OpType::Invoke, &op.f, op.value.clone());
+            self.history.append(invoke, |_| {})?;
             let done = tokio::task::block_in_place(|| heal(&cx, &op));
-            self.record(
-                Process::Nemesis,
-                OpType::Info,
-                &op.f,
-                done.value,
-                None,
-                done.error,
-                |_| {},
-            )?;
+            let mut info = self.line(Process::Nemesis, OpType::Info, &op.f, done.value);
+            info.error = done.error;
+            self.history.append(info, |_| {})?;
         }
         self.history.flush()
     }
@@ -662,15 +611,9 @@ impl Interpreter {
         let process = self.context().process(p.worker);
         self.in_flight.insert(p.worker, p.op.f.clone());
         let ctx = self.context();
-        self.record(
-            process,
-            OpType::Invoke,
-            &p.op.f,
-            p.op.value.clone(),
-            None,
-            None,
-            |op| gen.update(&ctx, p.worker, op),
-        )?;
+        let invoke = self.line(process, OpType::Invoke, &p.op.f, p.op.value.clone());
+        self.history
+            .append(invoke, |op| gen.update(&ctx, p.worker, op))?;
         let inv = p.op;
         let op_timeout = self.op_timeout;
         match p.worker {
@@ -741,9 +684,11 @@ impl Interpreter {
             Worker::Nemesis => OpType::Info,
             Worker::Client(_) => done.outcome.into(),
         };
-        self.record(process, kind, &f, done.value, done.node, done.error, |op| {
-            gen.update(&ctx, worker, op)
-        })?;
+        let mut op = self.line(process, kind, &f, done.value);
+        op.cluster = done.node.as_ref().map(|_| CLUSTER.to_string());
+        op.node = done.node;
+        op.error = done.error;
+        self.history.append(op, |op| gen.update(&ctx, worker, op))?;
         if let Worker::Client(i) = worker {
             progress.record(done.outcome);
             if done.outcome == Outcome::Info {
