@@ -338,6 +338,12 @@ fn execute(test: Test, quiet: bool) -> u8 {
     });
     if let Some(dir) = &report.run_dir {
         eprintln!("tidemark: run directory {}", dir.display());
+        // A run cut short still gets a report of what it recorded; a failed report never
+        // changes the verdict.
+        match tidemark_report::write_report(dir) {
+            Ok(path) => eprintln!("tidemark: report {}", path.display()),
+            Err(e) => eprintln!("tidemark: could not write the report: {e:#}"),
+        }
     }
     match &report.outcome {
         RunOutcome::Checked(results) => println!("{}", results.summary(5)),
