@@ -3,7 +3,8 @@
 //! node's [`Remote`](crate::remote::Remote), so the same code serves namespaces and SSH hosts.
 //!
 //! Files on a node, under its directory: `bin/tidemark-broker`, `server.properties`, `data/`,
-//! `broker.log` (the broker's stderr) and `broker.pid`.
+//! `broker.log` (the broker's stderr), `broker.pid` and, when it runs under libfaketime,
+//! `faketime` (its wall-clock offset).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,7 +15,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::db::{Db, Kill, LogFiles, Pause, ReplicaDump};
+use crate::db::{DataDir, Db, FakeClock, Kill, LogFiles, Pause, ReplicaDump};
 use crate::remote::{self, command_line, escape};
 use crate::runtime::Node;
 
@@ -38,6 +39,10 @@ pub struct BrokerConfig {
     pub auto_create_topics: bool,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// `broker.heartbeat.interval.ms`.
+    pub heartbeat_interval_ms: u64,
+    /// `broker.session.timeout.ms`: a broker silent this long is fenced.
+    pub session_timeout_ms: u64,
     /// `log.segment.bytes`, when set.
     pub log_segment_bytes: Option<u64>,
     /// `log.flush.interval.messages`, when set.
@@ -48,7 +53,9 @@ pub struct BrokerConfig {
 
 impl BrokerConfig {
     /// Safe defaults for topics of `rf` replicas: min ISR one less (at least 1), no unclean
-    /// election, topics created explicitly.
+    /// election, topics created explicitly. Failure detection is quick (fencing after 3 s of
+    /// silence, ISR shrink after 3 s of lag) so that faults lead to elections within a short
+    /// test.
     pub fn for_replication(rf: u32) -> Self {
         let rf = rf.max(1);
         BrokerConfig {
@@ -57,7 +64,9 @@ impl BrokerConfig {
             min_insync_replicas: rf.saturating_sub(1).max(1),
             unclean_leader_election: false,
             auto_create_topics: false,
-            replica_lag_time_max_ms: 10_000,
+            replica_lag_time_max_ms: 3_000,
+            heartbeat_interval_ms: 500,
+            session_timeout_ms: 3_000,
             log_segment_bytes: None,
             log_flush_interval_messages: None,
             overrides: BTreeMap::new(),
@@ -89,6 +98,14 @@ impl BrokerConfig {
         set(
             "replica.lag.time.max.ms",
             self.replica_lag_time_max_ms.to_string(),
+        );
+        set(
+            "broker.heartbeat.interval.ms",
+            self.heartbeat_interval_ms.to_string(),
+        );
+        set(
+            "broker.session.timeout.ms",
+            self.session_timeout_ms.to_string(),
         );
         if let Some(b) = self.log_segment_bytes {
             set("log.segment.bytes", b.to_string());
@@ -152,6 +169,7 @@ pub struct TidemarkBroker {
     binary: PathBuf,
     config: BrokerConfig,
     inject_bugs: Vec<String>,
+    faketime: Option<PathBuf>,
 }
 
 /// A shell function that tells whether a pid is a live (non-zombie) process.
@@ -166,7 +184,20 @@ impl TidemarkBroker {
             binary,
             config,
             inject_bugs,
+            faketime: None,
         }
+    }
+
+    /// Starts every broker under the libfaketime library at `library` (on the nodes), with the
+    /// wall clock read from a per-node offset file and the monotonic clock left alone (the
+    /// broker's timers use it), so clock faults can skew a running broker.
+    pub fn with_faketime(mut self, library: PathBuf) -> Self {
+        self.faketime = Some(library);
+        self
+    }
+
+    fn faketime_file(node: &Node) -> PathBuf {
+        node.dir.join("faketime")
     }
 
     fn bin(node: &Node) -> PathBuf {
@@ -204,9 +235,28 @@ impl TidemarkBroker {
             args.push("--inject-bug".into());
             args.push(bug.clone());
         }
+        // Under faketime the offset file must exist before the first clock read.
+        let (prepare, env) = match &self.faketime {
+            Some(lib) => {
+                let file = Self::faketime_file(node).display().to_string();
+                (
+                    format!("[ -f {f} ] || printf +0 > {f}; ", f = escape(&file)),
+                    format!(
+                        "env {} ",
+                        command_line(&[
+                            format!("LD_PRELOAD={}", lib.display()),
+                            format!("FAKETIME_TIMESTAMP_FILE={file}"),
+                            "FAKETIME_NO_CACHE=1".to_string(),
+                            "DONT_FAKE_MONOTONIC=1".to_string(),
+                        ])
+                    ),
+                )
+            }
+            None => (String::new(), String::new()),
+        };
         format!(
-            "{ALIVE}; if [ -f {pid} ] && alive $(cat {pid}); then exit 0; fi; \
-             cd {dir} && nohup setsid {cmd} >> {log} 2>&1 < /dev/null & echo $! > {pid}",
+            "{ALIVE}; if [ -f {pid} ] && alive $(cat {pid}); then exit 0; fi; {prepare}\
+             cd {dir} && nohup {env}setsid {cmd} >> {log} 2>&1 < /dev/null & echo $! > {pid}",
             pid = Self::path_arg(&Self::pid_file(node)),
             dir = Self::path_arg(&node.dir),
             cmd = command_line(&args),
@@ -300,6 +350,7 @@ impl Db for TidemarkBroker {
             "config": self.config,
             "properties": self.config.properties(),
             "inject_bugs": self.inject_bugs,
+            "faketime": self.faketime,
         })
     }
 
@@ -317,6 +368,26 @@ impl Db for TidemarkBroker {
 
     fn as_replica_dump(&self) -> Option<&dyn ReplicaDump> {
         Some(self)
+    }
+
+    fn as_fake_clock(&self) -> Option<&dyn FakeClock> {
+        self.faketime.is_some().then_some(self as &dyn FakeClock)
+    }
+
+    fn as_data_dir(&self) -> Option<&dyn DataDir> {
+        Some(self)
+    }
+}
+
+impl FakeClock for TidemarkBroker {
+    fn offset_file(&self, node: &Node) -> PathBuf {
+        Self::faketime_file(node)
+    }
+}
+
+impl DataDir for TidemarkBroker {
+    fn data_dir(&self, node: &Node) -> PathBuf {
+        Self::data_dir(node)
     }
 }
 
@@ -445,6 +516,8 @@ mod tests {
             vec![
                 "advertised.listeners=PLAINTEXT://10.211.0.12:9092",
                 "auto.create.topics.enable=false",
+                "broker.heartbeat.interval.ms=500",
+                "broker.session.timeout.ms=3000",
                 "controller.listener.names=CONTROLLER",
                 "controller.quorum.voters=1@10.211.0.11:9093,2@10.211.0.12:9093,3@10.211.0.13:9093",
                 "default.replication.factor=3",
@@ -454,7 +527,7 @@ mod tests {
                 "node.id=2",
                 "num.partitions=1",
                 "process.roles=broker,controller",
-                "replica.lag.time.max.ms=10000",
+                "replica.lag.time.max.ms=3000",
                 "unclean.leader.election.enable=false",
             ]
         );
@@ -490,5 +563,28 @@ mod tests {
             "{cmd}"
         );
         assert!(cmd.contains("echo $! > /w/n1/broker.pid"), "{cmd}");
+        assert!(!cmd.contains("LD_PRELOAD"), "{cmd}");
+    }
+
+    #[test]
+    fn under_faketime_the_start_command_preloads_it_with_a_per_node_offset_file() {
+        let broker = TidemarkBroker::new("/x".into(), BrokerConfig::for_replication(1), vec![])
+            .with_faketime("/lib/libfaketime.so.1".into());
+        let cmd = broker.start_command(&node(2));
+        assert!(
+            cmd.contains("[ -f /w/n2/faketime ] || printf +0 > /w/n2/faketime; "),
+            "{cmd}"
+        );
+        assert!(
+            cmd.contains(
+                "nohup env LD_PRELOAD=/lib/libfaketime.so.1 FAKETIME_TIMESTAMP_FILE=/w/n2/faketime \
+                 FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 setsid /w/n2/bin/tidemark-broker"
+            ),
+            "{cmd}"
+        );
+        assert_eq!(
+            broker.as_fake_clock().unwrap().offset_file(&node(2)),
+            PathBuf::from("/w/n2/faketime")
+        );
     }
 }

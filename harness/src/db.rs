@@ -1,6 +1,7 @@
 //! The system under test on one node. [`Db`] is what every database must do; the optional
-//! abilities (kill, pause, log files, replica dumps) are separate traits a database may offer,
-//! found through the `as_*` accessors, so fault kinds are only scheduled where they can happen.
+//! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory) are
+//! separate traits a database may offer, found through the `as_*` accessors, so fault kinds are
+//! only scheduled where they can happen.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,6 +63,16 @@ pub trait Db: Send + Sync {
     fn as_replica_dump(&self) -> Option<&dyn ReplicaDump> {
         None
     }
+
+    /// The skewable-clock ability, when this database has it.
+    fn as_fake_clock(&self) -> Option<&dyn FakeClock> {
+        None
+    }
+
+    /// The data-directory ability, when this database has it.
+    fn as_data_dir(&self) -> Option<&dyn DataDir> {
+        None
+    }
 }
 
 /// Crash and restart (Jepsen's `Kill`).
@@ -108,4 +119,24 @@ pub trait LogFiles: Send + Sync {
 pub trait ReplicaDump: Send + Sync {
     /// The replicas on `node`.
     fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<Value>>;
+}
+
+/// A wall clock that can be skewed per node without a restart (libfaketime).
+///
+/// Contract: the database's process re-reads [`offset_file`](FakeClock::offset_file) on every
+/// wall-clock read. Writing a libfaketime offset in seconds there (`+1.500`, `-2`) skews its wall
+/// clock at once; `+0` or removing the file resets it. Monotonic clocks are never skewed.
+pub trait FakeClock: Send + Sync {
+    /// The offset file of the process on `node`.
+    fn offset_file(&self, node: &Node) -> PathBuf;
+}
+
+/// Where the database keeps its data on a node.
+///
+/// Contract: a Kafka-layout log directory (`log.dirs`): a directory `<topic>-<partition>` per
+/// replica holding segment files named `<20-digit base offset>.log`. Change files there only
+/// while the node's process is stopped.
+pub trait DataDir: Send + Sync {
+    /// The data directory on `node`.
+    fn data_dir(&self, node: &Node) -> PathBuf;
 }

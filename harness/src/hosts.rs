@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use crate::dial::{Dialer, Direct};
-use crate::net::CHAIN;
+use crate::net::{CHAIN, NFT_TABLE};
 use crate::remote::{self, command_line, escape};
 use crate::runtime::{Node, Runtime};
 use crate::ssh::{KnownHosts, Ssh, SshConfig};
@@ -114,7 +114,9 @@ impl HostsRuntime {
             "pkill -KILL -f {pat}; \
              if command -v iptables >/dev/null; then \
              iptables -w -D INPUT -j {CHAIN} 2>/dev/null; iptables -w -F {CHAIN} 2>/dev/null; \
-             iptables -w -X {CHAIN} 2>/dev/null; fi; rm -rf {dir}",
+             iptables -w -X {CHAIN} 2>/dev/null; fi; \
+             if command -v nft >/dev/null; then nft delete table inet {NFT_TABLE} 2>/dev/null; fi; \
+             rm -rf {dir}",
             pat = escape(&pattern),
             dir = escape(&dir),
         )

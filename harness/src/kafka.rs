@@ -2,8 +2,8 @@
 //! on every request, no retries, and errors that say whether the request may have reached the
 //! broker. Clients of workloads decide from that whether an op is `ok`, `fail` or `info`.
 //!
-//! It speaks only what the workloads need: ApiVersions, Metadata, CreateTopics, Produce (v2
-//! record batches whose values are decimal integers) and Fetch.
+//! It speaks only what the workloads and nemeses need: ApiVersions, Metadata, CreateTopics,
+//! Produce (v2 record batches whose values are decimal integers), Fetch and ElectLeaders.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,6 +15,7 @@ use futures::{SinkExt, StreamExt};
 use kafka_protocol::messages::{
     api_versions_request::ApiVersionsRequest,
     create_topics_request::{CreatableTopic, CreateTopicsRequest},
+    elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
     metadata_request::{MetadataRequest, MetadataRequestTopic},
     metadata_response::MetadataResponse,
@@ -104,6 +105,7 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 12),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::ElectLeaders, 1, 2),
 ];
 
 /// One connection to one broker.
@@ -369,6 +371,38 @@ impl Connection {
             .first()
             .map(|t| t.error_code)
             .ok_or_else(|| KafkaError::Protocol("CreateTopics: no topic in response".into()))
+    }
+
+    /// Elects a leader for one partition (KIP-460): the preferred replica, or with `unclean` any
+    /// live replica even outside the ISR. Returns the partition's error code and message.
+    pub async fn elect_leader(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        unclean: bool,
+    ) -> Result<(i16, Option<String>), KafkaError> {
+        let version = self.version(ApiKey::ElectLeaders)?;
+        let req = ElectLeadersRequest::default()
+            .with_election_type(i8::from(unclean))
+            .with_timeout_ms(self.timeout.as_millis() as i32)
+            .with_topic_partitions(Some(vec![TopicPartitions::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![partition])]));
+        let resp = self.send(ApiKey::ElectLeaders, version, &req).await?;
+        if resp.error_code != codes::NONE {
+            return Ok((resp.error_code, None));
+        }
+        resp.replica_election_results
+            .iter()
+            .flat_map(|t| t.partition_result.iter())
+            .find(|p| p.partition_id == partition)
+            .map(|p| {
+                (
+                    p.error_code,
+                    p.error_message.as_ref().map(|m| m.to_string()),
+                )
+            })
+            .ok_or_else(|| KafkaError::Protocol("ElectLeaders: partition missing".into()))
     }
 
     /// Appends `values` (as decimal strings) in one v2 record batch to a partition.

@@ -3,8 +3,9 @@
 //! also holds [`heal_ops`] and [`heal`], the final phase's "undo every fault", which work whatever
 //! faults ran because they only use the abilities themselves.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
+use crate::client::ClientContext;
 use crate::db::Db;
 use crate::generator::Generator;
 use crate::net::Net;
@@ -19,6 +20,8 @@ pub struct NemesisContext<'a> {
     pub db: &'a dyn Db,
     /// The network.
     pub net: &'a dyn Net,
+    /// How the harness reaches the nodes as a client (for metadata and admin requests).
+    pub client: &'a ClientContext,
 }
 
 /// Performs fault ops.
@@ -29,6 +32,11 @@ pub struct NemesisContext<'a> {
 ///   (resolved nodes, the grudge, leaders chosen), so a replay can do exactly the same.
 /// - [`generator`](Nemesis::generator) is its schedule for the main phase; the runner restricts
 ///   it to the nemesis worker.
+/// - [`heal_ops`](Nemesis::heal_ops) undo the faults of its own that the engine's [`heal_ops`]
+///   cannot (clock skew, packet loss); the final phase performs them through `invoke`, before
+///   the engine's, whatever happened in the main phase.
+/// - `invoke` runs on a blocking thread of the runner's tokio runtime, so it may block on async
+///   work with [`tokio::runtime::Handle::current`].
 pub trait Nemesis: Send + Sync {
     /// The ops this nemesis understands.
     fn fs(&self) -> Vec<&'static str>;
@@ -38,6 +46,16 @@ pub trait Nemesis: Send + Sync {
 
     /// The fault schedule.
     fn generator(&self) -> Box<dyn Generator>;
+
+    /// Ops that undo this nemesis's own faults in the final phase.
+    fn heal_ops(&self) -> Vec<Invocation> {
+        Vec::new()
+    }
+
+    /// What test.json records about the nemesis (fault kinds, interval, targets).
+    fn describe(&self) -> Value {
+        Value::Null
+    }
 }
 
 /// The final phase's healing as nemesis ops: heal the network, resume paused nodes, start

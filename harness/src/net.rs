@@ -16,6 +16,10 @@ pub type Grudge = BTreeMap<String, BTreeSet<String>>;
 /// The iptables chain that holds every rule the harness adds.
 pub const CHAIN: &str = "TIDEMARK";
 
+/// The nftables table (family `inet`) that holds every nftables rule the nemeses add (packet
+/// loss, controller fencing); deleting it removes them all.
+pub const NFT_TABLE: &str = "tidemark";
+
 /// Changes the network between nodes.
 ///
 /// Contract:

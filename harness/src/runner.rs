@@ -29,7 +29,7 @@ use crate::history::HistoryWriter;
 use crate::kafka::{ClusterMetadata, Connection};
 use crate::nemesis::{heal, heal_ops, Nemesis, NemesisContext};
 use crate::net::Net;
-use crate::op::{Completion, Op, OpType, Outcome, Process};
+use crate::op::{Completion, Invocation, Op, OpType, Outcome, Process};
 use crate::progress::Progress;
 use crate::remote;
 use crate::runtime::Node;
@@ -156,6 +156,7 @@ async fn run_phases(
             nodes: nodes.clone(),
             db: test.db.clone(),
             net: test.net.clone(),
+            client: cx.clone(),
         },
         clients: (0..opts.concurrency).map(|_| None).collect(),
         processes: (0..opts.concurrency as u64).collect(),
@@ -508,6 +509,7 @@ struct Parts {
     nodes: Arc<Vec<Node>>,
     db: Arc<dyn Db>,
     net: Arc<dyn Net>,
+    client: ClientContext,
 }
 
 /// What a worker sends back when its op completes.
@@ -583,11 +585,24 @@ impl Interpreter {
             nodes: &parts.nodes,
             db: parts.db.as_ref(),
             net: parts.net.as_ref(),
+            client: &parts.client,
         };
-        for op in heal_ops(&cx) {
+        // The nemesis undoes its own faults first (clocks, packet loss), then the engine heals
+        // what every database shares.
+        let own = self.nemesis.clone();
+        let steps: Vec<(bool, Invocation)> = own
+            .iter()
+            .flat_map(|n| n.heal_ops())
+            .map(|op| (true, op))
+            .chain(heal_ops(&cx).into_iter().map(|op| (false, op)))
+            .collect();
+        for (by_nemesis, op) in steps {
             let invoke = self.line(Process::Nemesis, OpType::Invoke, &op.f, op.value.clone());
             self.history.append(invoke, |_| {})?;
-            let done = tokio::task::block_in_place(|| heal(&cx, &op));
+            let done = tokio::task::block_in_place(|| match (&own, by_nemesis) {
+                (Some(n), true) => n.invoke(&cx, &op),
+                _ => heal(&cx, &op),
+            });
             let mut info = self.line(Process::Nemesis, OpType::Info, &op.f, done.value);
             info.error = done.error;
             self.history.append(info, |_| {})?;
@@ -651,6 +666,7 @@ impl Interpreter {
                                 nodes: &parts.nodes,
                                 db: parts.db.as_ref(),
                                 net: parts.net.as_ref(),
+                                client: &parts.client,
                             },
                             &inv,
                         )

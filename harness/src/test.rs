@@ -86,6 +86,7 @@ impl Test {
             "workload": self.workload.name(),
             "workload_options": self.workload.options(),
             "nemesis": o.nemesis,
+            "nemesis_options": self.nemesis.as_ref().map(|n| n.describe()),
             "nodes": nodes.iter().map(NodeRecord::from).collect::<Vec<_>>(),
             "clusters": clusters,
             "broker": broker,
