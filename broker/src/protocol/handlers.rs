@@ -42,11 +42,9 @@ fn s(v: impl Into<String>) -> StrBytes {
 /// Dispatches one request; `None` means no response is sent (acks=0 produce).
 pub async fn handle(
     broker: &Arc<Broker>,
-    header: &RequestHeader,
     request: RequestKind,
     version: i16,
 ) -> Option<ResponseKind> {
-    let _ = header;
     Some(match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(errors::NONE)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(broker, r, version).await),

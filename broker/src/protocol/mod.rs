@@ -138,7 +138,7 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
         .map_err(|e| anyhow::anyhow!("bad request header: {e}"))?;
     let request = RequestKind::decode(api_key, &mut frame, version)
         .map_err(|e| anyhow::anyhow!("bad {api_key:?} v{version} body: {e}"))?;
-    let Some(response) = handlers::handle(broker, &header, request, version).await else {
+    let Some(response) = handlers::handle(broker, request, version).await else {
         return Ok(None);
     };
     encode_response(api_key, version, header.correlation_id, &response).map(Some)
