@@ -194,6 +194,7 @@ fn r_320(bug: Option<&str>) -> Result<(), String> {
         c.node(1).resume();
         produce(&c.addr(1), "z", 0, &[99], -1, Duration::from_secs(2))
     };
+    c.wait_for("a known leader", T, |c| leader(c, "z") > 0);
     let l = leader(&c, "z");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

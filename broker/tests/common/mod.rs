@@ -298,11 +298,11 @@ impl Cluster {
         &mut self.nodes[id as usize - 1]
     }
 
-    /// Bootstrap addresses of the running nodes.
+    /// Bootstrap addresses of the running, unpaused nodes.
     pub fn running(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .filter(|n| !n.is_stopped())
+            .filter(|n| !n.is_stopped() && !n.paused)
             .map(|n| n.bootstrap())
             .collect()
     }
