@@ -1,1 +1,456 @@
-//! placeholder
+//! tidemark's nemeses: the fault kinds, how they combine into a schedule, and scripted schedules.
+//!
+//! - [`Fault`](fault::Fault) is one kind of fault's ops: [`partition`] (grudges through the
+//!   engine's iptables `Net`), [`process`] (kill, start, pause, resume, leader-chasing bounce),
+//!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
+//!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
+//!   unclean leader election). Every op's `info` records what was actually done, in a form the
+//!   same op accepts again, so histories replay.
+//! - [`targets`] and [`grudge`] are the pure parts: which nodes, which cuts.
+//! - [`cluster`] reads leaders and ISRs from Metadata and asks for elections.
+//! - [`package`] gives each kind a cycle of ops, final heals and a plot colour, and combines them
+//!   on one staggered schedule, like Jepsen's combined package.
+//! - [`schedule`] reads a timed list of ops (or a recorded history) and replays it.
+//!
+//! [`Nemeses`] puts it together as the engine's [`Nemesis`].
+
+pub mod clock;
+pub mod cluster;
+pub mod corrupt;
+pub mod fault;
+pub mod grudge;
+pub mod loss;
+pub mod package;
+pub mod partition;
+pub mod process;
+pub mod schedule;
+pub mod targets;
+pub mod unclean;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::SeedableRng;
+use serde_json::{json, Value};
+use tidemark_harness::generator::{Generator, Rng};
+use tidemark_harness::nemesis::{Nemesis, NemesisContext};
+use tidemark_harness::op::{Completion, Invocation, Outcome};
+
+use crate::fault::{Env, Failed, Faults};
+use crate::grudge::PartitionKind;
+use crate::package::{package, Combined, Package};
+use crate::schedule::Schedule;
+use crate::targets::NodeSpec;
+
+/// A fault kind as the CLI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Network partitions.
+    Partition,
+    /// kill -9 and restart, leader bounces.
+    Kill,
+    /// SIGSTOP and SIGCONT.
+    Pause,
+    /// Wall-clock skew and strobes.
+    Clock,
+    /// Random packet loss between nodes.
+    Loss,
+    /// Truncated or bit-flipped segments.
+    Corrupt,
+    /// Forced unclean leader elections.
+    Unclean,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 7] = [
+        Kind::Partition,
+        Kind::Kill,
+        Kind::Pause,
+        Kind::Clock,
+        Kind::Loss,
+        Kind::Corrupt,
+        Kind::Unclean,
+    ];
+
+    /// The default mix: everything that loses no data by design.
+    pub const DEFAULT: [Kind; 5] = [
+        Kind::Partition,
+        Kind::Kill,
+        Kind::Pause,
+        Kind::Clock,
+        Kind::Loss,
+    ];
+
+    /// The CLI's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Partition => "partition",
+            Kind::Kill => "kill",
+            Kind::Pause => "pause",
+            Kind::Clock => "clock",
+            Kind::Loss => "loss",
+            Kind::Corrupt => "corrupt",
+            Kind::Unclean => "unclean",
+        }
+    }
+
+    /// The kind called `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The kind whose package schedules op `f`.
+    pub fn of_op(f: &str) -> Option<Self> {
+        Some(match f {
+            "start-partition" | "stop-partition" => Kind::Partition,
+            "kill" | "start" | "bounce" => Kind::Kill,
+            "pause" | "resume" => Kind::Pause,
+            "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,
+            "start-loss" | "stop-loss" => Kind::Loss,
+            "corrupt-file" => Kind::Corrupt,
+            "unclean-election" => Kind::Unclean,
+            _ => return None,
+        })
+    }
+
+    /// The target names this kind understands.
+    pub fn target_names(self) -> Vec<&'static str> {
+        match self {
+            Kind::Partition => {
+                let mut v: Vec<&str> = PartitionKind::ALL.map(PartitionKind::name).to_vec();
+                v.push("minority");
+                v
+            }
+            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss => {
+                NodeSpec::ALL.map(NodeSpec::name).to_vec()
+            }
+            Kind::Corrupt => vec!["one", "minority", "minority-third"],
+            Kind::Unclean => Vec::new(),
+        }
+    }
+
+    /// The targets a kind draws from unless told otherwise.
+    pub fn default_targets(self) -> Vec<&'static str> {
+        match self {
+            Kind::Partition => vec!["one", "majority", "majorities-ring", "bridge", "leaders"],
+            Kind::Kill | Kind::Pause => {
+                vec!["one", "minority", "majority", "leader", "leaders", "all"]
+            }
+            Kind::Clock | Kind::Loss => vec!["one", "minority", "majority", "all"],
+            Kind::Corrupt => vec!["one", "minority"],
+            Kind::Unclean => Vec::new(),
+        }
+    }
+}
+
+/// Parses `--nemesis`: kind names separated by commas, `all`, or `none`.
+pub fn parse_kinds(list: &str) -> Result<Vec<Kind>, String> {
+    let mut kinds = Vec::new();
+    let mut unknown = Vec::new();
+    for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word {
+            "none" => {}
+            "all" => kinds.extend(Kind::ALL),
+            "default" => kinds.extend(Kind::DEFAULT),
+            w => match Kind::parse(w) {
+                Some(k) => kinds.push(k),
+                None => unknown.push(w.to_string()),
+            },
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(format!(
+            "unknown fault kind(s): {}. Known: {}, or all, default, none",
+            unknown.join(", "),
+            Kind::ALL.map(Kind::name).join(", ")
+        ));
+    }
+    kinds.sort();
+    kinds.dedup();
+    Ok(kinds)
+}
+
+/// Parses `--nemesis-targets` for `kinds`: target names separated by commas, each either plain
+/// (used by every chosen kind that understands it) or `kind:target` (for that kind only). A kind
+/// given targets of its own uses only those; one that understands none of the plain ones keeps
+/// its defaults.
+pub fn parse_targets(list: &str, kinds: &[Kind]) -> Result<BTreeMap<Kind, Vec<String>>, String> {
+    let mut plain: Vec<&str> = Vec::new();
+    let mut own: BTreeMap<Kind, Vec<String>> = BTreeMap::new();
+    for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word.split_once(':') {
+            Some((k, t)) => {
+                let kind = Kind::parse(k)
+                    .ok_or_else(|| format!("--nemesis-targets {word}: unknown fault kind {k:?}"))?;
+                if !kinds.contains(&kind) {
+                    return Err(format!(
+                        "--nemesis-targets {word}: {k} is not among the chosen fault kinds"
+                    ));
+                }
+                if !kind.target_names().contains(&t) {
+                    return Err(format!(
+                        "--nemesis-targets {word}: {k} targets are {}",
+                        if kind.target_names().is_empty() {
+                            "not chosen (it picks its own partition)".to_string()
+                        } else {
+                            kind.target_names().join(", ")
+                        }
+                    ));
+                }
+                own.entry(kind).or_default().push(t.to_string());
+            }
+            None => {
+                if !kinds.iter().any(|k| k.target_names().contains(&word)) {
+                    return Err(format!(
+                        "--nemesis-targets {word}: no chosen fault kind ({}) understands it",
+                        kinds
+                            .iter()
+                            .map(|k| k.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+                plain.push(word);
+            }
+        }
+    }
+    Ok(kinds
+        .iter()
+        .map(|k| {
+            let mine: Vec<String> = match own.remove(k) {
+                Some(list) => list,
+                None => {
+                    let names = k.target_names();
+                    let shared: Vec<String> = plain
+                        .iter()
+                        .filter(|p| names.contains(p))
+                        .map(|p| p.to_string())
+                        .collect();
+                    if shared.is_empty() {
+                        k.default_targets().into_iter().map(String::from).collect()
+                    } else {
+                        shared
+                    }
+                }
+            };
+            (*k, mine)
+        })
+        .collect())
+}
+
+/// How the nemeses are set up.
+#[derive(Debug, Clone)]
+pub struct NemesisOptions {
+    /// The fault kinds of the generated schedule.
+    pub kinds: Vec<Kind>,
+    /// The mean gap between two ops of one kind.
+    pub interval: Duration,
+    /// Per kind, the targets it draws from (kinds missing here use their defaults).
+    pub targets: BTreeMap<Kind, Vec<String>>,
+    /// Seeds the nemesis's own choices (which nodes a spec resolves to).
+    pub seed: u64,
+    /// The forced unclean election's ports and timings.
+    pub unclean: unclean::Unclean,
+}
+
+impl Default for NemesisOptions {
+    fn default() -> Self {
+        NemesisOptions {
+            kinds: Kind::DEFAULT.to_vec(),
+            interval: Duration::from_secs(10),
+            targets: BTreeMap::new(),
+            seed: 0,
+            unclean: unclean::Unclean::default(),
+        }
+    }
+}
+
+/// Every fault kind, for routing ops and checking schedules.
+pub fn all_faults(options: &NemesisOptions) -> Faults {
+    vec![
+        Arc::new(partition::Partition),
+        Arc::new(process::Process),
+        Arc::new(clock::Clock::default()),
+        Arc::new(loss::Loss),
+        Arc::new(corrupt::Corrupt),
+        Arc::new(options.unclean.clone()),
+    ]
+}
+
+/// The nemesis of `tidemark test`: a combined package of the chosen kinds, or a scripted
+/// schedule, performed by the fault kinds.
+pub struct Nemeses {
+    options: NemesisOptions,
+    faults: Faults,
+    schedule: Option<Schedule>,
+    rng: Mutex<Rng>,
+}
+
+impl Nemeses {
+    /// Generated faults of `options.kinds`.
+    pub fn new(options: NemesisOptions) -> Self {
+        let rng = Mutex::new(Rng::seed_from_u64(options.seed ^ 0x6e65_6d65_7369_7321));
+        Nemeses {
+            faults: all_faults(&options),
+            options,
+            schedule: None,
+            rng,
+        }
+    }
+
+    /// Replays `schedule` instead of generating faults; its kinds replace `options.kinds`.
+    pub fn scripted(mut options: NemesisOptions, schedule: Schedule) -> Self {
+        options.kinds = schedule.kinds();
+        let mut n = Self::new(options);
+        n.schedule = Some(schedule);
+        n
+    }
+
+    /// The fault kinds in use.
+    pub fn kinds(&self) -> &[Kind] {
+        &self.options.kinds
+    }
+
+    /// The packages of the kinds in use.
+    pub fn packages(&self) -> Vec<Package> {
+        self.options
+            .kinds
+            .iter()
+            .map(|k| {
+                let targets =
+                    self.options.targets.get(k).cloned().unwrap_or_else(|| {
+                        k.default_targets().into_iter().map(String::from).collect()
+                    });
+                package(*k, targets)
+            })
+            .collect()
+    }
+}
+
+impl Nemesis for Nemeses {
+    fn fs(&self) -> Vec<&'static str> {
+        self.faults
+            .iter()
+            .flat_map(|f| f.fs().iter().copied())
+            .collect()
+    }
+
+    fn invoke(&self, cx: &NemesisContext<'_>, op: &Invocation) -> Completion {
+        let Some(fault) = self.faults.iter().find(|f| f.fs().contains(&op.f.as_str())) else {
+            let mut c = Completion::new(Outcome::Info, json!({}));
+            c.error = Some(format!("no fault kind performs {:?}", op.f));
+            return c;
+        };
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut env = Env { cx, rng: &mut rng };
+        match fault.invoke(&mut env, &op.f, &op.value) {
+            Ok(value) => Completion::new(Outcome::Info, value),
+            Err(Failed { done, error }) => {
+                let mut c = Completion::new(Outcome::Info, done);
+                c.error = Some(error);
+                c
+            }
+        }
+    }
+
+    fn generator(&self) -> Box<dyn Generator> {
+        match &self.schedule {
+            Some(s) => Box::new(s.generator()),
+            None => Box::new(Combined::new(
+                self.packages().into_iter().map(|p| p.cycle).collect(),
+                self.options.interval.as_nanos() as u64,
+            )),
+        }
+    }
+
+    fn heal_ops(&self) -> Vec<Invocation> {
+        self.packages().into_iter().flat_map(|p| p.heal).collect()
+    }
+
+    fn describe(&self) -> Value {
+        let packages = self.packages();
+        json!({
+            "kinds": self.options.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+            "interval_s": self.options.interval.as_secs_f64(),
+            "targets": packages.iter().map(|p| {
+                let t = self.options.targets.get(&p.kind).cloned().unwrap_or_else(|| {
+                    p.kind.default_targets().into_iter().map(String::from).collect()
+                });
+                (p.kind.name().to_string(), json!(t))
+            }).collect::<BTreeMap<String, Value>>(),
+            "perf": packages.iter().map(|p| p.perf.clone()).collect::<Vec<_>>(),
+            "scripted_ops": self.schedule.as_ref().map(|s| s.ops.len()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_with_all_none_and_default() {
+        assert_eq!(parse_kinds("none").unwrap(), vec![]);
+        assert_eq!(parse_kinds("").unwrap(), vec![]);
+        assert_eq!(parse_kinds("all").unwrap(), Kind::ALL.to_vec());
+        assert_eq!(parse_kinds("default").unwrap(), Kind::DEFAULT.to_vec());
+        assert_eq!(
+            parse_kinds("pause, kill,kill").unwrap(),
+            vec![Kind::Kill, Kind::Pause]
+        );
+        let e = parse_kinds("kill,meteor-strike").unwrap_err();
+        assert!(e.starts_with("unknown fault kind(s): meteor-strike"), "{e}");
+    }
+
+    #[test]
+    fn every_op_belongs_to_one_kind_and_one_fault() {
+        let faults = all_faults(&NemesisOptions::default());
+        let mut seen = std::collections::BTreeSet::new();
+        for f in faults.iter().flat_map(|f| f.fs().iter()) {
+            assert!(seen.insert(*f), "{f} performed twice");
+            assert!(Kind::of_op(f).is_some(), "{f}");
+        }
+        for k in Kind::ALL {
+            for t in k.default_targets() {
+                assert!(k.target_names().contains(&t), "{k:?} {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn targets_apply_to_the_kinds_that_understand_them() {
+        let kinds = vec![Kind::Partition, Kind::Kill, Kind::Clock];
+        let t = parse_targets("leaders,bridge", &kinds).unwrap();
+        assert_eq!(t[&Kind::Partition], vec!["leaders", "bridge"]);
+        assert_eq!(t[&Kind::Kill], vec!["leaders"]);
+        assert_eq!(t[&Kind::Clock], vec!["leaders"]);
+        let t = parse_targets("one,kill:all,kill:leader", &kinds).unwrap();
+        assert_eq!(t[&Kind::Kill], vec!["all", "leader"]);
+        assert_eq!(t[&Kind::Partition], vec!["one"]);
+        let t = parse_targets("majorities-ring", &kinds).unwrap();
+        assert_eq!(t[&Kind::Kill], Kind::Kill.default_targets());
+        let e = parse_targets("bridge", &[Kind::Kill]).unwrap_err();
+        assert!(e.contains("no chosen fault kind (kill)"), "{e}");
+        let e = parse_targets("kill:bridge", &kinds).unwrap_err();
+        assert!(e.contains("kill targets are one"), "{e}");
+        let e = parse_targets("pause:one", &kinds).unwrap_err();
+        assert!(e.contains("not among the chosen"), "{e}");
+        let e = parse_targets("x:one", &kinds).unwrap_err();
+        assert!(e.contains("unknown fault kind"), "{e}");
+    }
+
+    #[test]
+    fn heal_ops_cover_what_the_engine_cannot_heal() {
+        let n = Nemeses::new(NemesisOptions::default());
+        let fs: Vec<String> = n.heal_ops().into_iter().map(|o| o.f).collect();
+        assert_eq!(fs, vec!["clock-reset", "stop-loss"]);
+        let d = n.describe();
+        assert_eq!(
+            d["kinds"],
+            json!(["partition", "kill", "pause", "clock", "loss"])
+        );
+        assert_eq!(d["perf"][0]["start"], json!(["start-partition"]));
+    }
+}

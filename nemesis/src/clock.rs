@@ -1,0 +1,296 @@
+//! Clock faults on the database's wall clock, through its [`FakeClock`] ability (libfaketime: the
+//! process re-reads an offset file on every wall-clock read, so offsets change without a
+//! restart, and its monotonic clock, which drives its timers, is left alone).
+//!
+//! - `clock-skew` sets each node's offset (`{"offsets_ms": {"n1": 1500}}`), or draws offsets for
+//!   resolved targets: up to about two minutes either way, log-uniform like Jepsen's bumps.
+//! - `clock-strobe` flips targets between their offset and offset + `delta_ms` every
+//!   `period_ms` for `duration_ms`, then leaves the offset as it was (Jepsen's `strobe-time`).
+//! - `clock-reset` sets offsets back to zero.
+//!
+//! [`FakeClock`]: tidemark_harness::db::FakeClock
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use rand::RngExt;
+use serde_json::{json, Value};
+use tidemark_harness::db::FakeClock;
+use tidemark_harness::remote::{self, escape};
+use tidemark_harness::runtime::Node;
+
+use crate::fault::{object, opt_u64, Env, Failed, Fault};
+use crate::targets::{node_list, NodeSpec, Targets};
+
+/// The longest strobe, so a nemesis op stays short.
+const MAX_STROBE_MS: u64 = 60_000;
+
+/// The clock faults; remembers each node's offset so a strobe returns to it.
+#[derive(Default)]
+pub struct Clock {
+    offsets: Mutex<BTreeMap<String, i64>>,
+}
+
+/// An offset in milliseconds as libfaketime reads it: signed seconds with milliseconds.
+pub fn faketime_spec(ms: i64) -> String {
+    let sign = if ms < 0 { '-' } else { '+' };
+    let a = ms.unsigned_abs();
+    format!("{sign}{}.{:03}", a / 1000, a % 1000)
+}
+
+/// The shell command that replaces the offset in `file` atomically (a reader never sees it
+/// half written).
+fn write_command(file: &str, ms: i64) -> String {
+    let f = escape(file);
+    let tmp = escape(&format!("{file}.tmp"));
+    format!("printf %s {} > {tmp} && mv -f {tmp} {f}", faketime_spec(ms))
+}
+
+/// The shell loop that strobes `file` between `base` and `base + delta` and ends at `base`.
+fn strobe_command(file: &str, base: i64, delta: i64, period_ms: u64, duration_ms: u64) -> String {
+    let flips = (duration_ms / (2 * period_ms.max(1))).max(1);
+    let period = format!("{}.{:03}", period_ms / 1000, period_ms % 1000);
+    format!(
+        "i=0; while [ $i -lt {flips} ]; do {hi}; sleep {period}; {lo}; sleep {period}; \
+         i=$((i+1)); done; {lo}",
+        hi = write_command(file, base + delta),
+        lo = write_command(file, base),
+    )
+}
+
+/// A random skew: ±2^k ms with k uniform in 4..=17 (16 ms to about two minutes).
+pub fn random_offset(rng: &mut tidemark_harness::generator::Rng) -> i64 {
+    let magnitude = 1i64 << rng.random_range(4..=17);
+    if rng.random_bool(0.5) {
+        magnitude
+    } else {
+        -magnitude
+    }
+}
+
+fn offsets_of(value: &Value, nodes: &[String]) -> Result<Option<BTreeMap<String, i64>>, String> {
+    let Some(v) = value.get("offsets_ms") else {
+        return Ok(None);
+    };
+    let map = v
+        .as_object()
+        .ok_or_else(|| format!("field `offsets_ms`: expected an object node -> ms, got {v}"))?;
+    let mut out = BTreeMap::new();
+    for (node, ms) in map {
+        node_list(&json!([node]), nodes, "offsets_ms")
+            .map_err(|_| format!("field `offsets_ms.{node}`: unknown node {node:?}"))?;
+        let ms = ms.as_i64().ok_or_else(|| {
+            format!("field `offsets_ms.{node}`: expected milliseconds as an integer, got {ms}")
+        })?;
+        out.insert(node.clone(), ms);
+    }
+    Ok(Some(out))
+}
+
+impl Clock {
+    fn fake_clock<'e>(env: &Env<'e>) -> Result<&'e dyn FakeClock, Failed> {
+        env.cx.db.as_fake_clock().ok_or_else(|| {
+            Failed::nothing("the database has no fake clock: start it under libfaketime")
+        })
+    }
+
+    fn set(&self, env: &Env<'_>, offsets: &BTreeMap<String, i64>) -> Result<Value, Failed> {
+        let clock = Self::fake_clock(env)?;
+        let names: Vec<String> = offsets.keys().cloned().collect();
+        let (done, errors) = env.on_each(&names, |n: &Node| {
+            let file = clock.offset_file(n).display().to_string();
+            remote::run(n.remote.as_ref(), &write_command(&file, offsets[&n.name]))?;
+            Ok(())
+        });
+        let applied: BTreeMap<String, i64> = done.iter().map(|n| (n.clone(), offsets[n])).collect();
+        self.offsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(applied.clone());
+        Failed::partly(json!({ "offsets_ms": applied }), &errors)
+    }
+
+    fn strobe(&self, env: &mut Env<'_>, value: &Value) -> Result<Value, Failed> {
+        let clock = Self::fake_clock(env)?;
+        let targets = Targets::from_value(value, &env.names(), None).map_err(Failed::nothing)?;
+        let nodes = env.resolve(&targets)?;
+        let delta = match value.get("delta_ms").and_then(Value::as_i64) {
+            Some(d) => d,
+            None => random_offset(env.rng),
+        };
+        let period = opt_u64(value, "period_ms")
+            .map_err(Failed::nothing)?
+            .unwrap_or_else(|| env.rng.random_range(10..=200));
+        let duration = opt_u64(value, "duration_ms")
+            .map_err(Failed::nothing)?
+            .unwrap_or_else(|| env.rng.random_range(1_000..=5_000))
+            .min(MAX_STROBE_MS);
+        let base = self
+            .offsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let (done, errors) = env.on_each(&nodes, |n: &Node| {
+            let file = clock.offset_file(n).display().to_string();
+            let from = base.get(&n.name).copied().unwrap_or(0);
+            remote::run(
+                n.remote.as_ref(),
+                &strobe_command(&file, from, delta, period, duration),
+            )?;
+            Ok(())
+        });
+        let mut record = json!({"nodes": done, "delta_ms": delta, "period_ms": period,
+                                "duration_ms": duration});
+        if let Some(spec) = targets.spec_name() {
+            record["targets"] = json!(spec);
+        }
+        Failed::partly(record, &errors)
+    }
+}
+
+impl Fault for Clock {
+    fn fs(&self) -> &'static [&'static str] {
+        &["clock-skew", "clock-strobe", "clock-reset"]
+    }
+
+    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
+        object(value)?;
+        match f {
+            "clock-skew" => match offsets_of(value, nodes)? {
+                Some(_) => Ok(()),
+                None => Targets::from_value(value, nodes, None)
+                    .map(drop)
+                    .map_err(|e| format!("{e} (or `offsets_ms`)")),
+            },
+            "clock-strobe" => {
+                Targets::from_value(value, nodes, None)?;
+                if let Some(d) = value.get("delta_ms") {
+                    d.as_i64()
+                        .ok_or_else(|| format!("field `delta_ms`: expected an integer, got {d}"))?;
+                }
+                if opt_u64(value, "period_ms")? == Some(0) {
+                    return Err("field `period_ms`: must be positive".into());
+                }
+                match opt_u64(value, "duration_ms")? {
+                    Some(d) if d > MAX_STROBE_MS => Err(format!(
+                        "field `duration_ms`: at most {MAX_STROBE_MS} ms, got {d}"
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            _ => match offsets_of(value, nodes)? {
+                Some(_) => Ok(()),
+                None => Targets::from_value(value, nodes, Some(NodeSpec::All)).map(drop),
+            },
+        }
+    }
+
+    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
+        let names = env.names();
+        self.check(f, value, &names).map_err(Failed::nothing)?;
+        match f {
+            "clock-strobe" => self.strobe(env, value),
+            "clock-skew" => {
+                let offsets = match offsets_of(value, &names).map_err(Failed::nothing)? {
+                    Some(o) => o,
+                    None => {
+                        let targets =
+                            Targets::from_value(value, &names, None).map_err(Failed::nothing)?;
+                        let nodes = env.resolve(&targets)?;
+                        nodes
+                            .into_iter()
+                            .map(|n| (n, random_offset(env.rng)))
+                            .collect()
+                    }
+                };
+                self.set(env, &offsets)
+            }
+            _ => {
+                // A reset records zeros; replaying a recorded reset reads them back as nodes.
+                let nodes = match offsets_of(value, &names).map_err(Failed::nothing)? {
+                    Some(o) => o.into_keys().collect(),
+                    None => {
+                        let targets = Targets::from_value(value, &names, Some(NodeSpec::All))
+                            .map_err(Failed::nothing)?;
+                        env.resolve(&targets)?
+                    }
+                };
+                self.set(env, &nodes.into_iter().map(|n| (n, 0)).collect())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_harness::generator::rng;
+    use tidemark_harness::remote::{run, Local};
+
+    #[test]
+    fn offsets_are_written_as_signed_seconds_with_milliseconds() {
+        assert_eq!(faketime_spec(0), "+0.000");
+        assert_eq!(faketime_spec(1500), "+1.500");
+        assert_eq!(faketime_spec(-500), "-0.500");
+        assert_eq!(faketime_spec(-120_042), "-120.042");
+    }
+
+    #[test]
+    fn random_offsets_stay_within_two_minutes_either_way() {
+        let mut r = rng(3);
+        let drawn: Vec<i64> = (0..200).map(|_| random_offset(&mut r)).collect();
+        assert!(drawn.iter().all(|o| (16..=131_072).contains(&o.abs())));
+        assert!(drawn.iter().any(|o| *o < 0) && drawn.iter().any(|o| *o > 0));
+    }
+
+    #[test]
+    fn the_shell_commands_leave_the_intended_offset_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("faketime").display().to_string();
+        run(&Local::host(), &write_command(&file, -2250)).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "-2.250");
+        run(&Local::host(), &strobe_command(&file, 1000, 500, 10, 60)).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "+1.000");
+        assert!(!std::path::Path::new(&format!("{file}.tmp")).exists());
+    }
+
+    #[test]
+    fn checks_name_the_bad_field() {
+        let nodes: Vec<String> = ["n1", "n2"].map(String::from).to_vec();
+        let c = Clock::default();
+        assert!(c
+            .check("clock-skew", &json!({"offsets_ms": {"n1": -40}}), &nodes)
+            .is_ok());
+        assert!(c
+            .check("clock-skew", &json!({"targets": "one"}), &nodes)
+            .is_ok());
+        assert!(c.check("clock-reset", &json!({}), &nodes).is_ok());
+        assert!(c
+            .check("clock-reset", &json!({"offsets_ms": {"n2": 0}}), &nodes)
+            .is_ok());
+        let e = c
+            .check("clock-skew", &json!({"offsets_ms": {"n1": 1.5}}), &nodes)
+            .unwrap_err();
+        assert!(e.contains("`offsets_ms.n1`"), "{e}");
+        let e = c
+            .check("clock-skew", &json!({"offsets_ms": {"n5": 1}}), &nodes)
+            .unwrap_err();
+        assert!(e.contains("`offsets_ms.n5`"), "{e}");
+        let e = c
+            .check(
+                "clock-strobe",
+                &json!({"nodes": ["n1"], "period_ms": 0}),
+                &nodes,
+            )
+            .unwrap_err();
+        assert!(e.contains("`period_ms`"), "{e}");
+        let e = c
+            .check(
+                "clock-strobe",
+                &json!({"targets": "all", "duration_ms": 3_600_000}),
+                &nodes,
+            )
+            .unwrap_err();
+        assert!(e.contains("`duration_ms`"), "{e}");
+    }
+}

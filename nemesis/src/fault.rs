@@ -1,0 +1,181 @@
+//! The shape of a fault kind: the ops it performs, how it checks an op given by a schedule file,
+//! and how it performs one. Every op's value may be a spec still to resolve (`"targets":
+//! "minority"`) or the resolved record an earlier `info` wrote, so a recorded history replays.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use serde_json::{json, Value};
+use tidemark_harness::generator::Rng;
+use tidemark_harness::nemesis::NemesisContext;
+use tidemark_harness::runtime::Node;
+
+use crate::cluster::ClusterView;
+use crate::targets::Targets;
+
+/// What a fault op may act on: the engine's context and the nemesis's seeded RNG.
+pub struct Env<'a> {
+    /// Nodes, database, network and client side.
+    pub cx: &'a NemesisContext<'a>,
+    /// Draws for resolving specs (seeded from the test's seed).
+    pub rng: &'a mut Rng,
+}
+
+impl Env<'_> {
+    /// Every node's name, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.cx.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// The node called `name`.
+    pub fn node(&self, name: &str) -> Result<&Node, Failed> {
+        self.cx
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| Failed::nothing(format!("no node {name}")))
+    }
+
+    /// Resolves `targets`, reading the cluster only when the spec needs leaders.
+    pub fn resolve(&mut self, targets: &Targets) -> Result<Vec<String>, Failed> {
+        let view = if targets.needs_leaders() {
+            Some(ClusterView::read(self.cx).map_err(Failed::from_error)?)
+        } else {
+            None
+        };
+        let names = self.names();
+        targets
+            .resolve(&names, view.as_ref(), self.rng)
+            .map_err(Failed::nothing)
+    }
+
+    /// Runs `f` on each named node at once (faults on several nodes start together) and returns
+    /// the names it succeeded on and the errors of the others.
+    pub fn on_each<F>(&self, names: &[String], f: F) -> (Vec<String>, Vec<String>)
+    where
+        F: Fn(&Node) -> anyhow::Result<()> + Sync,
+    {
+        let results: Vec<(String, anyhow::Result<()>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = names
+                .iter()
+                .map(|name| {
+                    let f = &f;
+                    s.spawn(move || {
+                        let r = self
+                            .cx
+                            .nodes
+                            .iter()
+                            .find(|n| &n.name == name)
+                            .with_context(|| format!("no node {name}"))
+                            .and_then(f);
+                        (name.clone(), r)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| (String::new(), Err(anyhow::anyhow!("panicked"))))
+                })
+                .collect()
+        });
+        let mut done = Vec::new();
+        let mut errors = Vec::new();
+        for (name, r) in results {
+            match r {
+                Ok(()) => done.push(name),
+                Err(e) => errors.push(format!("{name}: {e:#}")),
+            }
+        }
+        (done, errors)
+    }
+}
+
+/// A fault op that did not (fully) happen: the record of what was done, and why not the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failed {
+    /// The `info` value: what was actually done.
+    pub done: Value,
+    /// Why the op fell short.
+    pub error: String,
+}
+
+impl Failed {
+    /// Nothing was done.
+    pub fn nothing(error: impl Into<String>) -> Self {
+        Failed {
+            done: json!({}),
+            error: error.into(),
+        }
+    }
+
+    /// Nothing was done, because of `e`.
+    pub fn from_error(e: anyhow::Error) -> Self {
+        Self::nothing(format!("{e:#}"))
+    }
+
+    /// Part was done (`done`); `errors` say what was not.
+    pub fn partly(done: Value, errors: &[String]) -> Result<Value, Self> {
+        if errors.is_empty() {
+            Ok(done)
+        } else {
+            Err(Failed {
+                done,
+                error: errors.join("; "),
+            })
+        }
+    }
+}
+
+/// One kind of fault: the ops it performs.
+///
+/// Contract:
+/// - [`fs`](Fault::fs) lists its ops; no two fault kinds share one.
+/// - [`check`](Fault::check) accepts every value its `invoke` accepts and the value of every
+///   `info` it writes, given the test's node names; errors name the offending field.
+/// - [`invoke`](Fault::invoke) performs one op, blocking until it is in force, and returns the
+///   `info` value that records what was actually done (resolved nodes, grudge, offsets, files,
+///   elected replica) such that invoking that value again does the same thing. When it falls
+///   short it says what it did do.
+pub trait Fault: Send + Sync {
+    /// Its ops.
+    fn fs(&self) -> &'static [&'static str];
+
+    /// Checks an op's value from a schedule.
+    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String>;
+
+    /// Performs one op.
+    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed>;
+}
+
+/// The fault kinds, shared so a nemesis and its schedules route ops the same way.
+pub type Faults = Vec<Arc<dyn Fault>>;
+
+/// Reads an optional non-negative integer field.
+pub fn opt_u64(value: &Value, field: &str) -> Result<Option<u64>, String> {
+    match value.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("field `{field}`: expected a non-negative integer, got {v}")),
+    }
+}
+
+/// Reads an optional string field.
+pub fn opt_str<'v>(value: &'v Value, field: &str) -> Result<Option<&'v str>, String> {
+    match value.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(format!("field `{field}`: expected a string, got {v}")),
+    }
+}
+
+/// Checks that an op's value is a JSON object (or absent, read as `{}`).
+pub fn object(value: &Value) -> Result<(), String> {
+    match value {
+        Value::Object(_) | Value::Null => Ok(()),
+        other => Err(format!("expected an object, got {other}")),
+    }
+}

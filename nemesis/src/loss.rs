@@ -1,0 +1,303 @@
+//! Packet loss (and, where the kernel has netem, delay) between nodes. `start-loss` makes each
+//! target node drop a random share of the packets it exchanges with the other nodes; traffic
+//! with the harness's clients is untouched, as with partitions. `stop-loss` removes it.
+//!
+//! Where `tc qdisc … netem` works it is used (loss and delay, on the node's interface toward its
+//! peers). This machine's kernel has no netem, so the fallback is nftables random drop
+//! (`numgen random mod 1000 < k`) in base chains of the table [`NFT_TABLE`], inbound from and
+//! outbound to the peers; delay cannot be emulated that way and is recorded as skipped.
+
+use std::net::IpAddr;
+
+use rand::seq::IndexedRandom;
+use serde_json::{json, Value};
+use tidemark_harness::net::NFT_TABLE;
+use tidemark_harness::remote::{self, escape};
+use tidemark_harness::runtime::Node;
+
+use crate::fault::{object, opt_u64, Env, Failed, Fault};
+use crate::targets::{NodeSpec, Targets};
+
+/// The loss fault.
+pub struct Loss;
+
+/// Shares of packets the generated faults drop.
+const PROBABILITIES: [f64; 4] = [0.05, 0.1, 0.2, 0.4];
+
+/// How a node's loss is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `tc qdisc netem`.
+    Netem,
+    /// nftables random drop.
+    Nftables,
+}
+
+/// The commands that make `node` drop `probability` of its traffic with `peers` (nftables).
+pub fn nft_commands(peers: &[IpAddr], probability: f64) -> String {
+    let per_mille = (probability * 1000.0).round().clamp(0.0, 1000.0) as u32;
+    let set = |v4: bool| -> Option<String> {
+        let ips: Vec<String> = peers
+            .iter()
+            .filter(|ip| ip.is_ipv4() == v4)
+            .map(IpAddr::to_string)
+            .collect();
+        (!ips.is_empty()).then(|| format!("{{ {} }}", ips.join(", ")))
+    };
+    let mut rules_in = Vec::new();
+    let mut rules_out = Vec::new();
+    for (family, v4) in [("ip", true), ("ip6", false)] {
+        if let Some(s) = set(v4) {
+            rules_in.push(format!(
+                "{family} saddr {s} numgen random mod 1000 < {per_mille} drop;"
+            ));
+            rules_out.push(format!(
+                "{family} daddr {s} numgen random mod 1000 < {per_mille} drop;"
+            ));
+        }
+    }
+    let ruleset = format!(
+        "table inet {NFT_TABLE} {{ \
+         chain loss_in {{ type filter hook input priority -5; policy accept; {} }} \
+         chain loss_out {{ type filter hook output priority -5; policy accept; {} }} }}",
+        rules_in.join(" "),
+        rules_out.join(" ")
+    );
+    format!(
+        "{}; printf '%s\\n' {} | nft -f -",
+        nft_remove(),
+        escape(&ruleset)
+    )
+}
+
+/// Removes the nftables loss chains, if present.
+pub fn nft_remove() -> String {
+    format!(
+        "nft delete chain inet {NFT_TABLE} loss_in 2>/dev/null; \
+         nft delete chain inet {NFT_TABLE} loss_out 2>/dev/null; true"
+    )
+}
+
+/// Whether the node's kernel has netem: adding a netem qdisc to a dummy-free interface (its
+/// loopback) works, and is removed again at once.
+const NETEM_PROBE: &str = "if tc qdisc add dev lo root netem delay 0ms 2>/dev/null; then \
+     tc qdisc del dev lo root; echo yes; else echo no; fi";
+
+/// The interface `node` reaches `peer` through.
+fn interface_to(node: &Node, peer: IpAddr) -> anyhow::Result<String> {
+    let out = remote::run(node.remote.as_ref(), &format!("ip -o route get {peer}"))?;
+    let mut words = out.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "dev" {
+            if let Some(dev) = words.next() {
+                return Ok(dev.to_string());
+            }
+        }
+    }
+    anyhow::bail!("no interface toward {peer} in `{out}`")
+}
+
+/// The netem command for `dev`.
+pub fn netem_command(dev: &str, probability: f64, delay: Option<(u64, u64)>) -> String {
+    let mut cmd = format!(
+        "tc qdisc replace dev {} root netem loss {:.1}%",
+        escape(dev),
+        probability * 100.0
+    );
+    if let Some((ms, jitter)) = delay {
+        cmd.push_str(&format!(" delay {ms}ms {jitter}ms"));
+    }
+    cmd
+}
+
+/// Removes a netem qdisc from `dev`, and nothing else.
+fn netem_remove(dev: &str) -> String {
+    let dev = escape(dev);
+    format!(
+        "if tc qdisc show dev {dev} 2>/dev/null | grep -q netem; then \
+         tc qdisc del dev {dev} root; fi"
+    )
+}
+
+fn has_netem(node: &Node) -> bool {
+    remote::run(node.remote.as_ref(), NETEM_PROBE).is_ok_and(|o| o.trim() == "yes")
+}
+
+fn probability_of(value: &Value) -> Result<Option<f64>, String> {
+    match value.get("probability") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
+            _ => Err(format!(
+                "field `probability`: expected a share between 0 and 1, got {v}"
+            )),
+        },
+    }
+}
+
+impl Fault for Loss {
+    fn fs(&self) -> &'static [&'static str] {
+        &["start-loss", "stop-loss"]
+    }
+
+    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
+        object(value)?;
+        if f == "stop-loss" {
+            return Targets::from_value(value, nodes, Some(NodeSpec::All)).map(drop);
+        }
+        Targets::from_value(value, nodes, None)?;
+        probability_of(value)?;
+        opt_u64(value, "delay_ms")?;
+        opt_u64(value, "jitter_ms")?;
+        Ok(())
+    }
+
+    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
+        let names = env.names();
+        self.check(f, value, &names).map_err(Failed::nothing)?;
+        let default = (f == "stop-loss").then_some(NodeSpec::All);
+        let targets = Targets::from_value(value, &names, default).map_err(Failed::nothing)?;
+        let nodes = env.resolve(&targets)?;
+        let peers_of = |n: &Node| -> Vec<IpAddr> {
+            env.cx
+                .nodes
+                .iter()
+                .filter(|p| p.name != n.name)
+                .map(|p| p.ip)
+                .collect()
+        };
+        if f == "stop-loss" {
+            let (done, errors) = env.on_each(&nodes, |n| {
+                let mut script = vec![nft_remove()];
+                if let Some(peer) = peers_of(n).first() {
+                    if let Ok(dev) = interface_to(n, *peer) {
+                        script.push(netem_remove(&dev));
+                    }
+                }
+                remote::run(n.remote.as_ref(), &script.join("; "))?;
+                Ok(())
+            });
+            return Failed::partly(json!({ "nodes": done }), &errors);
+        }
+        let probability = match probability_of(value).map_err(Failed::nothing)? {
+            Some(p) => p,
+            None => *PROBABILITIES.choose(env.rng).expect("non-empty"),
+        };
+        let delay = opt_u64(value, "delay_ms")
+            .map_err(Failed::nothing)?
+            .map(|ms| (ms, opt_u64(value, "jitter_ms").ok().flatten().unwrap_or(0)));
+        let methods = std::sync::Mutex::new(Vec::new());
+        let (done, errors) = env.on_each(&nodes, |n| {
+            let peers = peers_of(n);
+            let netem = has_netem(n);
+            let cmd = match peers.first() {
+                Some(peer) if netem => netem_command(&interface_to(n, *peer)?, probability, delay),
+                _ => nft_commands(&peers, probability),
+            };
+            remote::run(n.remote.as_ref(), &cmd)?;
+            let method = if netem {
+                Method::Netem
+            } else {
+                Method::Nftables
+            };
+            methods
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(method);
+            Ok(())
+        });
+        let methods = methods.into_inner().unwrap_or_else(|p| p.into_inner());
+        let netem = !methods.is_empty() && methods.iter().all(|m| *m == Method::Netem);
+        let mut record = json!({
+            "nodes": done,
+            "probability": probability,
+            "method": if netem { "netem" } else { "nftables" },
+        });
+        if let Some(spec) = targets.spec_name() {
+            record["targets"] = json!(spec);
+        }
+        if let Some((ms, jitter)) = delay {
+            if netem {
+                record["delay_ms"] = json!(ms);
+                record["jitter_ms"] = json!(jitter);
+            } else {
+                record["skipped"] = json!({"delay_ms": ms, "why": "no netem in this kernel"});
+            }
+        }
+        Failed::partly(record, &errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn nft_rules_drop_a_share_of_peer_traffic_both_ways() {
+        let peers = [
+            IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12)),
+            IpAddr::V4(Ipv4Addr::new(10, 211, 0, 13)),
+        ];
+        let cmd = nft_commands(&peers, 0.25);
+        assert!(
+            cmd.starts_with("nft delete chain inet tidemark loss_in"),
+            "{cmd}"
+        );
+        assert!(
+            cmd.contains(
+                "ip saddr { 10.211.0.12, 10.211.0.13 } numgen random mod 1000 < 250 drop;"
+            ),
+            "{cmd}"
+        );
+        assert!(
+            cmd.contains("ip daddr { 10.211.0.12, 10.211.0.13 }"),
+            "{cmd}"
+        );
+        assert!(cmd.contains("| nft -f -"), "{cmd}");
+        let v6 = nft_commands(&[IpAddr::V6(Ipv6Addr::LOCALHOST)], 0.1);
+        assert!(
+            v6.contains("ip6 saddr { ::1 } numgen random mod 1000 < 100 drop;"),
+            "{v6}"
+        );
+        assert!(!v6.contains("ip saddr"), "{v6}");
+    }
+
+    #[test]
+    fn netem_gets_loss_and_optional_delay() {
+        assert_eq!(
+            netem_command("eth0", 0.2, None),
+            "tc qdisc replace dev eth0 root netem loss 20.0%"
+        );
+        assert_eq!(
+            netem_command("eth0", 0.05, Some((50, 10))),
+            "tc qdisc replace dev eth0 root netem loss 5.0% delay 50ms 10ms"
+        );
+    }
+
+    #[test]
+    fn checks_name_the_bad_field() {
+        let nodes: Vec<String> = ["n1", "n2"].map(String::from).to_vec();
+        let l = Loss;
+        assert!(l
+            .check("start-loss", &json!({"targets": "all"}), &nodes)
+            .is_ok());
+        assert!(l.check("stop-loss", &json!({}), &nodes).is_ok());
+        let e = l
+            .check(
+                "start-loss",
+                &json!({"nodes": ["n1"], "probability": 2}),
+                &nodes,
+            )
+            .unwrap_err();
+        assert!(e.contains("`probability`"), "{e}");
+        let e = l
+            .check(
+                "start-loss",
+                &json!({"nodes": ["n1"], "delay_ms": -3}),
+                &nodes,
+            )
+            .unwrap_err();
+        assert!(e.contains("`delay_ms`"), "{e}");
+    }
+}

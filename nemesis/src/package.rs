@@ -1,0 +1,402 @@
+//! Fault packages, as in Jepsen's combined package: each fault kind contributes a cycle of ops
+//! (a fault, then its undoing, then another fault ...), the ops that heal it at the end, and a
+//! label and colour for plots. [`Combined`] runs every package's cycle on its own staggered
+//! timeline (gaps uniform in [0, 2·interval]) on the single nemesis worker, so faults of
+//! different kinds overlap as they would with Jepsen's `gen/any` of staggered flip-flops.
+
+use rand::seq::IndexedRandom;
+use rand::RngExt;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tidemark_harness::generator::{Context, Generator, Next, Planned, Rng, Worker};
+use tidemark_harness::op::{Invocation, Op, OpType};
+
+use crate::Kind;
+
+/// How plots label and shade a fault kind: intervals open with a `start` op and close with a
+/// `stop` op.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Perf {
+    /// Label.
+    pub name: &'static str,
+    /// Ops that open an interval.
+    pub start: Vec<&'static str>,
+    /// Ops that close it.
+    pub stop: Vec<&'static str>,
+    /// Fill colour.
+    pub color: &'static str,
+}
+
+/// The ops of one fault kind, one after another.
+///
+/// Contract: [`next`](Cycle::next) is pure given the cycle's state and the draws from `rng`;
+/// [`done`](Cycle::done) hears the `info` value of each op the cycle produced, before it is
+/// asked for the next.
+pub trait Cycle: Send {
+    /// The next op.
+    fn next(&mut self, rng: &mut Rng) -> Invocation;
+
+    /// What the nemesis actually did for the cycle's last op.
+    fn done(&mut self, info: &Value) {
+        let _ = info;
+    }
+}
+
+/// One fault kind's part of the schedule.
+pub struct Package {
+    /// The fault kind.
+    pub kind: Kind,
+    /// Its ops in the main phase.
+    pub cycle: Box<dyn Cycle>,
+    /// Ops that heal it in the final phase beyond what the engine heals.
+    pub heal: Vec<Invocation>,
+    /// Plot label and colour.
+    pub perf: Perf,
+}
+
+fn op(f: &str, value: Value) -> Invocation {
+    Invocation {
+        f: f.to_string(),
+        value,
+    }
+}
+
+/// Faults then their undoing: `start` draws a fault (and says whether it needs undoing), `stop`
+/// builds the undoing from what the fault recorded.
+struct FlipFlop<S, T> {
+    start: S,
+    stop: T,
+    undo_next: bool,
+    last: Value,
+}
+
+impl<S, T> Cycle for FlipFlop<S, T>
+where
+    S: FnMut(&mut Rng) -> (Invocation, bool) + Send,
+    T: Fn(&Value) -> Invocation + Send,
+{
+    fn next(&mut self, rng: &mut Rng) -> Invocation {
+        if self.undo_next {
+            self.undo_next = false;
+            return (self.stop)(&self.last);
+        }
+        let (op, undo) = (self.start)(rng);
+        self.undo_next = undo;
+        op
+    }
+
+    fn done(&mut self, info: &Value) {
+        self.last = info.clone();
+    }
+}
+
+fn flip_flop<S, T>(start: S, stop: T) -> Box<dyn Cycle>
+where
+    S: FnMut(&mut Rng) -> (Invocation, bool) + Send + 'static,
+    T: Fn(&Value) -> Invocation + Send + 'static,
+{
+    Box::new(FlipFlop {
+        start,
+        stop,
+        undo_next: false,
+        last: json!({}),
+    })
+}
+
+/// The same op again and again, for faults that undo themselves.
+struct Repeat(Invocation);
+
+impl Cycle for Repeat {
+    fn next(&mut self, _rng: &mut Rng) -> Invocation {
+        self.0.clone()
+    }
+}
+
+/// The nodes a fault recorded: `nodes`, or the keys of `offsets_ms`.
+fn recorded_nodes(info: &Value) -> Value {
+    if let Some(n) = info.get("nodes") {
+        return n.clone();
+    }
+    match info.get("offsets_ms").and_then(Value::as_object) {
+        Some(m) => json!(m.keys().collect::<Vec<_>>()),
+        None => json!([]),
+    }
+}
+
+fn pick(choices: &[String], rng: &mut Rng) -> String {
+    choices.choose(rng).cloned().unwrap_or_default()
+}
+
+/// The package of `kind`, drawing targets from `targets` (spec names the kind understands).
+pub fn package(kind: Kind, targets: Vec<String>) -> Package {
+    let undo =
+        |f: &'static str| move |info: &Value| op(f, json!({ "nodes": recorded_nodes(info) }));
+    let (cycle, heal, perf): (Box<dyn Cycle>, Vec<Invocation>, Perf) = match kind {
+        Kind::Partition => (
+            flip_flop(
+                move |rng| {
+                    (
+                        op("start-partition", json!({"kind": pick(&targets, rng)})),
+                        true,
+                    )
+                },
+                |_| op("stop-partition", json!({})),
+            ),
+            Vec::new(),
+            perf(
+                "partition",
+                &["start-partition"],
+                &["stop-partition"],
+                "#E9DCA0",
+            ),
+        ),
+        Kind::Kill => (
+            flip_flop(
+                move |rng| {
+                    if rng.random_bool(0.25) {
+                        (op("bounce", json!({"times": 3})), false)
+                    } else {
+                        (op("kill", json!({"targets": pick(&targets, rng)})), true)
+                    }
+                },
+                undo("start"),
+            ),
+            Vec::new(),
+            perf("kill", &["kill"], &["start"], "#E9A4A0"),
+        ),
+        Kind::Pause => (
+            flip_flop(
+                move |rng| (op("pause", json!({"targets": pick(&targets, rng)})), true),
+                undo("resume"),
+            ),
+            Vec::new(),
+            perf("pause", &["pause"], &["resume"], "#C5A0E9"),
+        ),
+        Kind::Clock => (
+            flip_flop(
+                move |rng| {
+                    let f = if rng.random_bool(0.5) {
+                        "clock-skew"
+                    } else {
+                        "clock-strobe"
+                    };
+                    (op(f, json!({"targets": pick(&targets, rng)})), true)
+                },
+                undo("clock-reset"),
+            ),
+            vec![op("clock-reset", json!({}))],
+            perf(
+                "clock skew",
+                &["clock-skew", "clock-strobe"],
+                &["clock-reset"],
+                "#A0E9DB",
+            ),
+        ),
+        Kind::Loss => (
+            flip_flop(
+                move |rng| {
+                    (
+                        op("start-loss", json!({"targets": pick(&targets, rng)})),
+                        true,
+                    )
+                },
+                undo("stop-loss"),
+            ),
+            vec![op("stop-loss", json!({}))],
+            perf("packet loss", &["start-loss"], &["stop-loss"], "#A0C8E9"),
+        ),
+        Kind::Corrupt => (
+            flip_flop(
+                move |rng| {
+                    (
+                        op("corrupt-file", json!({"targets": pick(&targets, rng)})),
+                        true,
+                    )
+                },
+                undo("start"),
+            ),
+            Vec::new(),
+            perf("disk corruption", &["corrupt-file"], &["start"], "#99D98C"),
+        ),
+        Kind::Unclean => (
+            Box::new(Repeat(op("unclean-election", json!({})))),
+            Vec::new(),
+            perf("unclean election", &["unclean-election"], &[], "#E9A0CF"),
+        ),
+    };
+    Package {
+        kind,
+        cycle,
+        heal,
+        perf,
+    }
+}
+
+fn perf(
+    name: &'static str,
+    start: &[&'static str],
+    stop: &[&'static str],
+    color: &'static str,
+) -> Perf {
+    Perf {
+        name,
+        start: start.to_vec(),
+        stop: stop.to_vec(),
+        color,
+    }
+}
+
+/// Every package's cycle on its own staggered timeline, performed by the nemesis worker one op
+/// at a time (an op due while another runs waits for it).
+pub struct Combined {
+    cycles: Vec<Box<dyn Cycle>>,
+    due: Vec<Option<u64>>,
+    interval: u64,
+    waiting_for: Option<usize>,
+}
+
+impl Combined {
+    /// Combines `cycles`, each with a mean gap of `interval` nanoseconds between its ops.
+    pub fn new(cycles: Vec<Box<dyn Cycle>>, interval: u64) -> Self {
+        Combined {
+            due: vec![None; cycles.len()],
+            cycles,
+            interval,
+            waiting_for: None,
+        }
+    }
+
+    fn gap(&self, rng: &mut Rng) -> u64 {
+        rng.random_range(0..=2 * self.interval)
+    }
+}
+
+impl Generator for Combined {
+    fn next(&mut self, ctx: &Context, rng: &mut Rng) -> Next {
+        if self.cycles.is_empty() {
+            return Next::Done;
+        }
+        if !ctx.free.contains(&Worker::Nemesis) || self.waiting_for.is_some() {
+            return Next::Pending(None);
+        }
+        for i in 0..self.due.len() {
+            if self.due[i].is_none() {
+                self.due[i] = Some(ctx.time + self.gap(rng));
+            }
+        }
+        let (i, t) = self
+            .due
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .min_by_key(|(i, t)| (*t, *i))
+            .expect("every cycle is due some time");
+        let time = t.max(ctx.time);
+        let op = self.cycles[i].next(rng);
+        self.due[i] = Some(time + self.gap(rng));
+        self.waiting_for = Some(i);
+        Next::Op(Planned {
+            worker: Worker::Nemesis,
+            time,
+            op,
+        })
+    }
+
+    fn update(&mut self, _ctx: &Context, worker: Worker, op: &Op) {
+        if worker == Worker::Nemesis && op.kind == OpType::Info {
+            if let Some(i) = self.waiting_for.take() {
+                self.cycles[i].done(&op.value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_harness::generator::{rng, simulate};
+    use tidemark_harness::op::Outcome;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn faults_alternate_with_their_undoing_which_names_the_recorded_nodes() {
+        let mut p = package(Kind::Pause, vec!["one".into()]);
+        let mut r = rng(1);
+        let first = p.cycle.next(&mut r);
+        assert_eq!(first, op("pause", json!({"targets": "one"})));
+        p.cycle.done(&json!({"nodes": ["n2"], "targets": "one"}));
+        assert_eq!(p.cycle.next(&mut r), op("resume", json!({"nodes": ["n2"]})));
+        p.cycle.done(&json!({"nodes": ["n2"]}));
+        assert_eq!(p.cycle.next(&mut r).f, "pause");
+
+        let mut c = package(Kind::Clock, vec!["all".into()]);
+        let skew = c.cycle.next(&mut r);
+        assert!(skew.f.starts_with("clock-"));
+        c.cycle.done(&json!({"offsets_ms": {"n1": 5, "n3": -7}}));
+        assert_eq!(
+            c.cycle.next(&mut r),
+            op("clock-reset", json!({"nodes": ["n1", "n3"]}))
+        );
+        assert_eq!(c.heal, vec![op("clock-reset", json!({}))]);
+    }
+
+    #[test]
+    fn kills_sometimes_bounce_leaders_which_need_no_undoing() {
+        let mut p = package(Kind::Kill, vec!["leaders".into()]);
+        let mut r = rng(2);
+        let mut seen = std::collections::BTreeMap::new();
+        for _ in 0..200 {
+            let o = p.cycle.next(&mut r);
+            p.cycle.done(&json!({"nodes": ["n1"]}));
+            *seen.entry(o.f).or_insert(0) += 1;
+        }
+        assert!(seen["bounce"] > 10, "{seen:?}");
+        assert!(seen["kill"] - seen["start"] <= 1, "{seen:?}");
+    }
+
+    #[test]
+    fn combined_packages_stagger_and_overlap_on_one_worker() {
+        let cycles = vec![
+            package(Kind::Partition, vec!["one".into()]).cycle,
+            package(Kind::Pause, vec!["one".into()]).cycle,
+        ];
+        let mut gen = Combined::new(cycles, 2 * S);
+        let history = simulate(&mut gen, 0, 1, 40, |p| {
+            let value = match p.op.f.as_str() {
+                "pause" => json!({"nodes": ["n1"]}),
+                _ => p.op.value.clone(),
+            };
+            (Outcome::Info, value, 100_000_000)
+        });
+        let invokes: Vec<&Op> = history
+            .iter()
+            .filter(|o| o.kind == OpType::Invoke)
+            .collect();
+        assert_eq!(invokes.len(), 40);
+        assert!(invokes
+            .iter()
+            .all(|o| o.process == tidemark_harness::op::Process::Nemesis));
+        // One op at a time: every invoke follows the previous op's completion.
+        for w in history.windows(2) {
+            assert_ne!(w[0].kind, w[1].kind, "{:?}", w);
+        }
+        let fs: Vec<&str> = invokes.iter().map(|o| o.f.as_str()).collect();
+        let starts = fs.iter().position(|f| *f == "start-partition").unwrap();
+        let stops = fs.iter().position(|f| *f == "stop-partition").unwrap();
+        assert!(starts < stops);
+        // Each kind alternates within itself.
+        let pauses: Vec<&&str> = fs
+            .iter()
+            .filter(|f| **f == "pause" || **f == "resume")
+            .collect();
+        for w in pauses.windows(2) {
+            assert_ne!(w[0], w[1]);
+        }
+        let resumes: Vec<&&Op> = invokes.iter().filter(|o| o.f == "resume").collect();
+        assert!(resumes.iter().all(|o| o.value == json!({"nodes": ["n1"]})));
+        // Mean gap per package about the interval: 40 ops over two packages in roughly 40 s.
+        let end = invokes.last().unwrap().time;
+        assert!(end > 15 * S && end < 80 * S, "{end}");
+    }
+}

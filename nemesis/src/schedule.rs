@@ -1,0 +1,351 @@
+//! Scripted fault schedules: a JSON list of timed fault ops in the form the history records them,
+//! so the faults of a recorded run can be replayed against a fresh cluster (`tidemark test
+//! --nemesis-schedule FILE`).
+//!
+//! A schedule file is either
+//!
+//! - a JSON list of ops `{"time": NANOS, "f": "start-partition", "value": {...}}` (or `"time_s":
+//!   SECONDS`), where history fields such as `index` and `error` are ignored, client ops are
+//!   skipped, and so are nemesis `invoke`s when the list holds `info`s (an `info` records what
+//!   was actually done, which is what a replay does again); or
+//! - a `history.jsonl`, whose nemesis `info` ops of the main phase are taken.
+//!
+//! Times are since the test started and must not decrease. Every op is checked against the fault
+//! kind that performs it; errors name the file, the op's index and the field.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
+
+use serde_json::Value;
+use tidemark_harness::generator::{Context, Generator, Next, Planned, Rng, Worker};
+use tidemark_harness::op::Invocation;
+
+use crate::fault::Faults;
+use crate::Kind;
+
+/// One timed op of a schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timed {
+    /// Nanoseconds since the test started.
+    pub time: u64,
+    /// The op.
+    pub op: Invocation,
+}
+
+/// A checked schedule.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Schedule {
+    /// The ops, in time order.
+    pub ops: Vec<Timed>,
+}
+
+impl Schedule {
+    /// Reads and checks the schedule at `path` for a test of `nodes`, routing each op to the
+    /// fault kind in `faults` that performs it.
+    pub fn load(path: &Path, nodes: &[String], faults: &Faults) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        Self::parse(&text, nodes, faults).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and checks schedule text (a JSON list or a history.jsonl).
+    pub fn parse(text: &str, nodes: &[String], faults: &Faults) -> Result<Self, String> {
+        let trimmed = text.trim_start();
+        let (entries, what) = if trimmed.starts_with('[') {
+            let list: Vec<Value> =
+                serde_json::from_str(text).map_err(|e| format!("not a JSON list of ops: {e}"))?;
+            let has_infos = list
+                .iter()
+                .any(|o| o.get("type").and_then(Value::as_str) == Some("info"));
+            let keep = |o: &Value| {
+                let nemesis = o.get("process").is_none_or(|p| p == "nemesis");
+                let kind = o.get("type").and_then(Value::as_str);
+                nemesis && !(has_infos && kind == Some("invoke"))
+            };
+            let entries: Vec<(usize, Value)> = list
+                .into_iter()
+                .enumerate()
+                .filter(|(_, o)| keep(o))
+                .collect();
+            (entries, "op")
+        } else {
+            (history_entries(text)?, "line")
+        };
+        let mut ops = Vec::with_capacity(entries.len());
+        let mut last = 0u64;
+        for (index, entry) in entries {
+            let at = |e: String| format!("{what} {index}: {e}");
+            let op = parse_op(&entry, nodes, faults).map_err(at)?;
+            if op.time < last {
+                return Err(at(format!(
+                    "field `time`: {} ns is before the previous op's {last} ns; times must not \
+                     decrease",
+                    op.time
+                )));
+            }
+            last = op.time;
+            ops.push(op);
+        }
+        Ok(Schedule { ops })
+    }
+
+    /// The fault kinds the schedule uses.
+    pub fn kinds(&self) -> Vec<Kind> {
+        let kinds: BTreeSet<Kind> = self
+            .ops
+            .iter()
+            .filter_map(|t| Kind::of_op(&t.op.f))
+            .collect();
+        kinds.into_iter().collect()
+    }
+
+    /// Replays the schedule on the nemesis worker.
+    pub fn generator(&self) -> Replay {
+        Replay {
+            ops: self.ops.iter().cloned().collect(),
+        }
+    }
+}
+
+/// The nemesis `info` ops of a history's main phase (those at or before the header's time limit)
+/// as `(line number, op)`.
+fn history_entries(text: &str) -> Result<Vec<(usize, Value)>, String> {
+    let mut lines = text.lines().enumerate();
+    let limit_ns = match lines.next() {
+        Some((_, first)) => {
+            let header: Value = serde_json::from_str(first)
+                .map_err(|e| format!("line 1: neither a JSON list nor a history header: {e}"))?;
+            if header.get("tidemark_history").is_none() {
+                return Err("line 1: neither a JSON list nor a history header".into());
+            }
+            header["test"]["time_limit_s"]
+                .as_f64()
+                .map(|s| (s * 1e9) as u64)
+        }
+        None => return Ok(Vec::new()),
+    };
+    let mut out = Vec::new();
+    for (i, line) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let op: Value =
+            serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
+        let nemesis_info = op.get("process").is_some_and(|p| p == "nemesis")
+            && op.get("type").and_then(Value::as_str) == Some("info");
+        let in_main = match (limit_ns, op.get("time").and_then(Value::as_u64)) {
+            (Some(limit), Some(t)) => t <= limit,
+            _ => true,
+        };
+        if nemesis_info && in_main {
+            out.push((i + 1, op));
+        }
+    }
+    Ok(out)
+}
+
+/// One op, checked by the fault kind that performs it.
+fn parse_op(entry: &Value, nodes: &[String], faults: &Faults) -> Result<Timed, String> {
+    if !entry.is_object() {
+        return Err(format!(
+            "expected an object with `time`, `f` and `value`, got {entry}"
+        ));
+    }
+    let time = match (entry.get("time"), entry.get("time_s")) {
+        (Some(t), _) => t.as_u64().ok_or_else(|| {
+            format!("field `time`: expected nanoseconds as a non-negative integer, got {t}")
+        })?,
+        (None, Some(s)) => match s.as_f64() {
+            Some(s) if s >= 0.0 && s.is_finite() => (s * 1e9) as u64,
+            _ => {
+                return Err(format!(
+                    "field `time_s`: expected non-negative seconds, got {s}"
+                ))
+            }
+        },
+        (None, None) => return Err("field `time`: missing (nanoseconds since the start)".into()),
+    };
+    let f = match entry.get("f") {
+        Some(Value::String(f)) => f.clone(),
+        Some(other) => return Err(format!("field `f`: expected a string, got {other}")),
+        None => return Err("field `f`: missing".into()),
+    };
+    let fault = faults
+        .iter()
+        .find(|k| k.fs().contains(&f.as_str()))
+        .ok_or_else(|| {
+            let known: Vec<&str> = faults.iter().flat_map(|k| k.fs().iter().copied()).collect();
+            format!(
+                "field `f`: unknown fault op {f:?}; known: {}",
+                known.join(", ")
+            )
+        })?;
+    let value = entry
+        .get("value")
+        .cloned()
+        .unwrap_or(Value::Object(Default::default()));
+    fault
+        .check(&f, &value, nodes)
+        .map_err(|e| format!("{f}: {}", in_value(&e)))?;
+    Ok(Timed {
+        time,
+        op: Invocation { f, value },
+    })
+}
+
+/// Prefixes the fields an error names with `value.`, since they are inside the op's value.
+fn in_value(e: &str) -> String {
+    e.replace("field `", "field `value.")
+}
+
+/// The replaying generator: each op at its time on the nemesis worker, one at a time.
+pub struct Replay {
+    ops: VecDeque<Timed>,
+}
+
+impl Generator for Replay {
+    fn next(&mut self, ctx: &Context, _rng: &mut Rng) -> Next {
+        if self.ops.is_empty() {
+            return Next::Done;
+        }
+        if !ctx.free.contains(&Worker::Nemesis) {
+            return Next::Pending(None);
+        }
+        let t = self.ops.pop_front().expect("checked non-empty");
+        Next::Op(Planned {
+            worker: Worker::Nemesis,
+            time: t.time.max(ctx.time),
+            op: t.op,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn nodes() -> Vec<String> {
+        ["n1", "n2", "n3"].map(String::from).to_vec()
+    }
+
+    fn parse(text: &str) -> Result<Schedule, String> {
+        Schedule::parse(text, &nodes(), &crate::all_faults(&Default::default()))
+    }
+
+    #[test]
+    fn lists_of_ops_parse_with_times_in_ns_or_seconds() {
+        let s = parse(
+            r#"[{"time": 1000, "f": "start-partition", "value": {"kind": "one"}},
+                {"time_s": 2.5, "f": "stop-partition"},
+                {"time": 3000000000, "f": "kill", "value": {"nodes": ["n2"]}}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.ops.len(), 3);
+        assert_eq!(s.ops[1].time, 2_500_000_000);
+        assert_eq!(s.ops[1].op.value, json!({}));
+        assert_eq!(s.kinds(), vec![Kind::Partition, Kind::Kill]);
+    }
+
+    #[test]
+    fn history_lines_keep_nemesis_infos_only() {
+        let s = parse(
+            r#"[{"index": 0, "time": 5, "process": 0, "type": "invoke", "f": "send", "value": {}},
+                {"index": 1, "time": 6, "process": "nemesis", "type": "invoke", "f": "kill",
+                 "value": {"targets": "one"}},
+                {"index": 2, "time": 9, "process": "nemesis", "type": "info", "f": "kill",
+                 "value": {"nodes": ["n3"], "targets": "one"}}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.ops.len(), 1);
+        assert_eq!(s.ops[0].op.value["nodes"], json!(["n3"]));
+    }
+
+    #[test]
+    fn a_history_file_replays_its_main_phase_faults() {
+        let text = [
+            json!({"tidemark_history": 1, "test": {"time_limit_s": 10.0}}),
+            json!({"index": 0, "time": 1_000_000_000u64, "process": "nemesis", "type": "invoke",
+                   "f": "pause", "value": {"targets": "one"}}),
+            json!({"index": 1, "time": 1_100_000_000u64, "process": "nemesis", "type": "info",
+                   "f": "pause", "value": {"nodes": ["n1"], "targets": "one"}}),
+            json!({"index": 2, "time": 11_000_000_000u64, "process": "nemesis", "type": "info",
+                   "f": "resume", "value": {"nodes": ["n1", "n2", "n3"]}}),
+        ]
+        .map(|v| v.to_string())
+        .join("\n");
+        let s = parse(&text).unwrap();
+        assert_eq!(s.ops.len(), 1);
+        assert_eq!(s.ops[0].op.f, "pause");
+    }
+
+    #[test]
+    fn errors_name_the_index_and_the_field() {
+        let e =
+            parse(r#"[{"time": 1, "f": "kill", "value": {"nodes": ["n1", "n9"]}}]"#).unwrap_err();
+        assert!(e.starts_with("op 0: kill: field `value.nodes[1]`"), "{e}");
+        let e = parse(r#"[{"time": 1, "f": "stop-partition"}, {"time": 2, "f": "explode"}]"#)
+            .unwrap_err();
+        assert!(
+            e.starts_with("op 1: field `f`: unknown fault op \"explode\""),
+            "{e}"
+        );
+        assert!(e.contains("unclean-election"), "{e}");
+        let e = parse(r#"[{"f": "stop-partition"}]"#).unwrap_err();
+        assert!(e.contains("op 0: field `time`"), "{e}");
+        let e =
+            parse(r#"[{"time": 9, "f": "stop-partition"}, {"time": 3, "f": "stop-partition"}]"#)
+                .unwrap_err();
+        assert!(
+            e.contains("op 1: field `time`") && e.contains("decrease"),
+            "{e}"
+        );
+        let e = parse(r#"[{"time": -1, "f": "stop-partition"}]"#).unwrap_err();
+        assert!(e.contains("op 0: field `time`"), "{e}");
+        let e = parse(r#"{"ops": []}"#).unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+        let e =
+            parse(r#"[{"time": 1, "f": "start-partition", "value": {"kind": "x"}}]"#).unwrap_err();
+        assert!(e.contains("field `value.kind`"), "{e}");
+    }
+
+    #[test]
+    fn files_are_named_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("faults.json");
+        std::fs::write(
+            &path,
+            r#"[{"time": 1, "f": "pause", "value": {"targets": 3}}]"#,
+        )
+        .unwrap();
+        let faults = crate::all_faults(&Default::default());
+        let e = Schedule::load(&path, &nodes(), &faults).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{}: op 0: pause: field `value.targets`",
+                path.display()
+            )),
+            "{e}"
+        );
+        let e = Schedule::load(&dir.path().join("missing.json"), &nodes(), &faults).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn replay_emits_each_op_at_its_time_on_the_nemesis_worker() {
+        let s = parse(
+            r#"[{"time": 1000, "f": "stop-partition"}, {"time": 500000, "f": "stop-partition"}]"#,
+        )
+        .unwrap();
+        let mut g = s.generator();
+        let h = tidemark_harness::generator::simulate(&mut g, 2, 1, 10, |_| {
+            (tidemark_harness::op::Outcome::Info, json!({}), 10)
+        });
+        let times: Vec<u64> = h
+            .iter()
+            .filter(|o| o.kind == tidemark_harness::op::OpType::Invoke)
+            .map(|o| o.time)
+            .collect();
+        assert_eq!(times, vec![1000, 500000]);
+    }
+}

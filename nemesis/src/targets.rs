@@ -1,0 +1,276 @@
+//! Which nodes a fault acts on. An op names its targets as a spec (`"targets": "minority"`) when
+//! the schedule generates it and as explicit names (`"nodes": ["n2"]`) once the nemesis has
+//! resolved it; the `info` records the names, so the history says exactly what happened and a
+//! replay of it does the same thing again.
+
+use std::collections::BTreeSet;
+
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::RngExt;
+use serde_json::Value;
+use tidemark_harness::generator::Rng;
+
+use crate::cluster::ClusterView;
+
+/// A node spec: which nodes, chosen when the op is performed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NodeSpec {
+    /// One random node.
+    One,
+    /// The largest minority, at random.
+    Minority,
+    /// The smallest majority, at random.
+    Majority,
+    /// About a third of the nodes (at least one), at random.
+    MinorityThird,
+    /// The leader of one random partition.
+    Leader,
+    /// A random non-empty subset of the nodes leading some partition.
+    Leaders,
+    /// Every node.
+    All,
+}
+
+impl NodeSpec {
+    /// Every spec with its name.
+    pub const ALL: [NodeSpec; 7] = [
+        NodeSpec::One,
+        NodeSpec::Minority,
+        NodeSpec::Majority,
+        NodeSpec::MinorityThird,
+        NodeSpec::Leader,
+        NodeSpec::Leaders,
+        NodeSpec::All,
+    ];
+
+    /// The name ops and the CLI use.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeSpec::One => "one",
+            NodeSpec::Minority => "minority",
+            NodeSpec::Majority => "majority",
+            NodeSpec::MinorityThird => "minority-third",
+            NodeSpec::Leader => "leader",
+            NodeSpec::Leaders => "leaders",
+            NodeSpec::All => "all",
+        }
+    }
+
+    /// The spec called `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether resolving needs the current partition leaders.
+    pub fn needs_leaders(self) -> bool {
+        matches!(self, NodeSpec::Leader | NodeSpec::Leaders)
+    }
+
+    /// Resolves to node names, sorted. `view` is only read for leader specs.
+    pub fn resolve(
+        self,
+        nodes: &[String],
+        view: Option<&ClusterView>,
+        rng: &mut Rng,
+    ) -> Result<Vec<String>, String> {
+        let n = nodes.len();
+        let mut shuffled = nodes.to_vec();
+        shuffled.shuffle(rng);
+        let take = |k: usize, mut v: Vec<String>| {
+            v.truncate(k.clamp(1, n));
+            v.sort();
+            v
+        };
+        Ok(match self {
+            NodeSpec::One => take(1, shuffled),
+            NodeSpec::Minority => take(minority(n), shuffled),
+            NodeSpec::Majority => take(majority(n), shuffled),
+            NodeSpec::MinorityThird => take(minority_third(n), shuffled),
+            NodeSpec::All => take(n, shuffled),
+            NodeSpec::Leader => {
+                let view = view.ok_or("no cluster view to find leaders in")?;
+                let led: Vec<&String> = view.partitions.iter().flat_map(|p| &p.leader).collect();
+                let leader = led.choose(rng).ok_or("no partition has a leader")?;
+                vec![(*leader).clone()]
+            }
+            NodeSpec::Leaders => {
+                let view = view.ok_or("no cluster view to find leaders in")?;
+                let mut leaders: Vec<String> = view.leaders().into_iter().collect();
+                if leaders.is_empty() {
+                    return Err("no partition has a leader".into());
+                }
+                leaders.shuffle(rng);
+                let k = rng.random_range(1..=leaders.len());
+                take(k, leaders)
+            }
+        })
+    }
+}
+
+/// The largest minority of `n` (at least 1).
+pub fn minority(n: usize) -> usize {
+    (n.saturating_sub(1) / 2).max(1)
+}
+
+/// The smallest majority of `n`.
+pub fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// About a third of `n`, strictly less than a third when possible (at least 1).
+pub fn minority_third(n: usize) -> usize {
+    (n.saturating_sub(1) / 3).max(1)
+}
+
+/// The targets of an op: a spec still to resolve, or resolved names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Targets {
+    /// Chosen when performed.
+    Spec(NodeSpec),
+    /// Exactly these nodes.
+    Nodes(Vec<String>),
+}
+
+impl Targets {
+    /// Reads `value.nodes` (names, which win) or `value.targets` (a spec); `default` when
+    /// neither is present. Errors name the field.
+    pub fn from_value(
+        value: &Value,
+        nodes: &[String],
+        default: Option<NodeSpec>,
+    ) -> Result<Self, String> {
+        if let Some(list) = value.get("nodes") {
+            return node_list(list, nodes, "nodes").map(Targets::Nodes);
+        }
+        match value.get("targets") {
+            Some(Value::String(s)) => NodeSpec::parse(s).map(Targets::Spec).ok_or_else(|| {
+                format!(
+                    "field `targets`: unknown node spec {s:?}; known: {}",
+                    spec_names()
+                )
+            }),
+            Some(other) => Err(format!(
+                "field `targets`: expected a node spec string, got {other}"
+            )),
+            None => default
+                .map(Targets::Spec)
+                .ok_or_else(|| "needs `nodes` (a list of node names) or `targets`".to_string()),
+        }
+    }
+
+    /// Whether resolving needs the current partition leaders.
+    pub fn needs_leaders(&self) -> bool {
+        matches!(self, Targets::Spec(s) if s.needs_leaders())
+    }
+
+    /// The node names, resolving a spec.
+    pub fn resolve(
+        &self,
+        nodes: &[String],
+        view: Option<&ClusterView>,
+        rng: &mut Rng,
+    ) -> Result<Vec<String>, String> {
+        match self {
+            Targets::Nodes(list) => Ok(list.clone()),
+            Targets::Spec(s) => s.resolve(nodes, view, rng),
+        }
+    }
+
+    /// The spec's name, for the record.
+    pub fn spec_name(&self) -> Option<&'static str> {
+        match self {
+            Targets::Spec(s) => Some(s.name()),
+            Targets::Nodes(_) => None,
+        }
+    }
+}
+
+/// The names of every node spec, for messages.
+pub fn spec_names() -> String {
+    NodeSpec::ALL.map(NodeSpec::name).join(", ")
+}
+
+/// Reads a list of distinct known node names at `field`.
+pub fn node_list(list: &Value, nodes: &[String], field: &str) -> Result<Vec<String>, String> {
+    let items = list
+        .as_array()
+        .ok_or_else(|| format!("field `{field}`: expected a list of node names, got {list}"))?;
+    let mut seen = BTreeSet::new();
+    for (i, item) in items.iter().enumerate() {
+        let name = item
+            .as_str()
+            .ok_or_else(|| format!("field `{field}[{i}]`: expected a node name, got {item}"))?;
+        if !nodes.iter().any(|n| n == name) {
+            return Err(format!(
+                "field `{field}[{i}]`: unknown node {name:?}; nodes: {}",
+                nodes.join(", ")
+            ));
+        }
+        seen.insert(name.to_string());
+    }
+    Ok(seen.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tidemark_harness::generator::rng;
+
+    fn names(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("n{i}")).collect()
+    }
+
+    #[test]
+    fn sizes_follow_jepsen() {
+        assert_eq!((minority(3), majority(3), minority_third(3)), (1, 2, 1));
+        assert_eq!((minority(5), majority(5), minority_third(5)), (2, 3, 1));
+        assert_eq!((minority(4), majority(4), minority_third(7)), (1, 3, 2));
+        assert_eq!((minority(1), majority(1)), (1, 1));
+    }
+
+    #[test]
+    fn specs_resolve_to_sorted_distinct_nodes_of_the_right_size() {
+        let nodes = names(5);
+        let mut r = rng(7);
+        for (spec, size) in [
+            (NodeSpec::One, 1),
+            (NodeSpec::Minority, 2),
+            (NodeSpec::Majority, 3),
+            (NodeSpec::MinorityThird, 1),
+            (NodeSpec::All, 5),
+        ] {
+            for _ in 0..20 {
+                let got = spec.resolve(&nodes, None, &mut r).unwrap();
+                assert_eq!(got.len(), size, "{spec:?}");
+                let mut sorted = got.clone();
+                sorted.sort();
+                sorted.dedup();
+                assert_eq!(sorted, got);
+            }
+        }
+        let err = NodeSpec::Leaders.resolve(&nodes, None, &mut r).unwrap_err();
+        assert!(err.contains("leaders"), "{err}");
+    }
+
+    #[test]
+    fn names_win_over_specs_and_bad_fields_are_named() {
+        let nodes = names(3);
+        let t = Targets::from_value(
+            &json!({"nodes": ["n3", "n1"], "targets": "all"}),
+            &nodes,
+            None,
+        );
+        assert_eq!(t.unwrap(), Targets::Nodes(vec!["n1".into(), "n3".into()]));
+        let t = Targets::from_value(&json!({"targets": "majority"}), &nodes, None).unwrap();
+        assert_eq!(t, Targets::Spec(NodeSpec::Majority));
+        let t = Targets::from_value(&json!({}), &nodes, Some(NodeSpec::All)).unwrap();
+        assert_eq!(t, Targets::Spec(NodeSpec::All));
+        let e = Targets::from_value(&json!({"nodes": ["n1", "n9"]}), &nodes, None).unwrap_err();
+        assert!(e.contains("`nodes[1]`") && e.contains("n9"), "{e}");
+        let e = Targets::from_value(&json!({"targets": "most"}), &nodes, None).unwrap_err();
+        assert!(e.contains("`targets`") && e.contains("minority"), "{e}");
+        let e = Targets::from_value(&json!({}), &nodes, None).unwrap_err();
+        assert!(e.contains("nodes"), "{e}");
+    }
+}

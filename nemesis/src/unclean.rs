@@ -1,0 +1,366 @@
+//! A forced unclean leader election (aphyr's 2013 Kafka scenario, through KIP-460's ElectLeaders
+//! UNCLEAN), as one op that heals its own rules:
+//!
+//! 1. Cut one follower S of a partition off from fetching (every other node drops its packets to
+//!    the client port) until the leader shrinks the ISR without it.
+//! 2. Let acknowledged writes land on the smaller ISR.
+//! 3. Take the ISR away without losing the metadata quorum: every node drops controller-port
+//!    packets from the partition's other replicas, so they can neither lead the quorum nor
+//!    heartbeat to whoever does, while connections the others open to them still work. The
+//!    controller fences them and the partition goes leaderless.
+//! 4. Elect S, which lacks those writes, with ElectLeaders UNCLEAN; then remove every rule, and
+//!    the old ISR comes back to follow S and truncate.
+//!
+//! The history records `{"cluster", "topic", "partition", "leader"}` with the elected replica
+//! (plus the old leader and ISR); the checkers allow `lost-write` once such an op appears. The
+//! rules live in chains of the nftables table [`NFT_TABLE`].
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use rand::seq::IndexedRandom;
+use serde_json::{json, Value};
+use tidemark_harness::broker::{CLIENT_PORT, CONTROLLER_PORT};
+use tidemark_harness::net::NFT_TABLE;
+use tidemark_harness::remote::{self, escape};
+use tidemark_harness::runtime::Node;
+
+use crate::cluster::{elect_unclean, ClusterView, PartitionView};
+use crate::fault::{object, opt_str, Env, Failed, Fault};
+use crate::targets::node_list;
+
+/// The forced unclean election.
+#[derive(Debug, Clone)]
+pub struct Unclean {
+    /// The port followers fetch from (the client listener).
+    pub client_port: u16,
+    /// The port of the controller quorum and broker heartbeats.
+    pub controller_port: u16,
+    /// How long writes land on the shrunken ISR before it is taken away.
+    pub dwell: Duration,
+    /// How long each step may take.
+    pub step_timeout: Duration,
+}
+
+impl Default for Unclean {
+    fn default() -> Self {
+        Unclean {
+            client_port: CLIENT_PORT,
+            controller_port: CONTROLLER_PORT,
+            dwell: Duration::from_secs(2),
+            step_timeout: Duration::from_secs(25),
+        }
+    }
+}
+
+/// The nftables command that installs `chain` dropping TCP packets from `from` to `port`.
+pub fn drop_chain_command(chain: &str, from: &[IpAddr], port: u16) -> String {
+    let mut rules = Vec::new();
+    for (family, v4) in [("ip", true), ("ip6", false)] {
+        let ips: Vec<String> = from
+            .iter()
+            .filter(|ip| ip.is_ipv4() == v4)
+            .map(IpAddr::to_string)
+            .collect();
+        if !ips.is_empty() {
+            rules.push(format!(
+                "{family} saddr {{ {} }} tcp dport {port} drop;",
+                ips.join(", ")
+            ));
+        }
+    }
+    let ruleset = format!(
+        "table inet {NFT_TABLE} {{ chain {chain} {{ type filter hook input priority -5; \
+         policy accept; {} }} }}",
+        rules.join(" ")
+    );
+    format!(
+        "{}; printf '%s\\n' {} | nft -f -",
+        remove_chain_command(chain),
+        escape(&ruleset)
+    )
+}
+
+/// Removes `chain` from the table, if present.
+pub fn remove_chain_command(chain: &str) -> String {
+    format!("nft delete chain inet {NFT_TABLE} {chain} 2>/dev/null; true")
+}
+
+const STALE_CHAIN: &str = "unclean_stale";
+const FENCE_CHAIN: &str = "unclean_fence";
+
+/// Removes the op's chains from every node when dropped, whatever happened.
+struct Rules<'a> {
+    nodes: &'a [Node],
+}
+
+impl Drop for Rules<'_> {
+    fn drop(&mut self) {
+        let cmd = format!(
+            "{}; {}",
+            remove_chain_command(STALE_CHAIN),
+            remove_chain_command(FENCE_CHAIN)
+        );
+        for n in self.nodes {
+            let _ = remote::run(n.remote.as_ref(), &cmd);
+        }
+    }
+}
+
+/// Polls the cluster until `done` holds for the partition; returns its view then.
+fn wait_for(
+    env: &Env<'_>,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&PartitionView) -> bool,
+) -> anyhow::Result<PartitionView> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(view) = ClusterView::read(env.cx) {
+            if let Some(p) = view.partition(topic, partition).filter(|p| done(p)) {
+                return Ok(p.clone());
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("{topic}/{partition}: {what} did not happen within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+impl Unclean {
+    /// Chooses the partition and the stale replica to elect.
+    fn choose(&self, env: &mut Env<'_>, value: &Value) -> Result<(PartitionView, String), Failed> {
+        let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
+        let wanted_topic = opt_str(value, "topic").map_err(Failed::nothing)?;
+        let wanted_partition = value.get("partition").and_then(Value::as_i64);
+        let wanted_stale = opt_str(value, "leader").map_err(Failed::nothing)?;
+        let candidates: Vec<&PartitionView> = view
+            .partitions
+            .iter()
+            .filter(|p| wanted_topic.is_none_or(|t| t == p.topic))
+            .filter(|p| wanted_partition.is_none_or(|i| i == p.partition as i64))
+            .filter(|p| p.leader.is_some() && p.replicas.len() >= 2)
+            .filter(|p| wanted_stale.is_none_or(|s| p.replicas.iter().any(|r| r == s)))
+            .filter(|p| wanted_stale.is_none_or(|s| p.leader.as_deref() != Some(s)))
+            .collect();
+        let p = (*candidates.choose(env.rng).ok_or_else(|| {
+            Failed::nothing(
+                "no partition with a leader and another replica to elect (it needs a \
+                 replication factor of at least 2)",
+            )
+        })?)
+        .clone();
+        let stale = match wanted_stale {
+            Some(s) => s.to_string(),
+            None => {
+                let followers: Vec<&String> = p
+                    .replicas
+                    .iter()
+                    .filter(|r| p.leader.as_ref() != Some(*r))
+                    .collect();
+                (*followers.choose(env.rng).expect("two replicas or more")).clone()
+            }
+        };
+        Ok((p, stale))
+    }
+
+    fn run(&self, env: &mut Env<'_>, value: &Value) -> Result<Value, Failed> {
+        let (p, stale) = self.choose(env, value)?;
+        let (topic, partition) = (p.topic.clone(), p.partition);
+        let previous = p.leader.clone().unwrap_or_default();
+        let others: Vec<String> = p
+            .replicas
+            .iter()
+            .filter(|r| **r != stale)
+            .cloned()
+            .collect();
+        let stale_node = env.node(&stale)?.clone();
+        let cluster = stale_node.cluster.clone();
+        let mut record = json!({"cluster": cluster, "topic": topic, "partition": partition,
+                                "stale": stale, "previous_leader": previous});
+        let fail = |record: &Value, e: anyhow::Error| Failed {
+            done: record.clone(),
+            error: format!("{e:#}"),
+        };
+        let _rules = Rules {
+            nodes: env.cx.nodes,
+        };
+
+        // 1. The stale replica stops fetching until the ISR no longer holds it.
+        let cut: Vec<String> = env
+            .cx
+            .nodes
+            .iter()
+            .filter(|n| n.name != stale)
+            .map(|n| n.name.clone())
+            .collect();
+        let stale_ip = [stale_node.ip];
+        let (_, errors) = env.on_each(&cut, |n| {
+            remote::run(
+                n.remote.as_ref(),
+                &drop_chain_command(STALE_CHAIN, &stale_ip, self.client_port),
+            )?;
+            Ok(())
+        });
+        if !errors.is_empty() {
+            return Err(Failed {
+                done: record,
+                error: errors.join("; "),
+            });
+        }
+        let shrunk = wait_for(
+            env,
+            &topic,
+            partition,
+            self.step_timeout,
+            "the ISR shrink",
+            |v| !v.isr.contains(&stale) && v.leader.is_some(),
+        )
+        .map_err(|e| fail(&record, e))?;
+        record["isr"] = json!(shrunk.isr);
+
+        // 2. Acknowledged writes land on the shrunken ISR only.
+        std::thread::sleep(self.dwell);
+
+        // 3. The rest of the replicas can open no controller connection: they are fenced.
+        let all: Vec<String> = env.names();
+        let (_, errors) = env.on_each(&all, |n| {
+            let from: Vec<IpAddr> = env
+                .cx
+                .nodes
+                .iter()
+                .filter(|o| others.contains(&o.name) && o.name != n.name)
+                .map(|o| o.ip)
+                .collect();
+            if from.is_empty() {
+                return Ok(());
+            }
+            remote::run(
+                n.remote.as_ref(),
+                &drop_chain_command(FENCE_CHAIN, &from, self.controller_port),
+            )?;
+            Ok(())
+        });
+        if !errors.is_empty() {
+            return Err(Failed {
+                done: record,
+                error: errors.join("; "),
+            });
+        }
+        record["fenced"] = json!(others);
+        wait_for(
+            env,
+            &topic,
+            partition,
+            self.step_timeout,
+            "losing the leader",
+            |v| v.leader.is_none(),
+        )
+        .map_err(|e| fail(&record, e))?;
+
+        // 4. Elect the stale replica; the rules go when `_rules` drops.
+        let deadline = Instant::now() + self.step_timeout;
+        loop {
+            match elect_unclean(env.cx, &stale_node, &topic, partition) {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= deadline => return Err(fail(&record, e)),
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
+        wait_for(
+            env,
+            &topic,
+            partition,
+            self.step_timeout,
+            "the election",
+            |v| v.leader.as_deref() == Some(stale.as_str()),
+        )
+        .map_err(|e| fail(&record, e))?;
+        record["leader"] = json!(stale);
+        Ok(record)
+    }
+}
+
+impl Fault for Unclean {
+    fn fs(&self) -> &'static [&'static str] {
+        &["unclean-election"]
+    }
+
+    fn check(&self, _f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
+        object(value)?;
+        let topic = opt_str(value, "topic")?;
+        match (topic, value.get("partition")) {
+            (None, None) | (Some(_), None) => {}
+            (_, Some(p)) if !p.as_i64().is_some_and(|p| p >= 0) => {
+                return Err(format!(
+                    "field `partition`: expected a partition index, got {p}"
+                ))
+            }
+            (None, Some(_)) => return Err("field `partition` needs `topic`".into()),
+            _ => {}
+        }
+        if let Some(l) = opt_str(value, "leader")? {
+            node_list(&json!([l]), nodes, "leader")
+                .map_err(|_| format!("field `leader`: unknown node {l:?}"))?;
+        }
+        Ok(())
+    }
+
+    fn invoke(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
+        let names = env.names();
+        self.check("unclean-election", value, &names)
+            .map_err(Failed::nothing)?;
+        self.run(env, value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn chains_drop_tcp_to_one_port_from_the_named_sources() {
+        let cmd = drop_chain_command(
+            "unclean_fence",
+            &[
+                IpAddr::V4(Ipv4Addr::new(10, 211, 0, 11)),
+                IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12)),
+            ],
+            9093,
+        );
+        assert!(
+            cmd.starts_with("nft delete chain inet tidemark unclean_fence"),
+            "{cmd}"
+        );
+        assert!(
+            cmd.contains("ip saddr { 10.211.0.11, 10.211.0.12 } tcp dport 9093 drop;"),
+            "{cmd}"
+        );
+    }
+
+    #[test]
+    fn checks_name_the_bad_field() {
+        let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let u = Unclean::default();
+        assert!(u.check("unclean-election", &json!({}), &nodes).is_ok());
+        let recorded = json!({"cluster": "a", "topic": "t", "partition": 0, "leader": "n3"});
+        assert!(u.check("unclean-election", &recorded, &nodes).is_ok());
+        let e = u
+            .check(
+                "unclean-election",
+                &json!({"topic": "t", "partition": "x"}),
+                &nodes,
+            )
+            .unwrap_err();
+        assert!(e.contains("`partition`"), "{e}");
+        let e = u
+            .check("unclean-election", &json!({"leader": "n7"}), &nodes)
+            .unwrap_err();
+        assert!(e.contains("`leader`"), "{e}");
+    }
+}
