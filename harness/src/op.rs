@@ -63,33 +63,3 @@ impl Completion {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn op_lines_use_the_spec_field_names() {
-        let op = Op {
-            index: 3,
-            time: 17,
-            process: Process::Client(4),
-            kind: OpType::Ok,
-            f: "send".into(),
-            value: json!({"topic": "t", "partition": 0, "values": [1], "offset": 9}),
-            node: Some("n1".into()),
-            cluster: Some("a".into()),
-            error: None,
-        };
-        let line = serde_json::to_value(&op).unwrap();
-        assert_eq!(
-            line,
-            json!({"index": 3, "time": 17, "process": 4, "type": "ok", "f": "send",
-                   "value": {"topic": "t", "partition": 0, "values": [1], "offset": 9},
-                   "node": "n1", "cluster": "a"})
-        );
-        let back: Op = serde_json::from_value(line).unwrap();
-        assert_eq!(back, op);
-    }
-}
