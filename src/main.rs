@@ -18,7 +18,11 @@ pub const EXIT_BAD_INPUT: u8 = 254;
 pub const EXIT_HARNESS_FAILED: u8 = 255;
 
 #[derive(Parser)]
-#[command(name = "tidemark", version, about = "Jepsen-style tests for Kafka-protocol brokers")]
+#[command(
+    name = "tidemark",
+    version,
+    about = "Jepsen-style tests for Kafka-protocol brokers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
