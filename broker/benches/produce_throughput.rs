@@ -129,6 +129,7 @@ fn main() {
     let base = drive(&sink, n, 1);
     let single = drive(&b.bootstrap(), n, 1);
     let replicated = drive(&leader, n, -1);
+    let replicated_acks1 = drive(&leader, n, 1);
     let rate = |d: Duration| {
         (
             (n * PER_BATCH) as f64 / d.as_secs_f64(),
@@ -138,10 +139,12 @@ fn main() {
     let (lr, lm) = rate(base);
     let (sr, sm) = rate(single);
     let (rr, rm) = rate(replicated);
+    let (r1r, r1m) = rate(replicated_acks1);
     println!("produce, 1 KiB records, {PER_BATCH} records/request, {IN_FLIGHT} in flight, {} MiB, frame {frame_bytes} B", TOTAL_BYTES >> 20);
     println!("  loopback baseline          : {lr:>10.0} records/s  {lm:>8.1} MB/s");
     println!("  1 broker, acks=1, RF=1     : {sr:>10.0} records/s  {sm:>8.1} MB/s");
     println!("  3 brokers, acks=all, RF=3  : {rr:>10.0} records/s  {rm:>8.1} MB/s");
+    println!("  3 brokers, acks=1, RF=3    : {r1r:>10.0} records/s  {r1m:>8.1} MB/s");
     println!("  ratio acks=1 RF=1 / loopback       : {:.2}", sm / lm);
     println!(
         "  ratio acks=all RF=3 / acks=1 RF=1  : {:.2}  (Kafka publishes 0.54)",
