@@ -9,6 +9,7 @@ use std::time::Duration;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::hosts::{read_nodes_file, HostsLogin, HostsRuntime};
 use tidemark_harness::leftovers;
+use tidemark_harness::nemesis::Nemesis;
 use tidemark_harness::net::Iptables;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::progress::Progress;
@@ -16,6 +17,8 @@ use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
 use tidemark_harness::ssh::KnownHosts;
 use tidemark_harness::test::{Test, TestOptions};
+use tidemark_nemesis::schedule::Schedule;
+use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 /// Arguments of `tidemark test`.
@@ -23,15 +26,14 @@ use tidemark_workloads::queue::{Queue, QueueOptions};
 #[command(after_help = "The netns runtime needs root. Examples:\n  \
     tidemark test --time-limit 30\n  \
     tidemark test --nodes 5 --concurrency 20 --rate 500 --seed 7\n  \
+    tidemark test --nemesis partition,kill --nemesis-targets leaders --nemesis-interval 3\n  \
+    tidemark test --nemesis-schedule store/latest/history.jsonl --seed 7\n  \
     tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n\
     Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
 pub struct Args {
     /// The workload: what clients do and how the history is checked.
     #[arg(long, default_value = "queue", value_name = "NAME")]
     workload: String,
-    /// Fault kinds, comma separated, or `none`.
-    #[arg(long, default_value = "none", value_name = "LIST")]
-    nemesis: String,
     /// Seconds of workload before healing and the final reads.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     time_limit: f64,
@@ -81,6 +83,132 @@ pub struct Args {
     /// No progress output.
     #[arg(long)]
     quiet: bool,
+    /// The faults: which kinds, how often, on which nodes, or a scripted schedule (last, so
+    /// their help heading covers only them).
+    #[command(flatten)]
+    faults: Box<NemesisArgs>,
+}
+
+/// The fault options.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Faults")]
+struct NemesisArgs {
+    /// Fault kinds, comma separated: partition, kill, pause, clock, loss, corrupt, unclean; or
+    /// `all`, or `none` [default: partition,kill,pause,clock,loss]
+    #[arg(long, value_name = "LIST")]
+    nemesis: Option<String>,
+    /// Mean seconds between two faults of one kind (each kind's gaps are uniform in 0 to twice
+    /// this).
+    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    nemesis_interval: f64,
+    /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,
+    /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge. A
+    /// `kind:target` entry applies to that kind only.
+    #[arg(long, value_name = "LIST")]
+    nemesis_targets: Option<String>,
+    /// Replay a scripted schedule instead: a JSON list of timed fault ops as the history records
+    /// them, or a recorded history.jsonl.
+    #[arg(long, value_name = "FILE")]
+    nemesis_schedule: Option<PathBuf>,
+    /// libfaketime on the nodes, for clock faults.
+    #[arg(long, default_value = FAKETIME_LIBRARY, value_name = "PATH")]
+    faketime_library: PathBuf,
+}
+
+/// Where Debian's `faketime` package puts the preload library.
+const FAKETIME_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The nemesis a test asked for, and what the broker needs for it.
+struct Faults {
+    nemesis: Option<Arc<dyn Nemesis>>,
+    kinds: Vec<String>,
+    faketime: Option<PathBuf>,
+}
+
+/// Builds the nemesis. Kinds that need something this machine lacks are an error when asked for
+/// and left out of the default mix (with a note); on SSH hosts nothing can be checked here.
+fn faults(args: &NemesisArgs, names: &[String], seed: u64, local: bool) -> Result<Faults, Problem> {
+    let usage = |m: String| Problem::Usage(m);
+    let interval = seconds("nemesis-interval", args.nemesis_interval)?;
+    let explicit = args.nemesis.is_some();
+    let mut kinds = match &args.nemesis {
+        Some(list) => parse_kinds(list).map_err(usage)?,
+        None => Kind::DEFAULT.to_vec(),
+    };
+    if args.nemesis_schedule.is_some() && explicit {
+        return Err(usage(
+            "--nemesis-schedule replays its own faults; leave out --nemesis".into(),
+        ));
+    }
+    let missing = |k: Kind| -> Option<String> {
+        if !local {
+            return None;
+        }
+        match k {
+            Kind::Clock if !args.faketime_library.is_file() => Some(format!(
+                "clock faults need libfaketime at {} (Debian package faketime, or                  --faketime-library PATH)",
+                args.faketime_library.display()
+            )),
+            Kind::Loss | Kind::Unclean if !on_path("nft") => Some(format!(
+                "{} faults need nftables (the nft command; Debian package nftables)",
+                k.name()
+            )),
+            _ => None,
+        }
+    };
+    let mut options = NemesisOptions {
+        interval,
+        seed,
+        ..NemesisOptions::default()
+    };
+    let nemesis = match &args.nemesis_schedule {
+        Some(path) => {
+            let schedule = Schedule::load(path, names, &all_faults(&options)).map_err(usage)?;
+            Nemeses::scripted(options, schedule)
+        }
+        None => {
+            let mut notes = Vec::new();
+            kinds.retain(|k| match missing(*k) {
+                Some(why) if !explicit => {
+                    notes.push(why);
+                    false
+                }
+                _ => true,
+            });
+            for why in notes {
+                eprintln!("tidemark: left out of the default faults: {why}");
+            }
+            options.targets = match &args.nemesis_targets {
+                Some(list) => parse_targets(list, &kinds).map_err(usage)?,
+                None => Default::default(),
+            };
+            options.kinds = kinds;
+            Nemeses::new(options)
+        }
+    };
+    if let Some(why) = nemesis.kinds().iter().find_map(|k| missing(*k)) {
+        return Err(usage(why));
+    }
+    let kinds: Vec<String> = nemesis
+        .kinds()
+        .iter()
+        .map(|k| k.name().to_string())
+        .collect();
+    let faketime = nemesis
+        .kinds()
+        .contains(&Kind::Clock)
+        .then(|| args.faketime_library.clone());
+    Ok(Faults {
+        nemesis: (!kinds.is_empty()).then(|| Arc::new(nemesis) as Arc<dyn Nemesis>),
+        kinds,
+        faketime,
+    })
+}
+
+/// Whether `program` is on the PATH.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 /// The `--runtime hosts` options, kept apart (and boxed) because most runs never use them.
@@ -140,19 +268,6 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             "unknown workload {:?}; available: {}",
             args.workload,
             tidemark_workloads::NAMES.join(", ")
-        )));
-    }
-    let faults: Vec<String> = args
-        .nemesis
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && *k != "none")
-        .map(str::to_string)
-        .collect();
-    if !faults.is_empty() {
-        return Err(Problem::Usage(format!(
-            "unknown fault kind(s): {}. This build has no fault kinds yet; use --nemesis none",
-            faults.join(", ")
         )));
     }
     let hosts = match (args.runtime.as_str(), &args.hosts.nodes_file) {
@@ -216,6 +331,14 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             )))
         }
     };
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    });
+    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+    let faults = faults(&args.faults, &names, seed, hosts.is_none())?;
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
     let final_timeout = seconds("final-timeout", args.final_timeout)?;
@@ -269,12 +392,6 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         )),
     };
 
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    });
     let options = TestOptions {
         name: args.name.unwrap_or_else(|| args.workload.clone()),
         seed,
@@ -282,7 +399,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         concurrency: args.concurrency,
         time_limit,
         rate: args.rate,
-        nemesis: faults,
+        nemesis: faults.kinds,
         runtime: args.runtime,
         store: args.store,
         op_timeout: Duration::from_millis(args.op_timeout_ms),
@@ -291,16 +408,16 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         final_timeout,
         argv: std::env::args().collect(),
     };
+    let mut db = TidemarkBroker::new(broker, BrokerConfig::for_replication(rf), args.inject_bug);
+    if let Some(lib) = faults.faketime {
+        db = db.with_faketime(lib);
+    }
     let test = Test {
         runtime,
-        db: Arc::new(TidemarkBroker::new(
-            broker,
-            BrokerConfig::for_replication(rf),
-            args.inject_bug,
-        )),
+        db: Arc::new(db),
         net: Arc::new(Iptables),
         workload: Arc::new(Queue::new(QueueOptions::new(rf as i16))),
-        nemesis: None,
+        nemesis: faults.nemesis,
         options,
     };
     Ok((test, args.quiet))
