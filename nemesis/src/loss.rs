@@ -56,12 +56,13 @@ pub fn nft_commands(peers: &[IpAddr], probability: f64) -> String {
             ));
         }
     }
+    // nft wants each chain on lines of its own.
     let ruleset = format!(
-        "table inet {NFT_TABLE} {{ \
-         chain loss_in {{ type filter hook input priority -5; policy accept; {} }} \
-         chain loss_out {{ type filter hook output priority -5; policy accept; {} }} }}",
-        rules_in.join(" "),
-        rules_out.join(" ")
+        "table inet {NFT_TABLE} {{\n\
+         chain loss_in {{\ntype filter hook input priority -5; policy accept;\n{}\n}}\n\
+         chain loss_out {{\ntype filter hook output priority -5; policy accept;\n{}\n}}\n}}",
+        rules_in.join("\n"),
+        rules_out.join("\n")
     );
     format!(
         "{}; printf '%s\\n' {} | nft -f -",

@@ -70,10 +70,11 @@ pub fn drop_chain_command(chain: &str, from: &[IpAddr], port: u16) -> String {
             ));
         }
     }
+    // nft wants the chain on lines of its own.
     let ruleset = format!(
-        "table inet {NFT_TABLE} {{ chain {chain} {{ type filter hook input priority -5; \
-         policy accept; {} }} }}",
-        rules.join(" ")
+        "table inet {NFT_TABLE} {{\nchain {chain} {{\ntype filter hook input priority -5; \
+         policy accept;\n{}\n}}\n}}",
+        rules.join("\n")
     );
     format!(
         "{}; printf '%s\\n' {} | nft -f -",

@@ -1,0 +1,437 @@
+//! Each fault kind against real brokers in network namespaces, asserting its effect: partitions
+//! cut TCP and heal, kill and pause act on the process, clock skew shows in a faketime'd
+//! process, packet loss drops a measurable share and goes away, a damaged segment is cut by the
+//! broker's recovery, and a forced unclean election picks a replica outside the ISR. Every op's
+//! record says what was done. The tests take turns: clusters with three-second failure
+//! detection on two cores should not compete.
+
+mod engine_support;
+mod nemesis_support;
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use engine_support::root_or_skip;
+use nemesis_support::{Cluster, FAKETIME};
+use serde_json::{json, Value};
+use tidemark_harness::broker::BrokerConfig;
+use tidemark_harness::db::Db;
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn names(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
+    if !root_or_skip("partitions_cut_tcp_as_the_recorded_grudge_says_and_heal") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
+    c.create_topic("t", 2, 3);
+
+    let done = c.must("start-partition", json!({"kind": "halves"}));
+    assert_eq!(done["kind"], "halves");
+    // Halves of three: [n1] against [n2 n3].
+    assert_eq!(
+        done["grudge"],
+        json!({"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]})
+    );
+    assert!(!c.reaches("n2", "n1") && !c.reaches("n1", "n3"));
+    assert!(c.reaches("n2", "n3") && c.reaches("n3", "n2"));
+    assert_eq!(c.must("stop-partition", json!({})), json!({}));
+    for (a, b) in [("n1", "n2"), ("n2", "n1"), ("n1", "n3"), ("n3", "n1")] {
+        assert!(c.reaches(a, b), "{a} -> {b} after heal");
+    }
+
+    // A one-way grudge: n1 drops what n2 sends, nothing else is cut.
+    let done = c.must("start-partition", json!({"grudge": {"n1": ["n2"]}}));
+    assert_eq!(done["kind"], "grudge");
+    assert!(!c.reaches("n2", "n1"));
+    assert!(c.reaches("n3", "n1") && c.reaches("n1", "n3") && c.reaches("n2", "n3"));
+    c.must("stop-partition", json!({}));
+
+    // The current leaders, read from metadata, are cut off each on their own.
+    let leaders = c.view().leaders();
+    let done = c.must("start-partition", json!({"kind": "leaders"}));
+    let isolated: BTreeSet<String> = done["grudge"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, from)| from.as_array().unwrap().len() == 2)
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert!(!isolated.is_empty(), "{done}");
+    assert!(
+        isolated.is_subset(&leaders),
+        "{isolated:?} are not all leaders {leaders:?}"
+    );
+    assert_eq!(names(&done["leaders"]), leaders);
+    let alone = isolated.iter().next().unwrap();
+    let other = ["n1", "n2", "n3"]
+        .into_iter()
+        .find(|n| !isolated.contains(*n));
+    if let Some(other) = other {
+        assert!(!c.reaches(other, alone) && !c.reaches(alone, other));
+    }
+    c.must("stop-partition", json!({}));
+    assert!(c.reaches("n1", "n2") && c.reaches("n2", "n3") && c.reaches("n3", "n1"));
+    c.destroy();
+}
+
+#[test]
+fn kill_pause_and_bounce_act_on_the_broker_process() {
+    if !root_or_skip("kill_pause_and_bounce_act_on_the_broker_process") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
+    c.create_topic("t", 1, 3);
+    let kill = c.db.as_kill().unwrap();
+
+    let done = c.must("kill", json!({"targets": "one"}));
+    assert_eq!(done["targets"], "one");
+    let victim = names(&done["nodes"]).into_iter().next().unwrap();
+    assert!(!kill.is_running(c.node(&victim)).unwrap());
+    assert_eq!(
+        c.must("start", json!({"nodes": [victim]})),
+        json!({"nodes": [victim]})
+    );
+    assert!(kill.is_running(c.node(&victim)).unwrap());
+
+    let pid = c.pid("n2").unwrap();
+    assert_eq!(
+        c.must("pause", json!({"nodes": ["n2"]})),
+        json!({"nodes": ["n2"]})
+    );
+    assert_eq!(Cluster::state(pid), Some('T'), "a paused broker is stopped");
+    c.must("resume", json!({"nodes": ["n2"]}));
+    assert_ne!(Cluster::state(pid), Some('T'));
+    assert_eq!(c.pid("n2"), Some(pid), "pause and resume keep the process");
+
+    // Kill leaders with SIGKILL: the pids change and the processes come back.
+    c.wait("all serving again", Duration::from_secs(30), |v| {
+        v.partitions
+            .iter()
+            .all(|p| p.leader.is_some() && p.isr.len() == 3)
+    });
+    let leader = c.view().partition("t", 0).unwrap().leader.clone().unwrap();
+    let before = c.pid(&leader).unwrap();
+    let done = c.must("bounce", json!({"topic": "t", "partition": 0, "times": 2}));
+    let killed: Vec<String> = done["killed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(killed.len(), 2, "{done}");
+    assert_eq!(killed[0], leader, "the first bounce hits the leader");
+    assert_ne!(
+        killed[0], killed[1],
+        "the second bounce chases the new leader"
+    );
+    assert_ne!(c.pid(&leader), Some(before), "{leader} was restarted");
+    assert!(
+        matches!(Cluster::state(before), None | Some('Z')),
+        "the old process is gone"
+    );
+    for n in &killed {
+        assert!(kill.is_running(c.node(n)).unwrap(), "{n} came back");
+    }
+    c.destroy();
+}
+
+#[test]
+fn clock_skew_shows_in_a_faketime_process_and_resets() {
+    if !root_or_skip("clock_skew_shows_in_a_faketime_process_and_resets") {
+        return;
+    }
+    if !std::path::Path::new(FAKETIME).is_file() {
+        panic!("{FAKETIME} is missing: install Debian's faketime package");
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(2, BrokerConfig::for_replication(2), true);
+    let file = c.node("n1").dir.join("faketime");
+    let faked_now = |node: &str| -> i64 {
+        let f = c.node(node).dir.join("faketime");
+        c.sh(
+            node,
+            &format!(
+                "LD_PRELOAD={FAKETIME} FAKETIME_TIMESTAMP_FILE={} FAKETIME_NO_CACHE=1 \
+                 DONT_FAKE_MONOTONIC=1 date +%s",
+                f.display()
+            ),
+        )
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+
+    let done = c.must("clock-skew", json!({"offsets_ms": {"n1": 3_600_000}}));
+    assert_eq!(done, json!({"offsets_ms": {"n1": 3_600_000}}));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "+3600.000");
+    assert!((faked_now("n1") - now() - 3600).abs() <= 2);
+    assert!((faked_now("n2") - now()).abs() <= 2, "n2 is not skewed");
+    // The running broker sees it too, without a restart: what it logs about a new topic is
+    // stamped an hour ahead.
+    c.create_topic("c", 1, 2);
+    let stamps: Vec<i64> = c
+        .log("n1")
+        .lines()
+        .filter(|l| l.contains("became leader") || l.contains("following"))
+        .filter_map(|l| unix_time(l.split_whitespace().next()?))
+        .collect();
+    assert!(
+        stamps.iter().any(|t| (t - now() - 3600).abs() <= 30),
+        "no log line of n1 about topic c is stamped an hour ahead: {}",
+        c.log("n1")
+    );
+
+    // Drawn offsets are recorded per node; a strobe flips and comes back to the offset.
+    let done = c.must("clock-skew", json!({"targets": "all"}));
+    let offsets = done["offsets_ms"].as_object().unwrap();
+    assert_eq!(offsets.len(), 2);
+    let n2 = offsets["n2"].as_i64().unwrap();
+    assert!((16..=131_072).contains(&n2.abs()), "{done}");
+    let done = c.must(
+        "clock-strobe",
+        json!({"nodes": ["n2"], "delta_ms": 60_000, "period_ms": 20, "duration_ms": 400}),
+    );
+    assert_eq!(done["nodes"], json!(["n2"]));
+    assert_eq!(done["period_ms"], 20);
+    let back = std::fs::read_to_string(c.node("n2").dir.join("faketime")).unwrap();
+    assert_eq!(back, tidemark_nemesis::clock::faketime_spec(n2));
+
+    let done = c.must("clock-reset", json!({}));
+    assert_eq!(done, json!({"offsets_ms": {"n1": 0, "n2": 0}}));
+    assert!((faked_now("n1") - now()).abs() <= 2);
+    c.destroy();
+}
+
+/// The Unix time of an RFC 3339 stamp such as the broker's log lines start with.
+fn unix_time(stamp: &str) -> Option<i64> {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", stamp, "+%s"])
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+}
+
+/// How many of `n` simultaneous short TCP connects from `from` to `to` fail.
+fn failed_connects(c: &Cluster, from: &str, to: &str, n: usize) -> usize {
+    let ip = c.node(to).ip;
+    let out = c.sh(
+        from,
+        &format!(
+            "for i in $(seq {n}); do (timeout 0.5 bash -c 'exec 3<>/dev/tcp/{ip}/9092' \
+             2>/dev/null && echo ok || echo fail) & done; wait"
+        ),
+    );
+    out.lines().filter(|l| *l == "fail").count()
+}
+
+#[test]
+fn packet_loss_drops_a_share_of_packets_and_is_removed() {
+    if !root_or_skip("packet_loss_drops_a_share_of_packets_and_is_removed") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
+    assert_eq!(failed_connects(&c, "n2", "n1", 100), 0);
+
+    let done = c.must("start-loss", json!({"nodes": ["n1"], "probability": 0.4}));
+    assert_eq!(done["nodes"], json!(["n1"]));
+    assert_eq!(done["probability"], 0.4);
+    // This kernel has no netem; elsewhere it would be used.
+    let method = done["method"].as_str().unwrap();
+    assert!(method == "nftables" || method == "netem", "{done}");
+    // A connect needs its SYN and SYN-ACK through: about 64% fail within the half second.
+    let failed = failed_connects(&c, "n2", "n1", 200);
+    assert!(
+        (60..=180).contains(&failed),
+        "{failed} of 200 connects failed"
+    );
+    // Traffic between nodes the fault did not name is untouched.
+    assert_eq!(failed_connects(&c, "n2", "n3", 50), 0);
+    if method == "nftables" {
+        let rules = c.sh("n1", "nft list ruleset");
+        assert!(
+            rules.contains("numgen random mod 1000 < 400 drop"),
+            "{rules}"
+        );
+    }
+
+    assert_eq!(
+        c.must("stop-loss", json!({})),
+        json!({"nodes": ["n1", "n2", "n3"]})
+    );
+    assert_eq!(failed_connects(&c, "n2", "n1", 100), 0);
+    let rules = c.sh("n1", "nft list ruleset");
+    assert!(
+        !rules.contains("loss_in") && !rules.contains("numgen"),
+        "{rules}"
+    );
+    c.destroy();
+}
+
+#[test]
+fn a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery() {
+    if !root_or_skip("a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
+    c.create_topic("t", 1, 3);
+    for i in 0..40 {
+        assert!(c.produce("t", 0, &[i * 2, i * 2 + 1]), "send {i}");
+    }
+    let kill = c.db.as_kill().unwrap();
+    let segment = "t-0/00000000000000000000.log";
+    let size = |node: &str| {
+        std::fs::metadata(c.node(node).dir.join("data").join(segment))
+            .unwrap()
+            .len()
+    };
+
+    // Truncation, given as a record would give it: three bytes off the end tear the last batch.
+    let before = size("n2");
+    let done = c.must(
+        "corrupt-file",
+        json!({"files": [{"node": "n2", "file": segment, "mode": "truncate",
+                          "offset": before - 3}]}),
+    );
+    assert_eq!(done["nodes"], json!(["n2"]));
+    assert_eq!(done["files"][0]["offset"], before - 3);
+    assert!(
+        !kill.is_running(c.node("n2")).unwrap(),
+        "the damaged node stays down"
+    );
+    assert_eq!(size("n2"), before - 3);
+
+    // Bit flips chosen by the nemesis land in CRC-covered bytes of the last batches.
+    let before = size("n3");
+    let done = c.must("corrupt-file", json!({"nodes": ["n3"], "mode": "bitflip"}));
+    let file = &done["files"][0];
+    assert_eq!(file["node"], "n3");
+    assert_eq!(file["file"], segment);
+    assert_eq!(file["size"], before);
+    assert!(!file["flips"].as_array().unwrap().is_empty(), "{done}");
+    assert!(file["offset"].as_u64().unwrap() < before);
+    assert_eq!(size("n3"), before, "a flip changes bytes, not the size");
+
+    c.must("start", json!({"nodes": ["n2", "n3"]}));
+    for n in ["n2", "n3"] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = c.log(n);
+            if log.contains("recovery:") && log.contains("cut ") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{n} did not report a recovery cut:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    assert!(
+        c.log("n3").contains("crc") || c.log("n3").contains("CRC"),
+        "{}",
+        c.log("n3")
+    );
+    // Both recover their tails from the leader.
+    c.wait("the ISR regrows", Duration::from_secs(30), |v| {
+        v.partition("t", 0).is_some_and(|p| p.isr.len() == 3)
+    });
+    c.destroy();
+}
+
+#[test]
+fn a_forced_unclean_election_picks_a_replica_outside_the_isr() {
+    if !root_or_skip("a_forced_unclean_election_picks_a_replica_outside_the_isr") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
+    c.create_topic("t", 1, 3);
+    // Writes keep landing while the nemesis works; which were acknowledged is kept.
+    let acked: Mutex<Vec<i64>> = Mutex::new(Vec::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let done = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut v = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if c.produce("t", 0, &[v]) {
+                    acked.lock().unwrap().push(v);
+                }
+                v += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let done = c.invoke("unclean-election", json!({}));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        done
+    });
+    assert!(done.error.is_none(), "{:?} {}", done.error, done.value);
+    let v = &done.value;
+    let elected = v["leader"].as_str().unwrap().to_string();
+    assert_eq!(v["cluster"], "a");
+    assert_eq!(
+        (v["topic"].as_str(), v["partition"].as_i64()),
+        (Some("t"), Some(0))
+    );
+    assert_eq!(v["stale"], v["leader"]);
+    assert_ne!(v["previous_leader"], v["leader"]);
+    assert!(
+        !names(&v["isr"]).contains(&elected),
+        "{elected} was in the ISR {} when elected",
+        v["isr"]
+    );
+    assert_eq!(
+        c.view().partition("t", 0).and_then(|p| p.leader.clone()),
+        Some(elected.clone())
+    );
+    // The rules are gone: every node reaches every other.
+    for a in ["n1", "n2", "n3"] {
+        let rules = c.sh(a, "nft list ruleset");
+        assert!(!rules.contains("unclean_"), "{a}: {rules}");
+    }
+    // Writes acknowledged by the old ISR after the stale replica fell behind are gone.
+    c.wait(
+        "the old replicas follow again",
+        Duration::from_secs(30),
+        |view| view.partition("t", 0).is_some_and(|p| p.isr.len() == 3),
+    );
+    let replicas =
+        c.db.as_replica_dump()
+            .unwrap()
+            .dump_replicas(c.node(&elected))
+            .unwrap();
+    let kept: BTreeSet<i64> = replicas[0]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[1].as_i64().unwrap())
+        .collect();
+    let acked = acked.into_inner().unwrap();
+    let lost = acked.iter().filter(|a| !kept.contains(a)).count();
+    assert!(
+        lost > 0,
+        "no acknowledged write was lost ({} acked)",
+        acked.len()
+    );
+    c.destroy();
+}
