@@ -1,7 +1,8 @@
 //! tidemark's nemeses: the fault kinds, how they combine into a schedule, and scripted schedules.
 //!
 //! - [`Fault`](fault::Fault) is one kind of fault's ops: [`partition`] (grudges through the
-//!   engine's iptables `Net`), [`process`] (kill, start, pause, resume, leader-chasing bounce),
+//!   engine's iptables `Net`), [`process`] (kill, start, pause, resume, leader-chasing bounce,
+//!   leader handoff onto a frozen successor),
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election). Every op's `info` records what was actually done, in a form the
@@ -105,7 +106,7 @@ impl Kind {
     pub fn of_op(f: &str) -> Option<Self> {
         Some(match f {
             "start-partition" | "stop-partition" => Kind::Partition,
-            "kill" | "start" | "bounce" => Kind::Kill,
+            "kill" | "start" | "bounce" | "handoff" => Kind::Kill,
             "pause" | "resume" => Kind::Pause,
             "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,
             "start-loss" | "stop-loss" => Kind::Loss,
@@ -135,9 +136,9 @@ impl Kind {
     pub fn default_targets(self) -> Vec<&'static str> {
         match self {
             Kind::Partition => vec!["one", "majority", "majorities-ring", "bridge", "leaders"],
-            Kind::Kill | Kind::Pause => {
-                vec!["one", "minority", "majority", "leader", "leaders", "all"]
-            }
+            Kind::Kill => vec!["one", "minority", "majority", "leader", "leaders", "all"],
+            // A whole cluster paused only stands still.
+            Kind::Pause => vec!["one", "minority", "majority", "leader", "leaders"],
             Kind::Clock | Kind::Loss => vec!["one", "minority", "majority", "all"],
             Kind::Corrupt => vec!["one", "minority"],
             Kind::Unclean => Vec::new(),

@@ -22,7 +22,7 @@ use crate::targets::{NodeSpec, Targets};
 pub struct Loss;
 
 /// Shares of packets the generated faults drop.
-const PROBABILITIES: [f64; 4] = [0.05, 0.1, 0.2, 0.4];
+const PROBABILITIES: [f64; 4] = [0.05, 0.1, 0.2, 0.3];
 
 /// How a node's loss is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

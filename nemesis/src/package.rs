@@ -31,10 +31,16 @@ pub struct Perf {
 ///
 /// Contract: [`next`](Cycle::next) is pure given the cycle's state and the draws from `rng`;
 /// [`done`](Cycle::done) hears the `info` value of each op the cycle produced, before it is
-/// asked for the next.
+/// asked for the next; [`in_force`](Cycle::in_force) says whether the last op left a fault in
+/// force that the next op undoes.
 pub trait Cycle: Send {
     /// The next op.
     fn next(&mut self, rng: &mut Rng) -> Invocation;
+
+    /// Whether a fault is in force until the cycle's next op.
+    fn in_force(&self) -> bool {
+        false
+    }
 
     /// What the nemesis actually did for the cycle's last op.
     fn done(&mut self, info: &Value) {
@@ -87,6 +93,10 @@ where
 
     fn done(&mut self, info: &Value) {
         self.last = info.clone();
+    }
+
+    fn in_force(&self) -> bool {
+        self.undo_next
     }
 }
 
@@ -153,8 +163,12 @@ pub fn package(kind: Kind, targets: Vec<String>) -> Package {
         Kind::Kill => (
             flip_flop(
                 move |rng| {
-                    if rng.random_bool(0.25) {
-                        (op("bounce", json!({"times": 3})), false)
+                    let roll: f64 = rng.random();
+                    if roll < 0.25 {
+                        let times = rng.random_range(2..=4);
+                        (op("bounce", json!({ "times": times })), false)
+                    } else if roll < 0.75 {
+                        (op("handoff", json!({})), false)
                     } else {
                         (op("kill", json!({"targets": pick(&targets, rng)})), true)
                     }
@@ -247,7 +261,10 @@ fn perf(
 }
 
 /// Every package's cycle on its own staggered timeline, performed by the nemesis worker one op
-/// at a time (an op due while another runs waits for it).
+/// at a time (an op due while another runs waits for it). A fault lasts half the interval on
+/// average (uniform in [0, interval]) and the calm after it the full interval (uniform in
+/// [0, 2·interval]), so that with several kinds combined the cluster still has stretches
+/// without faults, which leader failovers need to start from.
 pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
     due: Vec<Option<u64>>,
@@ -266,8 +283,13 @@ impl Combined {
         }
     }
 
-    fn gap(&self, rng: &mut Rng) -> u64 {
-        rng.random_range(0..=2 * self.interval)
+    fn gap(&self, in_force: bool, rng: &mut Rng) -> u64 {
+        let max = if in_force {
+            self.interval
+        } else {
+            2 * self.interval
+        };
+        rng.random_range(0..=max)
     }
 }
 
@@ -281,7 +303,7 @@ impl Generator for Combined {
         }
         for i in 0..self.due.len() {
             if self.due[i].is_none() {
-                self.due[i] = Some(ctx.time + self.gap(rng));
+                self.due[i] = Some(ctx.time + self.gap(false, rng));
             }
         }
         let (i, t) = self
@@ -293,7 +315,8 @@ impl Generator for Combined {
             .expect("every cycle is due some time");
         let time = t.max(ctx.time);
         let op = self.cycles[i].next(rng);
-        self.due[i] = Some(time + self.gap(rng));
+        let in_force = self.cycles[i].in_force();
+        self.due[i] = Some(time + self.gap(in_force, rng));
         self.waiting_for = Some(i);
         Next::Op(Planned {
             worker: Worker::Nemesis,
@@ -342,7 +365,7 @@ mod tests {
     }
 
     #[test]
-    fn kills_sometimes_bounce_leaders_which_need_no_undoing() {
+    fn kills_sometimes_bounce_or_hand_off_leaders_which_need_no_undoing() {
         let mut p = package(Kind::Kill, vec!["leaders".into()]);
         let mut r = rng(2);
         let mut seen = std::collections::BTreeMap::new();
@@ -351,7 +374,7 @@ mod tests {
             p.cycle.done(&json!({"nodes": ["n1"]}));
             *seen.entry(o.f).or_insert(0) += 1;
         }
-        assert!(seen["bounce"] > 10, "{seen:?}");
+        assert!(seen["bounce"] > 10 && seen["handoff"] > 10, "{seen:?}");
         assert!(seen["kill"] - seen["start"] <= 1, "{seen:?}");
     }
 
@@ -395,7 +418,8 @@ mod tests {
         }
         let resumes: Vec<&&Op> = invokes.iter().filter(|o| o.f == "resume").collect();
         assert!(resumes.iter().all(|o| o.value == json!({"nodes": ["n1"]})));
-        // Mean gap per package about the interval: 40 ops over two packages in roughly 40 s.
+        // Faults last half an interval on average and calms a whole one: 40 ops over two
+        // packages in roughly 30 s.
         let end = invokes.last().unwrap().time;
         assert!(end > 15 * S && end < 80 * S, "{end}");
     }

@@ -1,0 +1,297 @@
+//! `tidemark test` with nemeses, end to end: bad fault options are usage errors that say what is
+//! wrong (naming file, op and field for schedules); a run with every fault kind records each
+//! fault as an invoke and an info with what was done, heals everything at the end and leaves
+//! nothing behind; and a recorded history replays its faults exactly.
+
+mod engine_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use engine_support::*;
+use serde_json::{json, Value};
+
+fn tidemark_test(args: &[&str], store: &Path) -> Output {
+    Command::new(tidemark())
+        .arg("test")
+        .args(args)
+        .arg("--quiet")
+        .arg("--store")
+        .arg(store)
+        .output()
+        .unwrap()
+}
+
+fn usage_error(args: &[&str]) -> String {
+    let store = tempfile::tempdir().unwrap();
+    let out = tidemark_test(args, store.path());
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(254), "{args:?}: {stderr}");
+    stderr
+}
+
+/// The history's ops (header dropped).
+fn ops(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("history.jsonl"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn nemesis_infos(ops: &[Value]) -> Vec<&Value> {
+    ops.iter()
+        .filter(|o| o["process"] == "nemesis" && o["type"] == "info")
+        .collect()
+}
+
+#[test]
+fn bad_fault_options_are_usage_errors_that_say_what_is_wrong() {
+    let e = usage_error(&["--nemesis", "kill,meteor-strike"]);
+    assert!(e.contains("unknown fault kind(s): meteor-strike"), "{e}");
+    let e = usage_error(&["--nemesis", "kill", "--nemesis-targets", "bridge"]);
+    assert!(e.contains("bridge") && e.contains("kill"), "{e}");
+    let e = usage_error(&["--nemesis", "kill", "--nemesis-targets", "partition:one"]);
+    assert!(e.contains("not among the chosen"), "{e}");
+    let e = usage_error(&["--nemesis-interval", "0"]);
+    assert!(e.contains("--nemesis-interval"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("faults.json");
+    std::fs::write(
+        &file,
+        json!([
+            {"time": 1_000_000_000u64, "f": "start-partition", "value": {"kind": "bridge"}},
+            {"time": 2_000_000_000u64, "f": "kill", "value": {"nodes": ["n1", "n7"]}},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let e = usage_error(&["--nemesis-schedule", &path]);
+    assert!(
+        e.contains(&format!(
+            "{path}: op 1: kill: field `value.nodes[1]`: unknown node \"n7\""
+        )),
+        "{e}"
+    );
+    let e = usage_error(&["--nemesis-schedule", &path, "--nemesis", "kill"]);
+    assert!(e.contains("leave out --nemesis"), "{e}");
+    std::fs::write(&file, "[{\"time\": 5, \"f\": \"explode\"}]").unwrap();
+    let e = usage_error(&["--nemesis-schedule", &path]);
+    assert!(
+        e.contains("op 0: field `f`: unknown fault op \"explode\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
+    if !root_or_skip("every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end") {
+        return;
+    }
+    broker();
+    let store = tempfile::tempdir().unwrap();
+    let out = tidemark_test(
+        &[
+            "--nemesis",
+            "all",
+            "--time-limit",
+            "40",
+            "--nemesis-interval",
+            "3",
+            "--seed",
+            "5",
+        ],
+        store.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Unclean elections may lose writes, which the checkers then allow.
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let run = store.path().join("latest");
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    assert_eq!(
+        test["nemesis"],
+        json!([
+            "partition",
+            "kill",
+            "pause",
+            "clock",
+            "loss",
+            "corrupt",
+            "unclean"
+        ])
+    );
+    assert_eq!(test["nemesis_options"]["interval_s"], 3.0);
+    assert_eq!(test["nemesis_options"]["perf"].as_array().unwrap().len(), 7);
+    assert!(test["broker"]["faketime"].is_string(), "{}", test["broker"]);
+
+    let ops = ops(&run);
+    // Every nemesis invoke is followed by its info, with nothing in between from the nemesis.
+    let nemesis: Vec<&Value> = ops.iter().filter(|o| o["process"] == "nemesis").collect();
+    for pair in nemesis.chunks(2) {
+        assert_eq!(pair[0]["type"], "invoke", "{}", pair[0]);
+        assert_eq!(pair[1]["type"], "info", "{}", pair[1]);
+        assert_eq!(pair[0]["f"], pair[1]["f"]);
+    }
+    let infos = nemesis_infos(&ops);
+    let done = |f: &str| {
+        infos
+            .iter()
+            .filter(|o| o["f"] == f && o.get("error").is_none())
+            .count()
+    };
+    for f in [
+        "start-partition",
+        "pause",
+        "start-loss",
+        "corrupt-file",
+        "unclean-election",
+    ] {
+        assert!(done(f) > 0, "no successful {f}:\n{infos:#?}");
+    }
+    assert!(done("kill") + done("bounce") + done("handoff") > 0);
+    assert!(done("clock-skew") + done("clock-strobe") > 0);
+    // What each did is on its info.
+    for o in &infos {
+        let v = &o["value"];
+        match o["f"].as_str().unwrap() {
+            "start-partition" => assert!(v["grudge"].is_object(), "{o}"),
+            "kill" | "pause" | "start-loss" if o.get("error").is_none() => {
+                assert!(v["nodes"].is_array(), "{o}")
+            }
+            "clock-skew" => assert!(v["offsets_ms"].is_object(), "{o}"),
+            "corrupt-file" if o.get("error").is_none() => {
+                let file = &v["files"][0];
+                assert!(file["file"].as_str().unwrap().ends_with(".log"), "{o}");
+                assert!(file["offset"].is_u64() && file["bytes"].is_u64(), "{o}");
+            }
+            "unclean-election" if o.get("error").is_none() => {
+                assert_eq!(v["cluster"], "a");
+                assert!(v["leader"].is_string() && v["topic"].is_string(), "{o}");
+                assert!(v["partition"].is_i64(), "{o}");
+            }
+            _ => {}
+        }
+    }
+    // The final phase heals the nemesis's own faults, then the engine's.
+    let limit = (test["time_limit_s"].as_f64().unwrap() * 1e9) as u64;
+    let heals: Vec<&str> = infos
+        .iter()
+        .filter(|o| o["time"].as_u64().unwrap() > limit)
+        .map(|o| o["f"].as_str().unwrap())
+        .collect();
+    let tail = &heals[heals.len() - 5..];
+    assert_eq!(
+        tail,
+        [
+            "clock-reset",
+            "stop-loss",
+            "stop-partition",
+            "resume",
+            "start"
+        ]
+    );
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["valid"], true, "{results}");
+    assert_nothing_left(&test);
+}
+
+#[test]
+fn a_recorded_history_replays_the_same_faults() {
+    if !root_or_skip("a_recorded_history_replays_the_same_faults") {
+        return;
+    }
+    broker();
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("faults.json");
+    let s = 1_000_000_000u64;
+    std::fs::write(
+        &schedule,
+        json!([
+            {"time": 2 * s, "f": "start-partition", "value": {"kind": "random-halves"}},
+            {"time": 4 * s, "f": "stop-partition"},
+            {"time": 5 * s, "f": "clock-skew", "value": {"targets": "minority"}},
+            {"time": 6 * s, "f": "pause", "value": {"targets": "one"}},
+            {"time": 8 * s, "f": "resume", "value": {"targets": "all"}},
+            {"time": 9 * s, "f": "start-loss", "value": {"targets": "majority"}},
+            {"time": 11 * s, "f": "stop-loss"},
+            {"time": 12 * s, "f": "clock-reset"},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let first = tempfile::tempdir().unwrap();
+    let out = tidemark_test(
+        &[
+            "--time-limit",
+            "15",
+            "--seed",
+            "3",
+            "--nemesis-schedule",
+            &schedule.display().to_string(),
+        ],
+        first.path(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recorded = first.path().join("latest");
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(recorded.join("test.json")).unwrap()).unwrap();
+    assert_eq!(
+        test["nemesis"],
+        json!(["partition", "pause", "clock", "loss"])
+    );
+
+    let second = tempfile::tempdir().unwrap();
+    let history = recorded.join("history.jsonl").display().to_string();
+    // A different seed: the replay does what the history says, not what the seed would draw.
+    let out = tidemark_test(
+        &[
+            "--time-limit",
+            "15",
+            "--seed",
+            "4",
+            "--nemesis-schedule",
+            &history,
+        ],
+        second.path(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let main_phase = |run: &Path| -> Vec<(String, Value)> {
+        let ops = ops(run);
+        nemesis_infos(&ops)
+            .into_iter()
+            .filter(|o| o["time"].as_u64().unwrap() <= 15 * s)
+            .map(|o| (o["f"].as_str().unwrap().to_string(), o["value"].clone()))
+            .collect()
+    };
+    let before = main_phase(&recorded);
+    let after = main_phase(&second.path().join("latest"));
+    assert_eq!(before.len(), 8, "{before:#?}");
+    let without_spec = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("targets");
+        }
+        v
+    };
+    for ((f1, v1), (f2, v2)) in before.iter().zip(&after) {
+        assert_eq!(f1, f2);
+        assert_eq!(without_spec(v1), without_spec(v2), "{f1}");
+    }
+    assert_eq!(before.len(), after.len());
+}
