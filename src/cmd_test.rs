@@ -97,9 +97,9 @@ struct NemesisArgs {
     /// `all`, or `none` [default: partition,kill,pause,clock,loss]
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
-    /// Mean seconds between two faults of one kind (each kind's gaps are uniform in 0 to twice
-    /// this).
-    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    /// Seconds a fault lasts on average; calms between faults of one kind last up to twice this.
+    /// One fault at a time is in force (clock skew aside).
+    #[arg(long, default_value_t = 6.0, value_name = "S")]
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,
     /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge. A
