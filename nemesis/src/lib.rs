@@ -360,7 +360,7 @@ impl Nemesis for Nemeses {
         match &self.schedule {
             Some(s) => Box::new(s.generator()),
             None => Box::new(Combined::new(
-                self.packages().into_iter().map(|p| p.cycle).collect(),
+                self.packages(),
                 self.options.interval.as_nanos() as u64,
             )),
         }

@@ -167,7 +167,7 @@ pub fn package(kind: Kind, targets: Vec<String>) -> Package {
                     if roll < 0.25 {
                         let times = rng.random_range(2..=4);
                         (op("bounce", json!({ "times": times })), false)
-                    } else if roll < 0.75 {
+                    } else if roll < 0.65 {
                         (op("handoff", json!({})), false)
                     } else {
                         (op("kill", json!({"targets": pick(&targets, rng)})), true)
@@ -261,22 +261,29 @@ fn perf(
 }
 
 /// Every package's cycle on its own staggered timeline, performed by the nemesis worker one op
-/// at a time (an op due while another runs waits for it). A fault lasts half the interval on
-/// average (uniform in [0, interval]) and the calm after it the full interval (uniform in
-/// [0, 2·interval]), so that with several kinds combined the cluster still has stretches
-/// without faults, which leader failovers need to start from.
+/// at a time (an op due while another runs waits for it). A fault lasts half to one and a half
+/// intervals (long enough to outlast failure detection) and the calm after it up to two.
+///
+/// At most one disruptive fault (all but clock skew) is in force at a time: a kind whose fault
+/// comes due while another's is in force waits until that one is undone and a calm (uniform in
+/// [0, interval]) has passed. Stacked faults mostly leave nothing available; one at a time,
+/// each fault, and in particular each leader failover, starts from a cluster that works.
 pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
+    disruptive: Vec<bool>,
     due: Vec<Option<u64>>,
     interval: u64,
     waiting_for: Option<usize>,
 }
 
 impl Combined {
-    /// Combines `cycles`, each with a mean gap of `interval` nanoseconds between its ops.
-    pub fn new(cycles: Vec<Box<dyn Cycle>>, interval: u64) -> Self {
+    /// Combines `packages`, each with a mean gap of `interval` nanoseconds between its ops.
+    pub fn new(packages: Vec<Package>, interval: u64) -> Self {
+        let disruptive = packages.iter().map(|p| p.kind != Kind::Clock).collect();
+        let cycles: Vec<Box<dyn Cycle>> = packages.into_iter().map(|p| p.cycle).collect();
         Combined {
             due: vec![None; cycles.len()],
+            disruptive,
             cycles,
             interval,
             waiting_for: None,
@@ -284,12 +291,11 @@ impl Combined {
     }
 
     fn gap(&self, in_force: bool, rng: &mut Rng) -> u64 {
-        let max = if in_force {
-            self.interval
+        if in_force {
+            rng.random_range(self.interval / 2..=3 * self.interval / 2)
         } else {
-            2 * self.interval
-        };
-        rng.random_range(0..=max)
+            rng.random_range(0..=2 * self.interval)
+        }
     }
 }
 
@@ -306,17 +312,29 @@ impl Generator for Combined {
                 self.due[i] = Some(ctx.time + self.gap(false, rng));
             }
         }
+        let busy = (0..self.cycles.len()).any(|j| self.disruptive[j] && self.cycles[j].in_force());
+        let allowed = |i: usize| !self.disruptive[i] || self.cycles[i].in_force() || !busy;
         let (i, t) = self
             .due
             .iter()
             .enumerate()
+            .filter(|(i, _)| allowed(*i))
             .filter_map(|(i, t)| t.map(|t| (i, t)))
             .min_by_key(|(i, t)| (*t, *i))
-            .expect("every cycle is due some time");
+            .expect("the cycle whose fault is in force may always undo it");
         let time = t.max(ctx.time);
+        let undoing = self.cycles[i].in_force();
         let op = self.cycles[i].next(rng);
         let in_force = self.cycles[i].in_force();
         self.due[i] = Some(time + self.gap(in_force, rng));
+        if undoing && self.disruptive[i] {
+            for k in 0..self.cycles.len() {
+                if k != i && self.disruptive[k] {
+                    let calm = time + rng.random_range(0..=self.interval);
+                    self.due[k] = self.due[k].map(|d| d.max(calm));
+                }
+            }
+        }
         self.waiting_for = Some(i);
         Next::Op(Planned {
             worker: Worker::Nemesis,
@@ -379,12 +397,13 @@ mod tests {
     }
 
     #[test]
-    fn combined_packages_stagger_and_overlap_on_one_worker() {
-        let cycles = vec![
-            package(Kind::Partition, vec!["one".into()]).cycle,
-            package(Kind::Pause, vec!["one".into()]).cycle,
+    fn combined_packages_take_turns_on_one_worker_with_one_disruptive_fault_at_a_time() {
+        let packages = vec![
+            package(Kind::Partition, vec!["one".into()]),
+            package(Kind::Pause, vec!["one".into()]),
+            package(Kind::Clock, vec!["one".into()]),
         ];
-        let mut gen = Combined::new(cycles, 2 * S);
+        let mut gen = Combined::new(packages, 2 * S);
         let history = simulate(&mut gen, 0, 1, 40, |p| {
             let value = match p.op.f.as_str() {
                 "pause" => json!({"nodes": ["n1"]}),
@@ -418,9 +437,21 @@ mod tests {
         }
         let resumes: Vec<&&Op> = invokes.iter().filter(|o| o.f == "resume").collect();
         assert!(resumes.iter().all(|o| o.value == json!({"nodes": ["n1"]})));
-        // Faults last half an interval on average and calms a whole one: 40 ops over two
-        // packages in roughly 30 s.
+        // A partition and a pause are never in force together; clock skew may overlap either.
+        let (mut cut, mut paused, mut skewed_while_disrupted) = (false, false, 0);
+        for f in &fs {
+            match *f {
+                "start-partition" => cut = true,
+                "stop-partition" => cut = false,
+                "pause" => paused = true,
+                "resume" => paused = false,
+                "clock-skew" | "clock-strobe" if cut || paused => skewed_while_disrupted += 1,
+                _ => {}
+            }
+            assert!(!(cut && paused), "{fs:?}");
+        }
+        assert!(skewed_while_disrupted > 0, "{fs:?}");
         let end = invokes.last().unwrap().time;
-        assert!(end > 15 * S && end < 80 * S, "{end}");
+        assert!(end > 10 * S && end < 150 * S, "{end}");
     }
 }

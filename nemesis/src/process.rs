@@ -64,7 +64,7 @@ impl Process {
         Failed::partly(record, &errors)
     }
 
-    /// Kills a partition's leader (restarting it at once) and, in the same instant, freezes the
+    /// Kills a partition's leader (restarting it at once) and, before it is back, freezes the
     /// in-sync replica next in line to succeed it. The frozen successor is elected, the last
     /// replica follows it without being able to fetch, and once the controller fences the
     /// successor that replica leads; then the successor thaws. (KIP-101's scenario, with the
@@ -103,14 +103,19 @@ impl Process {
         };
         let mut record = json!({"topic": topic, "partition": partition, "killed": leader,
                                 "paused": heir});
-        let both = [leader.clone(), heir.clone()];
-        let (_, mut errors) = env.on_each(&both, |n| {
-            if n.name == leader {
-                kill.kill(n).and_then(|()| kill.start(n))
-            } else {
-                pause.pause(n)
-            }
-        });
+        // Kill first, so the last replica hears of no more commits; freeze the successor before
+        // the restarted leader re-registers and the successor is elected.
+        let mut errors = Vec::new();
+        let (leader_node, heir_node) = (env.node(&leader)?, env.node(&heir)?);
+        if let Err(e) = kill.kill(leader_node) {
+            return Err(Failed::nothing(format!("{leader}: {e:#}")));
+        }
+        if let Err(e) = pause.pause(heir_node) {
+            errors.push(format!("{heir}: {e:#}"));
+        }
+        if let Err(e) = kill.start(leader_node) {
+            errors.push(format!("{leader}: {e:#}"));
+        }
         let elected = wait_for_election(env, &topic, partition, p.leader_epoch);
         // The successor leads first; wait for the election after it is fenced.
         let next = match elected {
