@@ -260,42 +260,76 @@ fn perf(
     }
 }
 
-/// Every package's cycle on its own staggered timeline, performed by the nemesis worker one op
-/// at a time (an op due while another runs waits for it). A fault lasts half to one and a half
-/// intervals (long enough to outlast failure detection) and the calm after it up to two.
+/// How often a kind's turn comes among the disruptive kinds: leader failovers (kill, bounce,
+/// handoff) are where log-replication bugs live, so the kill package gets three shares.
+fn weight(kind: Kind) -> u32 {
+    match kind {
+        Kind::Kill => 3,
+        _ => 1,
+    }
+}
+
+/// The packages, performed by the nemesis worker one op at a time (an op due while another runs
+/// waits for it).
 ///
-/// At most one disruptive fault (all but clock skew) is in force at a time: a kind whose fault
-/// comes due while another's is in force waits until that one is undone and a calm (uniform in
-/// [0, interval]) has passed. Stacked faults mostly leave nothing available; one at a time,
-/// each fault, and in particular each leader failover, starts from a cluster that works.
+/// Disruptive kinds (all but clock skew) take turns, one fault in force at a time: a weighted
+/// random kind (Jepsen's `mix`) starts its fault, which lasts half to one and a half intervals
+/// (long enough to outlast failure detection), then is undone, and after a calm of up to one
+/// interval the next turn comes. Stacked faults mostly leave nothing available; one at a time,
+/// each fault, leader failovers above all, starts from a cluster that works. Clock skew, which
+/// stops nothing, runs on its own staggered timeline (gaps uniform in [0, 2·interval]) across
+/// them.
 pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
-    disruptive: Vec<bool>,
+    /// For each cycle: its share of the disruptive turns, or `None` for its own timeline.
+    shares: Vec<Option<u32>>,
+    /// When each own-timeline cycle is next due.
     due: Vec<Option<u64>>,
+    /// When the next disruptive turn (or undo) is due, and which cycle has a fault in force.
+    turn_due: Option<u64>,
+    in_force: Option<usize>,
     interval: u64,
     waiting_for: Option<usize>,
 }
 
 impl Combined {
-    /// Combines `packages`, each with a mean gap of `interval` nanoseconds between its ops.
+    /// Combines `packages` with faults lasting `interval` nanoseconds on average.
     pub fn new(packages: Vec<Package>, interval: u64) -> Self {
-        let disruptive = packages.iter().map(|p| p.kind != Kind::Clock).collect();
+        let shares = packages
+            .iter()
+            .map(|p| (p.kind != Kind::Clock).then(|| weight(p.kind)))
+            .collect();
         let cycles: Vec<Box<dyn Cycle>> = packages.into_iter().map(|p| p.cycle).collect();
         Combined {
             due: vec![None; cycles.len()],
-            disruptive,
+            shares,
             cycles,
+            turn_due: None,
+            in_force: None,
             interval,
             waiting_for: None,
         }
     }
 
-    fn gap(&self, in_force: bool, rng: &mut Rng) -> u64 {
-        if in_force {
-            rng.random_range(self.interval / 2..=3 * self.interval / 2)
-        } else {
-            rng.random_range(0..=2 * self.interval)
+    /// The cycle whose turn it is: the one with a fault in force, else a weighted draw.
+    fn turn(&self, rng: &mut Rng) -> Option<usize> {
+        if self.in_force.is_some() {
+            return self.in_force;
         }
+        let total: u32 = self.shares.iter().flatten().sum();
+        if total == 0 {
+            return None;
+        }
+        let mut roll = rng.random_range(0..total);
+        for (i, share) in self.shares.iter().enumerate() {
+            if let Some(w) = share {
+                if roll < *w {
+                    return Some(i);
+                }
+                roll -= w;
+            }
+        }
+        None
     }
 }
 
@@ -307,33 +341,44 @@ impl Generator for Combined {
         if !ctx.free.contains(&Worker::Nemesis) || self.waiting_for.is_some() {
             return Next::Pending(None);
         }
-        for i in 0..self.due.len() {
-            if self.due[i].is_none() {
-                self.due[i] = Some(ctx.time + self.gap(false, rng));
+        let interval = self.interval;
+        for i in 0..self.cycles.len() {
+            if self.shares[i].is_none() && self.due[i].is_none() {
+                self.due[i] = Some(ctx.time + rng.random_range(0..=2 * interval));
             }
         }
-        let busy = (0..self.cycles.len()).any(|j| self.disruptive[j] && self.cycles[j].in_force());
-        let allowed = |i: usize| !self.disruptive[i] || self.cycles[i].in_force() || !busy;
-        let (i, t) = self
-            .due
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| allowed(*i))
-            .filter_map(|(i, t)| t.map(|t| (i, t)))
-            .min_by_key(|(i, t)| (*t, *i))
-            .expect("the cycle whose fault is in force may always undo it");
-        let time = t.max(ctx.time);
-        let undoing = self.cycles[i].in_force();
+        if self.turn_due.is_none() && self.shares.iter().any(Option::is_some) {
+            self.turn_due = Some(ctx.time + rng.random_range(0..=interval));
+        }
+        let own = (0..self.cycles.len())
+            .filter_map(|i| self.due[i].map(|t| (t, i)))
+            .min();
+        let (time, i) = match (own, self.turn_due) {
+            (Some((t, i)), Some(turn)) if t < turn => (t, i),
+            (_, Some(turn)) => match self.turn(rng) {
+                Some(i) => (turn, i),
+                None => return Next::Done,
+            },
+            (Some((t, i)), None) => (t, i),
+            (None, None) => return Next::Done,
+        };
+        let time = time.max(ctx.time);
         let op = self.cycles[i].next(rng);
         let in_force = self.cycles[i].in_force();
-        self.due[i] = Some(time + self.gap(in_force, rng));
-        if undoing && self.disruptive[i] {
-            for k in 0..self.cycles.len() {
-                if k != i && self.disruptive[k] {
-                    let calm = time + rng.random_range(0..=self.interval);
-                    self.due[k] = self.due[k].map(|d| d.max(calm));
-                }
-            }
+        if self.shares[i].is_some() {
+            self.in_force = in_force.then_some(i);
+            self.turn_due = Some(if in_force {
+                time + rng.random_range(interval / 2..=3 * interval / 2)
+            } else {
+                time + rng.random_range(0..=interval)
+            });
+        } else {
+            let gap = if in_force {
+                rng.random_range(interval / 2..=3 * interval / 2)
+            } else {
+                rng.random_range(0..=2 * interval)
+            };
+            self.due[i] = Some(time + gap);
         }
         self.waiting_for = Some(i);
         Next::Op(Planned {
