@@ -1,5 +1,5 @@
 //! `tidemark test` with nemeses, end to end: bad fault options are usage errors that say what is
-//! wrong (naming file, op and field for schedules); a run with every fault kind records each
+//! wrong (naming file, op and field for schedules); a run through every fault kind records each
 //! fault as an invoke and an info with what was done, heals everything at the end and leaves
 //! nothing behind; and a recorded history replays its faults exactly.
 
@@ -7,9 +7,14 @@ mod engine_support;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 use engine_support::*;
 use serde_json::{json, Value};
+
+/// The runs take turns: two clusters with three-second failure detection on two cores should
+/// not compete.
+static TURN: Mutex<()> = Mutex::new(());
 
 fn tidemark_test(args: &[&str], store: &Path) -> Output {
     Command::new(tidemark())
@@ -92,15 +97,44 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
         return;
     }
     broker();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    // Every op in its spec form, resolved by the nemesis when performed; a clock skew and a
+    // packet loss are left in force for the final phase to heal.
+    let at =
+        |s: u64, f: &str, value: Value| json!({"time": s * 1_000_000_000, "f": f, "value": value});
+    let schedule = json!([
+        at(1, "start-partition", json!({"kind": "majorities-ring"})),
+        at(3, "stop-partition", json!({})),
+        at(4, "pause", json!({"targets": "one"})),
+        at(6, "resume", json!({"targets": "all"})),
+        at(7, "kill", json!({"targets": "minority"})),
+        at(9, "start", json!({"targets": "all"})),
+        at(
+            12,
+            "clock-strobe",
+            json!({"targets": "one", "duration_ms": 1000})
+        ),
+        at(13, "start-loss", json!({"targets": "one"})),
+        at(15, "stop-loss", json!({})),
+        at(16, "bounce", json!({"times": 2})),
+        at(20, "handoff", json!({})),
+        at(32, "corrupt-file", json!({"targets": "one"})),
+        at(34, "start", json!({"targets": "all"})),
+        at(38, "unclean-election", json!({})),
+        at(50, "clock-skew", json!({"targets": "all"})),
+        at(51, "start-loss", json!({"targets": "all"})),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("every-kind.json");
+    std::fs::write(&file, schedule.to_string()).unwrap();
+    let file = file.display().to_string();
     let store = tempfile::tempdir().unwrap();
     let out = tidemark_test(
         &[
-            "--nemesis",
-            "all",
+            "--nemesis-schedule",
+            &file,
             "--time-limit",
-            "40",
-            "--nemesis-interval",
-            "3",
+            "55",
             "--seed",
             "5",
         ],
@@ -108,8 +142,13 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // Unclean elections may lose writes, which the checkers then allow.
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // This test is about recording and healing, not the verdict: a run with disk corruption
+    // and unclean elections may be invalid (the broker can diverge after a damaged leader
+    // restarts; see the nemesis findings), but it must reach one.
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{stdout}\n{stderr}"
+    );
     let run = store.path().join("latest");
     let test: Value =
         serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
@@ -125,7 +164,7 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
             "unclean"
         ])
     );
-    assert_eq!(test["nemesis_options"]["interval_s"], 3.0);
+    assert_eq!(test["nemesis_options"]["scripted_ops"], 16);
     assert_eq!(test["nemesis_options"]["perf"].as_array().unwrap().len(), 7);
     assert!(test["broker"]["faketime"].is_string(), "{}", test["broker"]);
 
@@ -147,14 +186,16 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
     for f in [
         "start-partition",
         "pause",
+        "kill",
+        "clock-strobe",
+        "clock-skew",
         "start-loss",
         "corrupt-file",
         "unclean-election",
     ] {
         assert!(done(f) > 0, "no successful {f}:\n{infos:#?}");
     }
-    assert!(done("kill") + done("bounce") + done("handoff") > 0);
-    assert!(done("clock-skew") + done("clock-strobe") > 0);
+    assert!(done("bounce") + done("handoff") > 0, "{infos:#?}");
     // What each did is on its info.
     for o in &infos {
         let v = &o["value"];
@@ -197,7 +238,17 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
     );
     let results: Value =
         serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
-    assert_eq!(results["valid"], true, "{results}");
+    assert!(results["valid"].is_boolean(), "{results}");
+    // Lost writes of the unclean election are seen but allowed.
+    if results["anomaly_types"]
+        .as_array()
+        .is_some_and(|a| a.contains(&json!("lost-write")))
+    {
+        assert!(!results["bad_anomaly_types"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("lost-write")));
+    }
     assert_nothing_left(&test);
 }
 
@@ -207,6 +258,7 @@ fn a_recorded_history_replays_the_same_faults() {
         return;
     }
     broker();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("faults.json");
     let s = 1_000_000_000u64;

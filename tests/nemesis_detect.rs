@@ -99,6 +99,9 @@ fn the_correct_broker_stays_valid_under_the_default_mix() {
         v.anomalies,
         kept.display()
     );
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(v.run.join("test.json")).unwrap()).unwrap();
+    assert_nothing_left(&test);
 }
 
 #[test]
