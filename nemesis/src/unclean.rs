@@ -296,7 +296,7 @@ impl Fault for Unclean {
         let topic = opt_str(value, "topic")?;
         match (topic, value.get("partition")) {
             (None, None) | (Some(_), None) => {}
-            (_, Some(p)) if !p.as_i64().is_some_and(|p| p >= 0) => {
+            (_, Some(p)) if p.as_i64().is_none_or(|p| p < 0) => {
                 return Err(format!(
                     "field `partition`: expected a partition index, got {p}"
                 ))
