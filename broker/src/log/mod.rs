@@ -343,7 +343,9 @@ impl PartitionLog {
     /// Removes every batch at or after `offset` and the epochs that started there.
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         if offset >= self.log_end_offset() {
-            return Ok(());
+            // Epochs that start at the log end hold no records yet; they go too, or a follower
+            // asking its leader about them would get the same answer forever.
+            return self.epochs.truncate_from_end(offset);
         }
         if offset <= self.log_start_offset() {
             return self.truncate_fully_and_start_at(offset.max(0).min(self.log_start_offset()));

@@ -194,8 +194,10 @@ pub fn truncate_by_epoch(
                 (fo.min(leader_end).min(leo), true)
             }
         };
-        if target < leo {
-            info!(topic = %p.topic, partition = p.index, from = leo, to = target, "truncating by leader epoch");
+        if target <= leo {
+            if target < leo {
+                info!(topic = %p.topic, partition = p.index, from = leo, to = target, "truncating by leader epoch");
+            }
             s.log.truncate_to(target)?;
             s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
         }
