@@ -12,6 +12,7 @@ use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
 use tidemark_harness::net::Iptables;
 use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::prerequisites::{self, Requirement};
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
@@ -144,17 +145,15 @@ fn faults(args: &NemesisArgs, names: &[String], seed: u64, local: bool) -> Resul
         if !local {
             return None;
         }
-        match k {
-            Kind::Clock if !args.faketime_library.is_file() => Some(format!(
-                "clock faults need libfaketime at {} (Debian package faketime, or                  --faketime-library PATH)",
-                args.faketime_library.display()
-            )),
-            Kind::Loss | Kind::Unclean if !on_path("nft") => Some(format!(
-                "{} faults need nftables (the nft command; Debian package nftables)",
-                k.name()
-            )),
-            _ => None,
+        let mut needs = k.requirements();
+        if k == Kind::Clock {
+            needs.push(Requirement::file(
+                &args.faketime_library,
+                "faketime",
+                "clock faults (or point --faketime-library at libfaketime)",
+            ));
         }
+        prerequisites::report(&needs)
     };
     let mut options = NemesisOptions {
         interval,
@@ -203,12 +202,6 @@ fn faults(args: &NemesisArgs, names: &[String], seed: u64, local: bool) -> Resul
         kinds,
         faketime,
     })
-}
-
-/// Whether `program` is on the PATH.
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 /// The `--runtime hosts` options, kept apart (and boxed) because most runs never use them.
@@ -360,6 +353,25 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     }
     let broker = std::fs::canonicalize(&broker).unwrap_or(broker);
 
+    let mut db = TidemarkBroker::new(broker, BrokerConfig::for_replication(rf), args.inject_bug);
+    if let Some(lib) = faults.faketime {
+        db = db.with_faketime(lib);
+    }
+    if hosts.is_none() {
+        let mut needs = NetnsRuntime::requirements();
+        needs.extend(Iptables::requirements());
+        needs.extend(db.requirements());
+        for kind in &faults.kinds {
+            needs.extend(
+                Kind::parse(kind)
+                    .map(Kind::requirements)
+                    .unwrap_or_default(),
+            );
+        }
+        if let Some(why) = prerequisites::report(&needs) {
+            return Err(Problem::Harness(why));
+        }
+    }
     let run_id = leftovers::new_run_id();
     let runtime: Box<dyn Runtime> = match hosts {
         None => {
@@ -408,10 +420,6 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         final_timeout,
         argv: std::env::args().collect(),
     };
-    let mut db = TidemarkBroker::new(broker, BrokerConfig::for_replication(rf), args.inject_bug);
-    if let Some(lib) = faults.faketime {
-        db = db.with_faketime(lib);
-    }
     let test = Test {
         runtime,
         db: Arc::new(db),

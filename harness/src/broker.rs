@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::db::{DataDir, Db, FakeClock, Kill, LogFiles, Pause, ReplicaDump};
+use crate::prerequisites::Requirement;
 use crate::remote::{self, command_line, escape};
 use crate::runtime::Node;
 
@@ -194,6 +195,19 @@ impl TidemarkBroker {
     pub fn with_faketime(mut self, library: PathBuf) -> Self {
         self.faketime = Some(library);
         self
+    }
+
+    /// What the nodes need to run the broker: `setsid` and `nohup` start it detached, and the
+    /// libfaketime library when clock faults are on.
+    pub fn requirements(&self) -> Vec<Requirement> {
+        let mut reqs = vec![
+            Requirement::program("setsid", "util-linux", "starting brokers"),
+            Requirement::program("nohup", "coreutils", "starting brokers"),
+        ];
+        if let Some(lib) = &self.faketime {
+            reqs.push(Requirement::file(lib, "faketime", "clock faults"));
+        }
+        reqs
     }
 
     fn faketime_file(node: &Node) -> PathBuf {

@@ -23,7 +23,8 @@
 //!
 //! The [`runner`] owns time and the seed and drives a [`Test`](test::Test) through its phases;
 //! [`history`] streams every op to disk as it happens, [`store`] lays out the run directory, and
-//! [`leftovers`] finds and removes what a killed run left behind.
+//! [`leftovers`] finds and removes what a killed run left behind; [`prerequisites`] says what a
+//! run needs installed before it starts.
 //!
 //! Dependencies point one way: this crate knows nothing of particular workloads or fault kinds;
 //! those crates implement the traits here.
@@ -42,6 +43,7 @@ pub mod nemesis;
 pub mod net;
 pub mod netns;
 pub mod op;
+pub mod prerequisites;
 pub mod progress;
 pub mod remote;
 pub mod runner;

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context as _;
 
+use crate::prerequisites::Requirement;
 use crate::remote::{self, command_line};
 use crate::runtime::Node;
 
@@ -43,6 +44,15 @@ pub trait Net: Send + Sync {
 pub struct Iptables;
 
 impl Iptables {
+    /// What the nodes need for these partitions.
+    pub fn requirements() -> Vec<Requirement> {
+        vec![Requirement::program(
+            "iptables",
+            "iptables",
+            "network partitions",
+        )]
+    }
+
     /// The shell command that makes `CHAIN` exist, hooked first in INPUT, and empty.
     pub fn reset_command() -> String {
         format!(

@@ -22,6 +22,7 @@ use anyhow::{bail, Context as _};
 
 use crate::dial::{Dialer, FromNetns};
 use crate::leftovers::{self, RunState, PREFIX};
+use crate::prerequisites::Requirement;
 use crate::remote::Local;
 use crate::runtime::{Node, Runtime};
 
@@ -37,6 +38,11 @@ pub struct NetnsRuntime {
 }
 
 impl NetnsRuntime {
+    /// What this machine needs to build the namespaces and run commands in them.
+    pub fn requirements() -> Vec<Requirement> {
+        vec![Requirement::program("ip", "iproute2", "the netns runtime")]
+    }
+
     /// A runtime for run `run` whose node directories live under `work_root/run`. Fails with a
     /// message that says what is needed when this process is not root.
     pub fn new(work_root: &std::path::Path, run: &str) -> anyhow::Result<Self> {

@@ -37,6 +37,7 @@ use serde_json::{json, Value};
 use tidemark_harness::generator::{Generator, Rng};
 use tidemark_harness::nemesis::{Nemesis, NemesisContext};
 use tidemark_harness::op::{Completion, Invocation, Outcome};
+use tidemark_harness::prerequisites::Requirement;
 
 use crate::fault::{Env, Failed, Faults};
 use crate::grudge::PartitionKind;
@@ -129,6 +130,18 @@ impl Kind {
             }
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
             Kind::Unclean => Vec::new(),
+        }
+    }
+
+    /// What the nodes need for this kind's faults beyond what the runtime, net and broker need
+    /// (libfaketime for clock faults is the broker's, since it starts the broker under it).
+    pub fn requirements(self) -> Vec<Requirement> {
+        match self {
+            Kind::Loss | Kind::Unclean => {
+                let by = format!("{} faults", self.name());
+                vec![Requirement::program("nft", "nftables", &by)]
+            }
+            Kind::Partition | Kind::Kill | Kind::Pause | Kind::Clock | Kind::Corrupt => Vec::new(),
         }
     }
 
