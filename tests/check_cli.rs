@@ -118,15 +118,19 @@ fn history_file_with_replicas_and_out_flags() {
     assert!(!dir.path().join("results.json").exists());
 }
 
+/// Without replicas.jsonl lost writes and divergence cannot be judged: a clean history alone
+/// (what a run killed before its final reads leaves) is unknown, exit 2, never valid.
 #[test]
-fn history_file_alone_writes_results_beside_it() {
+fn history_file_alone_writes_results_beside_it_and_is_unknown() {
     let dir = run_dir(
         &lines(&[HEADER, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]),
         None,
     );
     let out = tidemark(&[dir.path().join("history.jsonl").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stdout(&out).contains("verdict: UNKNOWN"), "{}", stdout(&out));
     let r = results(&dir.path().join("results.json"));
+    assert_eq!(r["valid"], "unknown");
     assert!(r["skipped_checks"]
         .as_array()
         .unwrap()

@@ -85,7 +85,9 @@ pub enum Validity {
     Valid,
     /// Something the test forbids was found.
     Invalid,
-    /// The evidence cannot support a verdict.
+    /// The evidence cannot support a verdict: nothing forbidden was found, but there was no
+    /// evidence at all, or `lost-write` or `divergence` could not be judged (no final replica
+    /// states for some partition, e.g. a run killed before its final reads).
     Unknown,
 }
 
@@ -295,9 +297,13 @@ impl Anomalies {
             anomaly_counts.insert(name.clone(), count);
             anomalies.insert(name, entries);
         }
+        // `true` promises that nothing acknowledged was lost and no replicas diverged.
+        let unjudged = skipped_checks.iter().any(|s| {
+            s.check == AnomalyKind::LostWrite.name() || s.check == AnomalyKind::Divergence.name()
+        });
         let valid = if !bad_anomaly_types.is_empty() {
             Validity::Invalid
-        } else if no_evidence {
+        } else if no_evidence || unjudged {
             Validity::Unknown
         } else {
             Validity::Valid

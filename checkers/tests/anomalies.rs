@@ -38,16 +38,52 @@ fn clean() -> (Hist, Vec<ReplicaState>) {
 #[test]
 fn clean_history_is_valid() {
     let (h, replicas) = clean();
-    for r in [run(&h, Some(&replicas)), run(&h, None)] {
-        assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
-        assert!(r.anomaly_types.is_empty());
-        assert_eq!(r.stats["send"].ok, 2);
-        assert_eq!(r.stats["poll"].ok, 2);
-    }
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.anomaly_types.is_empty());
+    assert_eq!(r.stats["send"].ok, 2);
+    assert_eq!(r.stats["poll"].ok, 2);
+    assert!(
+        !r.skipped_checks
+            .iter()
+            .any(|s| s.check == "lost-write" || s.check == "divergence"),
+        "{:?}",
+        r.skipped_checks
+    );
+}
+
+/// `true` promises that nothing acknowledged was lost and no replicas diverged: without the
+/// final replica states neither can be judged, so a clean history alone is unknown.
+#[test]
+fn clean_history_without_replicas_is_unknown() {
+    let (h, _) = clean();
     let r = run(&h, None);
+    assert_eq!(r.valid, Validity::Unknown, "{}", r.summary(5));
+    assert!(r.anomaly_types.is_empty());
     let skipped: Vec<&str> = r.skipped_checks.iter().map(|s| s.check.as_str()).collect();
     assert!(skipped.contains(&"divergence"), "{skipped:?}");
     assert!(skipped.contains(&"lost-write"), "{skipped:?}");
+}
+
+/// A forbidden anomaly found in a partial history still decides `false`.
+#[test]
+fn forbidden_anomaly_without_replicas_is_invalid() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0), (1, 1, 0)], None);
+    assert_eq!(run(&h, None).valid, Validity::Invalid);
+}
+
+/// A partition whose replicas could not be read cannot be judged for lost writes.
+#[test]
+fn a_partition_without_readable_replicas_is_unknown() {
+    let (h, mut replicas) = clean();
+    for r in &mut replicas {
+        r.error = Some("connection refused".into());
+        r.records.clear();
+    }
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Unknown, "{}", r.summary(5));
 }
 
 #[test]
@@ -121,7 +157,9 @@ fn unread_write_is_not_lost_without_replicas() {
     h.send(0, &[2], Ok, Some(1));
     h.poll(1, 0, &[(0, 1, 0)], None);
     h.poll(1, 3, &[], None);
-    assert_eq!(run(&h, None).valid, Validity::Valid);
+    let r = run(&h, None);
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Unknown, "lost-write could not be judged");
 }
 
 #[test]
@@ -472,11 +510,11 @@ fn hw_regression_excused_by_a_fault() {
     h.poll(1, 0, &[(0, 1, 0)], Some(3));
     h.nemesis("kill", json!({"nodes": ["n1"]}));
     h.poll(1, 0, &[(0, 1, 0)], Some(2));
-    assert_eq!(run(&h, None).valid, Validity::Valid);
+    assert!(run(&h, None).anomaly_types.is_empty());
     // Still excused while the fault lasts, with no new nemesis op in between.
     h.poll(1, 0, &[(0, 1, 0)], Some(3));
     h.poll(1, 0, &[(0, 1, 0)], Some(1));
-    assert_eq!(run(&h, None).valid, Validity::Valid);
+    assert!(run(&h, None).anomaly_types.is_empty());
     h.nemesis("start", json!({"nodes": ["n1"]}));
     h.poll(1, 0, &[(0, 1, 0)], Some(3));
     h.poll(1, 0, &[(0, 1, 0)], Some(2));
@@ -516,8 +554,9 @@ fn explicit_allowed_list_overrides_the_policy() {
         h.ops.clone(),
         None,
     );
-    assert_eq!(r.valid, Validity::Valid);
+    assert_eq!(r.valid, Validity::Unknown, "allowed, but without replicas");
     assert_eq!(r.anomaly_types, ["duplicate"]);
+    assert!(r.bad_anomaly_types.is_empty());
 }
 
 #[test]
@@ -530,7 +569,8 @@ fn literal_jsonl_history_through_the_reader() {
 {"index": 4, "time": 9, "process": "nemesis", "type": "invoke", "f": "kill", "value": {}}
 {"index": 5, "ti"#;
     let r = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap();
-    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Unknown, "cut short, without replicas");
     assert!(
         r.warnings.iter().any(|w| w.contains("truncated")),
         "{:?}",
