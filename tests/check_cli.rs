@@ -218,3 +218,13 @@ fn no_completed_op_is_unknown() {
         "unknown"
     );
 }
+
+/// A history line is bounded: an endless one (here /dev/zero, no newline ever) is bad input
+/// naming file and line, not a process that grows until memory runs out.
+#[test]
+fn an_endless_line_exits_254_naming_file_and_line() {
+    let out = tidemark(&["/dev/zero"]);
+    assert_eq!(out.status.code(), Some(254), "{}", stderr(&out));
+    assert!(stderr(&out).contains("/dev/zero:1:"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("16 MiB"), "{}", stderr(&out));
+}
