@@ -228,3 +228,31 @@ fn an_endless_line_exits_254_naming_file_and_line() {
     assert!(stderr(&out).contains("/dev/zero:1:"), "{}", stderr(&out));
     assert!(stderr(&out).contains("16 MiB"), "{}", stderr(&out));
 }
+
+/// Values that cannot be real are bad input naming the file and line, not silently judged.
+#[test]
+fn impossible_values_exit_254_naming_file_and_line() {
+    let above = LEADER.replace("\"high_watermark\": 2", "\"high_watermark\": 9");
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, SEND_OK]),
+        Some(&lines(&[&above])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("replicas.jsonl:1:"), "{err}");
+    assert!(err.contains("high_watermark 9 is above log_end_offset 2"), "{err}");
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, SEND_OK]),
+        Some(&lines(&[LEADER, LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254));
+    assert!(stderr(&out).contains("replicas.jsonl:2: the same replica"), "{}", stderr(&out));
+    let negative = SEND_OK.replace("\"offset\": 0", &format!("\"offset\": {}", i64::MIN));
+    let dir = run_dir(&lines(&[HEADER, SEND_INVOKE, &negative]), Some(&lines(&[LEADER])));
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254));
+    assert!(stderr(&out).contains("history.jsonl:3:"), "{}", stderr(&out));
+    assert!(!dir.path().join("results.json").exists());
+}

@@ -259,6 +259,48 @@ pub struct ReplicaState {
     pub error: Option<String>,
 }
 
+/// Kafka partitions are non-negative 32-bit integers; anything else cannot be real.
+pub fn check_partition(partition: i64) -> Result<(), String> {
+    if (0..=i64::from(i32::MAX)).contains(&partition) {
+        Ok(())
+    } else {
+        Err(format!(
+            "partition {partition} is not a Kafka partition (0 to {})",
+            i32::MAX
+        ))
+    }
+}
+
+impl ReplicaState {
+    /// Whether the state can be real: offsets are never negative, a log starts at or before its
+    /// end, and its high watermark is at or below its end (`log_start_offset <= log_end_offset`,
+    /// `high_watermark <= log_end_offset`).
+    pub fn check_values(&self) -> Result<(), String> {
+        check_partition(self.partition)?;
+        let fields = [
+            ("log_start_offset", self.log_start_offset),
+            ("high_watermark", self.high_watermark),
+            ("log_end_offset", self.log_end_offset),
+        ];
+        for (name, value) in fields {
+            if let Some(v) = value.filter(|v| *v < 0) {
+                return Err(format!("{name} {v} is negative"));
+            }
+        }
+        if let Some(end) = self.log_end_offset {
+            for (name, value) in [fields[0], fields[1]] {
+                if let Some(v) = value.filter(|v| *v > end) {
+                    return Err(format!("{name} {v} is above log_end_offset {end}"));
+                }
+            }
+        }
+        match self.records.iter().find(|r| r.offset < 0) {
+            Some(r) => Err(format!("record offset {} is negative", r.offset)),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! analyses: a history is read one line at a time from any [`BufRead`], so checking a run never
 //! needs all of its ops in memory, and every problem is reported with the line it is on.
 
+use std::collections::HashMap;
 use std::io::{BufRead, Read};
 
 use serde::Deserialize;
@@ -303,9 +304,11 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
 }
 
 /// Reads every line of `replicas.jsonl`. Replica states are small next to a history (one record
-/// per value per replica), so they are read whole.
+/// per value per replica), so they are read whole. A state that cannot be real (see
+/// [`ReplicaState::check_values`]) or a replica listed twice is bad input naming its line.
 pub fn read_replicas<R: BufRead>(mut input: R) -> Result<Vec<ReplicaState>, BadInput> {
     let mut out = Vec::new();
+    let mut seen: HashMap<(String, String, String, i64), u64> = HashMap::new();
     let mut buf = Vec::new();
     let mut line = 0;
     loop {
@@ -322,6 +325,24 @@ pub fn read_replicas<R: BufRead>(mut input: R) -> Result<Vec<ReplicaState>, BadI
         }
         let replica: ReplicaState = serde_json::from_slice(&buf)
             .map_err(|e| BadInput::at(line, format!("malformed replica state: {e}")))?;
+        replica
+            .check_values()
+            .map_err(|e| BadInput::at(line, format!("impossible replica state: {e}")))?;
+        let key = (
+            replica.cluster.clone(),
+            replica.node.clone(),
+            replica.topic.clone(),
+            replica.partition,
+        );
+        if let Some(first) = seen.insert(key, line) {
+            return Err(BadInput::at(
+                line,
+                format!(
+                    "the same replica ({}/{}/{} on {}) is also on line {first}",
+                    replica.cluster, replica.topic, replica.partition, replica.node
+                ),
+            ));
+        }
         out.push(replica);
     }
 }
@@ -408,6 +429,28 @@ mod tests {
         // A line of exactly the limit is fine (here, blank).
         let at_limit = format!("{HEADER}{}\n", " ".repeat(MAX_LINE_BYTES));
         assert!(ops(&at_limit).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn impossible_replica_values_are_bad_input_naming_line_and_field() {
+        let good = r#"{"cluster":"a","node":"n1","topic":"t","partition":0,"log_start_offset":0,"high_watermark":2,"log_end_offset":2,"records":[[0,1,0],[1,2,0]]}"#;
+        assert_eq!(read_replicas(format!("{good}\n").as_bytes()).unwrap().len(), 1);
+        for (bad, field) in [
+            (good.replace("\"high_watermark\":2", "\"high_watermark\":3"), "high_watermark 3"),
+            (good.replace("\"log_start_offset\":0", "\"log_start_offset\":-1"), "log_start_offset -1"),
+            (good.replace("\"partition\":0", "\"partition\":9223372036854775807"), "partition 9223372036854775807"),
+            (good.replace("[0,1,0]", "[-5,1,0]"), "offset -5"),
+            (good.replace("\"high_watermark\":2", "\"high_watermark\":-1"), "high_watermark -1"),
+        ] {
+            let text = format!("{}\n{bad}\n", good.replace("n1", "n0"));
+            let e = read_replicas(text.as_bytes()).unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.problem.contains(field), "{field}: {e}");
+        }
+        let twice = format!("{good}\n{good}\n");
+        let e = read_replicas(twice.as_bytes()).unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.problem.contains("also on line 1"), "{e}");
     }
 
     #[test]

@@ -733,3 +733,39 @@ fn separate_partitions_and_topics_are_separate_logs() {
     );
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
 }
+
+/// Values no broker can have produced are bad input naming their line; Kafka's "no offset" (-1)
+/// on an acknowledged send leaves the run judgeable, so it is a warning and the offset unknown.
+#[test]
+fn impossible_op_values_are_bad_input_naming_the_line() {
+    let head = "{\"tidemark_history\": 1, \"test\": {\"workload\": \"queue\"}}\n";
+    let inv = r#"{"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "send", "value": {"topic": "t", "partition": 0, "values": [17]}}"#;
+    let ok = r#"{"index": 1, "time": 5, "process": 0, "type": "ok", "f": "send", "value": {"topic": "t", "partition": 0, "values": [17], "offset": 4}}"#;
+    let poll_inv = r#"{"index": 2, "time": 6, "process": 1, "type": "invoke", "f": "poll", "value": {"topic": "t", "partition": 0, "from": 4}}"#;
+    let poll_ok = r#"{"index": 3, "time": 9, "process": 1, "type": "ok", "f": "poll", "value": {"topic": "t", "partition": 0, "from": 4, "records": [[4, 17, 0]]}}"#;
+    let text = |lines: [&str; 4]| head.to_owned() + &lines.join("\n") + "\n";
+    let check_text = |t: String| check_history(read_history(t.as_bytes()).unwrap(), None);
+    assert!(check_text(text([inv, ok, poll_inv, poll_ok])).is_ok());
+    let min = ok.replace("\"offset\": 4", &format!("\"offset\": {}", i64::MIN));
+    let huge = inv.replace("\"partition\": 0", &format!("\"partition\": {}", i64::MAX));
+    let from = poll_inv.replace("\"from\": 4", "\"from\": -3");
+    let record = poll_ok.replace("[[4, 17, 0]]", "[[-2, 17, 0]]");
+    for (lines, line, what) in [
+        ([inv, &min, poll_inv, poll_ok], 3, "offset -9223372036854775808"),
+        ([&huge, ok, poll_inv, poll_ok], 2, "partition 9223372036854775807"),
+        ([inv, ok, &from, poll_ok], 4, "from -3"),
+        ([inv, ok, poll_inv, &record], 5, "offset -2"),
+    ] {
+        let e = check_text(text(lines)).unwrap_err();
+        assert_eq!(e.line, Some(line), "{what}: {e}");
+        assert!(e.problem.contains(what), "{what}: {e}");
+    }
+    let unknown = ok.replace("\"offset\": 4", "\"offset\": -1");
+    let r = check_text(text([inv, &unknown, poll_inv, poll_ok])).unwrap();
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    assert!(
+        r.warnings.iter().any(|w| w.contains("offset -1")),
+        "{:?}",
+        r.warnings
+    );
+}

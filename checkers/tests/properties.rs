@@ -265,6 +265,12 @@ fn extreme_numbers_do_not_overflow() {
 {"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "poll", "value": {"topic": "t", "partition": 0, "from": -9223372036854775808}}
 {"index": 1, "time": 0, "process": 0, "type": "ok", "f": "poll", "value": {"topic": "t", "partition": 0, "from": -9223372036854775808, "records": [[-9223372036854775808, 1, 0], [9223372036854775807, 2, -9223372036854775808], [9223372036854775807, 2, 0]], "high_watermark": -9223372036854775808}}
 "#;
+    let e = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap_err();
+    assert!(e.problem.contains("from -9223372036854775808"), "{e}");
+    let text = text.replace("\"from\": -9223372036854775808", "\"from\": 0");
+    let e = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap_err();
+    assert!(e.problem.contains("offset -9223372036854775808"), "{e}");
+    let text = text.replace("[[-9223372036854775808, 1, 0], ", "[");
     let r = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap();
     assert_eq!(r.valid, Validity::Invalid);
 }

@@ -26,7 +26,7 @@ use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, Ski
 use crate::Checker;
 
 pub(crate) use event::LineOp;
-use event::{topic_partition, Event, PollBody, SendBody};
+use event::{check_poll_offsets, topic_partition, Event, PollBody, SendBody};
 use replicas::FinalLogs;
 
 /// Sentinel for "no op" in packed fields.
@@ -478,6 +478,7 @@ impl<'r> QueueAnalysis<'r> {
                     .value
                     .parse::<PollBody>("poll")?
                     .ok_or("poll has no value")?;
+                check_poll_offsets(&body)?;
                 topic_partition(body.topic, body.partition)?;
                 None
             }
@@ -545,10 +546,22 @@ impl<'r> QueueAnalysis<'r> {
             (Outcome::Ok, _) | (_, None) => ev.value.parse::<SendBody>("send")?,
             _ => None,
         };
-        let offset = body
+        let acked = body
             .as_ref()
             .and_then(|b| b.offset)
             .filter(|_| outcome == Outcome::Ok);
+        let offset = match acked {
+            // Kafka's "no offset": the write is judged, its place is unknown.
+            Some(-1) => {
+                self.warn(format!(
+                    "op {}: send acknowledged with offset -1 (Kafka's \"no offset\"): its offset is unknown",
+                    ev.index
+                ));
+                None
+            }
+            Some(o) if o < 0 => return Err(format!("ok send offset {o} is negative")),
+            o => o,
+        };
         let (pk, values) = match pending.and_then(|p| p.send) {
             Some(sent) => sent,
             None => self.send_target(ev, body.ok_or("send has no value")?)?,
@@ -583,6 +596,7 @@ impl<'r> QueueAnalysis<'r> {
             .value
             .parse::<PollBody>("poll")?
             .ok_or("poll has no value")?;
+        check_poll_offsets(&body)?;
         let (topic, partition) = topic_partition(body.topic, body.partition)?;
         let cluster = self.cluster_id(ev.cluster);
         let pk = self.pk(cluster, &topic, partition);
