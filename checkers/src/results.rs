@@ -263,10 +263,15 @@ pub(crate) struct Anomalies {
 
 impl Anomalies {
     pub(crate) fn push(&mut self, kind: AnomalyKind, entry: Value) {
+        self.push_with(kind, || entry);
+    }
+
+    /// Counts one anomaly, building its entry only when it will be kept.
+    pub(crate) fn push_with(&mut self, kind: AnomalyKind, entry: impl FnOnce() -> Value) {
         *self.counts.entry(kind).or_default() += 1;
         let entries = self.entries.entry(kind).or_default();
         if entries.len() < MAX_ENTRIES {
-            entries.push(entry);
+            entries.push(entry());
         }
     }
 

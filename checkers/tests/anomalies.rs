@@ -191,10 +191,47 @@ fn divergence_between_replicas() {
     let r = run(&h, Some(&replicas));
     only(&r, &["divergence"]);
     let e = &entries(&r, "divergence");
-    assert_eq!(e.len(), 2, "n1-n3 and n2-n3 disagree");
+    assert_eq!(e.len(), 1, "one offset where replicas disagree");
     assert_eq!(e[0]["offset"], 1);
+    assert_eq!(e[0]["replicas"][0]["node"], "n1", "the final log is the reference");
+    assert_eq!(e[0]["replicas"][0]["record"], json!([1, 2, 0]));
     assert_eq!(e[0]["replicas"][1]["node"], "n3");
     assert_eq!(e[0]["replicas"][1]["record"], json!([1, 9, 0]));
+    assert_eq!(e[0]["differing_replicas"], 1);
+    assert_eq!(e[0]["compared_replicas"], 3);
+}
+
+/// Each replica is compared with one reference per offset, not with every other replica: many
+/// replicas give one entry per offset where they disagree, with exact counts and a bounded
+/// list of examples.
+#[test]
+fn divergence_among_many_replicas_is_counted_per_offset() {
+    const N: usize = 3000;
+    let mut h = Hist::new();
+    h.send(0, &(0..50).collect::<Vec<i64>>(), Ok, Some(0));
+    let recs: Vec<(i64, i64, i64)> = (0..50).map(|o| (o, o, 0)).collect();
+    let mut replicas: Vec<ReplicaState> = (0..N)
+        .map(|n| replica("a", &format!("n{n}"), n == 0, 50, &recs))
+        .collect();
+    replicas[7].records[10].value = 1000;
+    replicas[9].records.remove(20);
+    for r in &mut replicas[1..] {
+        r.records.last_mut().unwrap().epoch = Some(1);
+    }
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.bad_anomaly_types, ["divergence"], "{}", r.summary(2));
+    assert_eq!(r.anomaly_counts["divergence"], 3);
+    let e = entries(&r, "divergence");
+    let at = |o: i64| e.iter().find(|x| x["offset"] == o).unwrap();
+    assert_eq!(at(10)["differing_replicas"], 1);
+    assert_eq!(at(10)["compared_replicas"], N);
+    assert_eq!(at(10)["replicas"][1]["node"], "n7");
+    assert_eq!(at(20)["replicas"][1]["node"], "n9");
+    assert_eq!(at(20)["replicas"][1]["record"], Value::Null);
+    assert_eq!(at(49)["replicas"][0]["node"], "n0");
+    assert_eq!(at(49)["differing_replicas"], N - 1);
+    let listed = at(49)["replicas"].as_array().unwrap().len();
+    assert!(listed > 2 && listed < 20, "{listed} replicas listed");
 }
 
 #[test]
@@ -768,4 +805,31 @@ fn impossible_op_values_are_bad_input_naming_the_line() {
         "{:?}",
         r.warnings
     );
+}
+
+/// A replica whose high watermark could not be read (dump-log leaves it out and says why) is
+/// not taken to have committed nothing: the leader's whole log stands in for lost writes, so
+/// none is reported falsely, and its records are not compared for divergence, so the run is
+/// unknown rather than valid.
+#[test]
+fn an_unknown_high_watermark_gives_no_false_lost_writes() {
+    let (h, mut replicas) = clean();
+    replicas[0].high_watermark = None;
+    let r = run(&h, Some(&replicas));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Unknown, "{}", r.summary(5));
+    assert!(r
+        .skipped_checks
+        .iter()
+        .any(|s| s.check == "divergence" && s.reason.contains("a/t/0 on n1")));
+    assert!(
+        r.warnings.iter().any(|w| w.contains("no high_watermark")),
+        "{:?}",
+        r.warnings
+    );
+    // A value missing from the leader's whole log is still lost.
+    replicas[0].records.truncate(2);
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.bad_anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(entries(&r, "lost-write")[0]["value"], 3);
 }

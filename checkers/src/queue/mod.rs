@@ -1048,7 +1048,16 @@ impl<'r> QueueAnalysis<'r> {
             return;
         };
         replicas::epoch_regression(replicas, &mut self.anomalies);
-        replicas::divergence(replicas, &self.finals, &mut self.anomalies);
+        for i in replicas::divergence(replicas, &self.finals, &mut self.anomalies) {
+            let r = &replicas[i];
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::Divergence.name().into(),
+                reason: format!(
+                    "replica {}/{}/{} on {} has no high watermark: its records are not compared",
+                    r.cluster, r.topic, r.partition, r.node
+                ),
+            });
+        }
         let mirrored = replicas
             .iter()
             .map(|r| r.cluster.as_str())
