@@ -136,6 +136,9 @@ pub struct PollValue {
     /// The partition's high watermark as the fetch response reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high_watermark: Option<i64>,
+    /// The current leader epoch the fetch carried and the broker accepted, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_epoch: Option<i64>,
 }
 
 /// A data record as `[offset, value, leader_epoch]`. Polls may omit the epoch (`[offset, value]`).
@@ -361,7 +364,8 @@ mod tests {
         assert_eq!((v.values.clone(), v.offset), (vec![17, 18], Some(42)));
         assert_eq!(serde_json::to_value(&v).unwrap(), send);
         let poll = json!({"topic": "t", "partition": 0, "from": 40,
-                          "records": [[40, 15, 3], [41, 16, 3]], "high_watermark": 43});
+                          "records": [[40, 15, 3], [41, 16, 3]], "high_watermark": 43,
+                          "leader_epoch": 3});
         let v: PollValue = serde_json::from_value(poll.clone()).unwrap();
         assert_eq!(v.records[1], Record::new(41, 16, 3));
         assert_eq!(serde_json::to_value(&v).unwrap(), poll);

@@ -38,7 +38,8 @@ pub enum AnomalyKind {
     EpochRegression,
     /// One leader epoch holds records first written on two clusters.
     EpochOwnership,
-    /// A process saw a high watermark go down with no fault to excuse it.
+    /// Two polls served under one leader epoch, one after the other, saw the high watermark go
+    /// down.
     HwRegression,
 }
 
@@ -137,6 +138,14 @@ pub struct OpStats {
     /// Completed `info`, or never completed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub info: u64,
+    /// Polls that saw a lower high watermark than a poll completed before them under an earlier
+    /// leader epoch: a new leader's lags until its followers report, so this is no anomaly.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hw_drops_across_epochs: u64,
+    /// Polls that saw a lower high watermark than an earlier poll, with no leader epoch recorded
+    /// to judge it by.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hw_drops_epoch_unknown: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -202,7 +211,18 @@ impl Results {
             let ops: Vec<String> = self
                 .stats
                 .iter()
-                .map(|(f, s)| format!("{f} ok {} fail {} info {}", s.ok, s.fail, s.info))
+                .map(|(f, s)| {
+                    let mut line = format!("{f} ok {} fail {} info {}", s.ok, s.fail, s.info);
+                    if s.hw_drops_across_epochs > 0 {
+                        let n = s.hw_drops_across_epochs;
+                        let _ = write!(line, " ({n} high watermark drops across leader epochs)");
+                    }
+                    if s.hw_drops_epoch_unknown > 0 {
+                        let n = s.hw_drops_epoch_unknown;
+                        let _ = write!(line, " ({n} high watermark drops, leader epoch unknown)");
+                    }
+                    line
+                })
                 .collect();
             let _ = writeln!(out, "ops: {}", ops.join("; "));
         }
@@ -374,8 +394,8 @@ mod tests {
     fn stats_omit_zero_counts() {
         let s = OpStats {
             ok: 3,
-            fail: 0,
             info: 1,
+            ..OpStats::default()
         };
         assert_eq!(
             serde_json::to_value(s).unwrap(),

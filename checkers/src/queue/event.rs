@@ -130,6 +130,8 @@ pub(crate) struct PollBody<'a> {
     pub records: Option<Vec<Record>>,
     #[serde(default)]
     pub high_watermark: Option<i64>,
+    #[serde(default)]
+    pub leader_epoch: Option<i64>,
 }
 
 /// The topic and partition an op names, both required.
