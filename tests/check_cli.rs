@@ -256,3 +256,70 @@ fn impossible_values_exit_254_naming_file_and_line() {
     assert!(stderr(&out).contains("history.jsonl:3:"), "{}", stderr(&out));
     assert!(!dir.path().join("results.json").exists());
 }
+
+/// The checker is picked by the header's `workload`: a name tidemark does not know is bad input.
+#[test]
+fn an_unknown_workload_exits_254_naming_it() {
+    let header = r#"{"tidemark_history": 1, "test": {"name": "x", "workload": "bank"}}"#;
+    let dir = run_dir(
+        &lines(&[header, SEND_INVOKE, SEND_OK]),
+        Some(&lines(&[LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(err.contains("history.jsonl:1:"), "{err}");
+    assert!(err.contains("unknown workload \"bank\""), "{err}");
+    let queue = header.replace("bank", "queue");
+    let dir = run_dir(
+        &lines(&[&queue, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]),
+        Some(&lines(&[LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// A replicas.jsonl that is there but cannot be read (a dangling symlink) is bad input, not a
+/// run without replicas.
+#[test]
+fn a_dangling_replicas_symlink_exits_254() {
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]),
+        None,
+    );
+    std::os::unix::fs::symlink(
+        dir.path().join("gone.jsonl"),
+        dir.path().join("replicas.jsonl"),
+    )
+    .unwrap();
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254), "{}", stdout(&out));
+    assert!(stderr(&out).contains("replicas.jsonl"), "{}", stderr(&out));
+    assert!(!dir.path().join("results.json").exists());
+}
+
+/// `--out` naming an input (directly or through a link) is refused: the history is evidence.
+#[test]
+fn out_equal_to_an_input_is_refused() {
+    let text = lines(&[HEADER, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]);
+    let dir = run_dir(&text, Some(&lines(&[LEADER])));
+    let history = dir.path().join("history.jsonl");
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&history, &link).unwrap();
+    let dotted = dir.path().join(".").join("history.jsonl");
+    let replicas = dir.path().join("replicas.jsonl");
+    for out_path in [&history, &link, &dotted, &replicas] {
+        let out = tidemark(&[
+            dir.path().to_str().unwrap(),
+            "--out",
+            out_path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(254), "{}", out_path.display());
+        assert!(stderr(&out).contains("--out"), "{}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_to_string(&history).unwrap(), text);
+    assert_eq!(
+        std::fs::read_to_string(&replicas).unwrap(),
+        lines(&[LEADER])
+    );
+}

@@ -116,6 +116,7 @@ pub const HISTORY_VERSION: u64 = 1;
 pub struct HistoryReader<R> {
     input: R,
     test: Value,
+    header_line: u64,
     line: u64,
     next_index: u64,
     buf: Vec<u8>,
@@ -148,6 +149,7 @@ pub fn read_history<R: BufRead>(mut input: R) -> Result<HistoryReader<R>, BadInp
     Ok(HistoryReader {
         input,
         test: header.test,
+        header_line: line,
         line,
         next_index: 0,
         buf,
@@ -184,6 +186,11 @@ impl<R: BufRead> HistoryReader<R> {
     /// The test map from the header (`{}` when the header had none).
     pub fn test(&self) -> &Value {
         &self.test
+    }
+
+    /// The 1-based line number of the header.
+    pub fn header_line(&self) -> u64 {
+        self.header_line
     }
 
     /// The 1-based line number of the op most recently returned.

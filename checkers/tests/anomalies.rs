@@ -851,3 +851,30 @@ fn an_unknown_high_watermark_gives_no_false_lost_writes() {
     assert_eq!(r.bad_anomaly_types, ["lost-write"], "{}", r.summary(5));
     assert_eq!(entries(&r, "lost-write")[0]["value"], 3);
 }
+
+/// The checker is the one the header's `workload` names; an unknown name is bad input on the
+/// header's line, and a header without one is checked as a queue history, with a warning.
+#[test]
+fn the_header_workload_picks_the_checker() {
+    let ops = "{\"index\": 0, \"time\": 0, \"process\": 0, \"type\": \"invoke\", \"f\": \"send\", \"value\": {\"topic\": \"t\", \"partition\": 0, \"values\": [1]}}\n";
+    let with = |test: &str| format!("\n{{\"tidemark_history\": 1, \"test\": {test}}}\n{ops}");
+    let checked = |text: String| check_history(read_history(text.as_bytes()).unwrap(), None);
+    let e = checked(with(r#"{"workload": "bank"}"#)).unwrap_err();
+    assert_eq!(e.line, Some(2), "{e}");
+    assert!(e.problem.contains("unknown workload \"bank\""), "{e}");
+    assert!(e.problem.contains("queue, mirror"), "{e}");
+    for known in ["queue", "mirror"] {
+        let r = checked(with(&format!("{{\"workload\": \"{known}\"}}"))).unwrap();
+        assert!(
+            !r.warnings.iter().any(|w| w.contains("workload")),
+            "{:?}",
+            r.warnings
+        );
+    }
+    let r = checked(with("{}")).unwrap();
+    assert!(
+        r.warnings.iter().any(|w| w.contains("names no workload")),
+        "{:?}",
+        r.warnings
+    );
+}

@@ -61,13 +61,14 @@ proptest! {
     #[test]
     fn simulated_correct_histories_are_clean(seed in any::<u64>(), ops in 20usize..400, partitions in 1i64..4) {
         let sim = simulate(config(seed, ops, partitions));
-        let r = check(&json!({}), sim.ops.clone(), Some(&sim.replicas));
+        let test = json!({"workload": "queue"});
+        let r = check(&test, sim.ops.clone(), Some(&sim.replicas));
         prop_assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
         prop_assert_ne!(r.valid, Validity::Invalid);
         let without = check(&json!({}), sim.ops.clone(), None);
         prop_assert!(without.anomaly_types.is_empty(), "{}", without.summary(5));
         // The same run through the jsonl readers gives the same verdict.
-        let text = to_jsonl(&json!({}), &sim.ops);
+        let text = to_jsonl(&test, &sim.ops);
         let replicas = read_replicas(replicas_jsonl(&sim.replicas).as_bytes()).unwrap();
         prop_assert_eq!(&replicas, &sim.replicas);
         let streamed = check_history(read_history(text.as_bytes()).unwrap(), Some(&replicas)).unwrap();

@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::checker::Checker;
 use crate::dial::Dialer;
 use crate::generator::Generator;
 use crate::op::{Completion, Invocation};
@@ -90,7 +89,4 @@ pub trait Workload: Send + Sync {
 
     /// The final reads, after healing.
     fn final_generator(&self) -> Box<dyn Generator>;
-
-    /// The checker for this workload.
-    fn checker(&self) -> Box<dyn Checker>;
 }

@@ -14,7 +14,6 @@ use futures::future::BoxFuture;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tidemark_harness::checker::Checker;
 use tidemark_harness::client::{Client, ClientContext, Workload};
 use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::kafka::{codes, error_name, ClusterMetadata, Connection, KafkaError};
@@ -111,10 +110,6 @@ impl Workload for Queue {
                 .collect();
             Box::new(Drain::new(mine)) as Box<dyn Generator>
         }))
-    }
-
-    fn checker(&self) -> Box<dyn Checker> {
-        Box::new(tidemark_checkers::QueueChecker)
     }
 }
 
