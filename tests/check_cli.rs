@@ -128,7 +128,11 @@ fn history_file_alone_writes_results_beside_it_and_is_unknown() {
     );
     let out = tidemark(&[dir.path().join("history.jsonl").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stdout(&out).contains("verdict: UNKNOWN"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("verdict: UNKNOWN"),
+        "{}",
+        stdout(&out)
+    );
     let r = results(&dir.path().join("results.json"));
     assert_eq!(r["valid"], "unknown");
     assert!(r["skipped_checks"]
@@ -241,19 +245,33 @@ fn impossible_values_exit_254_naming_file_and_line() {
     assert_eq!(out.status.code(), Some(254), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("replicas.jsonl:1:"), "{err}");
-    assert!(err.contains("high_watermark 9 is above log_end_offset 2"), "{err}");
+    assert!(
+        err.contains("high_watermark 9 is above log_end_offset 2"),
+        "{err}"
+    );
     let dir = run_dir(
         &lines(&[HEADER, SEND_INVOKE, SEND_OK]),
         Some(&lines(&[LEADER, LEADER])),
     );
     let out = tidemark(&[dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(254));
-    assert!(stderr(&out).contains("replicas.jsonl:2: the same replica"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("replicas.jsonl:2: the same replica"),
+        "{}",
+        stderr(&out)
+    );
     let negative = SEND_OK.replace("\"offset\": 0", &format!("\"offset\": {}", i64::MIN));
-    let dir = run_dir(&lines(&[HEADER, SEND_INVOKE, &negative]), Some(&lines(&[LEADER])));
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, &negative]),
+        Some(&lines(&[LEADER])),
+    );
     let out = tidemark(&[dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(254));
-    assert!(stderr(&out).contains("history.jsonl:3:"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("history.jsonl:3:"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!dir.path().join("results.json").exists());
 }
 

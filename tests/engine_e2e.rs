@@ -57,7 +57,9 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
     assert!(oks("send") > 100 && oks("poll") > 100);
     // Every ok poll says the leader epoch it was served under.
     let ok_polls = ops.iter().filter(|o| o["f"] == "poll" && o["type"] == "ok");
-    assert!(ok_polls.clone().all(|o| o["value"]["leader_epoch"].is_i64()));
+    assert!(ok_polls
+        .clone()
+        .all(|o| o["value"]["leader_epoch"].is_i64()));
 
     let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
     let replicas: Vec<Value> = replicas
@@ -86,7 +88,12 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
         .arg(&checked)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let rechecked: Value = serde_json::from_slice(&std::fs::read(&checked).unwrap()).unwrap();
     assert_eq!(rechecked, results);
     for n in ["n1", "n2", "n3"] {

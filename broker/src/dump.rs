@@ -34,8 +34,8 @@ pub struct DumpOptions {
 
 /// Writes one line per replica found; returns how many were written.
 pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
-    let hws = read_hw_checkpoint(&opts.data_dir.join(HW_CHECKPOINT_FILE))
-        .map_err(|e| format!("{e:#}"));
+    let hws =
+        read_hw_checkpoint(&opts.data_dir.join(HW_CHECKPOINT_FILE)).map_err(|e| format!("{e:#}"));
     let mut replicas = BTreeMap::new();
     let entries = std::fs::read_dir(&opts.data_dir)
         .map_err(|e| anyhow::anyhow!("cannot read data dir {}: {e}", opts.data_dir.display()))?;
@@ -61,9 +61,10 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
     let mut n = 0;
     for ((topic, part), dir) in replicas {
         let hw = match &hws {
-            Ok(hws) => hws.get(&(topic.clone(), part)).copied().ok_or_else(|| {
-                format!("no entry for {topic}-{part} in {HW_CHECKPOINT_FILE}")
-            }),
+            Ok(hws) => hws
+                .get(&(topic.clone(), part))
+                .copied()
+                .ok_or_else(|| format!("no entry for {topic}-{part} in {HW_CHECKPOINT_FILE}")),
             Err(e) => Err(e.clone()),
         };
         let mut line = match replica_state(&dir, hw) {

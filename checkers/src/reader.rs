@@ -441,13 +441,28 @@ mod tests {
     #[test]
     fn impossible_replica_values_are_bad_input_naming_line_and_field() {
         let good = r#"{"cluster":"a","node":"n1","topic":"t","partition":0,"log_start_offset":0,"high_watermark":2,"log_end_offset":2,"records":[[0,1,0],[1,2,0]]}"#;
-        assert_eq!(read_replicas(format!("{good}\n").as_bytes()).unwrap().len(), 1);
+        assert_eq!(
+            read_replicas(format!("{good}\n").as_bytes()).unwrap().len(),
+            1
+        );
         for (bad, field) in [
-            (good.replace("\"high_watermark\":2", "\"high_watermark\":3"), "high_watermark 3"),
-            (good.replace("\"log_start_offset\":0", "\"log_start_offset\":-1"), "log_start_offset -1"),
-            (good.replace("\"partition\":0", "\"partition\":9223372036854775807"), "partition 9223372036854775807"),
+            (
+                good.replace("\"high_watermark\":2", "\"high_watermark\":3"),
+                "high_watermark 3",
+            ),
+            (
+                good.replace("\"log_start_offset\":0", "\"log_start_offset\":-1"),
+                "log_start_offset -1",
+            ),
+            (
+                good.replace("\"partition\":0", "\"partition\":9223372036854775807"),
+                "partition 9223372036854775807",
+            ),
             (good.replace("[0,1,0]", "[-5,1,0]"), "offset -5"),
-            (good.replace("\"high_watermark\":2", "\"high_watermark\":-1"), "high_watermark -1"),
+            (
+                good.replace("\"high_watermark\":2", "\"high_watermark\":-1"),
+                "high_watermark -1",
+            ),
         ] {
             let text = format!("{}\n{bad}\n", good.replace("n1", "n0"));
             let e = read_replicas(text.as_bytes()).unwrap_err();

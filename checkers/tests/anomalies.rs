@@ -193,7 +193,10 @@ fn divergence_between_replicas() {
     let e = &entries(&r, "divergence");
     assert_eq!(e.len(), 1, "one offset where replicas disagree");
     assert_eq!(e[0]["offset"], 1);
-    assert_eq!(e[0]["replicas"][0]["node"], "n1", "the final log is the reference");
+    assert_eq!(
+        e[0]["replicas"][0]["node"], "n1",
+        "the final log is the reference"
+    );
     assert_eq!(e[0]["replicas"][0]["record"], json!([1, 2, 0]));
     assert_eq!(e[0]["replicas"][1]["node"], "n3");
     assert_eq!(e[0]["replicas"][1]["record"], json!([1, 9, 0]));
@@ -555,7 +558,9 @@ fn hw_drop_across_leader_epochs_is_not_an_anomaly() {
     let r = run(&h, None);
     assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
     assert_eq!(r.stats["poll"].hw_drops_across_epochs, 1);
-    assert!(r.summary(5).contains("1 high watermark drops across leader epochs"));
+    assert!(r
+        .summary(5)
+        .contains("1 high watermark drops across leader epochs"));
 }
 
 /// Polls that overlap in time are not ordered, and a drop without leader epochs cannot be
@@ -564,7 +569,13 @@ fn hw_drop_across_leader_epochs_is_not_an_anomaly() {
 fn hw_drops_of_overlapping_or_unknown_epoch_polls_are_not_anomalies() {
     let mut h = Hist::new();
     let inv = json!({"topic": "t", "partition": 0, "from": 0});
-    h.push(Process::Client(2), OpType::Invoke, "poll", inv.clone(), None);
+    h.push(
+        Process::Client(2),
+        OpType::Invoke,
+        "poll",
+        inv.clone(),
+        None,
+    );
     h.poll_in_epoch(1, 37, 3);
     let mut done = inv;
     done["high_watermark"] = json!(31);
@@ -806,8 +817,16 @@ fn impossible_op_values_are_bad_input_naming_the_line() {
     let from = poll_inv.replace("\"from\": 4", "\"from\": -3");
     let record = poll_ok.replace("[[4, 17, 0]]", "[[-2, 17, 0]]");
     for (lines, line, what) in [
-        ([inv, &min, poll_inv, poll_ok], 3, "offset -9223372036854775808"),
-        ([&huge, ok, poll_inv, poll_ok], 2, "partition 9223372036854775807"),
+        (
+            [inv, &min, poll_inv, poll_ok],
+            3,
+            "offset -9223372036854775808",
+        ),
+        (
+            [&huge, ok, poll_inv, poll_ok],
+            2,
+            "partition 9223372036854775807",
+        ),
         ([inv, ok, &from, poll_ok], 4, "from -3"),
         ([inv, ok, poll_inv, &record], 5, "offset -2"),
     ] {

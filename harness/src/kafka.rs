@@ -459,7 +459,8 @@ impl Connection {
     ) -> Result<FetchResult, KafkaError> {
         let version = self.version(ApiKey::Fetch)?;
         // The field exists from Fetch v9; an older broker ignores the epoch.
-        let sent_epoch = (version >= 9 && current_leader_epoch >= 0).then_some(current_leader_epoch);
+        let sent_epoch =
+            (version >= 9 && current_leader_epoch >= 0).then_some(current_leader_epoch);
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait.as_millis() as i32)

@@ -658,15 +658,7 @@ impl<'r> QueueAnalysis<'r> {
     /// invoked. Across a leader change the new leader's may lag until its followers report (as
     /// in Kafka), so a drop against an earlier epoch is counted in the poll stats, and so is a
     /// drop seen by a poll whose epoch is unknown.
-    fn observe_hw(
-        &mut self,
-        p: u64,
-        pk: u32,
-        hw: i64,
-        epoch: Option<i64>,
-        invoked: u64,
-        op: u64,
-    ) {
+    fn observe_hw(&mut self, p: u64, pk: u32, hw: i64, epoch: Option<i64>, invoked: u64, op: u64) {
         let dropped = |steps: Option<&HwSteps>| {
             steps
                 .and_then(|s| s.before(invoked))

@@ -244,7 +244,8 @@ fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Ano
         let end = at + held[at..].partition_point(|h| h.0 == offset);
         let here = &held[at..end];
         at = end;
-        let covering = lows.partition_point(|&l| l <= offset) - highs.partition_point(|&h| h <= offset);
+        let covering =
+            lows.partition_point(|&l| l <= offset) - highs.partition_point(|&h| h <= offset);
         let reference = if covers(0, offset) {
             here.first().filter(|h| h.1 == 0).map(|h| h.2)
         } else {
@@ -296,10 +297,12 @@ fn majority(here: &[(i64, usize, Record)], covering: usize) -> Option<Record> {
             None => counts.push((h.2, 1)),
         }
     }
-    let best = counts.iter().fold(None, |b: Option<&(Record, usize)>, c| match b {
-        Some(b) if b.1 >= c.1 => Some(b),
-        _ => Some(c),
-    });
+    let best = counts
+        .iter()
+        .fold(None, |b: Option<&(Record, usize)>, c| match b {
+            Some(b) if b.1 >= c.1 => Some(b),
+            _ => Some(c),
+        });
     best.filter(|b| b.1 >= covering - here.len()).map(|b| b.0)
 }
 
