@@ -264,7 +264,11 @@ fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Ano
                 let r = &replicas[members[m]];
                 json!({"node": r.node, "high_watermark": r.high_watermark, "record": record_json(rec)})
             };
-            let record_of = |m: usize| here.iter().find(|h| h.1 == m).map(|h| &h.2);
+            // `here` is sorted by member.
+            let record_of = |m: usize| {
+                let found = here.binary_search_by_key(&m, |h| h.1).ok();
+                found.map(|at| &here[at].2)
+            };
             let ref_member = (0..members.len())
                 .find(|&m| covers(m, offset) && record_of(m).copied() == reference)
                 .unwrap_or(0);
