@@ -1,13 +1,15 @@
 //! `tidemark check`: re-analyse a recorded run. It reads `history.jsonl` (streamed, so a long
-//! run needs no more memory than its distinct values) and `replicas.jsonl` when there is one,
-//! writes `results.json`, prints a few lines (or the JSON), and exits 0 valid, 1 invalid,
-//! 2 unknown, 254 bad input.
+//! run needs no more memory than its distinct values) and `replicas.jsonl` when there is one
+//! through [`tidemark_checkers::check_files`], the checking `tidemark test` and `tidemark report`
+//! use too, writes `results.json` (never over one of its inputs), prints a few lines (or the
+//! JSON), and exits 0 valid, 1 invalid, 2 unknown (nothing forbidden found, but lost writes or
+//! divergence could not be judged), 254 bad input.
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use tidemark_checkers::{check_history, read_history, read_replicas, BadInput, ReplicaState};
+use tidemark_checkers::{check_files, BadInput, RunFiles};
 
 /// Arguments of `tidemark check`.
 #[derive(clap::Args)]
@@ -28,74 +30,51 @@ pub struct Args {
     pub examples: usize,
 }
 
-/// Where the inputs and the output are.
-struct Paths {
-    history: PathBuf,
-    replicas: Option<PathBuf>,
-    out: PathBuf,
-}
-
-fn resolve(args: &Args) -> Result<Paths, String> {
-    let meta =
-        std::fs::metadata(&args.path).map_err(|e| format!("{}: {e}", args.path.display()))?;
-    let (history, default_replicas, dir) = if meta.is_dir() {
-        let replicas = args.path.join("replicas.jsonl");
-        let replicas = replicas.exists().then_some(replicas);
-        (args.path.join("history.jsonl"), replicas, args.path.clone())
+fn resolve(args: &Args) -> Result<(RunFiles, PathBuf), BadInput> {
+    let name = || args.path.display().to_string();
+    let meta = std::fs::metadata(&args.path)
+        .map_err(|e| BadInput::whole(e.to_string()).in_file(name()))?;
+    let (files, dir) = if meta.is_dir() {
+        (RunFiles::in_dir(&args.path)?, args.path.clone())
     } else {
         let dir = args
             .path
             .parent()
             .map_or_else(PathBuf::new, Path::to_path_buf);
-        (args.path.clone(), None, dir)
+        let files = RunFiles {
+            history: args.path.clone(),
+            replicas: None,
+        };
+        (files, dir)
     };
-    Ok(Paths {
-        history,
-        replicas: args.replicas.clone().or(default_replicas),
-        out: args.out.clone().unwrap_or_else(|| dir.join("results.json")),
-    })
+    let files = RunFiles {
+        replicas: args.replicas.clone().or(files.replicas),
+        ..files
+    };
+    let out = args.out.clone().unwrap_or_else(|| dir.join("results.json"));
+    let inputs = std::iter::once(&files.history).chain(&files.replicas);
+    if let Some(input) = inputs.into_iter().find(|i| same_file(&out, i)) {
+        return Err(BadInput::whole(format!(
+            "--out {} is the input {}: refusing to overwrite it",
+            out.display(),
+            input.display()
+        )));
+    }
+    Ok((files, out))
 }
 
-fn open(path: &Path) -> Result<BufReader<File>, BadInput> {
-    File::open(path)
-        .map(|f| BufReader::with_capacity(1 << 16, f))
-        .map_err(|e| {
-            BadInput::whole(format!("cannot open: {e}")).in_file(path.display().to_string())
-        })
-}
-
-fn load_replicas(path: &Path) -> Result<Vec<ReplicaState>, BadInput> {
-    read_replicas(open(path)?).map_err(|e| e.in_file(path.display().to_string()))
+/// Whether two paths name one existing file, however they reach it (links, `.`, `..`).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 /// Runs the subcommand and returns the process exit code.
 pub fn run(args: Args) -> u8 {
-    let paths = match resolve(&args) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("tidemark check: {e}");
-            return crate::EXIT_BAD_INPUT;
-        }
-    };
-    let replicas = match paths.replicas.as_deref().map(load_replicas).transpose() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tidemark check: {e}");
-            return crate::EXIT_BAD_INPUT;
-        }
-    };
-    let name = paths.history.display().to_string();
-    let results = open(&paths.history)
-        .and_then(|input| read_history(input).map_err(|e| e.in_file(name.clone())))
-        .and_then(|history| check_history(history, replicas.as_deref()))
-        .map_err(|e| {
-            if e.file.is_none() {
-                e.in_file(name.clone())
-            } else {
-                e
-            }
-        });
-    let results = match results {
+    let checked = resolve(&args).and_then(|(files, out)| Ok((check_files(&files)?, files, out)));
+    let (results, files, out) = match checked {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tidemark check: {e}");
@@ -109,20 +88,20 @@ pub fn run(args: Args) -> u8 {
             return crate::EXIT_HARNESS_FAILED;
         }
     };
-    if let Err(e) = std::fs::write(&paths.out, &json) {
-        eprintln!("tidemark check: cannot write {}: {e}", paths.out.display());
+    if let Err(e) = std::fs::write(&out, &json) {
+        eprintln!("tidemark check: cannot write {}: {e}", out.display());
         return crate::EXIT_HARNESS_FAILED;
     }
     let mut stdout = std::io::stdout().lock();
     let printed = if args.json {
         stdout.write_all(json.as_bytes())
     } else {
-        let mut text = format!("history: {name}\n");
-        if let Some(r) = &paths.replicas {
+        let mut text = format!("history: {}\n", files.history.display());
+        if let Some(r) = &files.replicas {
             text.push_str(&format!("replicas: {}\n", r.display()));
         }
         text.push_str(&results.summary(args.examples));
-        text.push_str(&format!("results: {}\n", paths.out.display()));
+        text.push_str(&format!("results: {}\n", out.display()));
         stdout.write_all(text.as_bytes())
     };
     // A closed stdout (e.g. piped into `head`) does not change the verdict.

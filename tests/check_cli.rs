@@ -118,15 +118,23 @@ fn history_file_with_replicas_and_out_flags() {
     assert!(!dir.path().join("results.json").exists());
 }
 
+/// Without replicas.jsonl lost writes and divergence cannot be judged: a clean history alone
+/// (what a run killed before its final reads leaves) is unknown, exit 2, never valid.
 #[test]
-fn history_file_alone_writes_results_beside_it() {
+fn history_file_alone_writes_results_beside_it_and_is_unknown() {
     let dir = run_dir(
         &lines(&[HEADER, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]),
         None,
     );
     let out = tidemark(&[dir.path().join("history.jsonl").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("verdict: UNKNOWN"),
+        "{}",
+        stdout(&out)
+    );
     let r = results(&dir.path().join("results.json"));
+    assert_eq!(r["valid"], "unknown");
     assert!(r["skipped_checks"]
         .as_array()
         .unwrap()
@@ -212,5 +220,124 @@ fn no_completed_op_is_unknown() {
     assert_eq!(
         results(&dir.path().join("results.json"))["valid"],
         "unknown"
+    );
+}
+
+/// A history line is bounded: an endless one (here /dev/zero, no newline ever) is bad input
+/// naming file and line, not a process that grows until memory runs out.
+#[test]
+fn an_endless_line_exits_254_naming_file_and_line() {
+    let out = tidemark(&["/dev/zero"]);
+    assert_eq!(out.status.code(), Some(254), "{}", stderr(&out));
+    assert!(stderr(&out).contains("/dev/zero:1:"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("16 MiB"), "{}", stderr(&out));
+}
+
+/// Values that cannot be real are bad input naming the file and line, not silently judged.
+#[test]
+fn impossible_values_exit_254_naming_file_and_line() {
+    let above = LEADER.replace("\"high_watermark\": 2", "\"high_watermark\": 9");
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, SEND_OK]),
+        Some(&lines(&[&above])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("replicas.jsonl:1:"), "{err}");
+    assert!(
+        err.contains("high_watermark 9 is above log_end_offset 2"),
+        "{err}"
+    );
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, SEND_OK]),
+        Some(&lines(&[LEADER, LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254));
+    assert!(
+        stderr(&out).contains("replicas.jsonl:2: the same replica"),
+        "{}",
+        stderr(&out)
+    );
+    let negative = SEND_OK.replace("\"offset\": 0", &format!("\"offset\": {}", i64::MIN));
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, &negative]),
+        Some(&lines(&[LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254));
+    assert!(
+        stderr(&out).contains("history.jsonl:3:"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.path().join("results.json").exists());
+}
+
+/// The checker is picked by the header's `workload`: a name tidemark does not know is bad input.
+#[test]
+fn an_unknown_workload_exits_254_naming_it() {
+    let header = r#"{"tidemark_history": 1, "test": {"name": "x", "workload": "bank"}}"#;
+    let dir = run_dir(
+        &lines(&[header, SEND_INVOKE, SEND_OK]),
+        Some(&lines(&[LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(err.contains("history.jsonl:1:"), "{err}");
+    assert!(err.contains("unknown workload \"bank\""), "{err}");
+    let queue = header.replace("bank", "queue");
+    let dir = run_dir(
+        &lines(&[&queue, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]),
+        Some(&lines(&[LEADER])),
+    );
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// A replicas.jsonl that is there but cannot be read (a dangling symlink) is bad input, not a
+/// run without replicas.
+#[test]
+fn a_dangling_replicas_symlink_exits_254() {
+    let dir = run_dir(
+        &lines(&[HEADER, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]),
+        None,
+    );
+    std::os::unix::fs::symlink(
+        dir.path().join("gone.jsonl"),
+        dir.path().join("replicas.jsonl"),
+    )
+    .unwrap();
+    let out = tidemark(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(254), "{}", stdout(&out));
+    assert!(stderr(&out).contains("replicas.jsonl"), "{}", stderr(&out));
+    assert!(!dir.path().join("results.json").exists());
+}
+
+/// `--out` naming an input (directly or through a link) is refused: the history is evidence.
+#[test]
+fn out_equal_to_an_input_is_refused() {
+    let text = lines(&[HEADER, SEND_INVOKE, SEND_OK, POLL_INVOKE, POLL_OK]);
+    let dir = run_dir(&text, Some(&lines(&[LEADER])));
+    let history = dir.path().join("history.jsonl");
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&history, &link).unwrap();
+    let dotted = dir.path().join(".").join("history.jsonl");
+    let replicas = dir.path().join("replicas.jsonl");
+    for out_path in [&history, &link, &dotted, &replicas] {
+        let out = tidemark(&[
+            dir.path().to_str().unwrap(),
+            "--out",
+            out_path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(254), "{}", out_path.display());
+        assert!(stderr(&out).contains("--out"), "{}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_to_string(&history).unwrap(), text);
+    assert_eq!(
+        std::fs::read_to_string(&replicas).unwrap(),
+        lines(&[LEADER])
     );
 }

@@ -93,6 +93,22 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
         (json!(1), json!(2))
     );
 
+    // The poll carried the current leader epoch and records it: the broker served it as that
+    // epoch's leader. A fetch carrying another epoch is refused and records none.
+    let leader = nodes.iter().find(|n| n.name == leader_name).unwrap();
+    let mut c = Connection::connect(cx.dialer.clone(), db.endpoint(leader), cx.timeout)
+        .await
+        .unwrap();
+    let meta = c.metadata(Some(&["t0".to_string()])).await.unwrap();
+    let epoch = meta.leader_epoch("t0", 0).unwrap();
+    assert_eq!(polled.value["leader_epoch"], epoch, "{polled:?}");
+    let wait = Duration::from_millis(10);
+    let served = c.fetch("t0", 0, 0, epoch, 1 << 20, wait).await.unwrap();
+    assert_eq!((served.error_code, served.leader_epoch), (0, Some(epoch)));
+    let refused = c.fetch("t0", 0, 0, epoch + 1, 1 << 20, wait).await.unwrap();
+    assert_ne!(refused.error_code, 0, "{refused:?}");
+    assert_eq!(refused.leader_epoch, None);
+
     // A partition that does not exist: nothing could have been written.
     let nowhere = client
         .invoke(&op(

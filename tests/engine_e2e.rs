@@ -55,6 +55,11 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
             .count()
     };
     assert!(oks("send") > 100 && oks("poll") > 100);
+    // Every ok poll says the leader epoch it was served under.
+    let ok_polls = ops.iter().filter(|o| o["f"] == "poll" && o["type"] == "ok");
+    assert!(ok_polls
+        .clone()
+        .all(|o| o["value"]["leader_epoch"].is_i64()));
 
     let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
     let replicas: Vec<Value> = replicas
@@ -66,10 +71,31 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
     assert!(replicas
         .iter()
         .all(|r| r["cluster"] == "a" && r["node"].is_string() && r["records"].is_array()));
+    assert!(
+        replicas.iter().all(|r| r["high_watermark"].is_i64()),
+        "every high watermark was read"
+    );
 
     let results: Value =
         serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["valid"], true, "{results}");
+    // `tidemark check` judges the run the same way `tidemark test` did.
+    let checked = store.path().join("checked.json");
+    let out = Command::new(tidemark())
+        .arg("check")
+        .arg(&run)
+        .arg("--out")
+        .arg(&checked)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let rechecked: Value = serde_json::from_slice(&std::fs::read(&checked).unwrap()).unwrap();
+    assert_eq!(rechecked, results);
     for n in ["n1", "n2", "n3"] {
         let log = run.join("nodes").join(n).join("broker.log");
         assert!(log.is_file(), "{} missing", log.display());

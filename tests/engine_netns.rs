@@ -100,7 +100,7 @@ async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
     let second = c.produce("t", 0, &[13], -1).await.unwrap();
     assert_eq!(second.base_offset, 3);
     let read = c
-        .fetch("t", 0, 1, 1 << 20, Duration::from_millis(10))
+        .fetch("t", 0, 1, -1, 1 << 20, Duration::from_millis(10))
         .await
         .unwrap();
     assert_eq!(read.error_code, codes::NONE);

@@ -1,6 +1,12 @@
 //! `dump-log`: the final state of every partition replica in a data directory, one JSON line per
 //! replica in the `replicas.jsonl` shape of the history spec. It only reads: it is safe to run on
 //! the data directory of a running broker, and it never repairs what it finds.
+//!
+//! Besides the spec's fields a row may carry `notes`, a list of strings saying what could not be
+//! read or looked wrong (a gap between segments, a batch that does not parse, a high watermark
+//! that is unknown). A high watermark is left out, never guessed, when the
+//! `replication-offset-checkpoint` cannot be read or has no entry for the replica: a checker
+//! would take a guessed 0 to mean that nothing was ever committed.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,7 +34,8 @@ pub struct DumpOptions {
 
 /// Writes one line per replica found; returns how many were written.
 pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
-    let hws = read_hw_checkpoint(&opts.data_dir.join(HW_CHECKPOINT_FILE)).unwrap_or_default();
+    let hws =
+        read_hw_checkpoint(&opts.data_dir.join(HW_CHECKPOINT_FILE)).map_err(|e| format!("{e:#}"));
     let mut replicas = BTreeMap::new();
     let entries = std::fs::read_dir(&opts.data_dir)
         .map_err(|e| anyhow::anyhow!("cannot read data dir {}: {e}", opts.data_dir.display()))?;
@@ -53,7 +60,14 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
     }
     let mut n = 0;
     for ((topic, part), dir) in replicas {
-        let mut line = match replica_state(&dir, hws.get(&(topic.clone(), part)).copied()) {
+        let hw = match &hws {
+            Ok(hws) => hws
+                .get(&(topic.clone(), part))
+                .copied()
+                .ok_or_else(|| format!("no entry for {topic}-{part} in {HW_CHECKPOINT_FILE}")),
+            Err(e) => Err(e.clone()),
+        };
+        let mut line = match replica_state(&dir, hw) {
             Ok(v) => v,
             Err(e) => json!({"error": e.to_string()}),
         };
@@ -87,7 +101,9 @@ pub fn render_value(value: Option<&Bytes>) -> Value {
     }
 }
 
-fn replica_state(dir: &Path, hw: Option<i64>) -> anyhow::Result<Value> {
+/// The state of the replica in `dir`; `hw` is its checkpointed high watermark, or why it is
+/// unknown.
+fn replica_state(dir: &Path, hw: Result<i64, String>) -> anyhow::Result<Value> {
     let mut bases: Vec<i64> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -165,11 +181,14 @@ fn replica_state(dir: &Path, hw: Option<i64>) -> anyhow::Result<Value> {
     let mut v = json!({
         "role": role,
         "log_start_offset": log_start,
-        "high_watermark": hw.unwrap_or(0).min(next_offset),
         "log_end_offset": next_offset,
         "epochs": epochs,
         "records": records,
     });
+    match hw {
+        Ok(hw) => v["high_watermark"] = json!(hw.min(next_offset)),
+        Err(why) => notes.push(format!("high watermark unknown: {why}")),
+    }
     if let Some(s) = state {
         v["leader_epoch"] = json!(s.leader_epoch);
         v["isr"] = json!(s.isr);
@@ -178,4 +197,47 @@ fn replica_state(dir: &Path, hw: Option<i64>) -> anyhow::Result<Value> {
         v["notes"] = json!(notes);
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dump_dir(dir: &Path) -> Vec<Value> {
+        let mut out = Vec::new();
+        let opts = DumpOptions {
+            data_dir: dir.to_path_buf(),
+            ..DumpOptions::default()
+        };
+        dump(&opts, &mut out).unwrap();
+        out.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    /// An unreadable checkpoint leaves the high watermark unknown, and says why, rather than 0:
+    /// a checker would take 0 to mean nothing was ever committed.
+    #[test]
+    fn an_unreadable_hw_checkpoint_leaves_the_high_watermark_unknown_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t-0")).unwrap();
+        std::fs::create_dir(dir.path().join("u-1")).unwrap();
+        let checkpoint = dir.path().join(HW_CHECKPOINT_FILE);
+        std::fs::write(&checkpoint, "0\n1\nt 0 0\n").unwrap();
+        let rows = dump_dir(dir.path());
+        assert_eq!(rows[0]["high_watermark"], 0);
+        assert!(rows[0].get("notes").is_none(), "{}", rows[0]);
+        assert!(rows[1].get("high_watermark").is_none(), "{}", rows[1]);
+        let note = rows[1]["notes"][0].as_str().unwrap();
+        assert!(note.contains("no entry for u-1"), "{note}");
+
+        std::fs::write(&checkpoint, "0\n1\nt zero 0\n").unwrap();
+        for row in dump_dir(dir.path()) {
+            assert!(row.get("high_watermark").is_none(), "{row}");
+            let note = row["notes"][0].as_str().unwrap();
+            assert!(note.starts_with("high watermark unknown"), "{note}");
+            assert!(note.contains(HW_CHECKPOINT_FILE), "{note}");
+        }
+    }
 }

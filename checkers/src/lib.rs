@@ -6,24 +6,20 @@
 //! any [`BufRead`] so that checking needs memory in proportion to the distinct values written,
 //! not to the number of ops.
 //!
-//! The harness calls, after a run:
+//! `tidemark test`, `tidemark check` and `tidemark report` all judge a recorded run the same
+//! way, through [`check_run`] (the file boundary, in [`run`]):
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::fs::File;
-//! use std::io::BufReader;
-//! use tidemark_checkers::{check_history, read_history, read_replicas};
-//!
-//! let replicas = read_replicas(BufReader::new(File::open("run/replicas.jsonl")?))?;
-//! let history = read_history(BufReader::new(File::open("run/history.jsonl")?))?;
-//! let results = check_history(history, Some(&replicas))?;
-//! std::fs::write("run/results.json", serde_json::to_vec_pretty(&results)?)?;
+//! let results = tidemark_checkers::check_run(std::path::Path::new("store/latest"))?;
+//! std::fs::write("store/latest/results.json", serde_json::to_vec_pretty(&results)?)?;
 //! print!("{}", results.summary(5));
 //! std::process::exit(results.valid.exit_code().into());
 //! # }
 //! ```
 //!
-//! or [`check`] with ops it already holds. It writes histories with [`Op`] (and
+//! The checker is the one the history header's `workload` names ([`WORKLOADS`]); tests call
+//! [`check`] with ops they already hold. It writes histories with [`Op`] (and
 //! [`SendValue`]/[`PollValue`] for queue values), replica states with [`ReplicaState`]. The
 //! verdict policy is in [`policy`]; the anomalies are named by [`AnomalyKind`].
 
@@ -33,6 +29,7 @@ pub mod policy;
 pub mod queue;
 pub mod reader;
 pub mod results;
+pub mod run;
 
 use std::io::BufRead;
 
@@ -43,6 +40,12 @@ pub use policy::Policy;
 pub use queue::{QueueAnalysis, QueueChecker};
 pub use reader::{read_history, read_replicas, BadInput, HistoryReader};
 pub use results::{AnomalyKind, OpStats, Results, SkippedCheck, Validity};
+pub use run::{check_files, check_run, RunFiles};
+
+/// The workloads whose histories this crate judges, by the name the history header's
+/// `workload` gives: the queue checker judges both (a mirror history names a cluster on
+/// every op).
+pub const WORKLOADS: &[&str] = &["queue", "mirror"];
 
 /// A checker judges one recorded run.
 ///
@@ -71,16 +74,34 @@ pub fn check<I: IntoIterator<Item = Op>>(
     QueueChecker.check(test, &mut ops.into_iter(), replicas)
 }
 
-/// Checks a history as it streams from its reader. A malformed op is bad input naming its line;
+/// Checks a history as it streams from its reader, with the checker its header's `workload`
+/// names. An unknown workload, or a malformed op, is bad input naming its line; a header that
+/// names no workload (a hand-written history) is checked as a queue history, with a warning;
 /// what the reader tolerated (a truncated last line) becomes a warning in the results.
 pub fn check_history<R: BufRead>(
     mut history: HistoryReader<R>,
     replicas: Option<&[ReplicaState]>,
 ) -> Result<Results, BadInput> {
     let test = history.test().clone();
+    let unnamed = match test.get("workload") {
+        None => true,
+        Some(Value::String(w)) if WORKLOADS.contains(&w.as_str()) => false,
+        Some(other) => {
+            return Err(BadInput::at(
+                history.header_line(),
+                format!(
+                    "unknown workload {other} in the history header (tidemark checks: {})",
+                    WORKLOADS.join(", ")
+                ),
+            ))
+        }
+    };
     let mut analysis = QueueAnalysis::new(&test, replicas);
     history.for_each_line_op(|op| analysis.observe_line(op))?;
     let mut results = analysis.finish();
+    if unnamed {
+        results.warn("the history header names no workload: checked as a queue history");
+    }
     for w in history.warnings() {
         results.warn(w.clone());
     }

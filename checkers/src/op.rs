@@ -136,6 +136,9 @@ pub struct PollValue {
     /// The partition's high watermark as the fetch response reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high_watermark: Option<i64>,
+    /// The current leader epoch the fetch carried and the broker accepted, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_epoch: Option<i64>,
 }
 
 /// A data record as `[offset, value, leader_epoch]`. Polls may omit the epoch (`[offset, value]`).
@@ -259,6 +262,48 @@ pub struct ReplicaState {
     pub error: Option<String>,
 }
 
+/// Kafka partitions are non-negative 32-bit integers; anything else cannot be real.
+pub fn check_partition(partition: i64) -> Result<(), String> {
+    if (0..=i64::from(i32::MAX)).contains(&partition) {
+        Ok(())
+    } else {
+        Err(format!(
+            "partition {partition} is not a Kafka partition (0 to {})",
+            i32::MAX
+        ))
+    }
+}
+
+impl ReplicaState {
+    /// Whether the state can be real: offsets are never negative, a log starts at or before its
+    /// end, and its high watermark is at or below its end (`log_start_offset <= log_end_offset`,
+    /// `high_watermark <= log_end_offset`).
+    pub fn check_values(&self) -> Result<(), String> {
+        check_partition(self.partition)?;
+        let fields = [
+            ("log_start_offset", self.log_start_offset),
+            ("high_watermark", self.high_watermark),
+            ("log_end_offset", self.log_end_offset),
+        ];
+        for (name, value) in fields {
+            if let Some(v) = value.filter(|v| *v < 0) {
+                return Err(format!("{name} {v} is negative"));
+            }
+        }
+        if let Some(end) = self.log_end_offset {
+            for (name, value) in [fields[0], fields[1]] {
+                if let Some(v) = value.filter(|v| *v > end) {
+                    return Err(format!("{name} {v} is above log_end_offset {end}"));
+                }
+            }
+        }
+        match self.records.iter().find(|r| r.offset < 0) {
+            Some(r) => Err(format!("record offset {} is negative", r.offset)),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,7 +364,8 @@ mod tests {
         assert_eq!((v.values.clone(), v.offset), (vec![17, 18], Some(42)));
         assert_eq!(serde_json::to_value(&v).unwrap(), send);
         let poll = json!({"topic": "t", "partition": 0, "from": 40,
-                          "records": [[40, 15, 3], [41, 16, 3]], "high_watermark": 43});
+                          "records": [[40, 15, 3], [41, 16, 3]], "high_watermark": 43,
+                          "leader_epoch": 3});
         let v: PollValue = serde_json::from_value(poll.clone()).unwrap();
         assert_eq!(v.records[1], Record::new(41, 16, 3));
         assert_eq!(serde_json::to_value(&v).unwrap(), poll);

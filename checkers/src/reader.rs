@@ -2,7 +2,8 @@
 //! analyses: a history is read one line at a time from any [`BufRead`], so checking a run never
 //! needs all of its ops in memory, and every problem is reported with the line it is on.
 
-use std::io::BufRead;
+use std::collections::HashMap;
+use std::io::{BufRead, Read};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -57,6 +58,45 @@ impl BadInput {
     }
 }
 
+/// The longest line a history or replica file may hold, newline aside. A line is one op or one
+/// replica: far larger than a log line can be (a poll of a few thousand records, a replica of a
+/// few hundred thousand), but bounded, so a corrupt or endless file (`/dev/zero`) is bad input
+/// naming its line instead of a read that grows until memory runs out.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// What [`read_line`] found.
+enum Line {
+    /// The input is over.
+    End,
+    /// A line (with its newline unless it is the last).
+    Read,
+    /// A line longer than [`MAX_LINE_BYTES`].
+    TooLong,
+}
+
+/// Reads one line into `buf` (cleared first), reading at most one byte past the limit.
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<Line> {
+    buf.clear();
+    let n = input
+        .take(MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', buf)?;
+    Ok(match n {
+        0 => Line::End,
+        n if n > MAX_LINE_BYTES && buf.last() != Some(&b'\n') => Line::TooLong,
+        _ => Line::Read,
+    })
+}
+
+fn too_long(line: u64) -> BadInput {
+    BadInput::at(
+        line,
+        format!(
+            "line longer than {} MiB (no newline within the limit)",
+            MAX_LINE_BYTES >> 20
+        ),
+    )
+}
+
 /// The first line of a history.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 struct Header {
@@ -76,6 +116,7 @@ pub const HISTORY_VERSION: u64 = 1;
 pub struct HistoryReader<R> {
     input: R,
     test: Value,
+    header_line: u64,
     line: u64,
     next_index: u64,
     buf: Vec<u8>,
@@ -88,16 +129,18 @@ pub fn read_history<R: BufRead>(mut input: R) -> Result<HistoryReader<R>, BadInp
     let mut buf = Vec::new();
     let mut line = 0;
     loop {
-        buf.clear();
-        let n = input
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| BadInput::whole(format!("cannot read: {e}")))?;
-        if n == 0 {
-            return Err(BadInput::whole(
-                "empty history: no header line {\"tidemark_history\": 1, \"test\": {...}}",
-            ));
-        }
+        let read = read_line(&mut input, &mut buf)
+            .map_err(|e| BadInput::at(line + 1, format!("cannot read: {e}")))?;
         line += 1;
+        match read {
+            Line::End => {
+                return Err(BadInput::whole(
+                    "empty history: no header line {\"tidemark_history\": 1, \"test\": {...}}",
+                ))
+            }
+            Line::TooLong => return Err(too_long(line)),
+            Line::Read => {}
+        }
         if !buf.iter().all(u8::is_ascii_whitespace) {
             break;
         }
@@ -106,6 +149,7 @@ pub fn read_history<R: BufRead>(mut input: R) -> Result<HistoryReader<R>, BadInp
     Ok(HistoryReader {
         input,
         test: header.test,
+        header_line: line,
         line,
         next_index: 0,
         buf,
@@ -144,6 +188,11 @@ impl<R: BufRead> HistoryReader<R> {
         &self.test
     }
 
+    /// The 1-based line number of the header.
+    pub fn header_line(&self) -> u64 {
+        self.header_line
+    }
+
     /// The 1-based line number of the op most recently returned.
     pub fn line(&self) -> u64 {
         self.line
@@ -157,15 +206,13 @@ impl<R: BufRead> HistoryReader<R> {
     /// Reads the next line that is not blank into the buffer; false at the end of the input.
     fn advance(&mut self) -> Result<bool, BadInput> {
         loop {
-            self.buf.clear();
-            let n = self
-                .input
-                .read_until(b'\n', &mut self.buf)
+            let read = read_line(&mut self.input, &mut self.buf)
                 .map_err(|e| BadInput::at(self.line + 1, format!("cannot read: {e}")))?;
-            if n == 0 {
-                return Ok(false);
+            match read {
+                Line::End => return Ok(false),
+                Line::TooLong => return Err(too_long(self.line + 1)),
+                Line::Read => self.line += 1,
             }
-            self.line += 1;
             if !self.buf.iter().all(u8::is_ascii_whitespace) {
                 return Ok(true);
             }
@@ -264,25 +311,45 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
 }
 
 /// Reads every line of `replicas.jsonl`. Replica states are small next to a history (one record
-/// per value per replica), so they are read whole.
+/// per value per replica), so they are read whole. A state that cannot be real (see
+/// [`ReplicaState::check_values`]) or a replica listed twice is bad input naming its line.
 pub fn read_replicas<R: BufRead>(mut input: R) -> Result<Vec<ReplicaState>, BadInput> {
     let mut out = Vec::new();
+    let mut seen: HashMap<(String, String, String, i64), u64> = HashMap::new();
     let mut buf = Vec::new();
     let mut line = 0;
     loop {
-        buf.clear();
-        let n = input
-            .read_until(b'\n', &mut buf)
+        let read = read_line(&mut input, &mut buf)
             .map_err(|e| BadInput::at(line + 1, format!("cannot read: {e}")))?;
-        if n == 0 {
-            return Ok(out);
-        }
         line += 1;
+        match read {
+            Line::End => return Ok(out),
+            Line::TooLong => return Err(too_long(line)),
+            Line::Read => {}
+        }
         if buf.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         let replica: ReplicaState = serde_json::from_slice(&buf)
             .map_err(|e| BadInput::at(line, format!("malformed replica state: {e}")))?;
+        replica
+            .check_values()
+            .map_err(|e| BadInput::at(line, format!("impossible replica state: {e}")))?;
+        let key = (
+            replica.cluster.clone(),
+            replica.node.clone(),
+            replica.topic.clone(),
+            replica.partition,
+        );
+        if let Some(first) = seen.insert(key, line) {
+            return Err(BadInput::at(
+                line,
+                format!(
+                    "the same replica ({}/{}/{} on {}) is also on line {first}",
+                    replica.cluster, replica.topic, replica.partition, replica.node
+                ),
+            ));
+        }
         out.push(replica);
     }
 }
@@ -353,6 +420,59 @@ mod tests {
         assert!(warnings[0].contains("line 3"), "{warnings:?}");
         let complete = format!("{HEADER}{{\"index\":1,\"ti\n");
         assert!(self::ops(&complete).is_err());
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_is_bad_input_naming_it() {
+        let zeros = std::io::repeat(0).take(MAX_LINE_BYTES as u64 + 2);
+        let e = read_history(std::io::BufReader::new(zeros)).err().unwrap();
+        assert_eq!(e.line, Some(1));
+        assert!(e.problem.contains("longer than 16 MiB"), "{e}");
+        let long_op = format!("{HEADER}{}\n", " ".repeat(MAX_LINE_BYTES + 1));
+        let e = ops(&long_op).unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = read_replicas(&long_op.as_bytes()[HEADER.len()..]).unwrap_err();
+        assert_eq!(e.line, Some(1), "{e}");
+        // A line of exactly the limit is fine (here, blank).
+        let at_limit = format!("{HEADER}{}\n", " ".repeat(MAX_LINE_BYTES));
+        assert!(ops(&at_limit).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn impossible_replica_values_are_bad_input_naming_line_and_field() {
+        let good = r#"{"cluster":"a","node":"n1","topic":"t","partition":0,"log_start_offset":0,"high_watermark":2,"log_end_offset":2,"records":[[0,1,0],[1,2,0]]}"#;
+        assert_eq!(
+            read_replicas(format!("{good}\n").as_bytes()).unwrap().len(),
+            1
+        );
+        for (bad, field) in [
+            (
+                good.replace("\"high_watermark\":2", "\"high_watermark\":3"),
+                "high_watermark 3",
+            ),
+            (
+                good.replace("\"log_start_offset\":0", "\"log_start_offset\":-1"),
+                "log_start_offset -1",
+            ),
+            (
+                good.replace("\"partition\":0", "\"partition\":9223372036854775807"),
+                "partition 9223372036854775807",
+            ),
+            (good.replace("[0,1,0]", "[-5,1,0]"), "offset -5"),
+            (
+                good.replace("\"high_watermark\":2", "\"high_watermark\":-1"),
+                "high_watermark -1",
+            ),
+        ] {
+            let text = format!("{}\n{bad}\n", good.replace("n1", "n0"));
+            let e = read_replicas(text.as_bytes()).unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.problem.contains(field), "{field}: {e}");
+        }
+        let twice = format!("{good}\n{good}\n");
+        let e = read_replicas(twice.as_bytes()).unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.problem.contains("also on line 1"), "{e}");
     }
 
     #[test]

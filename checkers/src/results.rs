@@ -38,7 +38,8 @@ pub enum AnomalyKind {
     EpochRegression,
     /// One leader epoch holds records first written on two clusters.
     EpochOwnership,
-    /// A process saw a high watermark go down with no fault to excuse it.
+    /// Two polls served under one leader epoch, one after the other, saw the high watermark go
+    /// down.
     HwRegression,
 }
 
@@ -85,7 +86,9 @@ pub enum Validity {
     Valid,
     /// Something the test forbids was found.
     Invalid,
-    /// The evidence cannot support a verdict.
+    /// The evidence cannot support a verdict: nothing forbidden was found, but there was no
+    /// evidence at all, or `lost-write` or `divergence` could not be judged (no final replica
+    /// states for some partition, e.g. a run killed before its final reads).
     Unknown,
 }
 
@@ -135,6 +138,14 @@ pub struct OpStats {
     /// Completed `info`, or never completed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub info: u64,
+    /// Polls that saw a lower high watermark than a poll completed before them under an earlier
+    /// leader epoch: a new leader's lags until its followers report, so this is no anomaly.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hw_drops_across_epochs: u64,
+    /// Polls that saw a lower high watermark than an earlier poll, with no leader epoch recorded
+    /// to judge it by.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hw_drops_epoch_unknown: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -200,7 +211,18 @@ impl Results {
             let ops: Vec<String> = self
                 .stats
                 .iter()
-                .map(|(f, s)| format!("{f} ok {} fail {} info {}", s.ok, s.fail, s.info))
+                .map(|(f, s)| {
+                    let mut line = format!("{f} ok {} fail {} info {}", s.ok, s.fail, s.info);
+                    if s.hw_drops_across_epochs > 0 {
+                        let n = s.hw_drops_across_epochs;
+                        let _ = write!(line, " ({n} high watermark drops across leader epochs)");
+                    }
+                    if s.hw_drops_epoch_unknown > 0 {
+                        let n = s.hw_drops_epoch_unknown;
+                        let _ = write!(line, " ({n} high watermark drops, leader epoch unknown)");
+                    }
+                    line
+                })
                 .collect();
             let _ = writeln!(out, "ops: {}", ops.join("; "));
         }
@@ -261,10 +283,15 @@ pub(crate) struct Anomalies {
 
 impl Anomalies {
     pub(crate) fn push(&mut self, kind: AnomalyKind, entry: Value) {
+        self.push_with(kind, || entry);
+    }
+
+    /// Counts one anomaly, building its entry only when it will be kept.
+    pub(crate) fn push_with(&mut self, kind: AnomalyKind, entry: impl FnOnce() -> Value) {
         *self.counts.entry(kind).or_default() += 1;
         let entries = self.entries.entry(kind).or_default();
         if entries.len() < MAX_ENTRIES {
-            entries.push(entry);
+            entries.push(entry());
         }
     }
 
@@ -295,9 +322,13 @@ impl Anomalies {
             anomaly_counts.insert(name.clone(), count);
             anomalies.insert(name, entries);
         }
+        // `true` promises that nothing acknowledged was lost and no replicas diverged.
+        let unjudged = skipped_checks.iter().any(|s| {
+            s.check == AnomalyKind::LostWrite.name() || s.check == AnomalyKind::Divergence.name()
+        });
         let valid = if !bad_anomaly_types.is_empty() {
             Validity::Invalid
-        } else if no_evidence {
+        } else if no_evidence || unjudged {
             Validity::Unknown
         } else {
             Validity::Valid
@@ -363,8 +394,8 @@ mod tests {
     fn stats_omit_zero_counts() {
         let s = OpStats {
             ok: 3,
-            fail: 0,
             info: 1,
+            ..OpStats::default()
         };
         assert_eq!(
             serde_json::to_value(s).unwrap(),

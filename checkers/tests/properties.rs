@@ -61,13 +61,14 @@ proptest! {
     #[test]
     fn simulated_correct_histories_are_clean(seed in any::<u64>(), ops in 20usize..400, partitions in 1i64..4) {
         let sim = simulate(config(seed, ops, partitions));
-        let r = check(&json!({}), sim.ops.clone(), Some(&sim.replicas));
+        let test = json!({"workload": "queue"});
+        let r = check(&test, sim.ops.clone(), Some(&sim.replicas));
         prop_assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
         prop_assert_ne!(r.valid, Validity::Invalid);
         let without = check(&json!({}), sim.ops.clone(), None);
         prop_assert!(without.anomaly_types.is_empty(), "{}", without.summary(5));
         // The same run through the jsonl readers gives the same verdict.
-        let text = to_jsonl(&json!({}), &sim.ops);
+        let text = to_jsonl(&test, &sim.ops);
         let replicas = read_replicas(replicas_jsonl(&sim.replicas).as_bytes()).unwrap();
         prop_assert_eq!(&replicas, &sim.replicas);
         let streamed = check_history(read_history(text.as_bytes()).unwrap(), Some(&replicas)).unwrap();
@@ -265,6 +266,12 @@ fn extreme_numbers_do_not_overflow() {
 {"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "poll", "value": {"topic": "t", "partition": 0, "from": -9223372036854775808}}
 {"index": 1, "time": 0, "process": 0, "type": "ok", "f": "poll", "value": {"topic": "t", "partition": 0, "from": -9223372036854775808, "records": [[-9223372036854775808, 1, 0], [9223372036854775807, 2, -9223372036854775808], [9223372036854775807, 2, 0]], "high_watermark": -9223372036854775808}}
 "#;
+    let e = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap_err();
+    assert!(e.problem.contains("from -9223372036854775808"), "{e}");
+    let text = text.replace("\"from\": -9223372036854775808", "\"from\": 0");
+    let e = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap_err();
+    assert!(e.problem.contains("offset -9223372036854775808"), "{e}");
+    let text = text.replace("[[-9223372036854775808, 1, 0], ", "[");
     let r = check_history(read_history(text.as_bytes()).unwrap(), None).unwrap();
     assert_eq!(r.valid, Validity::Invalid);
 }

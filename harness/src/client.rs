@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::checker::Checker;
 use crate::dial::Dialer;
 use crate::generator::Generator;
 use crate::op::{Completion, Invocation};
@@ -71,7 +70,9 @@ pub trait Client: Send {
 /// - [`generator`](Workload::generator) is the main phase's client schedule, run under the test's
 ///   time limit and rate by the runner. [`final_generator`](Workload::final_generator) runs after
 ///   every fault is healed, with fresh processes, to read everything back.
-/// - [`checker`](Workload::checker) judges the history and replica states.
+///
+/// The verdict is not the workload's to choose: the checkers crate picks the checker from the
+/// `workload` name the history header records ([`tidemark_checkers::check_run`]).
 pub trait Workload: Send + Sync {
     /// Name, e.g. `queue`.
     fn name(&self) -> &'static str;
@@ -90,7 +91,4 @@ pub trait Workload: Send + Sync {
 
     /// The final reads, after healing.
     fn final_generator(&self) -> Box<dyn Generator>;
-
-    /// The checker for this workload.
-    fn checker(&self) -> Box<dyn Checker>;
 }

@@ -137,6 +137,9 @@ pub struct FetchResult {
     pub high_watermark: i64,
     /// Data records at or after the requested offset (control records dropped).
     pub records: Vec<FetchedRecord>,
+    /// The current leader epoch the fetch carried and the broker accepted: absent when none was
+    /// sent (unknown, or a Fetch version before 9 has no field for it) or the fetch failed.
+    pub leader_epoch: Option<i32>,
 }
 
 /// A produce's answer for one partition.
@@ -200,6 +203,13 @@ impl ClusterMetadata {
             m.topics.insert(name.0.to_string(), (t.error_code, parts));
         }
         m
+    }
+
+    /// The leader epoch of a partition, when its leader is known.
+    pub fn leader_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.leader(topic, partition)?;
+        let p = self.topics.get(topic)?.1.get(&partition)?;
+        (p.leader_epoch >= 0).then_some(p.leader_epoch)
     }
 
     /// The leader of a partition, when known.
@@ -436,15 +446,21 @@ impl Connection {
     }
 
     /// Reads a partition from `offset`, up to `max_bytes`, waiting at most `max_wait` for data.
+    /// `current_leader_epoch` (-1 when unknown) lets the broker refuse a fetch meant for another
+    /// leader (KIP-320), so what it returns was served under that epoch.
     pub async fn fetch(
         &mut self,
         topic: &str,
         partition: i32,
         offset: i64,
+        current_leader_epoch: i32,
         max_bytes: i32,
         max_wait: Duration,
     ) -> Result<FetchResult, KafkaError> {
         let version = self.version(ApiKey::Fetch)?;
+        // The field exists from Fetch v9; an older broker ignores the epoch.
+        let sent_epoch =
+            (version >= 9 && current_leader_epoch >= 0).then_some(current_leader_epoch);
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait.as_millis() as i32)
@@ -457,7 +473,7 @@ impl Connection {
                 .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partitions(vec![FetchPartition::default()
                     .with_partition(partition)
-                    .with_current_leader_epoch(-1)
+                    .with_current_leader_epoch(sent_epoch.unwrap_or(-1))
                     .with_fetch_offset(offset)
                     .with_last_fetched_epoch(-1)
                     .with_log_start_offset(-1)
@@ -468,6 +484,7 @@ impl Connection {
                 error_code: resp.error_code,
                 high_watermark: -1,
                 records: Vec::new(),
+                leader_epoch: None,
             });
         }
         let p = resp
@@ -484,6 +501,7 @@ impl Connection {
             error_code: p.error_code,
             high_watermark: p.high_watermark,
             records,
+            leader_epoch: sent_epoch.filter(|_| p.error_code == codes::NONE),
         })
     }
 }

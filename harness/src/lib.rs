@@ -15,7 +15,8 @@
 //! - [`Client`](client::Client): one logical process's connection, invoking one op at a time.
 //! - [`Generator`](generator::Generator): the pure, seeded schedule of ops.
 //! - [`Nemesis`](nemesis::Nemesis): performs fault ops.
-//! - [`Checker`](checker::Checker): history and replica states in, verdict out.
+//! - [`checker`]: the run is judged from its directory by the checkers crate's
+//!   [`check_run`](checker::check_run), which picks the checker from the history header.
 //!
 //! Around them: [`dial`] opens connections from the harness into the nodes' network (sockets
 //! made inside the client namespace), [`kafka`] is the thin Kafka client workloads build on, and

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinSet;
 pub use tokio_util::sync::CancellationToken;
 
-use crate::checker::{check_file, write_results, ReplicaState, Results};
+use crate::checker::{check_run, write_results, Results};
 use crate::client::{Client, ClientContext, NodeAddr, Workload};
 use crate::db::Db;
 use crate::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
@@ -217,13 +217,8 @@ async fn run_phases(
     run_dir.write_replicas(&replicas)?;
 
     progress.phase("checking");
-    let states: Vec<ReplicaState> = replicas
-        .iter()
-        .map(|r| serde_json::from_value(r.clone()))
-        .collect::<Result<_, _>>()
-        .context("replica states do not match the replicas.jsonl shape")?;
-    let checker = workload.checker();
-    let results = check_file(checker.as_ref(), &run_dir.history(), Some(&states))?;
+    // The run is judged from what it left on disk, exactly as `tidemark check` would judge it.
+    let results = check_run(run_dir.path()).map_err(|e| anyhow::anyhow!("checking: {e}"))?;
     write_results(&run_dir.results(), &results)?;
     Ok(Some(results))
 }

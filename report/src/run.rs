@@ -8,9 +8,8 @@ use std::io::BufReader;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use serde_json::Value;
-use tidemark_checkers::{check_history, read_history, read_replicas, ReplicaState, Results};
+use tidemark_checkers::{check_run, read_replicas, ReplicaState, Results};
 
 use crate::anomalies::{self, Kind, PartKey};
 use crate::digest::{self, Digest, Watch};
@@ -93,7 +92,7 @@ impl Run {
             },
             Err(_) => None,
         };
-        let verdict = verdict(dir, &history, replicas.as_deref(), &mut warnings);
+        let verdict = verdict(dir, &mut warnings);
         let default_cluster = default_cluster(replicas.as_deref());
         let kinds = verdict
             .results()
@@ -153,12 +152,8 @@ fn read_json(path: &Path, warnings: &mut Vec<String>) -> Option<Value> {
     }
 }
 
-fn verdict(
-    dir: &Path,
-    history: &Path,
-    replicas: Option<&[ReplicaState]>,
-    warnings: &mut Vec<String>,
-) -> Verdict {
+/// `results.json`, or else the verdict computed the one way every tidemark command checks a run.
+fn verdict(dir: &Path, warnings: &mut Vec<String>) -> Verdict {
     let path = dir.join("results.json");
     if let Ok(bytes) = std::fs::read(&path) {
         match serde_json::from_slice::<Results>(&bytes) {
@@ -166,13 +161,7 @@ fn verdict(
             Err(e) => warnings.push(format!("results.json is unreadable ({e}): checked again")),
         }
     }
-    let checked = File::open(history)
-        .with_context(|| format!("opening {}", history.display()))
-        .and_then(|f| {
-            let reader = read_history(BufReader::with_capacity(1 << 16, f))?;
-            Ok(check_history(reader, replicas)?)
-        });
-    match checked {
+    match check_run(dir) {
         Ok(r) => Verdict::Computed(Box::new(r)),
         Err(e) => Verdict::None(format!("the history cannot be checked: {e}")),
     }

@@ -14,7 +14,6 @@ use futures::future::BoxFuture;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tidemark_harness::checker::Checker;
 use tidemark_harness::client::{Client, ClientContext, Workload};
 use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::kafka::{codes, error_name, ClusterMetadata, Connection, KafkaError};
@@ -111,10 +110,6 @@ impl Workload for Queue {
                 .collect();
             Box::new(Drain::new(mine)) as Box<dyn Generator>
         }))
-    }
-
-    fn checker(&self) -> Box<dyn Checker> {
-        Box::new(tidemark_checkers::QueueChecker)
     }
 }
 
@@ -355,10 +350,15 @@ impl QueueClient {
         let (topic, partition) = topic_partition(v)?;
         let from = v.get("from").and_then(Value::as_i64).unwrap_or(0);
         let (id, node) = self.leader(&topic, partition).await?;
+        let epoch = self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.leader_epoch(&topic, partition))
+            .unwrap_or(-1);
         let (max_bytes, max_wait) = (self.options.poll_max_bytes, self.options.poll_max_wait);
         let conn = self.conns.get_mut(&id).expect("connected in leader()");
         let r = match conn
-            .fetch(&topic, partition, from, max_bytes, max_wait)
+            .fetch(&topic, partition, from, epoch, max_bytes, max_wait)
             .await
         {
             Ok(r) => r,
@@ -385,6 +385,9 @@ impl QueueClient {
         let mut done = v.clone();
         done["records"] = Value::Array(records);
         done["high_watermark"] = json!(r.high_watermark);
+        if let Some(e) = r.leader_epoch {
+            done["leader_epoch"] = json!(e);
+        }
         if !unparsed.is_empty() {
             // Records whose value is not a decimal integer: kept for people, beside the spec's
             // fields, since no send of this workload wrote them.

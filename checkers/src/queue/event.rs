@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::op::{Op, OpType, Process, Record};
+use crate::op::{check_partition, Op, OpType, Process, Record};
 
 /// A history line with only the fields' types checked, the value left raw.
 #[derive(Debug, Deserialize)]
@@ -130,6 +130,8 @@ pub(crate) struct PollBody<'a> {
     pub records: Option<Vec<Record>>,
     #[serde(default)]
     pub high_watermark: Option<i64>,
+    #[serde(default)]
+    pub leader_epoch: Option<i64>,
 }
 
 /// The topic and partition an op names, both required.
@@ -139,5 +141,18 @@ pub(crate) fn topic_partition(
 ) -> Result<(Cow<'_, str>, i64), String> {
     let topic = topic.ok_or("value has no topic")?;
     let partition = partition.ok_or("value has no partition")?;
+    check_partition(partition)?;
     Ok((topic, partition))
+}
+
+/// Offsets a poll names cannot be negative: where it read from, and every record it returned.
+pub(crate) fn check_poll_offsets(body: &PollBody<'_>) -> Result<(), String> {
+    if let Some(from) = body.from.filter(|f| *f < 0) {
+        return Err(format!("poll from {from} is negative"));
+    }
+    let records = body.records.as_deref().unwrap_or_default();
+    match records.iter().find(|r| r.offset < 0) {
+        Some(r) => Err(format!("poll record offset {} is negative", r.offset)),
+        None => Ok(()),
+    }
 }

@@ -26,7 +26,7 @@ use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, Ski
 use crate::Checker;
 
 pub(crate) use event::LineOp;
-use event::{topic_partition, Event, PollBody, SendBody};
+use event::{check_poll_offsets, topic_partition, Event, PollBody, SendBody};
 use replicas::FinalLogs;
 
 /// Sentinel for "no op" in packed fields.
@@ -190,17 +190,27 @@ struct Partition {
 struct Pending {
     f: String,
     invoke: u64,
-    /// Nemesis ops seen before the invocation, to tell whether a fault came in between.
-    nemesis_seq: u64,
     send: Option<(u32, Vec<i64>)>,
 }
 
-/// The last high watermark a process saw on a partition.
-#[derive(Debug, Clone, Copy)]
-struct HwSeen {
-    hw: i64,
-    op: u64,
-    nemesis_seq: u64,
+/// The highest high watermark the polls completed so far saw, as steps `(op, high watermark)`
+/// appended each time it rises: the highest seen before any point of the history is one binary
+/// search away, and the steps are at most as many as the distinct high watermarks.
+#[derive(Debug, Default)]
+struct HwSteps(Vec<(u64, i64)>);
+
+impl HwSteps {
+    /// The highest high watermark completed before op `index`, and the poll that saw it.
+    fn before(&self, index: u64) -> Option<(u64, i64)> {
+        let n = self.0.partition_point(|s| s.0 < index);
+        n.checked_sub(1).map(|i| self.0[i])
+    }
+
+    fn record(&mut self, op: u64, hw: i64) {
+        if self.0.last().is_none_or(|l| hw > l.1) {
+            self.0.push((op, hw));
+        }
+    }
 }
 
 /// How the mirroring topology last changed.
@@ -229,10 +239,10 @@ pub struct QueueAnalysis<'r> {
     conflicts: FxHashMap<(u32, i64), Vec<(i64, Proof)>>,
     duplicates: FxHashMap<i64, Vec<(u32, i64, Proof)>>,
     pending: FxHashMap<u64, Pending>,
-    /// Per live process, the last high watermark it saw on each partition.
-    hws: FxHashMap<u64, Vec<(u32, HwSeen)>>,
-    nemesis_seq: u64,
-    active_faults: BTreeSet<&'static str>,
+    /// Per partition, the high watermarks polls saw, under any leader epoch.
+    hws: FxHashMap<u32, HwSteps>,
+    /// Per partition and leader epoch, the high watermarks polls served under it saw.
+    epoch_hws: FxHashMap<(u32, i64), HwSteps>,
     mirror_event: MirrorEvent,
     stats: BTreeMap<String, OpStats>,
     anomalies: Anomalies,
@@ -271,8 +281,7 @@ impl<'r> QueueAnalysis<'r> {
             duplicates: FxHashMap::default(),
             pending: FxHashMap::default(),
             hws: FxHashMap::default(),
-            nemesis_seq: 0,
-            active_faults: BTreeSet::new(),
+            epoch_hws: FxHashMap::default(),
             mirror_event: MirrorEvent::None,
             stats: BTreeMap::new(),
             anomalies: Anomalies::default(),
@@ -390,8 +399,6 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     fn nemesis(&mut self, ev: Event<'_>) {
-        self.nemesis_seq += 1;
-        let is_invoke = ev.kind == OpType::Invoke;
         match ev.f {
             "config" if config_op_enables_unclean(&ev.value.json()) => {
                 self.facts.forced_unclean = true
@@ -401,31 +408,6 @@ impl<'r> QueueAnalysis<'r> {
                 self.mirror_event = MirrorEvent::Failover;
             }
             "failback" => self.mirror_event = MirrorEvent::Failback,
-            "start-partition" => {
-                self.active_faults.insert("partition");
-            }
-            "kill" => {
-                self.active_faults.insert("kill");
-            }
-            "pause" => {
-                self.active_faults.insert("pause");
-            }
-            "clock-skew" => {
-                self.active_faults.insert("clock");
-            }
-            // A healing op ends its fault only once it has completed.
-            "stop-partition" if !is_invoke => {
-                self.active_faults.remove("partition");
-            }
-            "start" if !is_invoke => {
-                self.active_faults.remove("kill");
-            }
-            "resume" if !is_invoke => {
-                self.active_faults.remove("pause");
-            }
-            "clock-reset" if !is_invoke => {
-                self.active_faults.remove("clock");
-            }
             _ => {}
         }
     }
@@ -478,6 +460,7 @@ impl<'r> QueueAnalysis<'r> {
                     .value
                     .parse::<PollBody>("poll")?
                     .ok_or("poll has no value")?;
+                check_poll_offsets(&body)?;
                 topic_partition(body.topic, body.partition)?;
                 None
             }
@@ -488,7 +471,6 @@ impl<'r> QueueAnalysis<'r> {
             Pending {
                 f: ev.f.to_owned(),
                 invoke: ev.index,
-                nemesis_seq: self.nemesis_seq,
                 send,
             },
         );
@@ -523,10 +505,6 @@ impl<'r> QueueAnalysis<'r> {
             OpType::Fail => stats.fail += 1,
             _ => stats.info += 1,
         }
-        if ev.kind == OpType::Info {
-            // The process never invokes again: what it saw can no longer regress.
-            self.hws.remove(&p);
-        }
         match ev.f {
             "send" => self.complete_send(ev, pending),
             "poll" => self.complete_poll(p, ev, pending),
@@ -545,10 +523,22 @@ impl<'r> QueueAnalysis<'r> {
             (Outcome::Ok, _) | (_, None) => ev.value.parse::<SendBody>("send")?,
             _ => None,
         };
-        let offset = body
+        let acked = body
             .as_ref()
             .and_then(|b| b.offset)
             .filter(|_| outcome == Outcome::Ok);
+        let offset = match acked {
+            // Kafka's "no offset": the write is judged, its place is unknown.
+            Some(-1) => {
+                self.warn(format!(
+                    "op {}: send acknowledged with offset -1 (Kafka's \"no offset\"): its offset is unknown",
+                    ev.index
+                ));
+                None
+            }
+            Some(o) if o < 0 => return Err(format!("ok send offset {o} is negative")),
+            o => o,
+        };
         let (pk, values) = match pending.and_then(|p| p.send) {
             Some(sent) => sent,
             None => self.send_target(ev, body.ok_or("send has no value")?)?,
@@ -583,6 +573,7 @@ impl<'r> QueueAnalysis<'r> {
             .value
             .parse::<PollBody>("poll")?
             .ok_or("poll has no value")?;
+        check_poll_offsets(&body)?;
         let (topic, partition) = topic_partition(body.topic, body.partition)?;
         let cluster = self.cluster_id(ev.cluster);
         let pk = self.pk(cluster, &topic, partition);
@@ -642,8 +633,9 @@ impl<'r> QueueAnalysis<'r> {
             }
         }
         if let Some(hw) = body.high_watermark.filter(|_| ev.kind == OpType::Ok) {
-            let since = pending.map_or(self.nemesis_seq, |p| p.nemesis_seq);
-            self.observe_hw(p, pk, hw, ev.index, since);
+            // Without its invocation a poll's start is unknown: it is compared with nothing.
+            let invoked = pending.map_or(0, |p| p.invoke);
+            self.observe_hw(p, pk, hw, body.leader_epoch, invoked, ev.index);
         }
         Ok(())
     }
@@ -661,30 +653,38 @@ impl<'r> QueueAnalysis<'r> {
             });
     }
 
-    /// A process's high watermark may only go down across a fault: some nemesis op between the
-    /// earlier poll's invocation and this completion, or a fault still in force.
-    fn observe_hw(&mut self, p: u64, pk: u32, hw: i64, op: u64, since: u64) {
-        let seen = HwSeen {
-            hw,
-            op,
-            nemesis_seq: since,
+    /// A partition's high watermark only grows under one leader: a poll served under leader
+    /// epoch `e` must not see a lower one than a poll under `e` that completed before it was
+    /// invoked. Across a leader change the new leader's may lag until its followers report (as
+    /// in Kafka), so a drop against an earlier epoch is counted in the poll stats, and so is a
+    /// drop seen by a poll whose epoch is unknown.
+    fn observe_hw(&mut self, p: u64, pk: u32, hw: i64, epoch: Option<i64>, invoked: u64, op: u64) {
+        let dropped = |steps: Option<&HwSteps>| {
+            steps
+                .and_then(|s| s.before(invoked))
+                .filter(|&(_, seen)| seen > hw)
         };
-        let seen_by_p = self.hws.entry(p).or_default();
-        let Some(at) = seen_by_p.iter().position(|(k, _)| *k == pk) else {
-            seen_by_p.push((pk, seen));
-            return;
-        };
-        let prev = std::mem::replace(&mut seen_by_p[at].1, seen);
-        let excused = prev.nemesis_seq != self.nemesis_seq || !self.active_faults.is_empty();
-        if hw < prev.hw && !excused {
+        let any_epoch = dropped(self.hws.get(&pk));
+        let same_epoch = epoch.and_then(|e| dropped(self.epoch_hws.get(&(pk, e))));
+        if let (Some(e), Some((prev_op, prev_hw))) = (epoch, same_epoch) {
             let part = &self.parts[pk as usize];
             let entry = json!({
                 "cluster": self.clusters[part.cluster as usize],
                 "topic": self.topics[part.topic as usize], "partition": part.partition,
-                "process": p, "op_index": op, "high_watermark": hw,
-                "previous": {"op_index": prev.op, "high_watermark": prev.hw},
+                "process": p, "op_index": op, "high_watermark": hw, "leader_epoch": e,
+                "previous": {"op_index": prev_op, "high_watermark": prev_hw},
             });
             self.anomalies.push(AnomalyKind::HwRegression, entry);
+        } else if any_epoch.is_some() {
+            let stats = self.stats.entry("poll".to_owned()).or_default();
+            match epoch {
+                Some(_) => stats.hw_drops_across_epochs += 1,
+                None => stats.hw_drops_epoch_unknown += 1,
+            }
+        }
+        self.hws.entry(pk).or_default().record(op, hw);
+        if let Some(e) = epoch {
+            self.epoch_hws.entry((pk, e)).or_default().record(op, hw);
         }
     }
 
@@ -1034,7 +1034,16 @@ impl<'r> QueueAnalysis<'r> {
             return;
         };
         replicas::epoch_regression(replicas, &mut self.anomalies);
-        replicas::divergence(replicas, &self.finals, &mut self.anomalies);
+        for i in replicas::divergence(replicas, &self.finals, &mut self.anomalies) {
+            let r = &replicas[i];
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::Divergence.name().into(),
+                reason: format!(
+                    "replica {}/{}/{} on {} has no high watermark: its records are not compared",
+                    r.cluster, r.topic, r.partition, r.node
+                ),
+            });
+        }
         let mirrored = replicas
             .iter()
             .map(|r| r.cluster.as_str())

@@ -13,11 +13,14 @@ use crate::results::{Anomalies, AnomalyKind};
 
 /// The final committed log of one partition of one cluster: the leader replica's records below
 /// its high watermark. Without a replica marked leader, the one with the highest watermark.
+/// When the leader's high watermark is unknown (its checkpoint was unreadable), every record it
+/// holds stands in: a value absent from the leader's whole log is certainly not committed.
 #[derive(Debug)]
 pub(crate) struct FinalLog<'r> {
     /// Index of the leader in the replica states.
     pub leader: usize,
-    pub hw: i64,
+    /// The leader's high watermark, when known.
+    pub hw: Option<i64>,
     /// The leader's log start offset: records below it were removed by retention, not lost.
     pub start: i64,
     /// Committed records, by offset (borrowed from the replica state when it is in order).
@@ -28,13 +31,13 @@ pub(crate) struct FinalLog<'r> {
 #[derive(Debug, Default)]
 pub(crate) struct FinalLogs<'r> {
     pub logs: Vec<FinalLog<'r>>,
-    /// The readable replicas of each partition of each cluster.
+    /// The readable replicas of each partition of each cluster, the final log's first.
     groups: Vec<Vec<usize>>,
 }
 
 impl<'r> FinalLogs<'r> {
     /// Groups the replicas by cluster, topic and partition and picks each group's final log.
-    /// Returns warnings for replicas that could not be used.
+    /// Returns warnings for replicas that could not be used, or only in part.
     pub fn build(replicas: &'r [ReplicaState]) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
         let mut by_part: BTreeMap<(&str, &str, i64), Vec<usize>> = BTreeMap::new();
@@ -45,15 +48,17 @@ impl<'r> FinalLogs<'r> {
                 .or_default();
             if let Some(e) = &r.error {
                 warnings.push(format!("replica {place} could not be read: {e}"));
-            } else if r.high_watermark.is_none() {
-                warnings.push(format!("replica {place} has no high_watermark: not used"));
             } else {
+                if r.high_watermark.is_none() {
+                    warnings.push(format!(
+                        "replica {place} has no high_watermark: its committed records are unknown"
+                    ));
+                }
                 entry.push(i);
             }
         }
         let mut finals = FinalLogs::default();
-        for ((cluster, topic, partition), readable) in by_part {
-            let hw = |i: &usize| replicas[*i].high_watermark.unwrap_or(i64::MIN);
+        for ((cluster, topic, partition), mut readable) in by_part {
             let leaders: Vec<usize> = readable
                 .iter()
                 .copied()
@@ -70,21 +75,25 @@ impl<'r> FinalLogs<'r> {
             } else {
                 &leaders
             };
-            // The first of equals wins, so the choice does not depend on iteration order.
+            // The first of equals wins, so the choice does not depend on iteration order; an
+            // unknown high watermark ranks below every known one.
+            let hw = |i: usize| replicas[i].high_watermark;
             let leader = pool
                 .iter()
                 .copied()
                 .fold(None, |best: Option<usize>, i| match best {
-                    Some(b) if hw(&b) >= hw(&i) => Some(b),
+                    Some(b) if hw(b) >= hw(i) => Some(b),
                     _ => Some(i),
                 });
             if let Some(leader) = leader {
                 finals.logs.push(FinalLog {
                     leader,
-                    hw: hw(&leader),
+                    hw: hw(leader),
                     start: replicas[leader].log_start_offset.unwrap_or(i64::MIN),
                     records: committed(&replicas[leader]),
                 });
+                readable.retain(|&i| i != leader);
+                readable.insert(0, leader);
             }
             finals.groups.push(readable);
         }
@@ -92,11 +101,12 @@ impl<'r> FinalLogs<'r> {
     }
 }
 
-/// A replica's records by offset, from its log start offset up to its high watermark.
+/// A replica's records by offset, from its log start offset up to its high watermark (its log
+/// end when the high watermark is unknown).
 fn committed(r: &ReplicaState) -> Cow<'_, [Record]> {
     let records = sorted(r);
     let low = r.log_start_offset.unwrap_or(i64::MIN);
-    let high = r.high_watermark.unwrap_or(i64::MIN);
+    let high = r.high_watermark.unwrap_or(i64::MAX);
     let start = records.partition_point(|x| x.offset < low);
     let end = records.partition_point(|x| x.offset < high);
     match records {
@@ -171,36 +181,133 @@ fn differences<'a>(
     out
 }
 
-/// Two replicas of one partition in one cluster hold different records (value or epoch, or a
-/// data record against none) at an offset below both high watermarks and above both log starts.
-pub(crate) fn divergence(replicas: &[ReplicaState], finals: &FinalLogs<'_>, out: &mut Anomalies) {
+/// Most replicas listed in one divergence entry besides the reference; the entry counts them all.
+const MAX_DIFFERING_LISTED: usize = 8;
+
+/// The replicas of one partition in one cluster hold different records (value or epoch, or a
+/// data record against none) at an offset below their high watermarks and above their log
+/// starts. Each replica is compared with one reference per offset, so the work is in proportion
+/// to the records, not to the pairs of replicas: the final log's replica where it covers the
+/// offset, else the record most of the covering replicas hold. One entry per offset names the
+/// reference and a few of the replicas that differ from it, and counts them all. Replicas
+/// whose high watermark is unknown cannot be compared; they are returned, to be reported as
+/// a check that could not run.
+pub(crate) fn divergence(
+    replicas: &[ReplicaState],
+    finals: &FinalLogs<'_>,
+    out: &mut Anomalies,
+) -> Vec<usize> {
+    let mut unknown = Vec::new();
     for group in &finals.groups {
-        let logs: Vec<(usize, Cow<'_, [Record]>)> =
-            group.iter().map(|&i| (i, sorted(&replicas[i]))).collect();
-        for (n, (i, a)) in logs.iter().enumerate() {
-            for (j, b) in &logs[n + 1..] {
-                let (ra, rb) = (&replicas[*i], &replicas[*j]);
-                let low = ra
-                    .log_start_offset
-                    .max(rb.log_start_offset)
-                    .unwrap_or(i64::MIN);
-                let high = ra.high_watermark.min(rb.high_watermark).unwrap_or(i64::MIN);
-                for (offset, x, y) in differences(a, b, low, high, |x, y| x == y) {
-                    out.push(
-                        AnomalyKind::Divergence,
-                        json!({
-                            "cluster": ra.cluster, "topic": ra.topic, "partition": ra.partition,
-                            "offset": offset,
-                            "replicas": [
-                                {"node": ra.node, "high_watermark": ra.high_watermark, "record": record_json(x)},
-                                {"node": rb.node, "high_watermark": rb.high_watermark, "record": record_json(y)},
-                            ],
-                        }),
-                    );
-                }
-            }
+        let (members, unknown_hw): (Vec<usize>, Vec<usize>) = group
+            .iter()
+            .partition(|&&i| replicas[i].high_watermark.is_some());
+        unknown.extend(unknown_hw);
+        if members.len() > 1 {
+            diverging_offsets(replicas, &members, out);
         }
     }
+    unknown
+}
+
+/// The committed range `[low, high)` of a replica with a known high watermark.
+fn range(r: &ReplicaState) -> (i64, i64) {
+    (
+        r.log_start_offset.unwrap_or(i64::MIN),
+        r.high_watermark.unwrap_or(i64::MIN),
+    )
+}
+
+/// [`divergence`] within one group; `members[0]` is the final log's replica when it has one.
+fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Anomalies) {
+    let ranges: Vec<(i64, i64)> = members.iter().map(|&i| range(&replicas[i])).collect();
+    let mut lows: Vec<i64> = ranges.iter().map(|r| r.0).collect();
+    let mut highs: Vec<i64> = ranges.iter().map(|r| r.1.max(r.0)).collect();
+    lows.sort_unstable();
+    highs.sort_unstable();
+    let covers = |m: usize, o: i64| ranges[m].0 <= o && o < ranges[m].1;
+    // Every committed record as (offset, member, record), one per member and offset.
+    let mut held: Vec<(i64, usize, Record)> = Vec::new();
+    for (m, &i) in members.iter().enumerate() {
+        let (low, high) = ranges[m];
+        let records = sorted(&replicas[i]);
+        let s = records.partition_point(|r| r.offset < low);
+        let e = records.partition_point(|r| r.offset < high).max(s);
+        held.extend(records[s..e].iter().map(|r| (r.offset, m, *r)));
+    }
+    held.sort_unstable_by_key(|&(o, m, _)| (o, m));
+    held.dedup_by_key(|&mut (o, m, _)| (o, m));
+    let first = &replicas[members[0]];
+    let mut at = 0;
+    while at < held.len() {
+        let offset = held[at].0;
+        let end = at + held[at..].partition_point(|h| h.0 == offset);
+        let here = &held[at..end];
+        at = end;
+        let covering =
+            lows.partition_point(|&l| l <= offset) - highs.partition_point(|&h| h <= offset);
+        let reference = if covers(0, offset) {
+            here.first().filter(|h| h.1 == 0).map(|h| h.2)
+        } else {
+            majority(here, covering)
+        };
+        let agreeing = match reference {
+            Some(x) => here.iter().filter(|h| h.2 == x).count(),
+            None => covering - here.len(),
+        };
+        let differing = covering.saturating_sub(agreeing);
+        if differing == 0 {
+            continue;
+        }
+        out.push_with(AnomalyKind::Divergence, || {
+            let side = |m: usize, rec: Option<&Record>| {
+                let r = &replicas[members[m]];
+                json!({"node": r.node, "high_watermark": r.high_watermark, "record": record_json(rec)})
+            };
+            // `here` is sorted by member.
+            let record_of = |m: usize| {
+                let found = here.binary_search_by_key(&m, |h| h.1).ok();
+                found.map(|at| &here[at].2)
+            };
+            let ref_member = (0..members.len())
+                .find(|&m| covers(m, offset) && record_of(m).copied() == reference)
+                .unwrap_or(0);
+            let mut listed = vec![side(ref_member, reference.as_ref())];
+            for m in (0..members.len()).filter(|&m| covers(m, offset)) {
+                if listed.len() > MAX_DIFFERING_LISTED {
+                    break;
+                }
+                let rec = record_of(m);
+                if rec.copied() != reference {
+                    listed.push(side(m, rec));
+                }
+            }
+            json!({
+                "cluster": first.cluster, "topic": first.topic, "partition": first.partition,
+                "offset": offset, "replicas": listed, "differing_replicas": differing,
+                "compared_replicas": covering,
+            })
+        });
+    }
+}
+
+/// The record most of the covering replicas hold at one offset (`None`, no data record, when
+/// more of them hold none); the first of equals wins.
+fn majority(here: &[(i64, usize, Record)], covering: usize) -> Option<Record> {
+    let mut counts: Vec<(Record, usize)> = Vec::new();
+    for h in here {
+        match counts.iter_mut().find(|c| c.0 == h.2) {
+            Some(c) => c.1 += 1,
+            None => counts.push((h.2, 1)),
+        }
+    }
+    let best = counts
+        .iter()
+        .fold(None, |b: Option<&(Record, usize)>, c| match b {
+            Some(b) if b.1 >= c.1 => Some(b),
+            _ => Some(c),
+        });
+    best.filter(|b| b.1 >= covering - here.len()).map(|b| b.0)
 }
 
 /// The final committed logs of one topic partition on two clusters hold different values (or a
@@ -219,7 +326,11 @@ pub(crate) fn mirror_divergence(
         for (n, a) in logs.iter().enumerate() {
             for b in &logs[n + 1..] {
                 let (ra, rb) = (&replicas[a.leader], &replicas[b.leader]);
-                let high = a.hw.min(b.hw);
+                // Unknown high watermarks were reported when the logs were built.
+                let (Some(ha), Some(hb)) = (a.hw, b.hw) else {
+                    continue;
+                };
+                let high = ha.min(hb);
                 let low = ra
                     .log_start_offset
                     .max(rb.log_start_offset)
@@ -282,7 +393,8 @@ pub(crate) fn epoch_ownership<'a>(
 ) {
     type Witness<'r> = (&'r ReplicaState, Record);
     let mut epochs: BTreeMap<(&str, i64, i64), BTreeMap<&'a str, Witness<'_>>> = BTreeMap::new();
-    for r in replicas.iter().filter(|r| r.error.is_none()) {
+    let known = |r: &&ReplicaState| r.error.is_none() && r.high_watermark.is_some();
+    for r in replicas.iter().filter(known) {
         for rec in committed(r).iter() {
             let (Some(epoch), Some(cluster)) = (rec.epoch, origin(rec.value)) else {
                 continue;

@@ -101,6 +101,22 @@ impl Hist {
         self.push(Process::Client(p), OpType::Ok, "poll", done, cluster)
     }
 
+    /// An ok poll of t/0 that read nothing, served under `leader_epoch`, seeing `hw`.
+    pub fn poll_in_epoch(&mut self, p: u64, hw: i64, leader_epoch: i64) -> u64 {
+        let inv = json!({"topic": "t", "partition": 0, "from": 0});
+        self.push(
+            Process::Client(p),
+            OpType::Invoke,
+            "poll",
+            inv.clone(),
+            None,
+        );
+        let mut done = inv;
+        done["high_watermark"] = json!(hw);
+        done["leader_epoch"] = json!(leader_epoch);
+        self.push(Process::Client(p), OpType::Ok, "poll", done, None)
+    }
+
     /// A nemesis fault: an invoke then an info with `value`.
     pub fn nemesis(&mut self, f: &str, value: Value) {
         self.push(Process::Nemesis, OpType::Invoke, f, json!({}), None);

@@ -129,7 +129,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                 } else {
                     let len = logs[partition as usize].records.len() as i64;
                     let from = rng.below(len as u64 + 1) as i64;
-                    let v = poll_value(partition, from, Vec::new(), None);
+                    let v = poll_value(partition, from, Vec::new(), None, None);
                     push(process, OpType::Invoke, "poll", v);
                     open[w] = Some(Open::Poll { partition, from });
                 }
@@ -164,7 +164,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                         Record::new(o, v, e)
                     })
                     .collect();
-                let v = poll_value(partition, from, records, Some(hw));
+                let v = poll_value(partition, from, records, Some(hw), Some(log.epoch));
                 push(process, OpType::Ok, "poll", v);
             }
         }
@@ -217,13 +217,20 @@ fn send_value(partition: i64, values: &[i64], offset: Option<i64>) -> Value {
     serde_json::to_value(v).expect("a send value serializes")
 }
 
-fn poll_value(partition: i64, from: i64, records: Vec<Record>, hw: Option<i64>) -> Value {
+fn poll_value(
+    partition: i64,
+    from: i64,
+    records: Vec<Record>,
+    hw: Option<i64>,
+    leader_epoch: Option<i64>,
+) -> Value {
     let v = PollValue {
         topic: "t".into(),
         partition,
         from,
         records,
         high_watermark: hw,
+        leader_epoch,
     };
     serde_json::to_value(v).expect("a poll value serializes")
 }
