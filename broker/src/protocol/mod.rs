@@ -89,7 +89,9 @@ async fn connection(
     let mut framed = Framed::new(stream, codec);
     let mut in_flight = FuturesOrdered::new();
     let mut reading = true;
-    loop {
+    // The shutdown branch is always enabled, so `select!` never runs out of branches: the end
+    // of a connection (input ended, every answer sent) must be noticed here.
+    while reading || !in_flight.is_empty() {
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => return Ok(()),
@@ -102,9 +104,9 @@ async fn connection(
                 Some(frame) => in_flight.push_back(respond(&broker, frame?.freeze())),
                 None => reading = false,
             },
-            else => return Ok(()),
         }
     }
+    Ok(())
 }
 
 /// Decodes one request and builds its encoded response; `None` for acks=0 produce, which gets no
