@@ -138,6 +138,8 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
     }
     let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
         .map_err(|e| anyhow::anyhow!("bad request header: {e}"))?;
+    // The decoder reserves room for every array from the count the client claims.
+    tidemark_wirebound::check_request(raw_key, version, &frame)?;
     let request = RequestKind::decode(api_key, &mut frame, version)
         .map_err(|e| anyhow::anyhow!("bad {api_key:?} v{version} body: {e}"))?;
     let Some(response) = handlers::handle(broker, request, version).await else {
@@ -176,4 +178,23 @@ pub async fn run_listener(broker: Arc<Broker>, shutdown: CancellationToken) -> a
     info!(%addr, name = %listener.name, "listening");
     serve(tcp, broker, shutdown).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_request_has_a_layout_to_bound_its_counts() {
+        for (key, lo, hi) in SUPPORTED_APIS {
+            let layout = tidemark_wirebound::request_layout(*key as i16)
+                .unwrap_or_else(|| panic!("no request layout for {key:?}"));
+            assert!(
+                layout.min <= *lo && *hi <= layout.max,
+                "{key:?} {lo}..={hi} is beyond the layout's {}..={}",
+                layout.min,
+                layout.max
+            );
+        }
+    }
 }
