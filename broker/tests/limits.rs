@@ -3,32 +3,15 @@
 //! file-descriptor limit (`ulimit -n`) while clients connect and close over and over.
 
 mod common;
+mod rlimit;
 
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{api_versions_roundtrip, frame, read_frame, BrokerProc};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
-
-/// Address space the broker may use: several times what it needs to serve, far below what a
-/// hostile element count asks for (2^31 elements of a struct: tens of gigabytes).
-const ADDRESS_SPACE: &str = "1073741824";
-
-/// Lowers a limit of the running broker (as `ulimit` would have before it started).
-fn limit(b: &BrokerProc, resource: &str) {
-    let pid = b.pid().expect("broker running").to_string();
-    let out = Command::new("prlimit")
-        .args(["--pid", &pid, resource])
-        .output()
-        .expect("prlimit (util-linux) must be installed");
-    assert!(
-        out.status.success(),
-        "prlimit {resource}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use rlimit::{limit, ADDRESS_SPACE};
 
 /// A frame of a request header with a null client id followed by `body`.
 fn raw_frame(key: ApiKey, version: i16, header_tagged: bool, body: &[u8]) -> Vec<u8> {
@@ -66,7 +49,7 @@ fn send_hostile(b: &mut BrokerProc, what: &str, bytes: &[u8]) {
 #[test]
 fn hostile_counts_under_an_address_space_limit_close_only_their_connection() {
     let mut b = BrokerProc::start(&[]);
-    limit(&b, &format!("--as={ADDRESS_SPACE}"));
+    limit(b.pid().unwrap(), ADDRESS_SPACE);
     // Metadata v4: 16 bytes after the length prefix; the topics array claims 2^31 - 1 entries.
     let metadata_v4 = raw_frame(ApiKey::Metadata, 4, false, &i32::MAX.to_be_bytes());
     send_hostile(&mut b, "Metadata v4 with 2^31-1 topics", &metadata_v4);
@@ -116,7 +99,7 @@ fn connection_churn_leaves_no_descriptors_behind() {
     let mut b = BrokerProc::start(&[]);
     let pid = b.pid().unwrap();
     // Below what the cycles would pile up if closed connections lingered.
-    limit(&b, "--nofile=256");
+    limit(pid, "--nofile=256");
     let start = open_fds(pid);
     let request = frame(ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default());
     let addr = SocketAddr::from(([127, 0, 0, 1], b.port));
