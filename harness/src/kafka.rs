@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
+use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::messages::{
     api_versions_request::ApiVersionsRequest,
     create_topics_request::{CreatableTopic, CreateTopicsRequest},
@@ -23,7 +24,6 @@ use kafka_protocol::messages::{
     ApiKey, BrokerId, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, RecordSet,
     TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,

@@ -151,10 +151,7 @@ async fn scenarios() {
     let mut conn = Connection::connect(Arc::new(Direct), addr, TIMEOUT)
         .await
         .unwrap();
-    expect_protocol_error(
-        "Metadata with 2^32-2 brokers",
-        conn.metadata(None).await,
-    );
+    expect_protocol_error("Metadata with 2^32-2 brokers", conn.metadata(None).await);
 
     let addr = fake_broker(hostile_fetch);
     let mut conn = Connection::connect(Arc::new(Direct), addr, TIMEOUT)
@@ -162,7 +159,8 @@ async fn scenarios() {
         .unwrap();
     expect_protocol_error(
         "Fetch with a batch of 2^31-1 records",
-        conn.fetch("t", 0, 0, 1 << 20, Duration::from_millis(10)).await,
+        conn.fetch("t", 0, 0, 1 << 20, Duration::from_millis(10))
+            .await,
     );
     println!("all hostile responses refused");
 }

@@ -114,11 +114,16 @@ pub fn check_records(record_count: i32, records: &[u8]) -> Result<(), BoundError
         version: 0,
         flexible: false,
     };
-    let count = u64::try_from(record_count)
-        .map_err(|_| fail(Fail::new(0, format!("negative record count {record_count}"))))?;
+    let count = u64::try_from(record_count).map_err(|_| {
+        fail(Fail::new(
+            0,
+            format!("negative record count {record_count}"),
+        ))
+    })?;
     walk.bound(count, MIN_RECORD).map_err(fail)?;
     for i in 0..count {
-        walk.record().map_err(|f| fail(f.within(format!("[{i}]"))))?;
+        walk.record()
+            .map_err(|f| fail(f.within(format!("[{i}]"))))?;
     }
     Ok(())
 }
@@ -308,9 +313,8 @@ impl<'a> Walk<'a> {
     fn tagged(&mut self, fields: &[Field]) -> Result<(), Fail> {
         let at = self.pos;
         let count = self.uvarint()?;
-        self.bound(u64::from(count), 2).map_err(|f| {
-            Fail::new(at, f.problem).within("tagged fields".to_string())
-        })?;
+        self.bound(u64::from(count), 2)
+            .map_err(|f| Fail::new(at, f.problem).within("tagged fields".to_string()))?;
         let version = self.version;
         for _ in 0..count {
             let tag = self.uvarint()?;
@@ -362,19 +366,21 @@ impl<'a> Walk<'a> {
         r.varlong().map_err(shift)?;
         r.varint().map_err(shift)?;
         for part in ["key", "value"] {
-            r.record_bytes(-1).map_err(|f| shift(f).within(part.into()))?;
+            r.record_bytes(-1)
+                .map_err(|f| shift(f).within(part.into()))?;
         }
         let at = r.pos;
         let headers = r.varint().map_err(shift)?;
-        let headers = u64::try_from(headers).map_err(|_| {
-            shift(Fail::new(at, format!("negative header count {headers}")))
-        })?;
+        let headers = u64::try_from(headers)
+            .map_err(|_| shift(Fail::new(at, format!("negative header count {headers}"))))?;
         r.bound(headers, MIN_HEADER)
             .map_err(|f| shift(f).within("headers".into()))?;
         for i in 0..headers {
             let header = |f: Fail| shift(f).within(format!("[{i}]")).within("headers".into());
-            r.record_bytes(0).map_err(|f| header(f.within("key".into())))?;
-            r.record_bytes(-1).map_err(|f| header(f.within("value".into())))?;
+            r.record_bytes(0)
+                .map_err(|f| header(f.within("key".into())))?;
+            r.record_bytes(-1)
+                .map_err(|f| header(f.within("value".into())))?;
         }
         Ok(())
     }
@@ -479,7 +485,10 @@ mod tests {
         b.extend_from_slice(&7i64.to_be_bytes());
         let err = check_response(18, 3, &b).unwrap_err();
         assert_eq!(err.field, "finalized_features_epoch");
-        assert!(err.problem.contains("declares 2 bytes but holds 8"), "{err}");
+        assert!(
+            err.problem.contains("declares 2 bytes but holds 8"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -129,19 +129,33 @@ const PRODUCE_PARTITION_RESPONSE: &[Field] = &[
     f("base_offset", I64),
     f("log_append_time_ms", I64),
     v("log_start_offset", 5, ANY, I64),
-    v("record_errors", 8, ANY, Ty::Array(&Ty::Struct(PRODUCE_RECORD_ERROR))),
+    v(
+        "record_errors",
+        8,
+        ANY,
+        Ty::Array(&Ty::Struct(PRODUCE_RECORD_ERROR)),
+    ),
     v("error_message", 8, ANY, STR),
     t("current_leader", 0, 10, ANY, Ty::Struct(PRODUCE_LEADER)),
 ];
 const PRODUCE_TOPIC_RESPONSE: &[Field] = &[
     v("name", 0, 12, STR),
     v("topic_id", 13, ANY, UUID),
-    f("partition_responses", Ty::Array(&Ty::Struct(PRODUCE_PARTITION_RESPONSE))),
+    f(
+        "partition_responses",
+        Ty::Array(&Ty::Struct(PRODUCE_PARTITION_RESPONSE)),
+    ),
 ];
 const PRODUCE_RESPONSE: &[Field] = &[
     f("responses", Ty::Array(&Ty::Struct(PRODUCE_TOPIC_RESPONSE))),
     f("throttle_time_ms", I32),
-    t("node_endpoints", 0, 10, ANY, Ty::Array(&Ty::Struct(PRODUCE_NODE))),
+    t(
+        "node_endpoints",
+        0,
+        10,
+        ANY,
+        Ty::Array(&Ty::Struct(PRODUCE_NODE)),
+    ),
 ];
 
 // Fetch (1).
@@ -178,7 +192,12 @@ const FETCH_REQUEST: &[Field] = &[
     v("session_id", 7, ANY, I32),
     v("session_epoch", 7, ANY, I32),
     f("topics", Ty::Array(&Ty::Struct(FETCH_TOPIC))),
-    v("forgotten_topics_data", 7, ANY, Ty::Array(&Ty::Struct(FETCH_FORGOTTEN))),
+    v(
+        "forgotten_topics_data",
+        7,
+        ANY,
+        Ty::Array(&Ty::Struct(FETCH_FORGOTTEN)),
+    ),
     v("rack_id", 11, ANY, STR),
     t("cluster_id", 0, 12, ANY, STR),
     t("replica_state", 1, 15, ANY, Ty::Struct(FETCH_REPLICA_STATE)),
@@ -202,7 +221,12 @@ const FETCH_PARTITION_DATA: &[Field] = &[
     f("high_watermark", I64),
     v("last_stable_offset", 4, ANY, I64),
     v("log_start_offset", 5, ANY, I64),
-    v("aborted_transactions", 4, ANY, Ty::Array(&Ty::Struct(FETCH_ABORTED))),
+    v(
+        "aborted_transactions",
+        4,
+        ANY,
+        Ty::Array(&Ty::Struct(FETCH_ABORTED)),
+    ),
     v("preferred_read_replica", 11, ANY, I32),
     f("records", BYTES),
     t("diverging_epoch", 0, 12, ANY, Ty::Struct(FETCH_EPOCH_END)),
@@ -219,7 +243,13 @@ const FETCH_RESPONSE: &[Field] = &[
     v("error_code", 7, ANY, I16),
     v("session_id", 7, ANY, I32),
     f("responses", Ty::Array(&Ty::Struct(FETCH_TOPIC_RESPONSE))),
-    t("node_endpoints", 0, 16, ANY, Ty::Array(&Ty::Struct(FETCH_NODE))),
+    t(
+        "node_endpoints",
+        0,
+        16,
+        ANY,
+        Ty::Array(&Ty::Struct(FETCH_NODE)),
+    ),
 ];
 
 // ListOffsets (2).
@@ -286,7 +316,10 @@ const EPOCH_PARTITION: &[Field] = &[
     v("current_leader_epoch", 2, ANY, I32),
     f("leader_epoch", I32),
 ];
-const EPOCH_TOPIC: &[Field] = &[f("topic", STR), f("partitions", Ty::Array(&Ty::Struct(EPOCH_PARTITION)))];
+const EPOCH_TOPIC: &[Field] = &[
+    f("topic", STR),
+    f("partitions", Ty::Array(&Ty::Struct(EPOCH_PARTITION))),
+];
 const EPOCH_REQUEST: &[Field] = &[
     v("replica_id", 3, ANY, I32),
     f("topics", Ty::Array(&Ty::Struct(EPOCH_TOPIC))),
@@ -316,9 +349,21 @@ const API_VERSIONS_RESPONSE: &[Field] = &[
     f("error_code", I16),
     f("api_keys", Ty::Array(&Ty::Struct(API_VERSION))),
     v("throttle_time_ms", 1, ANY, I32),
-    t("supported_features", 0, 3, ANY, Ty::Array(&Ty::Struct(SUPPORTED_FEATURE))),
+    t(
+        "supported_features",
+        0,
+        3,
+        ANY,
+        Ty::Array(&Ty::Struct(SUPPORTED_FEATURE)),
+    ),
     t("finalized_features_epoch", 1, 3, ANY, I64),
-    t("finalized_features", 2, 3, ANY, Ty::Array(&Ty::Struct(FINALIZED_FEATURE))),
+    t(
+        "finalized_features",
+        2,
+        3,
+        ANY,
+        Ty::Array(&Ty::Struct(FINALIZED_FEATURE)),
+    ),
     t("zk_migration_ready", 3, 3, ANY, BOOL),
 ];
 
@@ -351,7 +396,12 @@ const CREATE_RESULT: &[Field] = &[
     v("error_message", 1, ANY, STR),
     v("num_partitions", 5, ANY, I32),
     v("replication_factor", 5, ANY, I16),
-    v("configs", 5, ANY, Ty::Array(&Ty::Struct(CREATE_RESULT_CONFIG))),
+    v(
+        "configs",
+        5,
+        ANY,
+        Ty::Array(&Ty::Struct(CREATE_RESULT_CONFIG)),
+    ),
     t("topic_config_error_code", 0, 5, ANY, I16),
 ];
 const CREATE_TOPICS_RESPONSE: &[Field] = &[
@@ -380,11 +430,7 @@ const DESCRIBE_CONFIGS_REQUEST: &[Field] = &[
 ];
 
 // IncrementalAlterConfigs (44).
-const ALTERABLE_CONFIG: &[Field] = &[
-    f("name", STR),
-    f("config_operation", I8),
-    f("value", STR),
-];
+const ALTERABLE_CONFIG: &[Field] = &[f("name", STR), f("config_operation", I8), f("value", STR)];
 const ALTER_RESOURCE: &[Field] = &[
     f("resource_type", I8),
     f("resource_name", STR),
@@ -409,12 +455,18 @@ const ELECT_PARTITION_RESULT: &[Field] = &[
 ];
 const ELECT_RESULT: &[Field] = &[
     f("topic", STR),
-    f("partition_result", Ty::Array(&Ty::Struct(ELECT_PARTITION_RESULT))),
+    f(
+        "partition_result",
+        Ty::Array(&Ty::Struct(ELECT_PARTITION_RESULT)),
+    ),
 ];
 const ELECT_LEADERS_RESPONSE: &[Field] = &[
     f("throttle_time_ms", I32),
     v("error_code", 1, ANY, I16),
-    f("replica_election_results", Ty::Array(&Ty::Struct(ELECT_RESULT))),
+    f(
+        "replica_election_results",
+        Ty::Array(&Ty::Struct(ELECT_RESULT)),
+    ),
 ];
 
 const fn msg(

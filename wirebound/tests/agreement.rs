@@ -43,7 +43,11 @@ impl Gen {
     fn ty(&mut self, out: &mut Vec<u8>, ty: &Ty, tagged: bool) {
         match ty {
             // One byte is a boolean or an INT8: 0 or 1 are valid and encode back the same.
-            Ty::Fixed(1) => out.push(if tagged { 1 } else { self.rng.random_range(0..2) }),
+            Ty::Fixed(1) => out.push(if tagged {
+                1
+            } else {
+                self.rng.random_range(0..2)
+            }),
             Ty::Fixed(n) => {
                 out.push(self.rng.random_range(1..0x7f));
                 for _ in 1..*n {
@@ -70,7 +74,10 @@ impl Gen {
 
     fn fields(&mut self, out: &mut Vec<u8>, fields: &[Field], tagged: bool) {
         let version = self.version;
-        for f in fields.iter().filter(|f| f.tag.is_none() && f.in_version(version)) {
+        for f in fields
+            .iter()
+            .filter(|f| f.tag.is_none() && f.in_version(version))
+        {
             self.ty(out, &f.ty, tagged);
         }
         if !self.flexible {
@@ -122,11 +129,14 @@ fn round_trip(request: bool, m: &Message, version: i16, frame: &[u8]) -> Result<
     let mut out = BytesMut::new();
     if request {
         let decoded = RequestKind::decode(key, &mut buf, version).map_err(|e| format!("{e:#}"))?;
-        decoded.encode(&mut out, version).map_err(|e| format!("{e:#}"))?;
+        decoded
+            .encode(&mut out, version)
+            .map_err(|e| format!("{e:#}"))?;
     } else {
-        let decoded =
-            ResponseKind::decode(key, &mut buf, version).map_err(|e| format!("{e:#}"))?;
-        decoded.encode(&mut out, version).map_err(|e| format!("{e:#}"))?;
+        let decoded = ResponseKind::decode(key, &mut buf, version).map_err(|e| format!("{e:#}"))?;
+        decoded
+            .encode(&mut out, version)
+            .map_err(|e| format!("{e:#}"))?;
     }
     if !buf.is_empty() {
         return Err(format!("{} bytes left undecoded", buf.len()));
@@ -161,14 +171,20 @@ fn agree(request: bool, messages: &[Message]) {
                     m.name,
                     if request { "request" } else { "response" }
                 );
-                assert!(check(request, m, version, &frame), "{what}: refused by the walk");
+                assert!(
+                    check(request, m, version, &frame),
+                    "{what}: refused by the walk"
+                );
                 let again = match round_trip(request, m, version, &frame) {
                     Ok(again) => again,
                     // The crate refuses tags of fields that exist only in other versions.
                     Err(e) if g.elsewhere_tag && e.contains("is not valid for version") => continue,
                     Err(e) => panic!("{what}: kafka-protocol refuses it: {e}"),
                 };
-                assert_eq!(again, frame, "{what}: kafka-protocol encodes it differently");
+                assert_eq!(
+                    again, frame,
+                    "{what}: kafka-protocol encodes it differently"
+                );
                 assert!(
                     frame.is_empty() || !check(request, m, version, &frame[..frame.len() - 1]),
                     "{what}: the walk does not need the last byte"
