@@ -7,9 +7,10 @@
 //! (decoding responses of a broker under test) both run every frame through this crate first:
 //! it walks the frame with the message's layout ([`schema`]) and rejects any count whose
 //! elements, each at least as large as the smallest encoding of one, cannot fit in the bytes
-//! left. It allocates nothing while walking, so it is safe on any input, and it follows exactly
-//! the positions the decoder will read, so a frame it accepts cannot make the decoder reserve
-//! more than a small multiple of the frame's own size.
+//! left. It allocates nothing while walking, so it is safe on any input. It reads the same
+//! positions the decoder will and walks the whole frame before accepting it, so in a frame it
+//! accepts every array holds as many elements as it claims: the decoder reserves room only for
+//! elements that are really there.
 
 pub mod schema;
 
@@ -394,6 +395,7 @@ impl<'a> Walk<'a> {
         }
         match usize::try_from(len) {
             Ok(n) => self.skip(n),
+            // -1: null.
             Err(_) => Ok(()),
         }
     }
