@@ -50,7 +50,7 @@ fn send_hostile(b: &mut BrokerProc, what: &str, bytes: &[u8]) {
 fn hostile_counts_under_an_address_space_limit_close_only_their_connection() {
     let mut b = BrokerProc::start(&[]);
     limit(b.pid().unwrap(), ADDRESS_SPACE);
-    // Metadata v4: 16 bytes after the length prefix; the topics array claims 2^31 - 1 entries.
+    // Metadata v4, 18 bytes in all: a header, then a topics array claiming 2^31 - 1 entries.
     let metadata_v4 = raw_frame(ApiKey::Metadata, 4, false, &i32::MAX.to_be_bytes());
     send_hostile(&mut b, "Metadata v4 with 2^31-1 topics", &metadata_v4);
     // Metadata v12 (flexible): a compact count of 2^32 - 2 entries.
