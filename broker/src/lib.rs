@@ -3,7 +3,6 @@
 //! Kafka protocol through the kafka-protocol crate, so real clients use it unchanged.
 
 pub mod admin;
-pub mod alloc;
 pub mod broker;
 pub mod config;
 pub mod controller;

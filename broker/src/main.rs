@@ -17,9 +17,6 @@ use tidemark_broker::faults::{Bug, Faults};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-#[global_allocator]
-static ALLOCATOR: tidemark_broker::alloc::BrokerAllocator = tidemark_broker::alloc::BrokerAllocator;
-
 #[derive(Parser)]
 #[command(
     name = "tidemark-broker",

@@ -1,7 +1,9 @@
-//! Hostile input on the client listener: random and mutated frames, oversized lengths, unknown
-//! APIs and versions. The broker must stay up and keep serving a well-behaved client.
+//! Hostile input on the client listener: random and mutated frames, oversized lengths and
+//! counts, unknown APIs and versions. The broker, under an address-space limit, must stay up and
+//! keep serving a well-behaved client.
 
 mod common;
+mod rlimit;
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -46,6 +48,7 @@ fn valid_frames() -> Vec<Vec<u8>> {
 #[test]
 fn random_and_mutated_frames_do_not_hurt_the_broker() {
     let mut b = BrokerProc::start(&[]);
+    rlimit::limit(b.pid().unwrap(), rlimit::ADDRESS_SPACE);
     let mut rng = rand::rngs::ChaCha8Rng::seed_from_u64(7);
     let valid = valid_frames();
     for round in 0..4000 {
@@ -59,6 +62,11 @@ fn random_and_mutated_frames_do_not_hurt_the_broker() {
                 for _ in 0..rng.random_range(1..6) {
                     let i = rng.random_range(4..f.len());
                     f[i] = rng.random();
+                }
+                if rng.random_bool(0.5) {
+                    // A count (or length) claiming far more than the frame holds.
+                    let i = rng.random_range(4..f.len() - 4);
+                    f[i..i + 4].copy_from_slice(&i32::MAX.to_be_bytes());
                 }
                 f
             }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
+use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::messages::{
     api_versions_request::ApiVersionsRequest,
     create_topics_request::{CreatableTopic, CreateTopicsRequest},
@@ -24,7 +25,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, RecordSet,
     TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
 use thiserror::Error;
@@ -334,6 +335,8 @@ impl Connection {
                         h.correlation_id
                     );
                 }
+                // The decoder reserves room for every array from the count the broker claims.
+                tidemark_wirebound::check_response(key as i16, version, &frame)?;
                 R::Response::decode(&mut frame, version)
             });
         decoded.map_err(|e| {
@@ -547,32 +550,63 @@ pub fn encode_batch(values: &[i64]) -> Result<Bytes, String> {
 }
 
 /// Decodes the batches of a fetch, keeping data records at or after `from`. A truncated batch at
-/// the end (the broker cut the response at its byte limit) is dropped.
+/// the end (the broker cut the response at its byte limit) is dropped; a whole batch that does
+/// not decode is an error.
 pub fn decode_records(mut bytes: Bytes, from: i64) -> Result<Vec<FetchedRecord>, String> {
     let mut out = Vec::new();
-    let mut decoded_any = false;
     while !bytes.is_empty() {
-        match RecordBatchDecoder::decode(&mut bytes) {
-            Ok(set) => {
-                decoded_any = true;
-                out.extend(
-                    set.records
-                        .into_iter()
-                        .filter(|r| !r.control && r.offset >= from)
-                        .map(|r| FetchedRecord {
-                            offset: r.offset,
-                            value: r.value,
-                            leader_epoch: r.partition_leader_epoch,
-                        }),
-                );
-            }
-            Err(e) if !decoded_any && out.is_empty() && bytes.len() > 61 => {
-                return Err(format!("decoding record batch: {e}"));
-            }
-            Err(_) => break,
+        if !batch_is_whole(&bytes) {
+            break;
         }
+        let set = decode_batch(&mut bytes).map_err(|e| format!("decoding record batch: {e:#}"))?;
+        out.extend(
+            set.records
+                .into_iter()
+                .filter(|r| !r.control && r.offset >= from)
+                .map(|r| FetchedRecord {
+                    offset: r.offset,
+                    value: r.value,
+                    leader_epoch: r.partition_leader_epoch,
+                }),
+        );
     }
     Ok(out)
+}
+
+/// Where a v2 batch header keeps its length (after the base offset) and its record count.
+const BATCH_LENGTH_AT: usize = 8;
+const RECORD_COUNT_AT: usize = 57;
+
+fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
+    let b = bytes.get(at..at + 4)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Whether `bytes` starts with a batch it holds all of.
+fn batch_is_whole(bytes: &[u8]) -> bool {
+    be_i32(bytes, BATCH_LENGTH_AT).is_some_and(|len| {
+        usize::try_from(len).is_ok_and(|len| BATCH_LENGTH_AT + 4 + len <= bytes.len())
+    })
+}
+
+/// Decodes one batch, first checking its record count (and each record's header count) against
+/// its decompressed records: the decoder reserves room for that many records up front.
+fn decode_batch(bytes: &mut Bytes) -> anyhow::Result<RecordSet> {
+    let count = be_i32(bytes, RECORD_COUNT_AT);
+    let checked = |records: &mut Bytes, compression: Compression| -> anyhow::Result<Bytes> {
+        let take = |b: &mut Bytes| Ok(std::mem::take(b));
+        let plain = match compression {
+            Compression::None => std::mem::take(records),
+            Compression::Gzip => Gzip::decompress(records, take)?,
+            Compression::Snappy => Snappy::decompress(records, take)?,
+            Compression::Lz4 => Lz4::decompress(records, take)?,
+            Compression::Zstd => Zstd::decompress(records, take)?,
+        };
+        let count = count.ok_or_else(|| anyhow::anyhow!("batch header cut short"))?;
+        tidemark_wirebound::check_records(count, &plain)?;
+        Ok(plain)
+    };
+    RecordBatchDecoder::decode_with_custom_compression(bytes, Some(checked))
 }
 
 #[cfg(test)]
@@ -604,6 +638,15 @@ mod tests {
         whole.extend_from_slice(&second[..second.len() - 5]);
         let recs = decode_records(whole.freeze(), 0).unwrap();
         assert_eq!(recs.len(), 1);
+    }
+
+    #[test]
+    fn a_whole_batch_that_does_not_decode_is_an_error() {
+        let mut batch = encode_batch(&[1, 2]).unwrap().to_vec();
+        let last = batch.len() - 1;
+        batch[last] ^= 0xff;
+        let err = decode_records(Bytes::from(batch), 0).unwrap_err();
+        assert!(err.contains("Cyclic redundancy check"), "{err}");
     }
 
     #[test]

@@ -89,7 +89,9 @@ async fn connection(
     let mut framed = Framed::new(stream, codec);
     let mut in_flight = FuturesOrdered::new();
     let mut reading = true;
-    loop {
+    // The shutdown branch is always enabled, so `select!` never runs out of branches: the end
+    // of a connection (input ended, every answer sent) must be noticed here.
+    while reading || !in_flight.is_empty() {
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => return Ok(()),
@@ -102,9 +104,9 @@ async fn connection(
                 Some(frame) => in_flight.push_back(respond(&broker, frame?.freeze())),
                 None => reading = false,
             },
-            else => return Ok(()),
         }
     }
+    Ok(())
 }
 
 /// Decodes one request and builds its encoded response; `None` for acks=0 produce, which gets no
@@ -136,6 +138,8 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
     }
     let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
         .map_err(|e| anyhow::anyhow!("bad request header: {e}"))?;
+    // The decoder reserves room for every array from the count the client claims.
+    tidemark_wirebound::check_request(raw_key, version, &frame)?;
     let request = RequestKind::decode(api_key, &mut frame, version)
         .map_err(|e| anyhow::anyhow!("bad {api_key:?} v{version} body: {e}"))?;
     let Some(response) = handlers::handle(broker, request, version).await else {
@@ -174,4 +178,23 @@ pub async fn run_listener(broker: Arc<Broker>, shutdown: CancellationToken) -> a
     info!(%addr, name = %listener.name, "listening");
     serve(tcp, broker, shutdown).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_request_has_a_layout_to_bound_its_counts() {
+        for (key, lo, hi) in SUPPORTED_APIS {
+            let layout = tidemark_wirebound::request_layout(*key as i16)
+                .unwrap_or_else(|| panic!("no request layout for {key:?}"));
+            assert!(
+                layout.min <= *lo && *hi <= layout.max,
+                "{key:?} {lo}..={hi} is beyond the layout's {}..={}",
+                layout.min,
+                layout.max
+            );
+        }
+    }
 }
