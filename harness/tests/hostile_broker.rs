@@ -159,7 +159,7 @@ async fn scenarios() {
         .unwrap();
     expect_protocol_error(
         "Fetch with a batch of 2^31-1 records",
-        conn.fetch("t", 0, 0, 1 << 20, Duration::from_millis(10))
+        conn.fetch("t", 0, 0, -1, 1 << 20, Duration::from_millis(10))
             .await,
     );
     println!("all hostile responses refused");
