@@ -11,6 +11,7 @@ mod cmd_report;
 mod cmd_serve;
 mod cmd_teardown;
 mod cmd_test;
+mod hosts_args;
 
 /// Exit code for bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 254;
