@@ -7,7 +7,7 @@
 mod engine_sshd;
 mod engine_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use serde_json::Value;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::remote;
-use tidemark_harness::runtime::Runtime;
+use tidemark_harness::runtime::{Node, Runtime};
 
 fn teardown(args: &[&str], tmpdir: &Path) -> Output {
     Command::new(tidemark())
@@ -124,127 +124,202 @@ fn a_namespace_without_an_owner_needs_force() {
     assert!(!namespaces().contains(&ns), "--force left {ns}");
 }
 
+/// Three SSH "machines" (namespaces running sshd) and a nodes file listing them.
+struct Machines {
+    work: tempfile::TempDir,
+    runtime: NetnsRuntime,
+    record: Value,
+    nodes: Vec<Node>,
+    client_key: PathBuf,
+    nodes_file: PathBuf,
+}
+
+impl Machines {
+    fn new() -> Machines {
+        let work = tempfile::tempdir().unwrap();
+        let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+        let record = serde_json::json!({"runtime": runtime.describe()});
+        let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let nodes = runtime.create("a", &names).unwrap();
+        let client_key = work.path().join("client");
+        keygen(&client_key);
+        for n in &nodes {
+            let dir = n.dir.join("ssh");
+            std::fs::create_dir_all(&dir).unwrap();
+            start_sshd(n, &dir, &client_key.with_extension("pub"));
+        }
+        let dialer = runtime.dialer();
+        for n in &nodes {
+            let started = Instant::now();
+            while dialer
+                .connect(std::net::SocketAddr::new(n.ip, 22), Duration::from_secs(1))
+                .is_err()
+            {
+                assert!(started.elapsed() < Duration::from_secs(10), "sshd on {}", n.name);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let nodes_file = work.path().join("nodes.txt");
+        let listing: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
+        std::fs::write(&nodes_file, listing.join("\n")).unwrap();
+        Machines {
+            work,
+            runtime,
+            record,
+            nodes,
+            client_key,
+            nodes_file,
+        }
+    }
+
+    /// `tidemark ARGS` from the harness's namespace, where the hosts are reachable.
+    fn tidemark(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.runtime.namespace("ctl")])
+            .arg(tidemark())
+            .args(args);
+        c
+    }
+
+    /// Starts a hosts run, kills it with -9 once a partition is in force (so brokers and the
+    /// firewall chain are on the hosts) and returns its id and its directory on the hosts.
+    fn killed_run(&self) -> (String, String) {
+        // A HOME without ~/.ssh: host keys go to tidemark's own file beside the nodes file.
+        let home = self.work.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let store = self.work.path().join("store");
+        let mut child = self
+            .tidemark(&["test", "--runtime", "hosts", "--nodes-file"])
+            .arg(&self.nodes_file)
+            .arg("--ssh-key")
+            .arg(&self.client_key)
+            .args(["--nemesis", "partition", "--nemesis-interval", "1"])
+            .args(["--time-limit", "120", "--quiet", "--store"])
+            .arg(&store)
+            .env("HOME", &home)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let run_dir = store.join("latest");
+        let started = Instant::now();
+        loop {
+            let history =
+                std::fs::read_to_string(run_dir.join("history.jsonl")).unwrap_or_default();
+            let partitioned = history.lines().any(|l| {
+                l.contains("\"nemesis\"") && l.contains("\"info\"") && l.contains("partition")
+            });
+            if partitioned && history.lines().count() > 50 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "the hosts run never got going"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let test: Value =
+            serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).unwrap()).unwrap();
+        let run = test["runtime"]["run"].as_str().unwrap().to_string();
+        let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap().to_string();
+        assert!(Path::new(&hosts_dir).is_dir());
+        assert!(!processes_with(&hosts_dir).is_empty(), "no broker to clean");
+        let mut known = self.nodes_file.as_os_str().to_owned();
+        known.push(".known_hosts");
+        assert!(
+            Path::new(&known).is_file(),
+            "host keys were not kept beside the nodes file"
+        );
+        assert!(!home.join(".ssh").exists(), "~/.ssh was written");
+        (run, hosts_dir)
+    }
+
+    /// Nothing of the run with directory `hosts_dir` is left on the hosts: no directory, no
+    /// process, no firewall chain or table.
+    fn assert_hosts_clean(&self, hosts_dir: &str) {
+        assert!(!Path::new(hosts_dir).exists(), "{hosts_dir} left");
+        assert_eq!(processes_with(hosts_dir), Vec::<String>::new());
+        for n in &self.nodes {
+            let chain = remote::run(n.remote.as_ref(), "iptables -w -S TIDEMARK");
+            assert!(chain.is_err(), "{}: chain left: {chain:?}", n.name);
+            let table = remote::run(n.remote.as_ref(), "nft list table inet tidemark");
+            assert!(table.is_err(), "{}: nft table left", n.name);
+        }
+    }
+
+    fn destroy(mut self) {
+        self.runtime.destroy().unwrap();
+        assert_nothing_left(&self.record);
+    }
+}
+
 #[test]
 fn a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record() {
     if !root_or_skip("a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record") {
         return;
     }
     broker();
-    let work = tempfile::tempdir().unwrap();
-    let mut machines = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
-    let record = serde_json::json!({"runtime": machines.describe()});
-    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
-    let nodes = machines.create("a", &names).unwrap();
-    let client_key = work.path().join("client");
-    keygen(&client_key);
-    for n in &nodes {
-        let dir = n.dir.join("ssh");
-        std::fs::create_dir_all(&dir).unwrap();
-        start_sshd(n, &dir, &client_key.with_extension("pub"));
-    }
-    let dialer = machines.dialer();
-    for n in &nodes {
-        let started = Instant::now();
-        while dialer
-            .connect(std::net::SocketAddr::new(n.ip, 22), Duration::from_secs(1))
-            .is_err()
-        {
-            assert!(started.elapsed() < Duration::from_secs(10), "sshd on {}", n.name);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    let nodes_file = work.path().join("nodes.txt");
-    let listing: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
-    std::fs::write(&nodes_file, listing.join("\n")).unwrap();
-    // A HOME without ~/.ssh: host keys go to tidemark's own file beside the nodes file.
-    let home = work.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
+    let m = Machines::new();
+    let (run, hosts_dir) = m.killed_run();
 
-    let store = work.path().join("store");
-    let ctl = machines.namespace("ctl");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &ctl])
-        .arg(tidemark())
-        .args(["test", "--runtime", "hosts", "--nodes-file"])
-        .arg(&nodes_file)
-        .arg("--ssh-key")
-        .arg(&client_key)
-        .args(["--nemesis", "partition", "--nemesis-interval", "1"])
-        .args(["--time-limit", "120", "--quiet", "--store"])
-        .arg(&store)
-        .env("HOME", &home)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let run_dir = store.join("latest");
-    let started = Instant::now();
-    // Killed once a partition is in force, so brokers and the firewall chain are on the hosts.
-    loop {
-        let history = std::fs::read_to_string(run_dir.join("history.jsonl")).unwrap_or_default();
-        let partitioned = history
-            .lines()
-            .any(|l| l.contains("\"nemesis\"") && l.contains("\"info\"") && l.contains("partition"));
-        if partitioned && history.lines().count() > 50 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "the hosts run never got going"
-        );
-        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let test: Value =
-        serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).unwrap()).unwrap();
-    let run = test["runtime"]["run"].as_str().unwrap().to_string();
-    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap().to_string();
-    assert!(Path::new(&hosts_dir).is_dir());
-    assert!(!processes_with(&hosts_dir).is_empty(), "no broker to clean");
-    assert!(
-        nodes_file.with_extension("txt.known_hosts").is_file(),
-        "host keys were not kept beside the nodes file"
-    );
-    assert!(!home.join(".ssh").exists(), "~/.ssh was written");
-
-    let in_ctl = |args: &[&str]| {
-        Command::new("ip")
-            .args(["netns", "exec", &ctl])
-            .arg(tidemark())
-            .arg("teardown")
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let dry = in_ctl(&["--dry-run"]);
+    let dry = m.tidemark(&["teardown", "--dry-run"]).output().unwrap();
     let listed = text(&dry.stdout);
     assert!(
         listed.contains(&format!("run {run}")) && listed.contains(&hosts_dir),
         "the dead hosts run is not listed: {listed}{}",
         text(&dry.stderr)
     );
-    let done = in_ctl(&[]);
+    let done = m.tidemark(&["teardown"]).output().unwrap();
     assert!(
         text(&done.stdout).contains(&format!("removed run {run}")),
         "{}{}",
         text(&done.stdout),
         text(&done.stderr)
     );
-    // Nothing of the run on the hosts: no directory, no process, no firewall chain or table.
-    assert!(!Path::new(&hosts_dir).exists(), "{hosts_dir} left");
-    assert_eq!(processes_with(&hosts_dir), Vec::<String>::new());
-    for n in &nodes {
-        let chain = remote::run(n.remote.as_ref(), "iptables -w -S TIDEMARK");
-        assert!(chain.is_err(), "{}: chain left: {chain:?}", n.name);
-        let table = remote::run(n.remote.as_ref(), "nft list table inet tidemark");
-        assert!(table.is_err(), "{}: nft table left", n.name);
-    }
+    m.assert_hosts_clean(&hosts_dir);
     // Nor locally: the record is gone, so a second teardown finds nothing of it.
-    let again = in_ctl(&["--dry-run"]);
+    let again = m.tidemark(&["teardown", "--dry-run"]).output().unwrap();
     assert!(!text(&again.stdout).contains(&run), "{}", text(&again.stdout));
+    assert!(!Path::new(leftovers::ROOT_STATE_DIR)
+        .join(format!("{run}.json"))
+        .exists());
+    m.destroy();
+}
 
-    machines.destroy().unwrap();
-    assert_nothing_left(&record);
+#[test]
+fn a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force() {
+    if !root_or_skip("a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force") {
+        return;
+    }
+    broker();
+    let m = Machines::new();
+    let (run, hosts_dir) = m.killed_run();
+    // As if the run had been started from another machine.
+    std::fs::remove_file(Path::new(leftovers::ROOT_STATE_DIR).join(format!("{run}.json")))
+        .unwrap();
+    let with_hosts = |extra: &[&str]| {
+        m.tidemark(&["teardown", "--nodes-file"])
+            .arg(&m.nodes_file)
+            .arg("--ssh-key")
+            .arg(&m.client_key)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let plain = with_hosts(&[]);
+    let stderr = text(&plain.stderr);
+    assert!(stderr.contains(&run) && stderr.contains("--force"), "{stderr}");
+    assert!(Path::new(&hosts_dir).is_dir(), "removed without --force");
+    let forced = with_hosts(&["--force", "--run", &run]);
+    assert_eq!(forced.status.code(), Some(0), "{}", text(&forced.stderr));
+    assert!(
+        text(&forced.stdout).contains(&format!("removed run {run}")),
+        "{}",
+        text(&forced.stdout)
+    );
+    m.assert_hosts_clean(&hosts_dir);
+    m.destroy();
 }
