@@ -115,7 +115,9 @@ fn teardown(args: &Args) -> Result<bool, Problem> {
         }
     }
     for l in &left_alone {
-        eprintln!("tidemark teardown: left alone, no record of its owner (--force removes it): {l}");
+        eprintln!(
+            "tidemark teardown: left alone, no record of its owner (--force removes it): {l}"
+        );
     }
     if targets.is_empty() {
         println!("nothing to tear down");
@@ -146,7 +148,9 @@ fn run_dir(run: &str) -> String {
 fn describe(t: &Target) -> String {
     match t {
         Target::Recorded(l) => l.to_string(),
-        Target::OnHost { run, host } => format!("run {run}: {} on host {}", run_dir(run), host.addr),
+        Target::OnHost { run, host } => {
+            format!("run {run}: {} on host {}", run_dir(run), host.addr)
+        }
     }
 }
 

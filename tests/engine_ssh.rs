@@ -144,7 +144,10 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
         r.join().unwrap().unwrap();
     }
     let kept = std::fs::read_to_string(&shared).unwrap();
-    assert!(kept.starts_with("# keys of the nightly cluster\n"), "{kept}");
+    assert!(
+        kept.starts_with("# keys of the nightly cluster\n"),
+        "{kept}"
+    );
     assert_eq!(
         kept.lines()
             .filter(|l| l.starts_with(&local.ip.to_string()))
@@ -170,7 +173,10 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
     .unwrap()
     .with_download_limit(100_000);
     let cut = work.path().join("cut");
-    let err = bounded.download(&remote_path, &cut).unwrap_err().to_string();
+    let err = bounded
+        .download(&remote_path, &cut)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains(&remote_path.display().to_string()) && err.contains("100000 bytes"),
         "{err}"

@@ -115,12 +115,19 @@ fn a_namespace_without_an_owner_needs_force() {
     let plain = teardown(&[], tmp.path());
     assert!(namespaces().contains(&ns), "removed without --force");
     let stderr = text(&plain.stderr);
-    assert!(stderr.contains(&ns) && stderr.contains("--force"), "{stderr}");
+    assert!(
+        stderr.contains(&ns) && stderr.contains("--force"),
+        "{stderr}"
+    );
 
     // Scoped to this run: other helpers' namespaces on the machine are not ours to force.
     let forced = teardown(&["--force", "--run", &run], tmp.path());
     assert_eq!(forced.status.code(), Some(0), "{}", text(&forced.stderr));
-    assert!(text(&forced.stdout).contains(&ns), "{}", text(&forced.stdout));
+    assert!(
+        text(&forced.stdout).contains(&ns),
+        "{}",
+        text(&forced.stdout)
+    );
     assert!(!namespaces().contains(&ns), "--force left {ns}");
 }
 
@@ -155,7 +162,11 @@ impl Machines {
                 .connect(std::net::SocketAddr::new(n.ip, 22), Duration::from_secs(1))
                 .is_err()
             {
-                assert!(started.elapsed() < Duration::from_secs(10), "sshd on {}", n.name);
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "sshd on {}",
+                    n.name
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -282,7 +293,11 @@ fn a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record() {
     m.assert_hosts_clean(&hosts_dir);
     // Nor locally: the record is gone, so a second teardown finds nothing of it.
     let again = m.tidemark(&["teardown", "--dry-run"]).output().unwrap();
-    assert!(!text(&again.stdout).contains(&run), "{}", text(&again.stdout));
+    assert!(
+        !text(&again.stdout).contains(&run),
+        "{}",
+        text(&again.stdout)
+    );
     assert!(!Path::new(leftovers::ROOT_STATE_DIR)
         .join(format!("{run}.json"))
         .exists());
@@ -298,8 +313,7 @@ fn a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force() {
     let m = Machines::new();
     let (run, hosts_dir) = m.killed_run();
     // As if the run had been started from another machine.
-    std::fs::remove_file(Path::new(leftovers::ROOT_STATE_DIR).join(format!("{run}.json")))
-        .unwrap();
+    std::fs::remove_file(Path::new(leftovers::ROOT_STATE_DIR).join(format!("{run}.json"))).unwrap();
     let with_hosts = |extra: &[&str]| {
         m.tidemark(&["teardown", "--nodes-file"])
             .arg(&m.nodes_file)
@@ -311,7 +325,10 @@ fn a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force() {
     };
     let plain = with_hosts(&[]);
     let stderr = text(&plain.stderr);
-    assert!(stderr.contains(&run) && stderr.contains("--force"), "{stderr}");
+    assert!(
+        stderr.contains(&run) && stderr.contains("--force"),
+        "{stderr}"
+    );
     assert!(Path::new(&hosts_dir).is_dir(), "removed without --force");
     let forced = with_hosts(&["--force", "--run", &run]);
     assert_eq!(forced.status.code(), Some(0), "{}", text(&forced.stderr));

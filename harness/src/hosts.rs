@@ -252,7 +252,8 @@ pub fn clean(hosts: &[SshConfig], run_dir: &Path) -> anyhow::Result<()> {
         let done = Ssh::connect(config.clone(), Arc::new(Direct))
             .and_then(|ssh| remote::run(&ssh, &script).map(drop));
         if let Err(e) = done {
-            first_err.get_or_insert(anyhow::Error::from(e).context(format!("host {}", config.addr)));
+            first_err
+                .get_or_insert(anyhow::Error::from(e).context(format!("host {}", config.addr)));
         }
     }
     match first_err {

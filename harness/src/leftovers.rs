@@ -214,12 +214,7 @@ impl std::fmt::Display for Leftover {
             Some(Resources::Netns { work_dir }) => write!(f, "; directory {}", work_dir.display()),
             Some(Resources::Hosts { hosts, run_dir }) => {
                 let addrs: Vec<String> = hosts.iter().map(|h| h.addr.to_string()).collect();
-                write!(
-                    f,
-                    "; {} on hosts {}",
-                    run_dir.display(),
-                    addrs.join(", ")
-                )
+                write!(f, "; {} on hosts {}", run_dir.display(), addrs.join(", "))
             }
             None => match &self.record {
                 Some(r) => write!(f, "; unreadable record {}", r.display()),

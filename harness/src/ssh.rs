@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
@@ -221,7 +222,7 @@ fn check_host_key(session: &Session, config: &SshConfig) -> Result<(), String> {
 
 /// Takes the lock of the known_hosts file `file` (an flock on `<file>.lock`, which is never
 /// replaced), creating its directory if need be; held until the returned file is dropped.
-fn lock(file: &Path) -> Result<std::fs::File, String> {
+fn lock(file: &Path) -> Result<Flock<std::fs::File>, String> {
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
@@ -234,9 +235,8 @@ fn lock(file: &Path) -> Result<std::fs::File, String> {
         .write(true)
         .open(&path)
         .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    f.lock()
-        .map_err(|e| format!("locking {}: {e}", path.display()))?;
-    Ok(f)
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| format!("locking {}: {e}", path.display()))
 }
 
 /// Replaces `file` with `data` atomically: written to a temporary file beside it, then renamed.
@@ -315,7 +315,10 @@ impl Remote for Ssh {
         let too_big = || {
             self.transfer_err(
                 remote,
-                format!("larger than the download bound of {} bytes", self.download_limit),
+                format!(
+                    "larger than the download bound of {} bytes",
+                    self.download_limit
+                ),
             )
         };
         if stat.size() > self.download_limit {

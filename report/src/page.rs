@@ -12,10 +12,10 @@ use tidemark_checkers::{Process, ReplicaState, Validity};
 
 use crate::anomalies::{Entry, PartKey};
 use crate::digest::{Evidence, OpRow, PAGE_LINES};
+use crate::limits::{Embed, MAX_EMBEDDED_PAGES, WINDOW};
 use crate::logs::Line;
 use crate::offsets::{Cell, View};
 use crate::plot;
-use crate::limits::{Embed, MAX_EMBEDDED_PAGES, WINDOW};
 use crate::run::{Run, Verdict};
 use crate::text::{clip, duration, encode_path, json_clip, one_line, secs};
 

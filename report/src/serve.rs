@@ -209,7 +209,11 @@ fn host_allowed(host: &str, bound: SocketAddr) -> bool {
 
 async fn check_host(State(bound): State<SocketAddr>, req: Request, next: Next) -> Response {
     match req.headers().get(header::HOST).map(|h| h.to_str()) {
-        None => (StatusCode::BAD_REQUEST, "refused: the request has no Host header").into_response(),
+        None => (
+            StatusCode::BAD_REQUEST,
+            "refused: the request has no Host header",
+        )
+            .into_response(),
         Some(Ok(host)) if host_allowed(host, bound) => next.run(req).await,
         Some(_) => (
             StatusCode::MISDIRECTED_REQUEST,
@@ -606,7 +610,9 @@ async fn file(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) ->
                 Err(e) => return e.into_response(),
             };
             let at = dir.clone();
-            let page = store.renders.get(dir, None, move || crate::render_report(&at));
+            let page = store
+                .renders
+                .get(dir, None, move || crate::render_report(&at));
             return render(page.await);
         }
     }
@@ -798,7 +804,12 @@ mod tests {
     #[test]
     fn only_hosts_naming_this_server_are_answered() {
         let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
-        for ok in ["localhost:8080", "LOCALHOST:8080", "127.0.0.1:8080", "[::1]:8080"] {
+        for ok in [
+            "localhost:8080",
+            "LOCALHOST:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+        ] {
             assert!(host_allowed(ok, local), "{ok}");
         }
         for bad in [

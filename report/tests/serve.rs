@@ -37,11 +37,7 @@ fn get(addr: SocketAddr, path: &str) -> Reply {
 /// A GET with `host` as its Host header line (or none when empty).
 fn get_as(addr: SocketAddr, path: &str, host: &str) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\n{host}Connection: close\r\n\r\n"
-    )
-    .unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\n{host}Connection: close\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
@@ -351,11 +347,22 @@ fn only_a_run_directorys_report_is_html() {
     let run = store.path().join("queue").join(STAMP);
     // A node directory that looks like a run: a history and a report of its own.
     for n in ["n1", "n2"] {
-        std::fs::copy(run.join("history.jsonl"), run.join("nodes").join(n).join("history.jsonl"))
-            .unwrap();
-        std::fs::copy(run.join("test.json"), run.join("nodes").join(n).join("test.json")).unwrap();
+        std::fs::copy(
+            run.join("history.jsonl"),
+            run.join("nodes").join(n).join("history.jsonl"),
+        )
+        .unwrap();
+        std::fs::copy(
+            run.join("test.json"),
+            run.join("nodes").join(n).join("test.json"),
+        )
+        .unwrap();
     }
-    std::fs::write(run.join("nodes/n1/report.html"), "<script>alert(1)</script>").unwrap();
+    std::fs::write(
+        run.join("nodes/n1/report.html"),
+        "<script>alert(1)</script>",
+    )
+    .unwrap();
     let r = get(addr, &format!("/runs/queue/{STAMP}/nodes/n1/report.html"));
     assert_eq!(r.status, 200);
     assert!(
