@@ -207,17 +207,26 @@ impl Leftover {
 impl std::fmt::Display for Leftover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "run {}", self.run)?;
+        let mut sep = ":";
         if !self.namespaces.is_empty() {
             write!(f, ": namespaces {}", self.namespaces.join(", "))?;
+            sep = ";";
         }
         match self.state.as_ref().map(|s| &s.resources) {
-            Some(Resources::Netns { work_dir }) => write!(f, "; directory {}", work_dir.display()),
+            Some(Resources::Netns { work_dir }) => {
+                write!(f, "{sep} directory {}", work_dir.display())
+            }
             Some(Resources::Hosts { hosts, run_dir }) => {
                 let addrs: Vec<String> = hosts.iter().map(|h| h.addr.to_string()).collect();
-                write!(f, "; {} on hosts {}", run_dir.display(), addrs.join(", "))
+                write!(
+                    f,
+                    "{sep} {} on hosts {}",
+                    run_dir.display(),
+                    addrs.join(", ")
+                )
             }
             None => match &self.record {
-                Some(r) => write!(f, "; unreadable record {}", r.display()),
+                Some(r) => write!(f, "{sep} unreadable record {}", r.display()),
                 None => write!(f, " (no record of its owner)"),
             },
         }
