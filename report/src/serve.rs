@@ -833,6 +833,74 @@ mod tests {
         assert!(!host_allowed("192.168.1.5:9000", one));
     }
 
+    fn renders(slots: usize) -> Renders {
+        Renders {
+            slots: Arc::new(Semaphore::new(slots)),
+            pages: Mutex::new(VecDeque::new()),
+            keep: 16,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_requests_for_a_page_share_one_render() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("history.jsonl"), "{}").unwrap();
+        let r = Arc::new(renders(2));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let asks: Vec<_> = (0..20)
+            .map(|_| {
+                let (r, calls, dir) = (r.clone(), calls.clone(), dir.path().to_path_buf());
+                tokio::spawn(async move {
+                    r.get(dir, None, move || {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        Ok("page".to_string())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for a in asks {
+            assert_eq!(a.await.unwrap().unwrap(), Bytes::from("page"));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn renders_of_different_pages_take_turns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let r = Arc::new(renders(2));
+        let active = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let asks: Vec<_> = (0..8u64)
+            .map(|page| {
+                let (r, active, most) = (r.clone(), active.clone(), most.clone());
+                let dir = dir.path().to_path_buf();
+                tokio::spawn(async move {
+                    r.get(dir, Some(page), move || {
+                        let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        // Work long enough that unbounded renders would overlap.
+                        let began = std::time::Instant::now();
+                        let mut x = 0u64;
+                        while began.elapsed() < Duration::from_millis(50) {
+                            x = x.wrapping_mul(31).wrapping_add(7);
+                        }
+                        active.fetch_sub(1, Ordering::SeqCst);
+                        Ok(x.to_string())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for a in asks {
+            a.await.unwrap().unwrap();
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&most), "{most} renders at once");
+    }
+
     #[test]
     fn relative_paths_only() {
         let dir = tempfile::tempdir().unwrap();
