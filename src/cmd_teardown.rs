@@ -78,6 +78,7 @@ fn teardown(args: &Args) -> Result<bool, Problem> {
         found.into_iter().partition(Leftover::owner_known);
     let mut targets: Vec<Target> = known.into_iter().map(Target::Recorded).collect();
     let mut left_alone: Vec<String> = Vec::new();
+    let mut listed_all = true;
     for l in unknown {
         if args.force {
             targets.push(Target::Recorded(l));
@@ -94,8 +95,10 @@ fn teardown(args: &Args) -> Result<bool, Problem> {
             let runs = match hosts::runs_on(&host) {
                 Ok(r) => r,
                 Err(e) => {
+                    // The other hosts and the recorded runs are still cleaned.
                     eprintln!("tidemark teardown: listing runs on {addr}: {e:#}");
-                    return Ok(false);
+                    listed_all = false;
+                    continue;
                 }
             };
             for run in runs {
@@ -121,9 +124,9 @@ fn teardown(args: &Args) -> Result<bool, Problem> {
     }
     if targets.is_empty() {
         println!("nothing to tear down");
-        return Ok(true);
+        return Ok(listed_all);
     }
-    let mut ok = true;
+    let mut ok = listed_all;
     for t in targets {
         let what = describe(&t);
         if args.dry_run {
