@@ -35,7 +35,7 @@ enum Command {
     Test(cmd_test::Args),
     /// Check a recorded run (a run directory or a history.jsonl) and write results.json.
     Check(cmd_check::Args),
-    /// Remove what a killed run left behind: namespaces, bridges, rules, processes.
+    /// Remove what killed runs left behind, here and on SSH hosts: namespaces, rules, processes.
     Teardown(cmd_teardown::Args),
     /// Render report.html for a run directory.
     Report(cmd_report::Args),
