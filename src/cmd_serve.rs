@@ -1,6 +1,8 @@
 //! `tidemark serve`: the results browser over a store (runs newest first, filters, reports,
 //! files, tar.gz downloads). It binds to loopback unless told otherwise, since it serves every
-//! file of every run to whoever can reach it.
+//! file of every run to whoever can reach it, and answers only requests whose Host header names
+//! it (so a web page cannot reach the store through DNS rebinding); see
+//! `tidemark_report::serve::Limits` for its timeouts and bounds.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +13,8 @@ pub struct Args {
     /// The store to browse.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,
-    /// Address to listen on; anything but loopback exposes the store to the network.
+    /// Address to listen on; anything but loopback exposes the store to the network. Requests
+    /// must name it (or localhost) in their Host header.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::hosts::{read_nodes_file, HostsLogin, HostsRuntime};
+use tidemark_harness::hosts::{read_nodes_file, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
 use tidemark_harness::net::Iptables;
@@ -16,11 +16,12 @@ use tidemark_harness::prerequisites::{self, Requirement};
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
-use tidemark_harness::ssh::KnownHosts;
 use tidemark_harness::test::{Test, TestOptions};
 use tidemark_nemesis::schedule::Schedule;
 use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
+
+use crate::hosts_args::HostsArgs;
 
 /// Arguments of `tidemark test`.
 #[derive(clap::Args, Debug)]
@@ -63,7 +64,8 @@ pub struct Args {
     /// (machines listed in --nodes-file, over SSH).
     #[arg(long, default_value = "netns", value_name = "NAME")]
     runtime: String,
-    /// How to reach the machines of `--runtime hosts`.
+    /// How to reach the machines of `--runtime hosts` (kept apart, and boxed, because most runs
+    /// never use them).
     #[command(flatten)]
     hosts: Box<HostsArgs>,
     /// The tidemark-broker binary to deploy (default: beside this executable).
@@ -204,30 +206,6 @@ fn faults(args: &NemesisArgs, names: &[String], seed: u64, local: bool) -> Resul
     })
 }
 
-/// The `--runtime hosts` options, kept apart (and boxed) because most runs never use them.
-#[derive(clap::Args, Debug)]
-struct HostsArgs {
-    /// For `--runtime hosts`: one host per line, `address[:port]`.
-    #[arg(long, value_name = "PATH")]
-    nodes_file: Option<PathBuf>,
-    /// SSH user on the hosts.
-    #[arg(long, default_value = "root", value_name = "USER")]
-    ssh_user: String,
-    /// SSH private key for the hosts.
-    #[arg(long, value_name = "PATH")]
-    ssh_key: Option<PathBuf>,
-    /// Try the SSH agent (SSH_AUTH_SOCK) for the hosts.
-    #[arg(long)]
-    ssh_agent: bool,
-    /// Host keys: `strict` (must be in --known-hosts), `accept-new` (record unknown hosts,
-    /// refuse changed keys) or `off`.
-    #[arg(long, default_value = "accept-new", value_name = "POLICY")]
-    host_key_checking: String,
-    /// The known_hosts file (default: ~/.ssh/known_hosts).
-    #[arg(long, value_name = "PATH")]
-    known_hosts: Option<PathBuf>,
-}
-
 /// Runs the subcommand and returns the process exit code.
 pub fn run(args: Args) -> u8 {
     match build(args) {
@@ -270,9 +248,10 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
                 "--nodes-file goes with --runtime hosts".into(),
             ))
         }
-        ("hosts", Some(f)) => {
-            Some(read_nodes_file(f).map_err(|e| Problem::Usage(format!("{e:#}")))?)
-        }
+        ("hosts", Some(f)) => Some((
+            read_nodes_file(f).map_err(|e| Problem::Usage(format!("{e:#}")))?,
+            args.hosts.login(f).map_err(Problem::Usage)?,
+        )),
         ("hosts", None) => return Err(Problem::Usage("--runtime hosts needs --nodes-file".into())),
         (other, _) => {
             return Err(Problem::Usage(format!(
@@ -281,13 +260,13 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         }
     };
     let nodes = match (&hosts, args.nodes) {
-        (Some(h), Some(n)) if n != h.len() => {
+        (Some((h, _)), Some(n)) if n != h.len() => {
             return Err(Problem::Usage(format!(
                 "--nodes {n}, but the nodes file lists {} hosts",
                 h.len()
             )))
         }
-        (Some(h), _) => h.len(),
+        (Some((h, _)), _) => h.len(),
         (None, n) => n.unwrap_or(3),
     };
     if nodes == 0 || nodes > tidemark_harness::netns::MAX_NODES {
@@ -308,22 +287,6 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             "--replication-factor must be 1 to the number of nodes ({nodes})"
         )));
     }
-    let known_hosts = args
-        .hosts
-        .known_hosts
-        .clone()
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".ssh/known_hosts")))
-        .unwrap_or_else(|| PathBuf::from("known_hosts"));
-    let known_hosts = match args.hosts.host_key_checking.as_str() {
-        "strict" => KnownHosts::Strict(known_hosts),
-        "accept-new" => KnownHosts::AcceptNew(known_hosts),
-        "off" => KnownHosts::Ignore,
-        other => {
-            return Err(Problem::Usage(format!(
-                "--host-key-checking must be strict, accept-new or off, not {other:?}"
-            )))
-        }
-    };
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -372,36 +335,33 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             return Err(Problem::Harness(why));
         }
     }
+    // Runs are recorded in one fixed place whichever runtime made them; a dead one's leftovers
+    // (namespaces here, or brokers and firewall rules on SSH hosts) are removed first.
+    let state_dir = leftovers::state_dir().map_err(|e| Problem::Harness(format!("{e:#}")))?;
+    let found = leftovers::find(&state_dir).map_err(|e| Problem::Harness(format!("{e:#}")))?;
+    let (dead, unknown): (Vec<_>, Vec<_>) = found.iter().partition(|l| l.owner_known());
+    if !dead.is_empty() {
+        let list: Vec<String> = dead.iter().map(|l| format!("  {l}")).collect();
+        return Err(Problem::Harness(format!(
+            "a killed run left resources behind:\n{}\nremove them with `tidemark teardown` \
+             and start again",
+            list.join("\n")
+        )));
+    }
+    for l in unknown {
+        eprintln!(
+            "tidemark: note: {l} has no owner on record; `tidemark teardown --force --run {}` \
+             removes it",
+            l.run
+        );
+    }
     let run_id = leftovers::new_run_id();
     let runtime: Box<dyn Runtime> = match hosts {
-        None => {
-            let work_root = std::env::temp_dir().join("tidemark");
-            let found =
-                leftovers::find(&work_root).map_err(|e| Problem::Harness(format!("{e:#}")))?;
-            if !found.is_empty() {
-                let list: Vec<String> = found.iter().map(|l| format!("  {l}")).collect();
-                return Err(Problem::Harness(format!(
-                    "a killed run left resources behind:\n{}\nremove them with \
-                     `tidemark teardown` and start again",
-                    list.join("\n")
-                )));
-            }
-            Box::new(
-                NetnsRuntime::new(&work_root, &run_id)
-                    .map_err(|e| Problem::Harness(format!("{e:#}")))?,
-            )
-        }
-        Some(hosts) => Box::new(HostsRuntime::new(
-            &run_id,
-            hosts,
-            HostsLogin {
-                user: args.hosts.ssh_user.clone(),
-                key_file: args.hosts.ssh_key.clone(),
-                use_agent: args.hosts.ssh_agent,
-                known_hosts,
-                timeout: Duration::from_secs(30),
-            },
-        )),
+        None => Box::new(
+            NetnsRuntime::new(&std::env::temp_dir().join("tidemark"), &run_id)
+                .map_err(|e| Problem::Harness(format!("{e:#}")))?,
+        ),
+        Some((hosts, login)) => Box::new(HostsRuntime::new(&run_id, hosts, login)),
     };
 
     let options = TestOptions {

@@ -11,6 +11,7 @@ mod cmd_report;
 mod cmd_serve;
 mod cmd_teardown;
 mod cmd_test;
+mod hosts_args;
 
 /// Exit code for bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 254;
@@ -34,7 +35,7 @@ enum Command {
     Test(cmd_test::Args),
     /// Check a recorded run (a run directory or a history.jsonl) and write results.json.
     Check(cmd_check::Args),
-    /// Remove what a killed run left behind: namespaces, bridges, rules, processes.
+    /// Remove what killed runs left behind, here and on SSH hosts: namespaces, rules, processes.
     Teardown(cmd_teardown::Args),
     /// Render report.html for a run directory.
     Report(cmd_report::Args),

@@ -32,6 +32,13 @@ fn config(node: &Node, dir: &Path, known_hosts: KnownHosts) -> SshConfig {
     }
 }
 
+/// A small file on the node, for a download under the bound.
+fn src_small(ssh: &Ssh, node: &Node) -> PathBuf {
+    let path = node.dir.join("small");
+    remote::run(ssh, &format!("echo small > {}", path.display())).unwrap();
+    path
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_is_driven_over_ssh_including_the_broker() {
     if !root_or_skip("a_node_is_driven_over_ssh_including_the_broker") {
@@ -120,6 +127,64 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
     .unwrap()
     .to_string();
     assert!(refused.contains("is not in"), "{refused}");
+    // tidemark's own known_hosts: concurrent writers (two runs) each record the host once,
+    // what was in the file (comments too) survives, and a missing directory is made.
+    let shared = keys.join("shared_known_hosts");
+    std::fs::write(&shared, "# keys of the nightly cluster\n").unwrap();
+    let racers: Vec<_> = (0..6)
+        .map(|_| {
+            let (c, d) = (
+                config(local, &keys, KnownHosts::AcceptNew(shared.clone())),
+                runtime.dialer(),
+            );
+            std::thread::spawn(move || Ssh::connect(c, d).map(drop))
+        })
+        .collect();
+    for r in racers {
+        r.join().unwrap().unwrap();
+    }
+    let kept = std::fs::read_to_string(&shared).unwrap();
+    assert!(
+        kept.starts_with("# keys of the nightly cluster\n"),
+        "{kept}"
+    );
+    assert_eq!(
+        kept.lines()
+            .filter(|l| l.starts_with(&local.ip.to_string()))
+            .count(),
+        1,
+        "{kept}"
+    );
+    let nested = keys.join("no-such-dir/known_hosts");
+    Ssh::connect(
+        config(local, &keys, KnownHosts::AcceptNew(nested.clone())),
+        runtime.dialer(),
+    )
+    .unwrap();
+    assert!(std::fs::read_to_string(&nested)
+        .unwrap()
+        .contains(&local.ip.to_string()));
+
+    // A download stops at its bound, names the file and the bound, and leaves no partial file.
+    let bounded = Ssh::connect(
+        config(local, &keys, KnownHosts::Strict(known_hosts.clone())),
+        runtime.dialer(),
+    )
+    .unwrap()
+    .with_download_limit(100_000);
+    let cut = work.path().join("cut");
+    let err = bounded
+        .download(&remote_path, &cut)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&remote_path.display().to_string()) && err.contains("100000 bytes"),
+        "{err}"
+    );
+    assert!(!cut.exists());
+    bounded.download(&src_small(&ssh, local), &cut).unwrap();
+    assert_eq!(std::fs::read(&cut).unwrap(), b"small\n");
+
     let wrong_key = SshConfig {
         key_file: Some(keys.join("hostkey")),
         ..config(local, &keys, KnownHosts::Ignore)

@@ -1,7 +1,9 @@
 //! The `hosts` runtime: machines that already exist (VMs, Vagrant boxes, bare hosts), reached
 //! over SSH and listed in a nodes file. Nothing is created but one directory per run on each
 //! host; everything the run starts there is found again by that directory's path, so teardown
-//! removes exactly what this run made.
+//! removes exactly what this run made. Before it logs in anywhere the run records its hosts and
+//! how to log in to them (see [`crate::leftovers`]), so a run killed with -9 is cleaned later
+//! by `tidemark teardown` with [`clean`].
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use crate::dial::{Dialer, Direct};
+use crate::leftovers::{self, Resources, RunState};
 use crate::net::{CHAIN, NFT_TABLE};
 use crate::remote::{self, command_line, escape};
 use crate::runtime::{Node, Runtime};
@@ -32,6 +35,20 @@ pub struct HostsLogin {
     pub known_hosts: KnownHosts,
     /// Connect and per-operation timeout.
     pub timeout: Duration,
+}
+
+impl HostsLogin {
+    /// How to reach the host at `addr`.
+    pub fn config(&self, addr: SocketAddr) -> SshConfig {
+        SshConfig {
+            user: self.user.clone(),
+            addr,
+            key_file: self.key_file.clone(),
+            use_agent: self.use_agent,
+            known_hosts: self.known_hosts.clone(),
+            timeout: self.timeout,
+        }
+    }
 }
 
 /// Reads a nodes file: one host per line as `address[:port]` (port 22 by default); blank lines
@@ -77,6 +94,7 @@ pub struct HostsRuntime {
     hosts: Vec<SocketAddr>,
     login: HostsLogin,
     nodes: Vec<Node>,
+    state_dir: Option<PathBuf>,
 }
 
 impl HostsRuntime {
@@ -87,6 +105,7 @@ impl HostsRuntime {
             hosts,
             login,
             nodes: Vec::new(),
+            state_dir: None,
         }
     }
 
@@ -101,7 +120,22 @@ impl HostsRuntime {
     }
 
     fn run_dir(&self) -> PathBuf {
-        Path::new(HOSTS_ROOT).join(&self.run)
+        run_dir(&self.run)
+    }
+
+    /// Records the hosts and the login before anything is made on them.
+    fn record(&mut self) -> anyhow::Result<()> {
+        if self.state_dir.is_some() {
+            return Ok(());
+        }
+        let dir = leftovers::state_dir()?;
+        let made = Resources::Hosts {
+            hosts: self.hosts.iter().map(|a| self.login.config(*a)).collect(),
+            run_dir: self.run_dir(),
+        };
+        RunState::current(&self.run, made)?.write(&dir)?;
+        self.state_dir = Some(dir);
+        Ok(())
     }
 
     /// The script that kills what the run started on a host, removes its iptables chain and its
@@ -146,16 +180,10 @@ impl Runtime for HostsRuntime {
                 self.hosts.len()
             );
         }
+        self.record()?;
         let mut made = Vec::new();
         for (i, (name, addr)) in names.iter().zip(&self.hosts).enumerate() {
-            let config = SshConfig {
-                user: self.login.user.clone(),
-                addr: *addr,
-                key_file: self.login.key_file.clone(),
-                use_agent: self.login.use_agent,
-                known_hosts: self.login.known_hosts.clone(),
-                timeout: self.login.timeout,
-            };
+            let config = self.login.config(*addr);
             let ssh = Ssh::connect(config, Arc::new(Direct))?;
             let dir = self.run_dir().join(name);
             remote::run(
@@ -188,21 +216,66 @@ impl Runtime for HostsRuntime {
                 first_err.get_or_insert(anyhow::Error::from(e).context(node.name));
             }
         }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(e) = first_err {
+            return Err(e);
         }
+        // The record goes last: if a host could not be cleaned, teardown finds the run by it.
+        if let Some(dir) = self.state_dir.take() {
+            RunState::remove(&dir, &self.run)?;
+        }
+        Ok(())
     }
 }
 
 impl Drop for HostsRuntime {
     fn drop(&mut self) {
-        if !self.nodes.is_empty() {
+        if !self.nodes.is_empty() || self.state_dir.is_some() {
             if let Err(e) = self.destroy() {
                 eprintln!("tidemark: hosts teardown: {e:#}");
             }
         }
     }
+}
+
+/// The directory of run `run` on every host.
+pub fn run_dir(run: &str) -> PathBuf {
+    Path::new(HOSTS_ROOT).join(run)
+}
+
+/// Logs in to each host and removes what the run with directory `run_dir` made there: its
+/// processes, the firewall chain and table, the directory. Tries every host; returns the first
+/// error, naming the host.
+pub fn clean(hosts: &[SshConfig], run_dir: &Path) -> anyhow::Result<()> {
+    let script = HostsRuntime::cleanup_script(run_dir);
+    let mut first_err = None;
+    for config in hosts {
+        let done = Ssh::connect(config.clone(), Arc::new(Direct))
+            .and_then(|ssh| remote::run(&ssh, &script).map(drop));
+        if let Err(e) = done {
+            first_err
+                .get_or_insert(anyhow::Error::from(e).context(format!("host {}", config.addr)));
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The run ids with a directory under [`HOSTS_ROOT`] on the host.
+pub fn runs_on(config: &SshConfig) -> anyhow::Result<Vec<String>> {
+    let ssh = Ssh::connect(config.clone(), Arc::new(Direct))?;
+    let listing = remote::run(
+        &ssh,
+        &format!("ls -1 {} 2>/dev/null || true", escape(HOSTS_ROOT)),
+    )?;
+    Ok(listing
+        .lines()
+        .map(str::trim)
+        // Run ids are hex; anything else in the directory is not a run's.
+        .filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect())
 }
 
 #[cfg(test)]

@@ -1,8 +1,12 @@
-//! Finding and removing what runs left behind. Every run that creates anything on this machine
-//! first writes a state file naming its owner process; everything it creates carries the prefix
-//! [`PREFIX`] and its run id. A run whose owner is gone (killed with -9, machine rebooted half way)
-//! is a leftover: `tidemark test` refuses to start over one and `tidemark teardown` removes it.
-//! Runs whose owner is still alive are never touched, so concurrent runs do not disturb each other.
+//! Finding and removing what runs left behind. Before a run creates anything it writes a record
+//! into [`state_dir`], a fixed place that does not depend on the environment (so a `tidemark
+//! teardown` under another `TMPDIR` sees the same runs): its owner process and what it is about
+//! to create, namespaces and a work directory on this machine or directories, processes and
+//! firewall rules on SSH hosts. Everything a run creates carries the prefix [`PREFIX`] or its run
+//! id. A run whose owner is gone (killed with -9, machine rebooted half way) is a leftover:
+//! `tidemark test` refuses to start over one and `tidemark teardown` removes it. Runs whose owner
+//! is alive are never touched, so concurrent runs do not disturb each other; namespaces nobody
+//! recorded are removed only when asked to by force.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,13 +17,48 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use crate::ssh::SshConfig;
+
 /// Prefix of every network namespace the harness creates.
 pub const PREFIX: &str = "tdm-";
 
-/// The file in a run's work directory that names its owner.
-pub const STATE_FILE: &str = "state.json";
+/// Where root's runs are recorded: on disk rather than in `/run`, so a record of runs on SSH
+/// hosts outlives a reboot of this machine.
+pub const ROOT_STATE_DIR: &str = "/var/lib/tidemark/runs";
 
-/// Who owns a run's resources.
+/// The directory holding every run's record: [`ROOT_STATE_DIR`] for root, and for other users
+/// (who can only use SSH hosts) `~/.local/state/tidemark/runs`.
+pub fn state_dir() -> anyhow::Result<PathBuf> {
+    if is_root() {
+        return Ok(PathBuf::from(ROOT_STATE_DIR));
+    }
+    let home = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .context("this user has no home directory to keep run records in")?;
+    Ok(home.join(".local/state/tidemark/runs"))
+}
+
+/// What a run creates, recorded before it creates it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "runtime", rename_all = "snake_case")]
+pub enum Resources {
+    /// Network namespaces `tdm-<run>-*` and a work directory on this machine.
+    Netns {
+        /// The run's work directory (node directories, binaries, data, logs).
+        work_dir: PathBuf,
+    },
+    /// A directory on each SSH host, the processes started from it and the firewall rules.
+    Hosts {
+        /// How to log in to each host again.
+        hosts: Vec<SshConfig>,
+        /// The run's directory on every host.
+        run_dir: PathBuf,
+    },
+}
+
+/// Who owns a run and what it made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunState {
     /// The run id (hex, no dashes).
@@ -28,31 +67,62 @@ pub struct RunState {
     pub pid: i32,
     /// The owner's start time in clock ticks since boot, to tell a reused pid apart.
     pub start_ticks: u64,
+    /// The boot the owner ran in; ticks since boot say nothing across a reboot.
+    pub boot_id: String,
+    /// What the run creates.
+    pub resources: Resources,
 }
 
 impl RunState {
     /// The state of a run owned by this process.
-    pub fn current(run: &str) -> anyhow::Result<Self> {
+    pub fn current(run: &str, resources: Resources) -> anyhow::Result<Self> {
         let pid = std::process::id() as i32;
         Ok(RunState {
             run: run.to_string(),
             pid,
             start_ticks: start_ticks(pid).context("reading this process's start time")?,
+            boot_id: boot_id().context("reading /proc/sys/kernel/random/boot_id")?,
+            resources,
         })
     }
 
     /// Whether the owner is still running.
     pub fn owner_alive(&self) -> bool {
-        start_ticks(self.pid) == Some(self.start_ticks)
+        boot_id().as_deref() == Some(self.boot_id.as_str())
+            && start_ticks(self.pid) == Some(self.start_ticks)
     }
 
-    /// Writes the state into `dir`, creating it.
+    /// Where the record of `run` lives in `dir`.
+    pub fn path(dir: &Path, run: &str) -> PathBuf {
+        dir.join(format!("{run}.json"))
+    }
+
+    /// Writes the record into `dir` (creating it), whole or not at all.
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join(STATE_FILE);
-        std::fs::write(&path, serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("writing {}", path.display()))
+        let path = Self::path(dir, &self.run);
+        let tmp = dir.join(format!(".{}.json.tmp", self.run));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
     }
+
+    /// Removes the record of `run` from `dir`; a missing record is not an error.
+    pub fn remove(dir: &Path, run: &str) -> anyhow::Result<()> {
+        let path = Self::path(dir, run);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn start_ticks(pid: i32) -> Option<u64> {
@@ -86,10 +156,12 @@ pub fn run_of_namespace(name: &str) -> Option<&str> {
 
 /// Every network namespace whose name carries [`PREFIX`].
 pub fn prefixed_namespaces() -> anyhow::Result<Vec<String>> {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .context("running `ip netns list` (is iproute2 installed?)")?;
+    let out = match Command::new("ip").args(["netns", "list"]).output() {
+        Ok(o) => o,
+        // Without iproute2 no run made namespaces here (an SSH-hosts-only machine).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).context("running `ip netns list`"),
+    };
     if !out.status.success() {
         bail!(
             "`ip netns list` failed: {}",
@@ -104,67 +176,111 @@ pub fn prefixed_namespaces() -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// What one dead run left behind.
+/// What a run whose owner is gone, or unknown, left behind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leftover {
     /// The run id.
     pub run: String,
-    /// Its network namespaces (with their bridges, veths and iptables rules).
+    /// Its record, when one could be read; without it the owner is unknown.
+    pub state: Option<RunState>,
+    /// Its record file, when there is one (readable or not).
+    pub record: Option<PathBuf>,
+    /// Its network namespaces on this machine (with their bridges, veths and iptables rules).
     pub namespaces: Vec<String>,
-    /// Its work directory, when it still exists.
-    pub work_dir: Option<PathBuf>,
+}
+
+impl Leftover {
+    /// Whether a record names the run's owner (and so says it is gone).
+    pub fn owner_known(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// The run's work directory on this machine, if it has one.
+    pub fn work_dir(&self) -> Option<&Path> {
+        match &self.state.as_ref()?.resources {
+            Resources::Netns { work_dir } => Some(work_dir),
+            Resources::Hosts { .. } => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Leftover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "run {}", self.run)?;
+        let mut sep = ":";
         if !self.namespaces.is_empty() {
             write!(f, ": namespaces {}", self.namespaces.join(", "))?;
+            sep = ";";
         }
-        if let Some(d) = &self.work_dir {
-            write!(f, "; directory {}", d.display())?;
+        match self.state.as_ref().map(|s| &s.resources) {
+            Some(Resources::Netns { work_dir }) => {
+                write!(f, "{sep} directory {}", work_dir.display())
+            }
+            Some(Resources::Hosts { hosts, run_dir }) => {
+                let addrs: Vec<String> = hosts.iter().map(|h| h.addr.to_string()).collect();
+                write!(
+                    f,
+                    "{sep} {} on hosts {}",
+                    run_dir.display(),
+                    addrs.join(", ")
+                )
+            }
+            None => match &self.record {
+                Some(r) => write!(f, "{sep} unreadable record {}", r.display()),
+                None => write!(f, " (no record of its owner)"),
+            },
         }
-        Ok(())
     }
 }
 
-/// The runs under `work_root` or in prefixed namespaces whose owner is gone.
-pub fn find(work_root: &Path) -> anyhow::Result<Vec<Leftover>> {
+/// The runs recorded in `state_dir` or found in prefixed namespaces whose owner is gone or
+/// unknown. Runs whose owner is alive are left out, namespaces and all.
+pub fn find(state_dir: &Path) -> anyhow::Result<Vec<Leftover>> {
     let mut runs: BTreeMap<String, Leftover> = BTreeMap::new();
-    for ns in prefixed_namespaces()? {
-        let run = run_of_namespace(&ns).unwrap_or(&ns).to_string();
-        runs.entry(run.clone())
-            .or_insert_with(|| Leftover {
-                run,
-                namespaces: Vec::new(),
-                work_dir: None,
-            })
-            .namespaces
-            .push(ns);
-    }
-    if let Ok(entries) = std::fs::read_dir(work_root) {
-        for e in entries.flatten() {
-            if e.path().is_dir() {
-                let run = e.file_name().to_string_lossy().into_owned();
-                runs.entry(run.clone())
-                    .or_insert_with(|| Leftover {
-                        run,
-                        namespaces: Vec::new(),
-                        work_dir: None,
-                    })
-                    .work_dir = Some(e.path());
+    let entry = |runs: &mut BTreeMap<String, Leftover>, run: &str| -> Leftover {
+        runs.remove(run).unwrap_or_else(|| Leftover {
+            run: run.to_string(),
+            state: None,
+            record: None,
+            namespaces: Vec::new(),
+        })
+    };
+    let mut live = Vec::new();
+    match std::fs::read_dir(state_dir) {
+        Ok(entries) => {
+            for e in entries.flatten() {
+                let path = e.path();
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(run) = name.strip_suffix(".json").filter(|r| !r.starts_with('.')) else {
+                    continue;
+                };
+                let state = std::fs::read(&path)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<RunState>(&b).ok())
+                    .filter(|s| s.run == run);
+                if state.as_ref().is_some_and(RunState::owner_alive) {
+                    live.push(run.to_string());
+                    continue;
+                }
+                let mut l = entry(&mut runs, run);
+                l.state = state;
+                l.record = Some(path);
+                runs.insert(run.to_string(), l);
             }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", state_dir.display())),
     }
-    Ok(runs
-        .into_values()
-        .filter(|l| {
-            let state = std::fs::read(work_root.join(&l.run).join(STATE_FILE))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<RunState>(&b).ok());
-            !state.is_some_and(|s| s.owner_alive())
-        })
-        .collect())
+    for ns in prefixed_namespaces()? {
+        let run = run_of_namespace(&ns).unwrap_or(&ns).to_string();
+        if live.contains(&run) {
+            continue;
+        }
+        let mut l = entry(&mut runs, &run);
+        l.namespaces.push(ns);
+        runs.insert(run, l);
+    }
+    Ok(runs.into_values().collect())
 }
 
 /// The processes running inside a network namespace.
@@ -232,36 +348,77 @@ mod tests {
         assert_eq!(run_of_namespace("other-1-n1"), None);
     }
 
+    fn netns(dir: &str) -> Resources {
+        Resources::Netns {
+            work_dir: PathBuf::from(dir),
+        }
+    }
+
     #[test]
     fn this_process_is_alive_and_a_made_up_one_is_not() {
-        let me = RunState::current("abc").unwrap();
+        let me = RunState::current("abc", netns("/w")).unwrap();
         assert!(me.owner_alive());
         let stale = RunState {
             start_ticks: me.start_ticks + 1,
             ..me.clone()
         };
         assert!(!stale.owner_alive());
+        let other_boot = RunState {
+            boot_id: "another boot".into(),
+            ..me.clone()
+        };
+        assert!(!other_boot.owner_alive());
     }
 
     #[test]
-    fn dead_runs_in_the_work_root_are_leftovers_and_live_ones_are_not() {
-        let root = tempfile::tempdir().unwrap();
-        RunState::current("live")
+    fn dead_and_unreadable_records_are_leftovers_and_live_ones_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        RunState::current("live", netns("/w/live"))
             .unwrap()
-            .write(&root.path().join("live"))
+            .write(dir.path())
             .unwrap();
         let dead = RunState {
             run: "dead".into(),
-            pid: std::process::id() as i32,
             start_ticks: 1,
+            ..RunState::current("dead", netns("/w/dead")).unwrap()
         };
-        dead.write(&root.path().join("dead")).unwrap();
-        let found: Vec<String> = find(root.path())
+        dead.write(dir.path()).unwrap();
+        std::fs::write(dir.path().join("torn.json"), "{\"run\":").unwrap();
+        let found: Vec<Leftover> = find(dir.path())
             .unwrap()
             .into_iter()
-            .filter(|l| l.work_dir.is_some())
-            .map(|l| l.run)
+            .filter(|l| l.record.is_some())
             .collect();
-        assert_eq!(found, vec!["dead".to_string()]);
+        let runs: Vec<(&str, bool)> = found
+            .iter()
+            .map(|l| (l.run.as_str(), l.owner_known()))
+            .collect();
+        assert_eq!(runs, vec![("dead", true), ("torn", false)]);
+        assert_eq!(found[0].work_dir(), Some(Path::new("/w/dead")));
+        RunState::remove(dir.path(), "dead").unwrap();
+        RunState::remove(dir.path(), "dead").unwrap();
+        assert!(!RunState::path(dir.path(), "dead").exists());
+    }
+
+    #[test]
+    fn records_round_trip_with_what_the_run_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = Resources::Hosts {
+            hosts: vec![SshConfig {
+                user: "root".into(),
+                addr: "10.0.0.1:22".parse().unwrap(),
+                key_file: Some(PathBuf::from("/k")),
+                use_agent: false,
+                known_hosts: crate::ssh::KnownHosts::Ignore,
+                timeout: std::time::Duration::from_secs(3),
+            }],
+            run_dir: PathBuf::from("/tmp/tidemark-hosts/r1"),
+        };
+        let state = RunState::current("r1", hosts).unwrap();
+        state.write(dir.path()).unwrap();
+        let back: RunState =
+            serde_json::from_slice(&std::fs::read(RunState::path(dir.path(), "r1")).unwrap())
+                .unwrap();
+        assert_eq!(back, state);
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 
 use crate::dial::{Dialer, FromNetns};
-use crate::leftovers::{self, RunState, PREFIX};
+use crate::leftovers::{self, Resources, RunState, PREFIX};
 use crate::prerequisites::Requirement;
 use crate::remote::Local;
 use crate::runtime::{Node, Runtime};
@@ -33,6 +33,7 @@ pub const MAX_NODES: usize = 240;
 pub struct NetnsRuntime {
     run: String,
     work_dir: PathBuf,
+    state_dir: PathBuf,
     namespaces: Vec<String>,
     wrote_state: bool,
 }
@@ -57,6 +58,7 @@ impl NetnsRuntime {
         Ok(NetnsRuntime {
             run: run.to_string(),
             work_dir: work_root.join(run),
+            state_dir: leftovers::state_dir()?,
             namespaces: Vec::new(),
             wrote_state: false,
         })
@@ -107,7 +109,10 @@ impl NetnsRuntime {
 
     fn ensure_bridge(&mut self) -> anyhow::Result<()> {
         if !self.wrote_state {
-            RunState::current(&self.run)?.write(&self.work_dir)?;
+            let made = Resources::Netns {
+                work_dir: self.work_dir.clone(),
+            };
+            RunState::current(&self.run, made)?.write(&self.state_dir)?;
             self.wrote_state = true;
         }
         let sw = self.namespace("sw");
@@ -167,10 +172,14 @@ impl Runtime for NetnsRuntime {
     }
 
     fn destroy(&mut self) -> anyhow::Result<()> {
-        let result = leftovers::remove(&self.namespaces, Some(&self.work_dir));
+        leftovers::remove(&self.namespaces, Some(&self.work_dir))?;
         self.namespaces.clear();
-        self.wrote_state = false;
-        result
+        // The record goes last: if anything above failed, teardown finds the run by it.
+        if self.wrote_state {
+            RunState::remove(&self.state_dir, &self.run)?;
+            self.wrote_state = false;
+        }
+        Ok(())
     }
 }
 

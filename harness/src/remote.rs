@@ -65,7 +65,9 @@ pub enum RemoteError {
 ///   with [`escape`] or [`command_line`]; the remote adds no quoting of its own.
 /// - A command that starts a daemon must redirect its standard streams, or `exec` waits for it.
 /// - [`upload`](Remote::upload) and [`download`](Remote::download) copy one regular file and keep
-///   its permission bits; the destination's directory must exist.
+///   its permission bits; the destination's directory must exist. A download may refuse a file
+///   above a bound ([`crate::ssh::DOWNLOAD_LIMIT`] over SSH) with an error naming the file and
+///   the bound, leaving no partial copy.
 /// - Implementations are safe to share between threads; calls may be serialised internally.
 pub trait Remote: Send + Sync {
     /// A short description for logs and errors, e.g. `netns tdm-1a2b-n1` or `ssh root@10.0.0.1`.

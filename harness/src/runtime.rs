@@ -77,8 +77,9 @@ impl From<&Node> for NodeRecord {
 /// - [`destroy`](Runtime::destroy) removes everything `create` made, including processes started
 ///   on the nodes, and may be called more than once; it reports the first error but always tries
 ///   every step.
-/// - Every name a runtime creates on a shared machine carries a fixed prefix so
-///   [`crate::leftovers`] can find what a killed run left behind.
+/// - Every name a runtime creates on a shared machine carries a fixed prefix or the run id, and
+///   before creating anything the runtime records its owner and what it will make in
+///   [`crate::leftovers::state_dir`], so `tidemark teardown` can find what a killed run left.
 pub trait Runtime: Send {
     /// The runtime's name as the CLI spells it, e.g. `netns`.
     fn name(&self) -> &'static str;

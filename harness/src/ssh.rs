@@ -1,8 +1,10 @@
 //! Nodes over SSH (VMs, Vagrant boxes, hosts, or an sshd inside a namespace), on libssh2 through
 //! the `ssh2` crate. One authenticated session per node; commands run one at a time on it, each
-//! in its own channel through `sh -c`. Files move with SCP. A session that broke (a restarted
-//! sshd, a dropped link) is replaced when a channel cannot be opened on it — the one moment a
-//! retry cannot run anything twice. A command's standard error is read after its standard
+//! in its own channel through `sh -c`. Files move with SCP; downloads stream to disk and stop at
+//! a bound. Host keys are checked against a known_hosts file that tidemark owns (the CLI never
+//! points it at `~/.ssh/known_hosts`): new keys are appended under a lock and the file replaced
+//! whole. A session that broke (a restarted sshd, a dropped link) is replaced when a channel
+//! cannot be opened on it — the one moment a retry cannot run anything twice. A command's standard error is read after its standard
 //! output, so one that writes more than the SSH window (about 2 MiB) to stderr before it finishes
 //! its stdout must redirect it.
 
@@ -12,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use ssh2::{CheckResult, KnownHostFileKind, Session};
 
@@ -51,7 +54,12 @@ pub struct Ssh {
     config: SshConfig,
     dialer: Arc<dyn Dialer>,
     session: Mutex<Session>,
+    download_limit: u64,
 }
+
+/// The largest file [`Ssh`] downloads by default: far above any broker log or segment a run
+/// copies back, far below what would fill the harness's disk.
+pub const DOWNLOAD_LIMIT: u64 = 4 << 30;
 
 /// Connects, checks the host key and authenticates.
 fn open_session(config: &SshConfig, dialer: &dyn Dialer) -> Result<Session, RemoteError> {
@@ -105,7 +113,14 @@ impl Ssh {
             config,
             dialer,
             session: Mutex::new(session),
+            download_limit: DOWNLOAD_LIMIT,
         })
+    }
+
+    /// Downloads of files larger than `bytes` fail (naming the file and the bound) instead.
+    pub fn with_download_limit(mut self, bytes: u64) -> Self {
+        self.download_limit = bytes;
+        self
     }
 
     /// Opens something on the session with `open`; if that fails, replaces the session once and
@@ -150,11 +165,19 @@ fn check_host_key(session: &Session, config: &SshConfig) -> Result<(), String> {
         KnownHosts::AcceptNew(f) => (f, true),
     };
     let (key, key_type) = session.host_key().ok_or("server sent no host key")?;
+    // The file is only ever replaced whole, so readers need no lock; writers take one so two
+    // runs adding hosts at once both keep their lines.
+    let _lock = if add_new { Some(lock(file)?) } else { None };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("reading {}: {e}", file.display())),
+    };
     let mut known = session.known_hosts().map_err(|e| e.to_string())?;
-    if file.exists() {
+    for (i, line) in text.lines().enumerate() {
         known
-            .read_file(file, KnownHostFileKind::OpenSSH)
-            .map_err(|e| format!("reading {}: {e}", file.display()))?;
+            .read_str(line, KnownHostFileKind::OpenSSH)
+            .map_err(|e| format!("{}:{}: unreadable line: {e}", file.display(), i + 1))?;
     }
     let host = config.addr.ip().to_string();
     match known.check_port(&host, config.addr.port(), key) {
@@ -173,13 +196,64 @@ fn check_host_key(session: &Session, config: &SshConfig) -> Result<(), String> {
             known
                 .add(&name, key, "added by tidemark", key_type.into())
                 .map_err(|e| e.to_string())?;
-            known
-                .write_file(file, KnownHostFileKind::OpenSSH)
-                .map_err(|e| format!("writing {}: {e}", file.display()))
+            let added = known
+                .hosts()
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .rev()
+                .find(|h| h.name() == Some(name.as_str()))
+                .ok_or("the added host key is missing")?;
+            let line = known
+                .write_string(&added, KnownHostFileKind::OpenSSH)
+                .map_err(|e| e.to_string())?;
+            // What was there stays byte for byte (comments included); the new line is appended.
+            let mut out = text;
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            replace(file, out.as_bytes())
         }
         CheckResult::NotFound => Err(format!("host {} is not in {}", config.addr, file.display())),
         CheckResult::Failure => Err("checking the host key failed".into()),
     }
+}
+
+/// Takes the lock of the known_hosts file `file` (an flock on `<file>.lock`, which is never
+/// replaced), creating its directory if need be; held until the returned file is dropped.
+fn lock(file: &Path) -> Result<Flock<std::fs::File>, String> {
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let mut name = file.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| format!("locking {}: {e}", path.display()))
+}
+
+/// Replaces `file` with `data` atomically: written to a temporary file beside it, then renamed.
+fn replace(file: &Path, data: &[u8]) -> Result<(), String> {
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(data).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, file));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("writing {}: {e}", file.display())
+    })
 }
 
 impl Remote for Ssh {
@@ -238,14 +312,36 @@ impl Remote for Ssh {
             .map_err(|e| self.transfer_err(remote, e))?;
         let what = format!("scp from {}", remote.display());
         let (mut ch, stat) = self.reopen(&mut session, &what, |s| s.scp_recv(remote))?;
-        let mut data = Vec::with_capacity(stat.size() as usize);
-        ch.read_to_end(&mut data)
-            .map_err(|e| self.transfer_err(remote, e))?;
+        let too_big = || {
+            self.transfer_err(
+                remote,
+                format!(
+                    "larger than the download bound of {} bytes",
+                    self.download_limit
+                ),
+            )
+        };
+        if stat.size() > self.download_limit {
+            return Err(too_big());
+        }
+        let mut out = std::fs::File::create(local).map_err(|e| self.transfer_err(local, e))?;
+        // The file is streamed, and never more than the bound is taken whatever size the
+        // remote announced.
+        let copied = std::io::copy(&mut (&mut ch).take(self.download_limit + 1), &mut out)
+            .map_err(|e| self.transfer_err(remote, e));
+        let copied = match copied {
+            Ok(n) if n > self.download_limit => Err(too_big()),
+            other => other,
+        };
+        if let Err(e) = copied {
+            drop(out);
+            let _ = std::fs::remove_file(local);
+            return Err(e);
+        }
         ch.send_eof().map_err(|e| self.transfer_err(remote, e))?;
         ch.wait_eof().map_err(|e| self.transfer_err(remote, e))?;
         ch.close().map_err(|e| self.transfer_err(remote, e))?;
         ch.wait_close().map_err(|e| self.transfer_err(remote, e))?;
-        std::fs::write(local, &data).map_err(|e| self.transfer_err(local, e))?;
         std::fs::set_permissions(
             local,
             std::os::unix::fs::PermissionsExt::from_mode(stat.mode() as u32 & 0o777),

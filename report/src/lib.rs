@@ -25,6 +25,7 @@
 
 mod anomalies;
 mod digest;
+mod limits;
 mod logs;
 mod offsets;
 mod page;
@@ -38,7 +39,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 pub use digest::PAGE_LINES;
-pub use page::MAX_EMBEDDED_PAGES;
+pub use limits::MAX_EMBEDDED_PAGES;
 
 /// Renders `report.html` for a run directory (writing it beside the history) and returns its
 /// path. The directory must hold `history.jsonl`; `results.json`, `replicas.jsonl`, `test.json`
@@ -55,13 +56,13 @@ pub fn write_report(run_dir: &Path) -> anyhow::Result<PathBuf> {
 
 /// Renders the report of a run directory as an HTML string, without writing anything.
 pub fn render_report(run_dir: &Path) -> anyhow::Result<String> {
-    let run = run::Run::load(run_dir, page::Embed::Report)?;
+    let run = run::Run::load(run_dir, limits::Embed::Report)?;
     Ok(page::report(&run).into_string())
 }
 
 /// Renders one page of a run's op timeline as a standalone HTML page (0-based `page`), for
 /// timeline pages a large run's `report.html` does not embed.
 pub fn render_timeline_page(run_dir: &Path, page: u64) -> anyhow::Result<String> {
-    let run = run::Run::load(run_dir, page::Embed::One(page))?;
+    let run = run::Run::load(run_dir, limits::Embed::One(page))?;
     Ok(page::timeline_only(&run).into_string())
 }

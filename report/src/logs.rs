@@ -8,8 +8,15 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use crate::run::Start;
 use crate::text::clip;
+
+/// When the test started on the wall clock, to match log timestamps to history times.
+pub struct Start {
+    /// Nanoseconds since the Unix epoch.
+    pub unix_ns: i128,
+    /// Where it was read from.
+    pub source: &'static str,
+}
 
 /// Lines kept on each side of an anomaly's moment.
 pub const HALF: usize = 20;

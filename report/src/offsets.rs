@@ -9,7 +9,7 @@ use tidemark_checkers::{Record, ReplicaState};
 
 use crate::anomalies::PartKey;
 use crate::digest::Digest;
-use crate::run::MAX_FOCUS;
+use crate::limits::MAX_FOCUS;
 
 /// One partition's view.
 pub struct View {

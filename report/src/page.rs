@@ -12,28 +12,17 @@ use tidemark_checkers::{Process, ReplicaState, Validity};
 
 use crate::anomalies::{Entry, PartKey};
 use crate::digest::{Evidence, OpRow, PAGE_LINES};
+use crate::limits::{Embed, MAX_EMBEDDED_PAGES, WINDOW};
 use crate::logs::Line;
 use crate::offsets::{Cell, View};
 use crate::plot;
-use crate::run::{Run, Verdict, WINDOW};
+use crate::run::{Run, Verdict};
 use crate::text::{clip, duration, encode_path, json_clip, one_line, secs};
 
-/// Timeline pages `report.html` embeds at most; past that it embeds the pages that matter and
-/// names the others, which `tidemark serve` renders on request.
-pub const MAX_EMBEDDED_PAGES: u64 = 120;
 /// Replica rows shown.
 const MAX_REPLICA_ROWS: usize = 2000;
 /// Longest JSON value shown for an op or an anomaly entry.
 const VALUE_CHARS: usize = 2000;
-
-/// Which timeline pages a render embeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Embed {
-    /// A whole report: every page, or a bounded choice of pages.
-    Report,
-    /// One page, for the browser's timeline route.
-    One(u64),
-}
 
 const CSS: &str = r#"
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d1d1d;background:#f7f7f5}

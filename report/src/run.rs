@@ -13,14 +13,10 @@ use tidemark_checkers::{check_run, read_replicas, ReplicaState, Results};
 
 use crate::anomalies::{self, Kind, PartKey};
 use crate::digest::{self, Digest, Watch};
-use crate::logs::{self, Moment, NodeLogs};
+use crate::limits::{Embed, MAX_FOCUS, WINDOW};
+use crate::logs::{self, Moment, NodeLogs, Start};
 use crate::offsets::{self, View};
-use crate::page::Embed;
 
-/// Offsets shown on each side of an anomalous offset.
-pub const WINDOW: i64 = 4;
-/// Anomalous offsets per partition that get a window.
-pub const MAX_FOCUS: usize = 24;
 /// Anomaly moments whose node logs are excerpted.
 pub const MAX_MOMENTS: usize = 8;
 
@@ -41,14 +37,6 @@ impl Verdict {
             Verdict::None(_) => None,
         }
     }
-}
-
-/// When the test started on the wall clock, to match log timestamps to history times.
-pub struct Start {
-    /// Nanoseconds since the Unix epoch.
-    pub unix_ns: i128,
-    /// Where it was read from.
-    pub source: &'static str,
 }
 
 /// A run directory, loaded.

@@ -6,22 +6,39 @@
 //!
 //! Nothing outside the store is ever served: a requested path is refused when it is absolute or
 //! has a `.` or `..` segment (after percent-decoding), and what remains must canonicalize
-//! (following symlinks) to a path inside the canonical store.
+//! (following symlinks) to a path inside the canonical store. Only a run directory's own
+//! `report.html` (`<test>/<stamp>/` holding test.json and history.jsonl) is served as HTML.
+//!
+//! The server is meant for a browser on this machine, and defends itself against the rest:
+//! a request must name this server in its Host header (an IP address or `localhost`, with the
+//! bound port), so a page on another site cannot read the store through DNS rebinding; clients
+//! get [`Limits::header_timeout`] to send a request's headers (which also closes idle kept-alive
+//! connections) and at most [`Limits::connections`] connections are served at once. Rendering is
+//! the expensive part: a page rendered on request is kept (until the run's files change) and
+//! at most [`Limits::renders`] renders run at once.
 
+use std::collections::VecDeque;
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::Deserialize;
 use tidemark_checkers::Validity;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OnceCell, Semaphore};
 
 use crate::text::{encode_path, encode_segment};
 
@@ -46,29 +63,266 @@ form{margin:12px 0;display:flex;gap:12px;align-items:center}
 a{color:#1f5fa8}td a{margin-right:8px}
 "#;
 
-struct Store {
-    root: PathBuf,
+/// How much the server takes on.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Time a client gets to send a request's headers; also how long a kept-alive connection
+    /// may sit idle.
+    pub header_timeout: Duration,
+    /// Longest a connection stays open, however busy (a slow reader of a large archive too).
+    pub connection_lifetime: Duration,
+    /// Connections served at once; past that a connection gets 503 and is closed.
+    pub connections: usize,
+    /// Reports and timeline pages rendered at once.
+    pub renders: usize,
+    /// Rendered pages kept for the next request.
+    pub cached_pages: usize,
 }
 
-/// The browser's routes over the store at `store`.
-pub fn router(store: &Path) -> anyhow::Result<Router> {
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            connection_lifetime: Duration::from_secs(600),
+            connections: 64,
+            renders: 2,
+            cached_pages: 16,
+        }
+    }
+}
+
+struct Store {
+    root: PathBuf,
+    renders: Renders,
+}
+
+/// The browser's routes over the store at `store`, answering only requests whose Host header
+/// names `bound`.
+pub fn router(store: &Path, bound: SocketAddr, limits: &Limits) -> anyhow::Result<Router> {
     let root = std::fs::canonicalize(store)
         .map_err(|e| anyhow::anyhow!("store {}: {e}", store.display()))?;
     if !root.is_dir() {
         anyhow::bail!("store {} is not a directory", store.display());
     }
+    let renders = Renders {
+        slots: Arc::new(Semaphore::new(limits.renders.max(1))),
+        pages: Mutex::new(VecDeque::new()),
+        keep: limits.cached_pages,
+    };
     Ok(Router::new()
         .route("/", get(index))
         .route("/runs/{*path}", get(file))
         .route("/timeline/{*path}", get(timeline))
         .route("/archive/{*path}", get(archive))
-        .with_state(Arc::new(Store { root })))
+        .with_state(Arc::new(Store { root, renders }))
+        .layer(middleware::from_fn_with_state(bound, check_host)))
 }
 
-/// Serves the browser on `listener` until the process ends.
+/// Serves the browser on `listener` with the default [`Limits`] until the process ends.
 pub async fn serve(listener: TcpListener, store: &Path) -> anyhow::Result<()> {
-    axum::serve(listener, router(store)?).await?;
-    Ok(())
+    serve_with(listener, store, Limits::default()).await
+}
+
+/// Serves the browser on `listener` within `limits` until the process ends.
+pub async fn serve_with(listener: TcpListener, store: &Path, limits: Limits) -> anyhow::Result<()> {
+    let bound = listener.local_addr()?;
+    let app = router(store, bound, &limits)?;
+    let open = Arc::new(Semaphore::new(limits.connections));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            // Out of file descriptors and the like: give open connections a moment to close.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tokio::spawn(turn_away(stream));
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let limits = limits.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout);
+            let conn = http.serve_connection(TokioIo::new(stream), service);
+            // A connection that errs or outlives its time is simply closed.
+            let _ = tokio::time::timeout(limits.connection_lifetime, conn).await;
+        });
+    }
+}
+
+/// Answers a connection past the limit with 503 and closes it, reading (briefly) what the
+/// client sent so the close does not reset the connection before the answer arrives.
+async fn turn_away(mut stream: TcpStream) {
+    let body = "refused: too many open connections";
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        stream.write_all(reply.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
+
+/// Whether a Host header names this server: an IP address this server listens on (any address
+/// when bound to all of them; rebinding needs a name, so an address is safe) or a loopback
+/// name, with the bound port (80 when the header gives none).
+fn host_allowed(host: &str, bound: SocketAddr) -> bool {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, "")) => (ip, None),
+            Some((ip, port)) => match port.strip_prefix(':') {
+                Some(p) => (ip, Some(p)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((n, p)) => (n, Some(p)),
+            None => (host, None),
+        },
+    };
+    let port_ok = match port {
+        Some(p) => p.parse::<u16>().ok() == Some(bound.port()),
+        None => bound.port() == 80,
+    };
+    let name_ok = if name.eq_ignore_ascii_case("localhost") {
+        true
+    } else {
+        match name.parse::<IpAddr>() {
+            Ok(ip) => ip.is_loopback() || ip == bound.ip() || bound.ip().is_unspecified(),
+            Err(_) => false,
+        }
+    };
+    port_ok && name_ok
+}
+
+async fn check_host(State(bound): State<SocketAddr>, req: Request, next: Next) -> Response {
+    match req.headers().get(header::HOST).map(|h| h.to_str()) {
+        None => (
+            StatusCode::BAD_REQUEST,
+            "refused: the request has no Host header",
+        )
+            .into_response(),
+        Some(Ok(host)) if host_allowed(host, bound) => next.run(req).await,
+        Some(_) => (
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "refused: the Host header does not name this server; use http://localhost:{}/ \
+                 or http://{bound}/",
+                bound.port()
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// A page rendered on request, with the state of the run's files it was rendered from.
+struct Cached {
+    key: (PathBuf, Option<u64>),
+    files: Vec<(PathBuf, u64, Option<SystemTime>)>,
+    page: Arc<OnceCell<Result<Bytes, String>>>,
+}
+
+/// Renders on request: each page once per state of its run's files, at most `slots` at a time.
+struct Renders {
+    slots: Arc<Semaphore>,
+    pages: Mutex<VecDeque<Cached>>,
+    keep: usize,
+}
+
+/// The run's files (top level and `nodes/<node>/`) with their sizes and times: a render of the
+/// run stays good while these stay the same.
+fn run_files(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    let nodes = dir.join("nodes");
+    if let Ok(d) = std::fs::read_dir(&nodes) {
+        dirs.extend(d.flatten().map(|e| e.path()));
+        dirs.push(nodes);
+    }
+    for d in dirs {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if let Ok(m) = e.metadata() {
+                if m.is_file() {
+                    out.push((e.path(), m.len(), m.modified().ok()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+impl Renders {
+    /// The page `page` (a whole report when `None`) of the run at `dir`, rendered by `f`
+    /// unless a render from the same files is kept.
+    async fn get(
+        &self,
+        dir: PathBuf,
+        page: Option<u64>,
+        f: impl FnOnce() -> anyhow::Result<String> + Send + 'static,
+    ) -> Result<Bytes, String> {
+        let probe = dir.clone();
+        let files = tokio::task::spawn_blocking(move || run_files(&probe))
+            .await
+            .map_err(|e| e.to_string())?;
+        let key = (dir, page);
+        let cell = {
+            let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+            let at = pages.iter().position(|c| c.key == key);
+            match at {
+                Some(i) if pages[i].files == files => pages[i].page.clone(),
+                _ => {
+                    if let Some(i) = at {
+                        pages.remove(i);
+                    }
+                    let page = Arc::new(OnceCell::new());
+                    pages.push_back(Cached {
+                        key,
+                        files,
+                        page: page.clone(),
+                    });
+                    while pages.len() > self.keep.max(1) {
+                        pages.pop_front();
+                    }
+                    page
+                }
+            }
+        };
+        // Requests for the same page wait for one render; the slot travels with the render, so
+        // a client that goes away does not free it while the render still runs.
+        cell.get_or_init(|| async {
+            let slot = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
+            let rendered = tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                f()
+            })
+            .await;
+            match rendered {
+                Ok(Ok(html)) => Ok(Bytes::from(html)),
+                Ok(Err(e)) => Err(format!("cannot render: {e:#}")),
+                Err(e) => Err(format!("cannot render: {e}")),
+            }
+        })
+        .await
+        .clone()
+    }
 }
 
 /// Why a path is refused.
@@ -336,8 +590,12 @@ fn content_type(name: &str) -> &'static str {
     }
 }
 
-fn is_run(dir: &Path) -> bool {
-    dir.join("history.jsonl").is_file()
+/// Whether `dir` (canonical) is a run directory of the store at `root`: `<test>/<stamp>/`
+/// holding test.json and history.jsonl.
+fn is_run(root: &Path, dir: &Path) -> bool {
+    dir.parent().and_then(Path::parent) == Some(root)
+        && dir.join("test.json").is_file()
+        && dir.join("history.jsonl").is_file()
 }
 
 async fn file(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) -> Response {
@@ -347,11 +605,15 @@ async fn file(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) ->
         let run = run.trim_end_matches('/');
         if check_relative(&rel).is_ok() && !root.join(&rel).exists() {
             let dir = match resolve(&root, run) {
-                Ok(d) if is_run(&d) => d,
+                Ok(d) if is_run(&root, &d) => d,
                 Ok(_) => return Refused::Missing.into_response(),
                 Err(e) => return e.into_response(),
             };
-            return render(move || crate::render_report(&dir)).await;
+            let at = dir.clone();
+            let page = store
+                .renders
+                .get(dir, None, move || crate::render_report(&at));
+            return render(page.await);
         }
     }
     let path = match resolve(&root, &rel) {
@@ -375,7 +637,7 @@ async fn file(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) ->
     };
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
     // Only a run's own report is served as HTML; anything a node wrote is text or bytes.
-    let is_report = name == "report.html" && path.parent().is_some_and(is_run);
+    let is_report = name == "report.html" && path.parent().is_some_and(|d| is_run(&root, d));
     let (ctype, csp) = if is_report {
         ("text/html; charset=utf-8", CSP_REPORT)
     } else {
@@ -392,15 +654,18 @@ async fn file(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) ->
         .into_response()
 }
 
-async fn render(f: impl FnOnce() -> anyhow::Result<String> + Send + 'static) -> Response {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(html)) => html_response(PreEscaped(html), CSP_REPORT),
-        Ok(Err(e)) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("cannot render: {e:#}"),
+fn render(page: Result<Bytes, String>) -> Response {
+    match page {
+        Ok(html) => (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CONTENT_SECURITY_POLICY, CSP_REPORT),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ],
+            html,
         )
             .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, e).into_response(),
     }
 }
 
@@ -446,12 +711,16 @@ async fn timeline(
     Query(q): Query<PageQuery>,
 ) -> Response {
     let dir = match resolve(&store.root, &rel) {
-        Ok(d) if is_run(&d) => d,
+        Ok(d) if is_run(&store.root, &d) => d,
         Ok(_) => return Refused::Missing.into_response(),
         Err(e) => return e.into_response(),
     };
     let page = q.page.unwrap_or(0);
-    render(move || crate::render_timeline_page(&dir, page)).await
+    let at = dir.clone();
+    let rendered = store.renders.get(dir, Some(page), move || {
+        crate::render_timeline_page(&at, page)
+    });
+    render(rendered.await)
 }
 
 /// Sends what it is given to the response body; fails once the client has gone.
@@ -483,7 +752,7 @@ pub fn write_archive<W: Write>(dir: &Path, prefix: &Path, out: W) -> std::io::Re
 async fn archive(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>) -> Response {
     let rel = rel.trim_end_matches('/').to_owned();
     let dir = match resolve(&store.root, &rel) {
-        Ok(d) if is_run(&d) || d.join("results.json").is_file() => d,
+        Ok(d) if is_run(&store.root, &d) => d,
         Ok(_) => return Refused::Missing.into_response(),
         Err(e) => return e.into_response(),
     };
@@ -531,6 +800,106 @@ async fn archive(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_hosts_naming_this_server_are_answered() {
+        let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        for ok in [
+            "localhost:8080",
+            "LOCALHOST:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+        ] {
+            assert!(host_allowed(ok, local), "{ok}");
+        }
+        for bad in [
+            "localhost",
+            "localhost:80",
+            "evil.example:8080",
+            "127.0.0.1.nip.io:8080",
+            "10.0.0.5:8080",
+            "[::1]8080",
+            "[::1",
+            "",
+        ] {
+            assert!(!host_allowed(bad, local), "{bad}");
+        }
+        let all: SocketAddr = "0.0.0.0:80".parse().unwrap();
+        assert!(host_allowed("10.0.0.5", all));
+        assert!(host_allowed("10.0.0.5:80", all));
+        assert!(!host_allowed("box.example", all));
+        let one: SocketAddr = "192.168.1.4:9000".parse().unwrap();
+        assert!(host_allowed("192.168.1.4:9000", one));
+        assert!(!host_allowed("192.168.1.5:9000", one));
+    }
+
+    fn renders(slots: usize) -> Renders {
+        Renders {
+            slots: Arc::new(Semaphore::new(slots)),
+            pages: Mutex::new(VecDeque::new()),
+            keep: 16,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_requests_for_a_page_share_one_render() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("history.jsonl"), "{}").unwrap();
+        let r = Arc::new(renders(2));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let asks: Vec<_> = (0..20)
+            .map(|_| {
+                let (r, calls, dir) = (r.clone(), calls.clone(), dir.path().to_path_buf());
+                tokio::spawn(async move {
+                    r.get(dir, None, move || {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        Ok("page".to_string())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for a in asks {
+            assert_eq!(a.await.unwrap().unwrap(), Bytes::from("page"));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn renders_of_different_pages_take_turns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let r = Arc::new(renders(2));
+        let active = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let asks: Vec<_> = (0..8u64)
+            .map(|page| {
+                let (r, active, most) = (r.clone(), active.clone(), most.clone());
+                let dir = dir.path().to_path_buf();
+                tokio::spawn(async move {
+                    r.get(dir, Some(page), move || {
+                        let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        // Work long enough that unbounded renders would overlap.
+                        let began = std::time::Instant::now();
+                        let mut x = 0u64;
+                        while began.elapsed() < Duration::from_millis(50) {
+                            x = x.wrapping_mul(31).wrapping_add(7);
+                        }
+                        active.fetch_sub(1, Ordering::SeqCst);
+                        Ok(x.to_string())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for a in asks {
+            a.await.unwrap().unwrap();
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&most), "{most} renders at once");
+    }
 
     #[test]
     fn relative_paths_only() {

@@ -1,5 +1,5 @@
 //! The results browser, served in-process on a loopback port and spoken to over raw HTTP/1.1
-//! (so request paths reach the server exactly as written, `..` and all).
+//! (so request paths and headers reach the server exactly as written, `..` and all).
 
 mod common;
 
@@ -31,12 +31,13 @@ impl Reply {
 }
 
 fn get(addr: SocketAddr, path: &str) -> Reply {
+    get_as(addr, path, &format!("Host: {addr}\r\n"))
+}
+
+/// A GET with `host` as its Host header line (or none when empty).
+fn get_as(addr: SocketAddr, path: &str, host: &str) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\n{host}Connection: close\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
@@ -250,4 +251,160 @@ fn paths_outside_the_store_are_refused() {
         assert!(!r.text().contains("root:"), "{path} leaked /etc/passwd");
     }
     assert_eq!(get(addr, "/runs/escape/passwd").status, 403);
+}
+
+#[test]
+fn only_requests_naming_this_server_are_answered() {
+    let store = tempfile::tempdir().unwrap();
+    let (_rt, addr) = served(store.path());
+    let port = addr.port();
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        addr.to_string(),
+    ] {
+        let r = get_as(addr, "/", &format!("Host: {host}\r\n"));
+        assert_eq!(r.status, 200, "{host}");
+    }
+    // A rebinding attacker's name, or the right name on another port, gets nothing.
+    for host in [
+        format!("attacker.example:{port}"),
+        format!("localhost:{}", port.wrapping_add(1)),
+        "localhost".to_string(),
+    ] {
+        let r = get_as(
+            addr,
+            &format!("/runs/queue/{STAMP}/history.jsonl"),
+            &format!("Host: {host}\r\n"),
+        );
+        assert_eq!(r.status, 421, "{host}");
+        assert!(!r.text().contains("tidemark_history"), "{host}");
+    }
+    assert_eq!(get_as(addr, "/", "").status, 400);
+}
+
+/// Reads until the server closes the connection; fails if it has not within two minutes.
+fn closed_by_server(mut s: TcpStream) -> Vec<u8> {
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    let mut raw = Vec::new();
+    match s.read_to_end(&mut raw) {
+        Ok(_) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => raw,
+        Err(e) => panic!("the server kept the connection open: {e}"),
+    }
+}
+
+#[test]
+fn slow_and_idle_connections_are_closed() {
+    let store = tempfile::tempdir().unwrap();
+    let (_rt, addr) = served(store.path());
+    // Headers that never end.
+    let mut slow = TcpStream::connect(addr).unwrap();
+    write!(slow, "GET / HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ").unwrap();
+    // A kept-alive connection that goes quiet after one request.
+    let mut idle = TcpStream::connect(addr).unwrap();
+    write!(idle, "GET /?verdict=valid HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let waits = [slow, idle].map(|s| std::thread::spawn(move || closed_by_server(s)));
+    let [slow, idle] = waits.map(|w| w.join().unwrap());
+    assert!(!String::from_utf8_lossy(&slow).contains("200 OK"));
+    assert!(String::from_utf8_lossy(&idle).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn connections_past_the_limit_are_turned_away() {
+    let store = tempfile::tempdir().unwrap();
+    let (_rt, addr) = served(store.path());
+    let limit = tidemark_report::serve::Limits::default().connections;
+    let held: Vec<TcpStream> = (0..limit)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    // Every held connection is accepted before the next one is judged: each has answered.
+    for mut h in &held {
+        write!(h, "GET /runs/queue/nope HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut b = [0u8; 12];
+        h.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"HTTP/1.1 404");
+    }
+    let r = get(addr, "/");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("too many"));
+    drop(held);
+    let started = std::time::Instant::now();
+    while get(addr, "/").status != 200 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "closed connections were not freed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn only_a_run_directorys_report_is_html() {
+    let store = tempfile::tempdir().unwrap();
+    let (_rt, addr) = served(store.path());
+    let run = store.path().join("queue").join(STAMP);
+    // A node directory that looks like a run: a history and a report of its own.
+    for n in ["n1", "n2"] {
+        std::fs::copy(
+            run.join("history.jsonl"),
+            run.join("nodes").join(n).join("history.jsonl"),
+        )
+        .unwrap();
+        std::fs::copy(
+            run.join("test.json"),
+            run.join("nodes").join(n).join("test.json"),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        run.join("nodes/n1/report.html"),
+        "<script>alert(1)</script>",
+    )
+    .unwrap();
+    let r = get(addr, &format!("/runs/queue/{STAMP}/nodes/n1/report.html"));
+    assert_eq!(r.status, 200);
+    assert!(
+        !r.header("content-type").unwrap().contains("html"),
+        "{:?}",
+        r.header("content-type")
+    );
+    // Nor is a report rendered for it, or a timeline page.
+    assert_eq!(
+        get(addr, &format!("/runs/queue/{STAMP}/nodes/n2/report.html")).status,
+        404
+    );
+    assert_eq!(
+        get(addr, &format!("/timeline/queue/{STAMP}/nodes/n2?page=0")).status,
+        404
+    );
+    // The run's own report still is.
+    let r = get(addr, &format!("/runs/queue/{STAMP}/report.html"));
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+}
+
+#[test]
+fn a_rendered_report_is_kept_until_the_run_changes() {
+    let store = tempfile::tempdir().unwrap();
+    let (_rt, addr) = served(store.path());
+    let path = format!("/runs/steady/{NEWER}/report.html");
+    assert!(get(addr, &path).text().contains("VALID · steady"));
+    // Same size and time, other bytes: the kept render is served.
+    let test_json = store.path().join("steady").join(NEWER).join("test.json");
+    let modified = std::fs::metadata(&test_json).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&test_json).unwrap();
+    assert!(text.contains("\"steady\""));
+    std::fs::write(&test_json, text.replace("\"steady\"", "\"STEADY\"")).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&test_json)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    let kept = get(addr, &path).text();
+    assert!(kept.contains("VALID · steady"), "rendered again");
+    // A changed file is a changed run: rendered again.
+    std::fs::write(&test_json, text.replace("\"steady\"", "\"steady-2\"")).unwrap();
+    assert!(get(addr, &path).text().contains("VALID · steady-2"));
 }
