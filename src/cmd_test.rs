@@ -320,17 +320,20 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     if let Some(lib) = faults.faketime {
         db = db.with_faketime(lib);
     }
+    // What the nodes need; on the netns runtime the nodes are this machine, checked now, and
+    // SSH hosts are checked when the runtime first connects, before anything is made there.
+    let mut node_needs = Iptables::requirements();
+    node_needs.extend(db.requirements());
+    for kind in &faults.kinds {
+        node_needs.extend(
+            Kind::parse(kind)
+                .map(Kind::requirements)
+                .unwrap_or_default(),
+        );
+    }
     if hosts.is_none() {
         let mut needs = NetnsRuntime::requirements();
-        needs.extend(Iptables::requirements());
-        needs.extend(db.requirements());
-        for kind in &faults.kinds {
-            needs.extend(
-                Kind::parse(kind)
-                    .map(Kind::requirements)
-                    .unwrap_or_default(),
-            );
-        }
+        needs.extend(node_needs.iter().cloned());
         if let Some(why) = prerequisites::report(&needs) {
             return Err(Problem::Harness(why));
         }
@@ -361,7 +364,9 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             NetnsRuntime::new(&std::env::temp_dir().join("tidemark"), &run_id)
                 .map_err(|e| Problem::Harness(format!("{e:#}")))?,
         ),
-        Some((hosts, login)) => Box::new(HostsRuntime::new(&run_id, hosts, login)),
+        Some((hosts, login)) => {
+            Box::new(HostsRuntime::new(&run_id, hosts, login).requiring(node_needs))
+        }
     };
 
     let options = TestOptions {

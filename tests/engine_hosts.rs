@@ -56,18 +56,39 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
     .unwrap();
 
     let store = work.path().join("store");
-    let out = Command::new("ip")
-        .args(["netns", "exec", &machines.namespace("ctl")])
-        .arg(tidemark())
-        .args(["test", "--runtime", "hosts", "--nodes-file"])
-        .arg(&nodes_file)
-        .arg("--ssh-key")
-        .arg(&client_key)
-        .args(["--host-key-checking", "off", "--time-limit", "8", "--quiet"])
-        .arg("--store")
-        .arg(&store)
-        .output()
-        .unwrap();
+    let tidemark_on_hosts = |extra: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", &machines.namespace("ctl")])
+            .arg(tidemark())
+            .args(["test", "--runtime", "hosts", "--nodes-file"])
+            .arg(&nodes_file)
+            .arg("--ssh-key")
+            .arg(&client_key)
+            .args(["--host-key-checking", "off", "--quiet", "--store"])
+            .arg(&store)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // The hosts are checked for what the run needs before anything is made on them.
+    let refused = tidemark_on_hosts(&[
+        "--nemesis",
+        "clock",
+        "--faketime-library",
+        "/nonexistent/libfaketime.so.1",
+        "--time-limit",
+        "2",
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(255), "{stderr}");
+    assert!(
+        stderr.contains(
+            "lacks what the test needs:\n  /nonexistent/libfaketime.so.1 (Debian package \
+             faketime), needed by clock faults"
+        ),
+        "{stderr}"
+    );
+    let out = tidemark_on_hosts(&["--time-limit", "8"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");

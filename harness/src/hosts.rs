@@ -15,6 +15,7 @@ use anyhow::{bail, Context as _};
 use crate::dial::{Dialer, Direct};
 use crate::leftovers::{self, Resources, RunState};
 use crate::net::{CHAIN, NFT_TABLE};
+use crate::prerequisites::{self, Requirement};
 use crate::remote::{self, command_line, escape};
 use crate::runtime::{Node, Runtime};
 use crate::ssh::{KnownHosts, Ssh, SshConfig};
@@ -95,6 +96,7 @@ pub struct HostsRuntime {
     login: HostsLogin,
     nodes: Vec<Node>,
     state_dir: Option<PathBuf>,
+    requirements: Vec<Requirement>,
 }
 
 impl HostsRuntime {
@@ -106,7 +108,15 @@ impl HostsRuntime {
             login,
             nodes: Vec::new(),
             state_dir: None,
+            requirements: Vec::new(),
         }
+    }
+
+    /// Checks that every host has `requirements` (the broker's, the net's and the faults') over
+    /// SSH before anything is made on any of them.
+    pub fn requiring(mut self, requirements: Vec<Requirement>) -> Self {
+        self.requirements = requirements;
+        self
     }
 
     /// The number of hosts.
@@ -180,11 +190,15 @@ impl Runtime for HostsRuntime {
                 self.hosts.len()
             );
         }
+        let mut sessions = Vec::new();
+        for addr in &self.hosts {
+            let ssh = Ssh::connect(self.login.config(*addr), Arc::new(Direct))?;
+            prerequisites::check_on(&ssh, &self.requirements)?;
+            sessions.push(ssh);
+        }
         self.record()?;
         let mut made = Vec::new();
-        for (i, (name, addr)) in names.iter().zip(&self.hosts).enumerate() {
-            let config = self.login.config(*addr);
-            let ssh = Ssh::connect(config, Arc::new(Direct))?;
+        for (i, ((name, addr), ssh)) in names.iter().zip(&self.hosts).zip(sessions).enumerate() {
             let dir = self.run_dir().join(name);
             remote::run(
                 &ssh,

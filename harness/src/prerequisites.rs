@@ -6,6 +6,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::remote::{escape, Remote};
+
 /// One program or file a part of the test uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
@@ -113,6 +115,45 @@ pub fn report(requirements: &[Requirement]) -> Option<String> {
     ))
 }
 
+/// The shell line that prints each requirement's index when the node lacks it: programs looked
+/// up with `command -v` (login shells on SSH hosts may have a shorter PATH, so the sbin
+/// directories are added), files with `test -f`.
+fn probe_script(requirements: &[Requirement]) -> String {
+    let mut script = String::from("PATH=\"$PATH:/usr/sbin:/sbin\"; ");
+    for (i, r) in requirements.iter().enumerate() {
+        let test = match &r.need {
+            Need::Program(name) => format!("command -v {} >/dev/null", escape(name)),
+            Need::File(path) => format!("test -f {}", escape(&path.display().to_string())),
+        };
+        script.push_str(&format!("{test} || echo {i}; "));
+    }
+    script.push_str("true");
+    script
+}
+
+/// Checks the requirements on a node over its [`Remote`], for runtimes whose nodes are other
+/// machines. Returns the message [`report`] would give, naming the node.
+pub fn check_on(remote: &dyn Remote, requirements: &[Requirement]) -> anyhow::Result<()> {
+    let out = crate::remote::run(remote, &probe_script(requirements))?;
+    let missing: Vec<Requirement> = out
+        .lines()
+        .filter_map(|l| l.trim().parse::<usize>().ok())
+        .filter_map(|i| requirements.get(i).cloned())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut packages: Vec<&str> = missing.iter().map(|r| r.package).collect();
+    packages.dedup();
+    let lines: Vec<String> = missing.iter().map(|r| format!("  {r}")).collect();
+    anyhow::bail!(
+        "{} lacks what the test needs:\n{}\ninstall there with: apt-get install {}",
+        remote.describe(),
+        lines.join("\n"),
+        packages.join(" ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +188,26 @@ mod tests {
              from the tidemark checkout)"
         );
         assert_eq!(report(&reqs[..1]), None);
+    }
+
+    #[test]
+    fn a_node_is_probed_through_its_remote() {
+        let node = crate::remote::Local::host();
+        let reqs = vec![
+            Requirement::program("sh", "dash", "the shell"),
+            Requirement::program("tidemark-no-such-program", "tdm-pkg", "loss faults"),
+            Requirement::file(Path::new("/nonexistent/lib.so"), "faketime", "clock faults"),
+        ];
+        check_on(&node, &reqs[..1]).expect("sh is everywhere");
+        let err = format!("{:#}", check_on(&node, &reqs).unwrap_err());
+        assert!(
+            err.ends_with(
+                "lacks what the test needs:\n  \
+                 the `tidemark-no-such-program` command (Debian package tdm-pkg), needed by loss \
+                 faults\n  /nonexistent/lib.so (Debian package faketime), needed by clock \
+                 faults\ninstall there with: apt-get install tdm-pkg faketime"
+            ),
+            "{err}"
+        );
     }
 }
