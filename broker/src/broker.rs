@@ -171,6 +171,20 @@ impl Broker {
         map.get(&(topic.to_string(), index)).cloned()
     }
 
+    /// The error for a partition this broker does not host: as in Kafka, NOT_LEADER_OR_FOLLOWER
+    /// when the partition exists (this broker is no replica, or is still catching up with the
+    /// metadata), UNKNOWN_TOPIC_OR_PARTITION otherwise.
+    fn not_hosted_error(&self, topic: &str, index: i32) -> i16 {
+        let exists = self.metadata().topics.get(topic).is_some_and(|t| {
+            usize::try_from(index).is_ok_and(|i| i < t.partitions.len())
+        });
+        if exists {
+            errors::NOT_LEADER_OR_FOLLOWER
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        }
+    }
+
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         let map = self.partitions.read().unwrap_or_else(|p| p.into_inner());
         map.values().cloned().collect()
@@ -208,11 +222,34 @@ impl Broker {
         ]
     }
 
+    /// Whether `image` holds this process's own registration. The image is applied in log order,
+    /// so it then also holds every change committed before the registration, including the
+    /// controller moving leadership away from this node's previous incarnation.
+    fn registered_in(&self, image: &MetadataImage) -> bool {
+        image
+            .brokers
+            .get(&self.config.node_id)
+            .is_some_and(|b| b.incarnation == self.incarnation)
+    }
+
+    /// Acts on the metadata as it arrives, but only once this process is registered: until then
+    /// the image may be this node's stale local copy, naming it leader in an epoch the cluster
+    /// has left, so no replica is opened, led or followed (Kafka's fenced, catching-up broker).
     async fn follow_metadata(self: Arc<Self>, shutdown: CancellationToken) {
         let mut rx = self.quorum.image();
+        let mut caught_up = false;
         loop {
             let image = rx.borrow_and_update().clone();
-            self.reconcile(&image);
+            if !caught_up && self.registered_in(&image) {
+                info!(
+                    incarnation = self.incarnation,
+                    "caught up with the controller's metadata; acting on it"
+                );
+                caught_up = true;
+            }
+            if caught_up {
+                self.reconcile(&image);
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 r = rx.changed() => if r.is_err() { return },
@@ -642,7 +679,7 @@ impl Broker {
         };
         let Some(p) = self.partition(topic, index) else {
             return Err(fail(
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                self.not_hosted_error(topic, index),
                 format!("{topic}-{index} is not hosted here"),
             ));
         };
@@ -757,7 +794,7 @@ impl Broker {
             ..Default::default()
         };
         let Some(p) = self.partition(topic, index) else {
-            return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
+            return fail(self.not_hosted_error(topic, index));
         };
         let strict = self.strict_min_isr();
         let mut expand = None;
@@ -836,7 +873,7 @@ impl Broker {
     ) -> Result<R, i16> {
         let p = self
             .partition(topic, index)
-            .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
+            .ok_or_else(|| self.not_hosted_error(topic, index))?;
         p.with_state(|s| {
             self.check_epoch(s, current_leader_epoch)?;
             if !s.is_leader() {

@@ -531,6 +531,64 @@ pub mod client {
         })
     }
 
+    /// A producer that keeps one connection to one broker, reconnecting after any failure, for
+    /// tests that write as fast as a broker answers (e.g. from the moment it starts).
+    pub struct Producer {
+        rt: tokio::runtime::Runtime,
+        addr: String,
+        conn: Option<KafkaConnection>,
+    }
+
+    impl Producer {
+        pub fn new(addr: &str) -> Self {
+            Producer {
+                rt: rt(),
+                addr: addr.to_string(),
+                conn: None,
+            }
+        }
+
+        /// Sends one single-value batch; Ok(offset), Err(error code), or Err(-100) when the
+        /// broker could not be reached or did not answer.
+        pub fn send(&mut self, topic: &str, partition: i32, value: i64, acks: i16) -> Result<i64, i16> {
+            let timeout = Duration::from_secs(2);
+            let rt = &self.rt;
+            let conn = match self.conn.as_mut() {
+                Some(c) => c,
+                None => {
+                    let c = rt
+                        .block_on(KafkaConnection::connect(&self.addr, timeout, "test"))
+                        .map_err(|_| -100i16)?;
+                    self.conn.insert(c)
+                }
+            };
+            let v = value.to_string();
+            let batch = tidemark_broker::log::testing::batch(&[v.as_bytes()]);
+            let req = ProduceRequest::default()
+                .with_acks(acks)
+                .with_timeout_ms(timeout.as_millis() as i32)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(batch.into()))])]);
+            match rt.block_on(conn.call(9, &req)) {
+                Ok(resp) => {
+                    let p = &resp.responses[0].partition_responses[0];
+                    if p.error_code == 0 {
+                        Ok(p.base_offset)
+                    } else {
+                        Err(p.error_code)
+                    }
+                }
+                Err(_) => {
+                    self.conn = None;
+                    Err(-100)
+                }
+            }
+        }
+    }
+
     /// Reads everything below the high watermark: `(offset, value, leader epoch)` and the HW.
     pub fn read_all(
         addr: &str,
