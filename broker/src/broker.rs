@@ -19,7 +19,8 @@ use crate::errors;
 use crate::faults::{Bug, Faults};
 use crate::log::LogError;
 use crate::metadata::{
-    BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage, TopicRegistration,
+    validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
+    TopicRegistration,
 };
 use crate::partition::{Partition, PartitionState, RoleChange};
 use crate::replica::fetcher::{self, FetchTarget};
@@ -154,7 +155,7 @@ impl Broker {
         };
         for (k, v) in &topic.configs {
             if let Err(e) = lc.set_topic_key(k, v) {
-                warn!(topic = %topic.name, "ignoring stored topic config: {e}");
+                warn!(topic = ?topic.name, "ignoring stored topic config: {e}");
             }
         }
         lc
@@ -173,8 +174,12 @@ impl Broker {
 
     /// The error for a partition this broker does not host: as in Kafka, NOT_LEADER_OR_FOLLOWER
     /// when the partition exists (this broker is no replica, or is still catching up with the
-    /// metadata), UNKNOWN_TOPIC_OR_PARTITION otherwise.
+    /// metadata), INVALID_TOPIC_EXCEPTION for a name Kafka does not allow, UNKNOWN_TOPIC_OR_PARTITION
+    /// otherwise.
     fn not_hosted_error(&self, topic: &str, index: i32) -> i16 {
+        if validate_topic_name(topic).is_err() {
+            return errors::INVALID_TOPIC_EXCEPTION;
+        }
         let exists = self.metadata().topics.get(topic).is_some_and(|t| {
             usize::try_from(index).is_ok_and(|i| i < t.partitions.len())
         });
@@ -276,7 +281,7 @@ impl Broker {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     warn!("cannot remove {}: {e}", dir.display());
                 }
-                info!(topic = %key.0, partition = key.1, "deleted replica");
+                info!(topic = ?key.0, partition = key.1, "deleted replica");
             }
         }
         for topic in image.topics.values() {
@@ -299,7 +304,7 @@ impl Broker {
                     ) {
                         Ok((p, notes)) => {
                             for n in notes {
-                                warn!(topic = %topic.name, partition = index, "recovery: {n}");
+                                warn!(topic = ?topic.name, partition = index, "recovery: {n}");
                             }
                             let p = Arc::new(p);
                             self.partitions_write()
@@ -307,7 +312,7 @@ impl Broker {
                             p
                         }
                         Err(e) => {
-                            error!(topic = %topic.name, partition = index, "cannot open replica: {e}");
+                            error!(topic = ?topic.name, partition = index, "cannot open replica: {e}");
                             continue;
                         }
                     },
@@ -319,7 +324,7 @@ impl Broker {
                     Ok(RoleChange::None) => {}
                     Ok(RoleChange::BecameLeader) => {
                         stop_fetcher(&p);
-                        info!(topic = %topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
+                        info!(topic = ?topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
                         self.notify_data();
                     }
                     Ok(RoleChange::Leaderless) => stop_fetcher(&p),
@@ -338,7 +343,7 @@ impl Broker {
                         tokio::spawn(fetcher::run(self.clone(), p.clone(), target, cancel));
                     }
                     Err(e) => {
-                        error!(topic = %topic.name, partition = index, "cannot adopt registration: {e}")
+                        error!(topic = ?topic.name, partition = index, "cannot adopt registration: {e}")
                     }
                 }
             }
@@ -463,7 +468,7 @@ impl Broker {
                         .copied()
                         .filter(|r| !laggards.contains(r))
                         .collect();
-                    info!(topic = %p.topic, partition = p.index, ?laggards, "shrinking ISR");
+                    info!(topic = ?p.topic, partition = p.index, ?laggards, "shrinking ISR");
                     Some((isr, LeaderRecoveryState::Recovered))
                 });
                 if let Some((isr, recovery)) = change {
@@ -499,7 +504,7 @@ impl Broker {
         tokio::spawn(async move {
             match broker.quorum.submit(cmd).await {
                 Ok(ControllerReply::Partition(reg)) => {
-                    debug!(topic = %p.topic, partition = p.index, isr = ?reg.isr, "ISR changed");
+                    debug!(topic = ?p.topic, partition = p.index, isr = ?reg.isr, "ISR changed");
                     // Adopt at once so the high watermark can move before the image arrives.
                     if let Err(e) = p.apply_registration(reg, broker.strict_min_isr()) {
                         warn!("cannot adopt registration: {e}");
@@ -513,10 +518,10 @@ impl Broker {
                     broker.notify_data();
                 }
                 Ok(other) => {
-                    debug!(topic = %p.topic, partition = p.index, "AlterPartition refused: {other:?}")
+                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition refused: {other:?}")
                 }
                 Err(e) => {
-                    debug!(topic = %p.topic, partition = p.index, "AlterPartition failed: {e}")
+                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition failed: {e}")
                 }
             }
             p.alter_in_flight.store(false, Ordering::SeqCst);
@@ -581,7 +586,7 @@ impl Broker {
         match reply {
             ControllerReply::Topic(t) => {
                 info!(
-                    topic = name,
+                    topic = ?name,
                     partitions = t.partitions.len(),
                     "created topic"
                 );
@@ -847,7 +852,7 @@ impl Broker {
                 Ok(r) => result.records = r.records,
                 Err(LogError::OutOfRange { .. }) => result.error = errors::OFFSET_OUT_OF_RANGE,
                 Err(e) => {
-                    warn!(topic, partition = index, "read failed: {e}");
+                    warn!(topic = ?topic, partition = index, "read failed: {e}");
                     result.error = errors::KAFKA_STORAGE_ERROR;
                 }
             }
@@ -857,7 +862,7 @@ impl Broker {
             p.publish_high_watermark(result.high_watermark);
         }
         if let Some(isr) = expand {
-            info!(topic, partition = index, ?isr, "expanding ISR");
+            info!(topic = ?topic, partition = index, ?isr, "expanding ISR");
             self.alter_partition(&p, isr, LeaderRecoveryState::Recovered);
         }
         result

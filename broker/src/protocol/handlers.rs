@@ -34,6 +34,7 @@ use super::SUPPORTED_APIS;
 use crate::broker::{Broker, FetchSpec};
 use crate::config::TOPIC_KEYS;
 use crate::errors;
+use crate::metadata::validate_topic_name;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -108,7 +109,8 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
             let image = broker.metadata();
             for t in topics {
                 if let Some(name) = &t.name {
-                    if !image.topics.contains_key(name.0.as_str()) {
+                    let legal = validate_topic_name(name.0.as_str()).is_ok();
+                    if legal && !image.topics.contains_key(name.0.as_str()) {
                         if let Err(e) = broker
                             .create_topic(
                                 name.0.as_str(),
@@ -120,7 +122,11 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                             )
                             .await
                         {
-                            tracing::info!(topic = %name.0.as_str(), "auto-create failed: {}", e.message);
+                            tracing::info!(
+                                topic = ?name.0.as_str(),
+                                "auto-create failed: {}",
+                                e.message.escape_debug()
+                            );
                         }
                     }
                 }
@@ -195,10 +201,12 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                         if version >= 10 {
                             mt.topic_id = id;
                         }
-                        mt.error_code = if mt.name.is_some() {
-                            errors::UNKNOWN_TOPIC_OR_PARTITION
-                        } else {
-                            errors::UNKNOWN_TOPIC_ID
+                        mt.error_code = match &mt.name {
+                            Some(n) if validate_topic_name(n.0.as_str()).is_err() => {
+                                errors::INVALID_TOPIC_EXCEPTION
+                            }
+                            Some(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            None => errors::UNKNOWN_TOPIC_ID,
                         };
                         mt
                     }
@@ -725,7 +733,7 @@ async fn elect_leaders(
             if version >= 1 {
                 resp.error_code = e.code;
             }
-            tracing::warn!("ElectLeaders failed: {}", e.message);
+            tracing::warn!("ElectLeaders failed: {}", e.message.escape_debug());
         }
     }
     resp

@@ -52,7 +52,7 @@ pub async fn run(
     target: FetchTarget,
     cancel: CancellationToken,
 ) {
-    info!(topic = %partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
+    info!(topic = ?partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
     let client_id = format!("replica-{}", broker.config.node_id);
     loop {
         let conn = tokio::select! {
@@ -62,7 +62,7 @@ pub async fn run(
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                debug!(topic = %partition.topic, partition = partition.index, "cannot reach leader {}: {e}", target.leader);
+                debug!(topic = ?partition.topic, partition = partition.index, "cannot reach leader {}: {e}", target.leader);
                 if sleep_or_cancel(&cancel, BACKOFF).await {
                     return;
                 }
@@ -79,7 +79,7 @@ pub async fn run(
                 Ok(Step::Stop) => return,
                 Ok(Step::Reconnect) | Err(_) => {
                     if let Err(e) = step {
-                        debug!(topic = %partition.topic, partition = partition.index, "fetch from {} failed: {e}", target.leader);
+                        debug!(topic = ?partition.topic, partition = partition.index, "fetch from {} failed: {e}", target.leader);
                     }
                     if sleep_or_cancel(&cancel, BACKOFF).await {
                         return;
@@ -139,12 +139,12 @@ async fn one_round(
     match pd.error_code {
         errors::NONE => {}
         errors::FENCED_LEADER_EPOCH => {
-            info!(topic = %p.topic, partition = p.index, "fenced by the leader; waiting for new metadata");
+            info!(topic = ?p.topic, partition = p.index, "fenced by the leader; waiting for new metadata");
             return Ok(Step::Stop);
         }
         errors::OFFSET_OUT_OF_RANGE => return out_of_range(broker, p, target, conn).await,
         code => {
-            debug!(topic = %p.topic, partition = p.index, "fetch error {code}");
+            debug!(topic = ?p.topic, partition = p.index, "fetch error {code}");
             return Ok(Step::Reconnect);
         }
     }
@@ -196,7 +196,7 @@ pub fn truncate_by_epoch(
         };
         if target <= leo {
             if target < leo {
-                info!(topic = %p.topic, partition = p.index, from = leo, to = target, "truncating by leader epoch");
+                info!(topic = ?p.topic, partition = p.index, from = leo, to = target, "truncating by leader epoch");
             }
             s.log.truncate_to(target)?;
             s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
@@ -219,7 +219,7 @@ async fn reconcile(
         p.with_state(|s| -> anyhow::Result<()> {
             let hw = s.high_watermark;
             if hw < s.log.log_end_offset() {
-                warn!(topic = %p.topic, partition = p.index, hw, "injected bug hw-truncation: truncating to the high watermark");
+                warn!(topic = ?p.topic, partition = p.index, hw, "injected bug hw-truncation: truncating to the high watermark");
                 s.log.truncate_to(hw)?;
             }
             s.needs_truncation = false;
@@ -285,7 +285,7 @@ async fn out_of_range(
     p.with_state(|s| -> anyhow::Result<()> {
         let leo = s.log.log_end_offset();
         if leader_end < leo {
-            warn!(topic = %p.topic, partition = p.index, leader_end, leo, "follower ahead of the leader: truncating");
+            warn!(topic = ?p.topic, partition = p.index, leader_end, leo, "follower ahead of the leader: truncating");
             s.log.truncate_to(leader_end)?;
         } else if leader_start > leo {
             s.log.truncate_fully_and_start_at(leader_start)?;

@@ -77,6 +77,23 @@ impl BrokerProc {
         self.child = Some(child);
     }
 
+    /// Waits up to `within` for the process to exit by itself; its status, or `None` if it
+    /// still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = self.child.as_mut()?.try_wait().unwrap();
+            if let Some(status) = status {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
@@ -259,6 +276,13 @@ impl Cluster {
     /// Starts `n` brokers with `props` appended to each server.properties and waits until every
     /// one serves and all are registered.
     pub fn start(n: usize, props: &str, extra: &[&str]) -> Cluster {
+        // `props` replaces FAST_FAILOVER's keys: a key set twice in one file is refused.
+        let keys: Vec<&str> = props.lines().filter_map(|l| l.split('=').next()).collect();
+        let defaults: String = FAST_FAILOVER
+            .lines()
+            .filter(|l| !keys.contains(&l.split('=').next().unwrap_or_default()))
+            .map(|l| format!("{l}\n"))
+            .collect();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let voters: Vec<String> = ports
             .iter()
@@ -271,7 +295,7 @@ impl Cluster {
             .map(|(i, (p, c))| {
                 let dir = tempfile::tempdir().unwrap();
                 let text = format!(
-                    "node.id={}\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}\ncontroller.listener.names=CONTROLLER\ncontroller.quorum.voters={}\nlog.dirs={}\n{FAST_FAILOVER}{props}",
+                    "node.id={}\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}\ncontroller.listener.names=CONTROLLER\ncontroller.quorum.voters={}\nlog.dirs={}\n{defaults}{props}",
                     i + 1,
                     voters.join(","),
                     dir.path().join("data").display()
@@ -503,13 +527,25 @@ pub mod client {
         acks: i16,
         timeout: Duration,
     ) -> Result<i64, i16> {
+        let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
+        let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
+        let batch = tidemark_broker::log::testing::batch(&refs);
+        produce_records(addr, topic, partition, batch, acks, timeout)
+    }
+
+    /// Produces raw record batch bytes; results as for [`produce`].
+    pub fn produce_records(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+        batch: Vec<u8>,
+        acks: i16,
+        timeout: Duration,
+    ) -> Result<i64, i16> {
         rt().block_on(async {
             let mut c = KafkaConnection::connect(addr, timeout, "test")
                 .await
                 .map_err(|_| -100i16)?;
-            let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
-            let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
-            let batch = tidemark_broker::log::testing::batch(&refs);
             let req = ProduceRequest::default()
                 .with_acks(acks)
                 .with_timeout_ms(timeout.as_millis() as i32)
