@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -177,17 +178,19 @@ impl Broker {
     /// metadata), INVALID_TOPIC_EXCEPTION for a name Kafka does not allow, UNKNOWN_TOPIC_OR_PARTITION
     /// otherwise.
     fn not_hosted_error(&self, topic: &str, index: i32) -> i16 {
-        if validate_topic_name(topic).is_err() {
-            return errors::INVALID_TOPIC_EXCEPTION;
-        }
-        let exists = self.metadata().topics.get(topic).is_some_and(|t| {
-            usize::try_from(index).is_ok_and(|i| i < t.partitions.len())
-        });
-        if exists {
-            errors::NOT_LEADER_OR_FOLLOWER
+        let error = if validate_topic_name(topic).is_err() {
+            ResponseError::InvalidTopicException
+        } else if self
+            .metadata()
+            .topics
+            .get(topic)
+            .is_some_and(|t| usize::try_from(index).is_ok_and(|i| i < t.partitions.len()))
+        {
+            ResponseError::NotLeaderOrFollower
         } else {
-            errors::UNKNOWN_TOPIC_OR_PARTITION
-        }
+            ResponseError::UnknownTopicOrPartition
+        };
+        error.code()
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {

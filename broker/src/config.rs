@@ -673,15 +673,16 @@ mod tests {
     #[test]
     fn listener_host_names_resolve_and_unresolvable_ones_name_key_value_and_line() {
         let mut pairs = BASE.to_vec();
-        pairs[1] = (
-            "listeners",
-            "PLAINTEXT://localhost:9092,CONTROLLER://:9093",
-        );
+        pairs[1] = ("listeners", "PLAINTEXT://localhost:9092,CONTROLLER://:9093");
         let cfg = BrokerConfig::from_entries(entries(&pairs)).unwrap();
         let client = cfg.client_listener().unwrap();
         assert_eq!(client.host, "localhost");
         assert!(client.socket_addr().unwrap().ip().is_loopback());
-        assert!(cfg.listeners[1].socket_addr().unwrap().ip().is_unspecified());
+        assert!(cfg.listeners[1]
+            .socket_addr()
+            .unwrap()
+            .ip()
+            .is_unspecified());
         // A NUL byte cannot be in a host name: refused without any lookup leaving the machine.
         pairs[1] = ("listeners", "PLAINTEXT://bad\0host:9092");
         let err = BrokerConfig::from_entries(entries(&pairs))
@@ -716,7 +717,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            BrokerConfig::load(&p, &["node.id=5".into()]).unwrap().node_id,
+            BrokerConfig::load(&p, &["node.id=5".into()])
+                .unwrap()
+                .node_id,
             5
         );
     }

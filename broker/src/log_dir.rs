@@ -14,7 +14,9 @@ pub const LOCK_FILE: &str = ".lock";
 /// Why the log directory could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("log directory {dir} is in use by another broker process (it holds the lock on {lock})")]
+    #[error(
+        "log directory {dir} is in use by another broker process (it holds the lock on {lock})"
+    )]
     InUse { dir: PathBuf, lock: PathBuf },
     #[error("cannot lock log directory {dir}: {reason}")]
     Other { dir: PathBuf, reason: String },
@@ -63,7 +65,10 @@ mod tests {
         let first = LogDirLock::acquire(&data).unwrap();
         let err = LogDirLock::acquire(&data).unwrap_err();
         assert!(matches!(err, LockError::InUse { .. }), "{err}");
-        assert!(err.to_string().contains(&data.display().to_string()), "{err}");
+        assert!(
+            err.to_string().contains(&data.display().to_string()),
+            "{err}"
+        );
         drop(first);
         LogDirLock::acquire(&data).unwrap();
     }

@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::error;
 
 use crate::config::LogConfig;
 use crate::errors;
@@ -193,6 +194,29 @@ pub fn dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
 }
 
+/// Reports a `partition.state` that cannot be read back or was written by another node. The
+/// broker does not act on the file (the controller's metadata is the truth), but a damaged one
+/// means something else wrote into this directory, and `dump-log` would misreport the replica.
+fn report_bad_state_file(dir: &Path, node_id: i32) {
+    let path = dir.join(STATE_FILE);
+    let problem = match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => format!("cannot be read: {e}"),
+        Ok(bytes) => match serde_json::from_slice::<PersistedState>(&bytes) {
+            Err(e) => format!("is not a valid partition state: {e}"),
+            Ok(st) if st.node_id != node_id => format!(
+                "was written by node {}, not by this node {node_id}",
+                st.node_id
+            ),
+            Ok(_) => return,
+        },
+    };
+    error!(
+        file = %path.display(),
+        "{problem}; it is rewritten when this replica adopts its registration"
+    );
+}
+
 impl Partition {
     /// Opens the replica's log (recovering it) and adopts `registration`.
     pub fn open(
@@ -205,6 +229,7 @@ impl Partition {
         stored_high_watermark: Option<i64>,
     ) -> Result<(Self, Vec<String>), LogError> {
         let dir = log_dir.join(dir_name(topic, index));
+        report_bad_state_file(&dir, node_id);
         let (log, notes) = PartitionLog::open(&dir, PartitionState::settings(&config))?;
         let hw = stored_high_watermark
             .unwrap_or(0)

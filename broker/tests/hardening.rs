@@ -7,15 +7,16 @@ mod common;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::client::{create_topic, produce};
+use common::client::{create_topic, produce, produce_records, read_all};
 use common::{api_versions_roundtrip, free_port, BrokerProc};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use tidemark_broker::errors;
+use kafka_protocol::ResponseError;
 use tidemark_broker::replica::client::KafkaConnection;
 
 const T: Duration = Duration::from_secs(20);
+const NOT_LEADER: i16 = ResponseError::NotLeaderOrFollower.code();
 
 /// server.properties of a standalone node with fresh ports, storing data in `log_dirs`.
 fn props(host: &str, port: u16, log_dirs: &str) -> String {
@@ -23,6 +24,36 @@ fn props(host: &str, port: u16, log_dirs: &str) -> String {
         "node.id=1\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{}\ncontroller.listener.names=CONTROLLER\nlog.dirs={log_dirs}\n",
         free_port()
     )
+}
+
+/// Produces acks=all once the partition has a leader: a replica opens just after CreateTopics
+/// returns or a restart, and until then the answer is NOT_LEADER_OR_FOLLOWER.
+fn produce_when_led(b: &BrokerProc, topic: &str, values: &[i64]) -> Result<i64, i16> {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        match produce(&b.bootstrap(), topic, 0, values, -1, T) {
+            Err(NOT_LEADER) if std::time::Instant::now() < deadline => {}
+            other => return other,
+        }
+    }
+}
+
+/// The values of partition 0 of `topic` once it can be read.
+fn read_when_led(b: &BrokerProc, topic: &str) -> Vec<i64> {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        match read_all(&b.bootstrap(), topic, 0) {
+            Ok((recs, _)) => return recs.iter().map(|r| r.1).collect(),
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert!(
+                    e == NOT_LEADER || e == -100,
+                    "read {topic}: error {e}\n{}",
+                    b.log()
+                );
+            }
+            Err(e) => panic!("{topic} is not readable: error {e}\n{}", b.log()),
+        }
+    }
 }
 
 #[test]
@@ -55,15 +86,7 @@ fn a_listener_named_by_host_name_binds_and_serves() {
     let mut b = BrokerProc::prepare(dir, port, &text, &[]);
     b.restart();
     assert_eq!(create_topic(&b.bootstrap(), "named", 1, 1, &[]), 0);
-    // The replica opens just after CreateTopics returns; until then the answer is NOT_LEADER.
-    let deadline = std::time::Instant::now() + T;
-    let written = loop {
-        match produce(&b.bootstrap(), "named", 0, &[7], -1, T) {
-            Err(errors::NOT_LEADER_OR_FOLLOWER) if std::time::Instant::now() < deadline => {}
-            other => break other,
-        }
-    };
-    assert_eq!(written, Ok(0), "{}", b.log());
+    assert_eq!(produce_when_led(&b, "named", &[7]), Ok(0), "{}", b.log());
 }
 
 #[test]
@@ -86,7 +109,10 @@ fn a_key_set_twice_is_refused_naming_both_lines_before_the_data_dir_exists() {
             && log.contains("first set on line 6"),
         "{log}"
     );
-    assert!(!data.exists(), "the data dir was created for a refused config");
+    assert!(
+        !data.exists(),
+        "the data dir was created for a refused config"
+    );
 }
 
 fn name(t: &str) -> TopicName {
@@ -127,25 +153,25 @@ fn illegal_topic_names_get_invalid_topic_exception_and_cannot_split_log_lines() 
     for t in illegal {
         assert_eq!(
             create_topic(&addr, t, 1, 1, &[]),
-            errors::INVALID_TOPIC_EXCEPTION,
+            ResponseError::InvalidTopicException.code(),
             "CreateTopics {t:?}"
         );
         assert_eq!(
             metadata_error(&addr, t),
-            errors::INVALID_TOPIC_EXCEPTION,
+            ResponseError::InvalidTopicException.code(),
             "Metadata {t:?}"
         );
         assert_eq!(
             produce(&addr, t, 0, &[1], 1, T),
-            Err(errors::INVALID_TOPIC_EXCEPTION),
+            Err(ResponseError::InvalidTopicException.code()),
             "Produce {t:?}"
         );
     }
     // Legal names still auto-create, and unknown ones stay unknown to Produce.
-    assert_eq!(metadata_error(&addr, "ok.name_1-x"), errors::NONE);
+    assert_eq!(metadata_error(&addr, "ok.name_1-x"), 0);
     assert_eq!(
         produce(&addr, "never-created", 0, &[1], 1, T),
-        Err(errors::UNKNOWN_TOPIC_OR_PARTITION)
+        Err(ResponseError::UnknownTopicOrPartition.code())
     );
     let log = b.log();
     assert!(!log.contains('\0'), "a NUL reached the log");
@@ -153,4 +179,96 @@ fn illegal_topic_names_get_invalid_topic_exception_and_cannot_split_log_lines() 
         !log.lines().any(|l| l.starts_with("INJECTED")),
         "a client's newline split a log line:\n{log}"
     );
+}
+
+/// A topic `t` with values 0..5 written in one leader epoch and 5..10 in a later one (a
+/// standalone broker's restart moves the epoch).
+fn two_epochs(b: &mut BrokerProc, t: &str) {
+    assert_eq!(create_topic(&b.bootstrap(), t, 1, 1, &[]), 0);
+    assert_eq!(produce_when_led(b, t, &[0, 1, 2, 3, 4]), Ok(0));
+    b.terminate();
+    b.restart();
+    assert_eq!(produce_when_led(b, t, &[5, 6, 7, 8, 9]), Ok(5));
+    b.terminate();
+}
+
+#[test]
+fn a_garbage_leader_epoch_checkpoint_is_rebuilt_from_the_batches() {
+    let mut b = BrokerProc::start(&[]);
+    two_epochs(&mut b, "ep");
+    let checkpoint = b.data_dir().join("ep-0").join("leader-epoch-checkpoint");
+    let good = std::fs::read_to_string(&checkpoint).unwrap();
+    assert_eq!(good.lines().count(), 4, "two epochs: {good}");
+    std::fs::write(&checkpoint, b"\x00\xffgarbage\n").unwrap();
+    b.restart();
+    assert_eq!(read_when_led(&b, "ep"), (0..10).collect::<Vec<_>>());
+    let rebuilt = std::fs::read_to_string(&checkpoint).unwrap();
+    let entries = |text: &str| text.lines().skip(2).map(String::from).collect::<Vec<_>>();
+    assert!(
+        entries(&rebuilt).starts_with(&entries(&good)),
+        "rebuilt {rebuilt:?}, was {good:?} (plus this run's new epoch)"
+    );
+    let log = b.log();
+    assert!(
+        log.contains("leader-epoch-checkpoint is unusable") && log.contains("rebuilt it"),
+        "{log}"
+    );
+    assert_eq!(produce_when_led(&b, "ep", &[10]), Ok(10));
+}
+
+#[test]
+fn an_invalid_partition_state_file_is_reported() {
+    let mut b = BrokerProc::start(&[]);
+    two_epochs(&mut b, "ps");
+    let state = b.data_dir().join("ps-0").join("partition.state");
+    std::fs::write(&state, b"{\"node_id\": 1, \"leader\": ").unwrap();
+    b.restart();
+    assert_eq!(read_when_led(&b, "ps"), (0..10).collect::<Vec<_>>());
+    let log = b.log();
+    let reported = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("is not a valid partition state"));
+    assert!(
+        reported.is_some_and(|l| l.contains(&state.display().to_string())),
+        "{log}"
+    );
+}
+
+/// One batch of `values` whose header declares `count` records (with a matching last offset
+/// delta and a valid CRC), as a buggy or hostile producer could send.
+fn lying_batch(values: &[&[u8]], count: i32) -> Vec<u8> {
+    let mut b = tidemark_broker::log::testing::batch(values);
+    b[57..61].copy_from_slice(&count.to_be_bytes());
+    b[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+#[test]
+fn a_batch_whose_record_count_lies_is_refused_as_corrupt() {
+    let b = BrokerProc::start(&[]);
+    assert_eq!(create_topic(&b.bootstrap(), "rc", 1, 1, &[]), 0);
+    assert_eq!(produce_when_led(&b, "rc", &[0]), Ok(0));
+    let corrupt = ResponseError::CorruptMessage.code();
+    for count in [1, 2, 4, 100] {
+        assert_eq!(
+            produce_records(
+                &b.bootstrap(),
+                "rc",
+                0,
+                lying_batch(&[b"x", b"y", b"z"], count),
+                -1,
+                T
+            ),
+            Err(corrupt),
+            "declared {count} of 3 records"
+        );
+    }
+    assert_eq!(
+        produce(&b.bootstrap(), "rc", 0, &[1], -1, T),
+        Ok(1),
+        "nothing was appended"
+    );
+    assert_eq!(read_when_led(&b, "rc"), vec![0, 1]);
 }

@@ -282,10 +282,7 @@ fn restarted_leader_does_not_lead_from_saved_state(
     });
     let (recs, hw) = read_all(&c.addr(leader), "s", 0).unwrap();
     let at: BTreeMap<i64, i64> = recs.iter().map(|r| (r.0, r.1)).collect();
-    let lost: Vec<&(i64, i64)> = acked
-        .iter()
-        .filter(|(v, o)| at.get(o) != Some(v))
-        .collect();
+    let lost: Vec<&(i64, i64)> = acked.iter().filter(|(v, o)| at.get(o) != Some(v)).collect();
     assert!(
         lost.is_empty(),
         "acknowledged (value, offset) pairs lost: {lost:?}"

@@ -29,6 +29,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use super::SUPPORTED_APIS;
 use crate::broker::{Broker, FetchSpec};
@@ -203,7 +204,7 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                         }
                         mt.error_code = match &mt.name {
                             Some(n) if validate_topic_name(n.0.as_str()).is_err() => {
-                                errors::INVALID_TOPIC_EXCEPTION
+                                ResponseError::InvalidTopicException.code()
                             }
                             Some(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
                             None => errors::UNKNOWN_TOPIC_ID,
@@ -360,7 +361,7 @@ async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceR
     let mut staged = Vec::new();
     for topic in &req.topic_data {
         for pd in &topic.partition_data {
-            let outcome = if !matches!(req.acks, -1 | 0 | 1) {
+            let outcome = if !(-1..=1).contains(&req.acks) {
                 Err(crate::broker::ProduceResult {
                     error: errors::INVALID_REQUIRED_ACKS,
                     base_offset: -1,
@@ -556,6 +557,9 @@ fn offset_for_leader_epoch(
 }
 
 const RESOURCE_TOPIC: i8 = 2;
+
+/// A described config: name, value, and Kafka's config source.
+type ConfigEntry = (String, String, i8);
 const RESOURCE_BROKER: i8 = 4;
 
 fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -564,7 +568,7 @@ fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeCon
         let mut r = DescribeConfigsResult::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
-        let entries: Result<Vec<(String, String, i8)>, (i16, String)> = match res.resource_type {
+        let entries: Result<Vec<ConfigEntry>, (i16, String)> = match res.resource_type {
             RESOURCE_TOPIC => {
                 let name = res.resource_name.to_string();
                 let image = broker.metadata();

@@ -80,7 +80,7 @@ impl KafkaConnection {
                     header.correlation_id
                 );
             }
-            Ok(R::Response::decode(&mut frame, version)?)
+            R::Response::decode(&mut frame, version)
         };
         tokio::time::timeout(timeout, exchange)
             .await

@@ -586,7 +586,13 @@ pub mod client {
 
         /// Sends one single-value batch; Ok(offset), Err(error code), or Err(-100) when the
         /// broker could not be reached or did not answer.
-        pub fn send(&mut self, topic: &str, partition: i32, value: i64, acks: i16) -> Result<i64, i16> {
+        pub fn send(
+            &mut self,
+            topic: &str,
+            partition: i32,
+            value: i64,
+            acks: i16,
+        ) -> Result<i64, i16> {
             let timeout = Duration::from_secs(2);
             let rt = &self.rt;
             let conn = match self.conn.as_mut() {
@@ -625,12 +631,11 @@ pub mod client {
         }
     }
 
+    /// A record as read back: offset, value, leader epoch.
+    pub type Stored = (i64, i64, i32);
+
     /// Reads everything below the high watermark: `(offset, value, leader epoch)` and the HW.
-    pub fn read_all(
-        addr: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(Vec<(i64, i64, i32)>, i64), i16> {
+    pub fn read_all(addr: &str, topic: &str, partition: i32) -> Result<(Vec<Stored>, i64), i16> {
         rt().block_on(async {
             let mut c = KafkaConnection::connect(addr, Duration::from_secs(5), "test")
                 .await
