@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,8 @@ pub struct Broker {
     data_generation: watch::Sender<u64>,
     /// High watermarks from the checkpoint at start, for partitions opened later.
     stored_hw: BTreeMap<(String, i32), i64>,
+    /// Set once the image holds this process's registration; see [`Broker::caught_up`].
+    caught_up: AtomicBool,
 }
 
 impl std::fmt::Debug for Broker {
@@ -135,6 +137,7 @@ impl Broker {
             partitions: RwLock::new(BTreeMap::new()),
             data_generation: tx,
             stored_hw,
+            caught_up: AtomicBool::new(false),
         }))
     }
 
@@ -240,22 +243,27 @@ impl Broker {
             .is_some_and(|b| b.incarnation == self.incarnation)
     }
 
+    /// Whether this process's registration has reached its image. Before that the image may be
+    /// a stale local copy, so this broker neither acts on it nor tells clients who leads.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::SeqCst)
+    }
+
     /// Acts on the metadata as it arrives, but only once this process is registered: until then
     /// the image may be this node's stale local copy, naming it leader in an epoch the cluster
     /// has left, so no replica is opened, led or followed (Kafka's fenced, catching-up broker).
     async fn follow_metadata(self: Arc<Self>, shutdown: CancellationToken) {
         let mut rx = self.quorum.image();
-        let mut caught_up = false;
         loop {
             let image = rx.borrow_and_update().clone();
-            if !caught_up && self.registered_in(&image) {
+            if !self.caught_up() && self.registered_in(&image) {
                 info!(
                     incarnation = self.incarnation,
                     "caught up with the controller's metadata; acting on it"
                 );
-                caught_up = true;
+                self.caught_up.store(true, Ordering::SeqCst);
             }
-            if caught_up {
+            if self.caught_up() {
                 self.reconcile(&image);
             }
             tokio::select! {

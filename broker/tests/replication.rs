@@ -179,11 +179,17 @@ fn restarting_the_whole_cluster_keeps_topics_epochs_and_data() {
         epoch_after >= epoch_before,
         "leader epoch went back: {epoch_before} -> {epoch_after}"
     );
-    let leader = leader_of(&c, "keep").unwrap();
+    // Registrations after the restart may still move leadership: ask for the leader each time.
+    let read = std::cell::RefCell::new(None);
     c.wait_for("data readable", T, |c| {
-        read_all(&c.addr(leader), "keep", 0).is_ok_and(|(r, _)| r.len() == 50)
+        let recs = leader_of(c, "keep").and_then(|l| read_all(&c.addr(l), "keep", 0).ok());
+        let done = recs.as_ref().is_some_and(|(r, _)| r.len() == 50);
+        if done {
+            *read.borrow_mut() = recs.map(|(r, _)| r);
+        }
+        done
     });
-    let (after, _) = read_all(&c.addr(leader), "keep", 0).unwrap();
+    let after = read.into_inner().expect("read above");
     let vals = |r: &[(i64, i64, i32)]| r.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>();
     assert_eq!(vals(&after), vals(&before));
 }

@@ -135,6 +135,8 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
         }
     }
     let image = broker.metadata();
+    // A broker still catching up may hold a stale image: it names no leaders rather than old ones.
+    let leaders_known = broker.caught_up();
     let mut resp = MetadataResponse::default();
     if version >= 2 {
         resp.cluster_id = Some(s("tidemark"));
@@ -169,14 +171,19 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
             .map(|(i, p)| {
                 let mut mp = MetadataResponsePartition::default();
                 mp.partition_index = i as i32;
-                mp.error_code = if p.leader < 0 {
-                    errors::LEADER_NOT_AVAILABLE
+                let (leader, epoch) = if leaders_known {
+                    (p.leader, p.leader_epoch)
+                } else {
+                    (-1, -1)
+                };
+                mp.error_code = if leader < 0 {
+                    ResponseError::LeaderNotAvailable.code()
                 } else {
                     errors::NONE
                 };
-                mp.leader_id = BrokerId(p.leader);
+                mp.leader_id = BrokerId(leader);
                 if version >= 7 {
-                    mp.leader_epoch = p.leader_epoch;
+                    mp.leader_epoch = epoch;
                 }
                 mp.replica_nodes = p.replicas.iter().map(|r| BrokerId(*r)).collect();
                 mp.isr_nodes = p.isr.iter().map(|r| BrokerId(*r)).collect();
