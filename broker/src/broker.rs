@@ -18,13 +18,13 @@ use crate::config::{BrokerConfig, LogConfig};
 use crate::controller::{ControllerCommand, ControllerReply, Election, MetadataQuorum};
 use crate::errors;
 use crate::faults::{Bug, Faults};
-use crate::log::LogError;
 use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
     TopicRegistration,
 };
-use crate::partition::{Partition, PartitionState, RoleChange};
-use crate::replica::fetcher::{self, FetchTarget};
+use crate::partition::{AckCheck, Deviations, Host, Partition, RoleChange};
+pub use crate::partition::{FetchResult, FetchSpec};
+use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
 pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
@@ -64,28 +64,6 @@ pub struct PendingAck {
     ok: ProduceResult,
 }
 
-/// One partition's answer to a fetch.
-#[derive(Clone, Debug, Default)]
-pub struct FetchResult {
-    pub error: i16,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub records: Vec<u8>,
-    /// KIP-595: set when the follower's log diverged from ours.
-    pub diverging_epoch: Option<(i32, i64)>,
-}
-
-/// A fetch of one partition as the request states it.
-#[derive(Clone, Copy, Debug)]
-pub struct FetchSpec {
-    pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-    pub max_bytes: usize,
-    /// The fetching broker's id, or -1 for a consumer.
-    pub replica_id: i32,
-}
-
 /// The broker of one node.
 pub struct Broker {
     pub config: BrokerConfig,
@@ -95,7 +73,7 @@ pub struct Broker {
     quorum: Arc<dyn MetadataQuorum>,
     partitions: RwLock<BTreeMap<(String, i32), Arc<Partition>>>,
     /// Bumped whenever any log end or high watermark moves; long-polling fetches wait on it.
-    data_generation: watch::Sender<u64>,
+    data_generation: Arc<watch::Sender<u64>>,
     /// High watermarks from the checkpoint at start, for partitions opened later.
     stored_hw: BTreeMap<(String, i32), i64>,
     /// Set once the image holds this process's registration; see [`Broker::caught_up`].
@@ -135,7 +113,7 @@ impl Broker {
             incarnation,
             quorum,
             partitions: RwLock::new(BTreeMap::new()),
-            data_generation: tx,
+            data_generation: Arc::new(tx),
             stored_hw,
             caught_up: AtomicBool::new(false),
         }))
@@ -201,15 +179,24 @@ impl Broker {
         map.values().cloned().collect()
     }
 
-    fn strict_min_isr(&self) -> bool {
-        !self.faults.has(Bug::NoStrictMinIsr)
+    /// This broker as its replicas know it: its id and the replica rules it breaks on purpose.
+    fn host(&self) -> Host {
+        Host {
+            node_id: self.config.node_id,
+            deviations: Deviations {
+                no_strict_min_isr: self.faults.has(Bug::NoStrictMinIsr),
+                accept_stale_epoch: self.faults.has(Bug::AcceptStaleEpoch),
+            },
+        }
     }
 
-    fn check_epoch(&self, state: &PartitionState, current: i32) -> Result<(), i16> {
-        if self.faults.has(Bug::AcceptStaleEpoch) {
-            return Ok(());
+    /// What this broker's follower fetchers need of it.
+    fn follower_context(&self) -> FollowerContext {
+        FollowerContext {
+            node_id: self.config.node_id,
+            hw_truncation: self.faults.has(Bug::HwTruncation),
+            data_changed: self.data_generation.clone(),
         }
-        state.check_leader_epoch(current)
     }
 
     /// Wakes long-polling fetches and acks=all waiters.
@@ -308,7 +295,7 @@ impl Broker {
                         &self.config.log_dir,
                         &topic.name,
                         index,
-                        me,
+                        self.host(),
                         lc.clone(),
                         reg.clone(),
                         self.stored_hw.get(&(topic.name.clone(), index)).copied(),
@@ -328,10 +315,10 @@ impl Broker {
                         }
                     },
                 };
-                if p.with_state(|s| s.config != lc) {
+                if !p.has_config(&lc) {
                     p.set_config(lc.clone());
                 }
-                match p.apply_registration(reg.clone(), self.strict_min_isr()) {
+                match p.apply_registration(reg.clone()) {
                     Ok(RoleChange::None) => {}
                     Ok(RoleChange::BecameLeader) => {
                         stop_fetcher(&p);
@@ -351,7 +338,12 @@ impl Broker {
                         };
                         let cancel = CancellationToken::new();
                         *p.fetcher.lock().unwrap_or_else(|x| x.into_inner()) = Some(cancel.clone());
-                        tokio::spawn(fetcher::run(self.clone(), p.clone(), target, cancel));
+                        tokio::spawn(fetcher::run(
+                            self.follower_context(),
+                            p.clone(),
+                            target,
+                            cancel,
+                        ));
                     }
                     Err(e) => {
                         error!(topic = ?topic.name, partition = index, "cannot adopt registration: {e}")
@@ -461,27 +453,7 @@ impl Broker {
             }
             let now = Instant::now();
             for p in self.all_partitions() {
-                let change = p.with_state(|s| {
-                    if !s.is_leader() {
-                        return None;
-                    }
-                    let laggards = s.laggards(now, self.config.replica_lag_time_max);
-                    if s.registration.leader_recovery_state == LeaderRecoveryState::Recovering {
-                        return Some((s.registration.isr.clone(), LeaderRecoveryState::Recovered));
-                    }
-                    if laggards.is_empty() {
-                        return None;
-                    }
-                    let isr: Vec<i32> = s
-                        .registration
-                        .isr
-                        .iter()
-                        .copied()
-                        .filter(|r| !laggards.contains(r))
-                        .collect();
-                    info!(topic = ?p.topic, partition = p.index, ?laggards, "shrinking ISR");
-                    Some((isr, LeaderRecoveryState::Recovered))
-                });
+                let change = p.isr_shrink(now, self.config.replica_lag_time_max);
                 if let Some((isr, recovery)) = change {
                     self.alter_partition(&p, isr, recovery);
                 }
@@ -499,8 +471,7 @@ impl Broker {
         if p.alter_in_flight.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (leader_epoch, partition_epoch) =
-            p.with_state(|s| (s.registration.leader_epoch, s.registration.partition_epoch));
+        let (leader_epoch, partition_epoch) = p.alter_partition_epochs();
         let cmd = ControllerCommand::AlterPartition {
             broker_id: self.config.node_id,
             topic: p.topic.clone(),
@@ -517,15 +488,10 @@ impl Broker {
                 Ok(ControllerReply::Partition(reg)) => {
                     debug!(topic = ?p.topic, partition = p.index, isr = ?reg.isr, "ISR changed");
                     // Adopt at once so the high watermark can move before the image arrives.
-                    if let Err(e) = p.apply_registration(reg, broker.strict_min_isr()) {
+                    if let Err(e) = p.apply_registration(reg) {
                         warn!("cannot adopt registration: {e}");
                     }
-                    let strict = broker.strict_min_isr();
-                    let hw = p.with_state(|s| {
-                        s.maybe_increment_high_watermark(strict);
-                        s.high_watermark
-                    });
-                    p.publish_high_watermark(hw);
+                    p.maybe_increment_high_watermark();
                     broker.notify_data();
                 }
                 Ok(other) => {
@@ -699,42 +665,14 @@ impl Broker {
                 format!("{topic}-{index} is not hosted here"),
             ));
         };
-        let strict = self.strict_min_isr();
-        let appended = p.with_state(|s| {
-            if !s.is_leader() {
-                return Err((
-                    errors::NOT_LEADER_OR_FOLLOWER,
-                    format!("{topic}-{index}: not the leader"),
-                ));
-            }
-            if acks == -1 && s.registration.isr.len() < s.config.min_insync_replicas as usize {
-                return Err((
-                    errors::NOT_ENOUGH_REPLICAS,
-                    format!(
-                        "ISR {:?} is smaller than min.insync.replicas {}",
-                        s.registration.isr, s.config.min_insync_replicas
-                    ),
-                ));
-            }
-            let epoch = s.leader_epoch();
-            let info = s
-                .log
-                .append_as_leader(records, epoch)
-                .map_err(|e| match e {
-                    LogError::InvalidRecords(e) => (errors::CORRUPT_MESSAGE, e.to_string()),
-                    LogError::Invalid(m) => (errors::INVALID_RECORD, m),
-                    other => (errors::KAFKA_STORAGE_ERROR, other.to_string()),
-                })?;
-            s.maybe_increment_high_watermark(strict);
-            Ok((info, s.high_watermark, s.log.log_start_offset(), epoch))
-        });
-        let (info, hw, log_start, epoch) = appended.map_err(|(code, msg)| fail(code, msg))?;
-        p.publish_high_watermark(hw);
+        let appended = p
+            .append_records_to_leader(records, acks)
+            .map_err(|(code, msg)| fail(code, msg))?;
         self.notify_data();
         let ok = ProduceResult {
             error: errors::NONE,
-            base_offset: info.first_offset,
-            log_start_offset: log_start,
+            base_offset: appended.info.first_offset,
+            log_start_offset: appended.log_start_offset,
             message: None,
         };
         if acks != -1 || self.faults.has(Bug::AckBeforeReplication) {
@@ -742,8 +680,8 @@ impl Broker {
         }
         Ok(PendingAck {
             partition: p,
-            required: info.last_offset + 1,
-            epoch,
+            required: appended.info.last_offset + 1,
+            epoch: appended.leader_epoch,
             ok,
         })
     }
@@ -766,16 +704,15 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = p.watch_high_watermark();
         loop {
-            let (hw, leading) =
-                p.with_state(|s| (s.high_watermark, s.is_leader() && s.leader_epoch() == epoch));
-            if !leading {
-                return fail(
-                    errors::NOT_LEADER_OR_FOLLOWER,
-                    "leadership changed while waiting for the ISR".into(),
-                );
-            }
-            if hw >= required {
-                return ok;
+            match p.check_enough_replicas_reach_offset(required, epoch) {
+                AckCheck::Reached => return ok,
+                AckCheck::LeadershipChanged => {
+                    return fail(
+                        errors::NOT_LEADER_OR_FOLLOWER,
+                        "leadership changed while waiting for the ISR".into(),
+                    )
+                }
+                AckCheck::Waiting => {}
             }
             // Leadership changes do not move the high watermark, so poll as well as wait.
             let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(100));
@@ -784,9 +721,7 @@ impl Broker {
             }
             let _ = tokio::time::timeout(tick, rx.changed()).await;
         }
-        let under_min =
-            p.with_state(|s| s.registration.isr.len() < s.config.min_insync_replicas as usize);
-        if under_min {
+        if p.isr_below_min() {
             fail(
                 errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 "ISR shrank below min.insync.replicas".into(),
@@ -799,79 +734,18 @@ impl Broker {
         }
     }
 
-    /// Reads from a partition this broker leads. Consumers read below the high watermark;
-    /// followers (`replica_id` ≥ 0) read to the log end, report their position, and are told
-    /// where their log diverged instead of being given records (KIP-595).
+    /// Reads from a partition this broker leads (see [`Partition::fetch`]), asking the
+    /// controller to grow the ISR when the fetching follower may join it.
     pub fn fetch(self: &Arc<Self>, topic: &str, index: i32, spec: FetchSpec) -> FetchResult {
-        let fail = |error| FetchResult {
-            error,
-            high_watermark: -1,
-            log_start_offset: -1,
-            ..Default::default()
-        };
         let Some(p) = self.partition(topic, index) else {
-            return fail(self.not_hosted_error(topic, index));
-        };
-        let strict = self.strict_min_isr();
-        let mut expand = None;
-        let result = p.with_state(|s| {
-            if let Err(code) = self.check_epoch(s, spec.current_leader_epoch) {
-                return fail(code);
-            }
-            if !s.is_leader() {
-                return fail(errors::NOT_LEADER_OR_FOLLOWER);
-            }
-            let (start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
-            let follower = spec.replica_id >= 0;
-            if spec.fetch_offset < start || spec.fetch_offset > leo {
-                return FetchResult {
-                    error: errors::OFFSET_OUT_OF_RANGE,
-                    high_watermark: s.high_watermark,
-                    log_start_offset: start,
-                    ..Default::default()
-                };
-            }
-            if follower && spec.last_fetched_epoch >= 0 {
-                let (epoch, end) = s.log.end_offset_for_epoch(spec.last_fetched_epoch);
-                if epoch < spec.last_fetched_epoch || end < spec.fetch_offset {
-                    return FetchResult {
-                        error: errors::NONE,
-                        high_watermark: s.high_watermark,
-                        log_start_offset: start,
-                        diverging_epoch: Some((epoch, end)),
-                        ..Default::default()
-                    };
-                }
-            }
-            if follower {
-                s.record_follower_fetch(spec.replica_id, spec.fetch_offset, Instant::now());
-                if s.may_join_isr(spec.replica_id) {
-                    let mut isr = s.registration.isr.clone();
-                    isr.push(spec.replica_id);
-                    expand = Some(isr);
-                }
-                s.maybe_increment_high_watermark(strict);
-            }
-            let max_offset = if follower { leo } else { s.high_watermark };
-            let mut result = FetchResult {
-                error: errors::NONE,
-                high_watermark: s.high_watermark,
-                log_start_offset: start,
+            return FetchResult {
+                error: self.not_hosted_error(topic, index),
+                high_watermark: -1,
+                log_start_offset: -1,
                 ..Default::default()
             };
-            match s.log.read(spec.fetch_offset, max_offset, spec.max_bytes) {
-                Ok(r) => result.records = r.records,
-                Err(LogError::OutOfRange { .. }) => result.error = errors::OFFSET_OUT_OF_RANGE,
-                Err(e) => {
-                    warn!(topic = ?topic, partition = index, "read failed: {e}");
-                    result.error = errors::KAFKA_STORAGE_ERROR;
-                }
-            }
-            result
-        });
-        if spec.replica_id >= 0 && result.high_watermark >= 0 {
-            p.publish_high_watermark(result.high_watermark);
-        }
+        };
+        let (result, expand) = p.fetch(spec);
         if let Some(isr) = expand {
             info!(topic = ?topic, partition = index, ?isr, "expanding ISR");
             self.alter_partition(&p, isr, LeaderRecoveryState::Recovered);
@@ -879,28 +753,7 @@ impl Broker {
         result
     }
 
-    /// Runs `f` on a partition this broker leads, after checking the requester's leader epoch.
-    fn with_leader<R>(
-        &self,
-        topic: &str,
-        index: i32,
-        current_leader_epoch: i32,
-        f: impl FnOnce(&mut PartitionState) -> Result<R, i16>,
-    ) -> Result<R, i16> {
-        let p = self
-            .partition(topic, index)
-            .ok_or_else(|| self.not_hosted_error(topic, index))?;
-        p.with_state(|s| {
-            self.check_epoch(s, current_leader_epoch)?;
-            if !s.is_leader() {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
-            }
-            f(s)
-        })
-    }
-
-    /// ListOffsets for one partition: earliest (-2), latest (-1), max timestamp (-3) or the
-    /// first offset whose batch has a timestamp at or after `timestamp`.
+    /// ListOffsets for one partition this broker leads (see [`Partition::list_offset`]).
     pub fn list_offset(
         &self,
         topic: &str,
@@ -909,37 +762,9 @@ impl Broker {
         current_leader_epoch: i32,
         replica_id: i32,
     ) -> Result<(i64, i64, i32), i16> {
-        self.with_leader(topic, index, current_leader_epoch, |s| {
-            let epoch = s.leader_epoch();
-            match timestamp {
-                -2 => Ok((-1, s.log.log_start_offset(), epoch)),
-                // Followers and debug tools (-2) see the log end; consumers the high watermark.
-                -1 if replica_id >= 0 || replica_id == -2 => {
-                    Ok((-1, s.log.log_end_offset(), epoch))
-                }
-                -1 => Ok((-1, s.high_watermark, epoch)),
-                ts => {
-                    let headers = s
-                        .log
-                        .batch_headers()
-                        .map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
-                    let committed = headers
-                        .iter()
-                        .filter(|(_, _, h)| h.last_offset() < s.high_watermark);
-                    let found = if ts == -3 {
-                        committed.max_by_key(|(_, _, h)| h.max_timestamp).copied()
-                    } else {
-                        committed
-                            .clone()
-                            .find(|(_, _, h)| h.max_timestamp >= ts)
-                            .copied()
-                    };
-                    Ok(found.map_or((-1, -1, -1), |(_, _, h)| {
-                        (h.max_timestamp, h.base_offset, h.leader_epoch)
-                    }))
-                }
-            }
-        })
+        self.partition(topic, index)
+            .ok_or_else(|| self.not_hosted_error(topic, index))?
+            .list_offset(timestamp, current_leader_epoch, replica_id)
     }
 
     /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` this leader knows and where it ended.
@@ -950,9 +775,9 @@ impl Broker {
         current_leader_epoch: i32,
         epoch: i32,
     ) -> Result<(i32, i64), i16> {
-        self.with_leader(topic, index, current_leader_epoch, |s| {
-            Ok(s.log.end_offset_for_epoch(epoch))
-        })
+        self.partition(topic, index)
+            .ok_or_else(|| self.not_hosted_error(topic, index))?
+            .offset_for_leader_epoch(current_leader_epoch, epoch)
     }
 
     /// Writes every hosted partition's high watermark to the checkpoint file.
@@ -985,7 +810,7 @@ impl Broker {
         for (_, p) in parts {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.close()?,
-                Err(p) => p.with_state(|s| s.log.flush())?,
+                Err(p) => p.flush()?,
             }
         }
         Ok(())
