@@ -21,6 +21,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `n` distinct free ports: each stays bound until all are chosen, so none is handed out twice
+/// (two nodes of one cluster on one port fail to start).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
 /// A broker process on loopback with its own data directory.
 pub struct BrokerProc {
     child: Option<Child>,
@@ -283,7 +294,10 @@ impl Cluster {
             .filter(|l| !keys.contains(&l.split('=').next().unwrap_or_default()))
             .map(|l| format!("{l}\n"))
             .collect();
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let mut distinct = free_ports(2 * n).into_iter();
+        let ports: Vec<(u16, u16)> = (0..n)
+            .map(|_| (distinct.next().unwrap(), distinct.next().unwrap()))
+            .collect();
         let voters: Vec<String> = ports
             .iter()
             .enumerate()
