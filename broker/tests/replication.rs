@@ -221,6 +221,20 @@ fn produce_from_start(
     })
 }
 
+/// Writes `value` acks=all to `addr`, which leads the partition or is about to: its replica
+/// opens just after the metadata naming it arrives, and until then it answers
+/// NOT_LEADER_OR_FOLLOWER. Returns the offset.
+fn produce_to_leader(addr: &str, topic: &str, value: i64) -> i64 {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        match produce(addr, topic, 0, &[value], -1, T) {
+            Ok(offset) => return offset,
+            Err(6) if std::time::Instant::now() < deadline => {}
+            Err(e) => panic!("write of {value} to {addr} failed: error {e}"),
+        }
+    }
+}
+
 /// Flips a byte inside batch `n` of the first segment of a partition directory, so recovery
 /// after a crash cuts the log there.
 fn corrupt_batch(dir: &Path, n: usize) {
@@ -256,7 +270,7 @@ fn restarted_leader_does_not_lead_from_saved_state(
             .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
     });
     let mut acked: Vec<(i64, i64)> = (0..40)
-        .map(|v| (v, produce(&c.addr(1), "s", 0, &[v], -1, T).unwrap()))
+        .map(|v| (v, produce_to_leader(&c.addr(1), "s", v)))
         .collect();
     c.node(1).kill9();
     damage(&c.nodes[0].data_dir().join("s-0"));
@@ -276,7 +290,7 @@ fn restarted_leader_does_not_lead_from_saved_state(
     });
     let (leader, epoch, _) = c.partition_state_at(1, "s", 0).unwrap();
     for v in 40..50 {
-        acked.push((v, produce(&c.addr(leader), "s", 0, &[v], -1, T).unwrap()));
+        acked.push((v, produce_to_leader(&c.addr(leader), "s", v)));
     }
     stop.store(true, Ordering::SeqCst);
     let (on_restarted, answered) = writer.join().unwrap();
