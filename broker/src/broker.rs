@@ -78,6 +78,8 @@ pub struct Broker {
     stored_hw: BTreeMap<(String, i32), i64>,
     /// Set once the image holds this process's registration; see [`Broker::caught_up`].
     caught_up: AtomicBool,
+    /// The last image this broker has acted on (its replicas opened, led, followed, deleted).
+    applied: watch::Sender<Arc<MetadataImage>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -116,6 +118,7 @@ impl Broker {
             data_generation: Arc::new(tx),
             stored_hw,
             caught_up: AtomicBool::new(false),
+            applied: watch::channel(Arc::default()).0,
         }))
     }
 
@@ -252,6 +255,7 @@ impl Broker {
             }
             if self.caught_up() {
                 self.reconcile(&image);
+                self.applied.send_replace(image);
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -505,7 +509,9 @@ impl Broker {
         });
     }
 
-    /// Submits a command and waits until this broker's image satisfies `arrived`.
+    /// Submits a command and waits until this broker has acted on an image that satisfies
+    /// `arrived`: a topic it created here is led here (when this broker leads it) by the time the
+    /// client hears of it.
     pub async fn submit_and_wait(
         &self,
         cmd: ControllerCommand,
@@ -519,7 +525,7 @@ impl Broker {
         if let ControllerReply::Error { code, message } = &reply {
             return Err(ApiError::new(*code, message.clone()));
         }
-        let mut rx = self.quorum.image();
+        let mut rx = self.applied.subscribe();
         let waited = tokio::time::timeout(METADATA_PROPAGATION, rx.wait_for(|i| arrived(i))).await;
         match waited {
             Ok(Ok(_)) => Ok(reply),

@@ -26,8 +26,9 @@ fn props(host: &str, port: u16, log_dirs: &str) -> String {
     )
 }
 
-/// Produces acks=all once the partition has a leader: a replica opens just after CreateTopics
-/// returns or a restart, and until then the answer is NOT_LEADER_OR_FOLLOWER.
+/// Produces acks=all once the partition has a leader: after a restart the replica opens only
+/// once the broker has caught up with the metadata, and until then the answer is
+/// NOT_LEADER_OR_FOLLOWER.
 fn produce_when_led(b: &BrokerProc, topic: &str, values: &[i64]) -> Result<i64, i16> {
     let deadline = std::time::Instant::now() + T;
     loop {
@@ -86,7 +87,22 @@ fn a_listener_named_by_host_name_binds_and_serves() {
     let mut b = BrokerProc::prepare(dir, port, &text, &[]);
     b.restart();
     assert_eq!(create_topic(&b.bootstrap(), "named", 1, 1, &[]), 0);
-    assert_eq!(produce_when_led(&b, "named", &[7]), Ok(0), "{}", b.log());
+    assert_eq!(
+        produce(&b.bootstrap(), "named", 0, &[7], -1, T),
+        Ok(0),
+        "{}",
+        b.log()
+    );
+}
+
+#[test]
+fn a_topic_is_led_where_it_was_created_by_the_time_create_topics_answers() {
+    let b = BrokerProc::start(&[]);
+    for i in 0..20 {
+        let t = format!("fresh-{i}");
+        assert_eq!(create_topic(&b.bootstrap(), &t, 1, 1, &[]), 0);
+        assert_eq!(produce(&b.bootstrap(), &t, 0, &[i], 1, T), Ok(0), "{t}");
+    }
 }
 
 #[test]
