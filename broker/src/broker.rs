@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -17,12 +18,13 @@ use crate::config::{BrokerConfig, LogConfig};
 use crate::controller::{ControllerCommand, ControllerReply, Election, MetadataQuorum};
 use crate::errors;
 use crate::faults::{Bug, Faults};
-use crate::log::LogError;
 use crate::metadata::{
-    BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage, TopicRegistration,
+    validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
+    TopicRegistration,
 };
-use crate::partition::{Partition, PartitionState, RoleChange};
-use crate::replica::fetcher::{self, FetchTarget};
+use crate::partition::{AckCheck, Deviations, Host, Partition, RoleChange};
+pub use crate::partition::{FetchResult, FetchSpec};
+use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
 pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
@@ -62,28 +64,6 @@ pub struct PendingAck {
     ok: ProduceResult,
 }
 
-/// One partition's answer to a fetch.
-#[derive(Clone, Debug, Default)]
-pub struct FetchResult {
-    pub error: i16,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub records: Vec<u8>,
-    /// KIP-595: set when the follower's log diverged from ours.
-    pub diverging_epoch: Option<(i32, i64)>,
-}
-
-/// A fetch of one partition as the request states it.
-#[derive(Clone, Copy, Debug)]
-pub struct FetchSpec {
-    pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-    pub max_bytes: usize,
-    /// The fetching broker's id, or -1 for a consumer.
-    pub replica_id: i32,
-}
-
 /// The broker of one node.
 pub struct Broker {
     pub config: BrokerConfig,
@@ -93,9 +73,13 @@ pub struct Broker {
     quorum: Arc<dyn MetadataQuorum>,
     partitions: RwLock<BTreeMap<(String, i32), Arc<Partition>>>,
     /// Bumped whenever any log end or high watermark moves; long-polling fetches wait on it.
-    data_generation: watch::Sender<u64>,
+    data_generation: Arc<watch::Sender<u64>>,
     /// High watermarks from the checkpoint at start, for partitions opened later.
     stored_hw: BTreeMap<(String, i32), i64>,
+    /// Set once the image holds this process's registration; see [`Broker::caught_up`].
+    caught_up: AtomicBool,
+    /// The last image this broker has acted on (its replicas opened, led, followed, deleted).
+    applied: watch::Sender<Arc<MetadataImage>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -131,8 +115,10 @@ impl Broker {
             incarnation,
             quorum,
             partitions: RwLock::new(BTreeMap::new()),
-            data_generation: tx,
+            data_generation: Arc::new(tx),
             stored_hw,
+            caught_up: AtomicBool::new(false),
+            applied: watch::channel(Arc::default()).0,
         }))
     }
 
@@ -154,7 +140,7 @@ impl Broker {
         };
         for (k, v) in &topic.configs {
             if let Err(e) = lc.set_topic_key(k, v) {
-                warn!(topic = %topic.name, "ignoring stored topic config: {e}");
+                warn!(topic = ?topic.name, "ignoring stored topic config: {e}");
             }
         }
         lc
@@ -171,20 +157,49 @@ impl Broker {
         map.get(&(topic.to_string(), index)).cloned()
     }
 
+    /// The error for a partition this broker does not host: as in Kafka, NOT_LEADER_OR_FOLLOWER
+    /// when the partition exists (this broker is no replica, or is still catching up with the
+    /// metadata), INVALID_TOPIC_EXCEPTION for a name Kafka does not allow, UNKNOWN_TOPIC_OR_PARTITION
+    /// otherwise.
+    fn not_hosted_error(&self, topic: &str, index: i32) -> i16 {
+        let error = if validate_topic_name(topic).is_err() {
+            ResponseError::InvalidTopicException
+        } else if self
+            .metadata()
+            .topics
+            .get(topic)
+            .is_some_and(|t| usize::try_from(index).is_ok_and(|i| i < t.partitions.len()))
+        {
+            ResponseError::NotLeaderOrFollower
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
+        error.code()
+    }
+
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         let map = self.partitions.read().unwrap_or_else(|p| p.into_inner());
         map.values().cloned().collect()
     }
 
-    fn strict_min_isr(&self) -> bool {
-        !self.faults.has(Bug::NoStrictMinIsr)
+    /// This broker as its replicas know it: its id and the replica rules it breaks on purpose.
+    fn host(&self) -> Host {
+        Host {
+            node_id: self.config.node_id,
+            deviations: Deviations {
+                no_strict_min_isr: self.faults.has(Bug::NoStrictMinIsr),
+                accept_stale_epoch: self.faults.has(Bug::AcceptStaleEpoch),
+            },
+        }
     }
 
-    fn check_epoch(&self, state: &PartitionState, current: i32) -> Result<(), i16> {
-        if self.faults.has(Bug::AcceptStaleEpoch) {
-            return Ok(());
+    /// What this broker's follower fetchers need of it.
+    fn follower_context(&self) -> FollowerContext {
+        FollowerContext {
+            node_id: self.config.node_id,
+            hw_truncation: self.faults.has(Bug::HwTruncation),
+            data_changed: self.data_generation.clone(),
         }
-        state.check_leader_epoch(current)
     }
 
     /// Wakes long-polling fetches and acks=all waiters.
@@ -208,11 +223,40 @@ impl Broker {
         ]
     }
 
+    /// Whether `image` holds this process's own registration. The image is applied in log order,
+    /// so it then also holds every change committed before the registration, including the
+    /// controller moving leadership away from this node's previous incarnation.
+    fn registered_in(&self, image: &MetadataImage) -> bool {
+        image
+            .brokers
+            .get(&self.config.node_id)
+            .is_some_and(|b| b.incarnation == self.incarnation)
+    }
+
+    /// Whether this process's registration has reached its image. Before that the image may be
+    /// a stale local copy, so this broker neither acts on it nor tells clients who leads.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::SeqCst)
+    }
+
+    /// Acts on the metadata as it arrives, but only once this process is registered: until then
+    /// the image may be this node's stale local copy, naming it leader in an epoch the cluster
+    /// has left, so no replica is opened, led or followed (Kafka's fenced, catching-up broker).
     async fn follow_metadata(self: Arc<Self>, shutdown: CancellationToken) {
         let mut rx = self.quorum.image();
         loop {
             let image = rx.borrow_and_update().clone();
-            self.reconcile(&image);
+            if !self.caught_up() && self.registered_in(&image) {
+                info!(
+                    incarnation = self.incarnation,
+                    "caught up with the controller's metadata; acting on it"
+                );
+                self.caught_up.store(true, Ordering::SeqCst);
+            }
+            if self.caught_up() {
+                self.reconcile(&image);
+                self.applied.send_replace(image);
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 r = rx.changed() => if r.is_err() { return },
@@ -239,7 +283,7 @@ impl Broker {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     warn!("cannot remove {}: {e}", dir.display());
                 }
-                info!(topic = %key.0, partition = key.1, "deleted replica");
+                info!(topic = ?key.0, partition = key.1, "deleted replica");
             }
         }
         for topic in image.topics.values() {
@@ -255,14 +299,14 @@ impl Broker {
                         &self.config.log_dir,
                         &topic.name,
                         index,
-                        me,
+                        self.host(),
                         lc.clone(),
                         reg.clone(),
                         self.stored_hw.get(&(topic.name.clone(), index)).copied(),
                     ) {
                         Ok((p, notes)) => {
                             for n in notes {
-                                warn!(topic = %topic.name, partition = index, "recovery: {n}");
+                                warn!(topic = ?topic.name, partition = index, "recovery: {n}");
                             }
                             let p = Arc::new(p);
                             self.partitions_write()
@@ -270,19 +314,19 @@ impl Broker {
                             p
                         }
                         Err(e) => {
-                            error!(topic = %topic.name, partition = index, "cannot open replica: {e}");
+                            error!(topic = ?topic.name, partition = index, "cannot open replica: {e}");
                             continue;
                         }
                     },
                 };
-                if p.with_state(|s| s.config != lc) {
+                if !p.has_config(&lc) {
                     p.set_config(lc.clone());
                 }
-                match p.apply_registration(reg.clone(), self.strict_min_isr()) {
+                match p.apply_registration(reg.clone()) {
                     Ok(RoleChange::None) => {}
                     Ok(RoleChange::BecameLeader) => {
                         stop_fetcher(&p);
-                        info!(topic = %topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
+                        info!(topic = ?topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
                         self.notify_data();
                     }
                     Ok(RoleChange::Leaderless) => stop_fetcher(&p),
@@ -298,10 +342,15 @@ impl Broker {
                         };
                         let cancel = CancellationToken::new();
                         *p.fetcher.lock().unwrap_or_else(|x| x.into_inner()) = Some(cancel.clone());
-                        tokio::spawn(fetcher::run(self.clone(), p.clone(), target, cancel));
+                        tokio::spawn(fetcher::run(
+                            self.follower_context(),
+                            p.clone(),
+                            target,
+                            cancel,
+                        ));
                     }
                     Err(e) => {
-                        error!(topic = %topic.name, partition = index, "cannot adopt registration: {e}")
+                        error!(topic = ?topic.name, partition = index, "cannot adopt registration: {e}")
                     }
                 }
             }
@@ -408,27 +457,7 @@ impl Broker {
             }
             let now = Instant::now();
             for p in self.all_partitions() {
-                let change = p.with_state(|s| {
-                    if !s.is_leader() {
-                        return None;
-                    }
-                    let laggards = s.laggards(now, self.config.replica_lag_time_max);
-                    if s.registration.leader_recovery_state == LeaderRecoveryState::Recovering {
-                        return Some((s.registration.isr.clone(), LeaderRecoveryState::Recovered));
-                    }
-                    if laggards.is_empty() {
-                        return None;
-                    }
-                    let isr: Vec<i32> = s
-                        .registration
-                        .isr
-                        .iter()
-                        .copied()
-                        .filter(|r| !laggards.contains(r))
-                        .collect();
-                    info!(topic = %p.topic, partition = p.index, ?laggards, "shrinking ISR");
-                    Some((isr, LeaderRecoveryState::Recovered))
-                });
+                let change = p.isr_shrink(now, self.config.replica_lag_time_max);
                 if let Some((isr, recovery)) = change {
                     self.alter_partition(&p, isr, recovery);
                 }
@@ -446,8 +475,7 @@ impl Broker {
         if p.alter_in_flight.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (leader_epoch, partition_epoch) =
-            p.with_state(|s| (s.registration.leader_epoch, s.registration.partition_epoch));
+        let (leader_epoch, partition_epoch) = p.alter_partition_epochs();
         let cmd = ControllerCommand::AlterPartition {
             broker_id: self.config.node_id,
             topic: p.topic.clone(),
@@ -462,31 +490,28 @@ impl Broker {
         tokio::spawn(async move {
             match broker.quorum.submit(cmd).await {
                 Ok(ControllerReply::Partition(reg)) => {
-                    debug!(topic = %p.topic, partition = p.index, isr = ?reg.isr, "ISR changed");
+                    debug!(topic = ?p.topic, partition = p.index, isr = ?reg.isr, "ISR changed");
                     // Adopt at once so the high watermark can move before the image arrives.
-                    if let Err(e) = p.apply_registration(reg, broker.strict_min_isr()) {
+                    if let Err(e) = p.apply_registration(reg) {
                         warn!("cannot adopt registration: {e}");
                     }
-                    let strict = broker.strict_min_isr();
-                    let hw = p.with_state(|s| {
-                        s.maybe_increment_high_watermark(strict);
-                        s.high_watermark
-                    });
-                    p.publish_high_watermark(hw);
+                    p.maybe_increment_high_watermark();
                     broker.notify_data();
                 }
                 Ok(other) => {
-                    debug!(topic = %p.topic, partition = p.index, "AlterPartition refused: {other:?}")
+                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition refused: {other:?}")
                 }
                 Err(e) => {
-                    debug!(topic = %p.topic, partition = p.index, "AlterPartition failed: {e}")
+                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition failed: {e}")
                 }
             }
             p.alter_in_flight.store(false, Ordering::SeqCst);
         });
     }
 
-    /// Submits a command and waits until this broker's image satisfies `arrived`.
+    /// Submits a command and waits until this broker has acted on an image that satisfies
+    /// `arrived`: a topic it created here is led here (when this broker leads it) by the time the
+    /// client hears of it.
     pub async fn submit_and_wait(
         &self,
         cmd: ControllerCommand,
@@ -500,7 +525,7 @@ impl Broker {
         if let ControllerReply::Error { code, message } = &reply {
             return Err(ApiError::new(*code, message.clone()));
         }
-        let mut rx = self.quorum.image();
+        let mut rx = self.applied.subscribe();
         let waited = tokio::time::timeout(METADATA_PROPAGATION, rx.wait_for(|i| arrived(i))).await;
         match waited {
             Ok(Ok(_)) => Ok(reply),
@@ -544,7 +569,7 @@ impl Broker {
         match reply {
             ControllerReply::Topic(t) => {
                 info!(
-                    topic = name,
+                    topic = ?name,
                     partitions = t.partitions.len(),
                     "created topic"
                 );
@@ -642,46 +667,18 @@ impl Broker {
         };
         let Some(p) = self.partition(topic, index) else {
             return Err(fail(
-                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                self.not_hosted_error(topic, index),
                 format!("{topic}-{index} is not hosted here"),
             ));
         };
-        let strict = self.strict_min_isr();
-        let appended = p.with_state(|s| {
-            if !s.is_leader() {
-                return Err((
-                    errors::NOT_LEADER_OR_FOLLOWER,
-                    format!("{topic}-{index}: not the leader"),
-                ));
-            }
-            if acks == -1 && s.registration.isr.len() < s.config.min_insync_replicas as usize {
-                return Err((
-                    errors::NOT_ENOUGH_REPLICAS,
-                    format!(
-                        "ISR {:?} is smaller than min.insync.replicas {}",
-                        s.registration.isr, s.config.min_insync_replicas
-                    ),
-                ));
-            }
-            let epoch = s.leader_epoch();
-            let info = s
-                .log
-                .append_as_leader(records, epoch)
-                .map_err(|e| match e {
-                    LogError::InvalidRecords(e) => (errors::CORRUPT_MESSAGE, e.to_string()),
-                    LogError::Invalid(m) => (errors::INVALID_RECORD, m),
-                    other => (errors::KAFKA_STORAGE_ERROR, other.to_string()),
-                })?;
-            s.maybe_increment_high_watermark(strict);
-            Ok((info, s.high_watermark, s.log.log_start_offset(), epoch))
-        });
-        let (info, hw, log_start, epoch) = appended.map_err(|(code, msg)| fail(code, msg))?;
-        p.publish_high_watermark(hw);
+        let appended = p
+            .append_records_to_leader(records, acks)
+            .map_err(|(code, msg)| fail(code, msg))?;
         self.notify_data();
         let ok = ProduceResult {
             error: errors::NONE,
-            base_offset: info.first_offset,
-            log_start_offset: log_start,
+            base_offset: appended.info.first_offset,
+            log_start_offset: appended.log_start_offset,
             message: None,
         };
         if acks != -1 || self.faults.has(Bug::AckBeforeReplication) {
@@ -689,8 +686,8 @@ impl Broker {
         }
         Ok(PendingAck {
             partition: p,
-            required: info.last_offset + 1,
-            epoch,
+            required: appended.info.last_offset + 1,
+            epoch: appended.leader_epoch,
             ok,
         })
     }
@@ -713,16 +710,15 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = p.watch_high_watermark();
         loop {
-            let (hw, leading) =
-                p.with_state(|s| (s.high_watermark, s.is_leader() && s.leader_epoch() == epoch));
-            if !leading {
-                return fail(
-                    errors::NOT_LEADER_OR_FOLLOWER,
-                    "leadership changed while waiting for the ISR".into(),
-                );
-            }
-            if hw >= required {
-                return ok;
+            match p.check_enough_replicas_reach_offset(required, epoch) {
+                AckCheck::Reached => return ok,
+                AckCheck::LeadershipChanged => {
+                    return fail(
+                        errors::NOT_LEADER_OR_FOLLOWER,
+                        "leadership changed while waiting for the ISR".into(),
+                    )
+                }
+                AckCheck::Waiting => {}
             }
             // Leadership changes do not move the high watermark, so poll as well as wait.
             let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(100));
@@ -731,9 +727,7 @@ impl Broker {
             }
             let _ = tokio::time::timeout(tick, rx.changed()).await;
         }
-        let under_min =
-            p.with_state(|s| s.registration.isr.len() < s.config.min_insync_replicas as usize);
-        if under_min {
+        if p.isr_below_min() {
             fail(
                 errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 "ISR shrank below min.insync.replicas".into(),
@@ -746,108 +740,26 @@ impl Broker {
         }
     }
 
-    /// Reads from a partition this broker leads. Consumers read below the high watermark;
-    /// followers (`replica_id` ≥ 0) read to the log end, report their position, and are told
-    /// where their log diverged instead of being given records (KIP-595).
+    /// Reads from a partition this broker leads (see [`Partition::fetch`]), asking the
+    /// controller to grow the ISR when the fetching follower may join it.
     pub fn fetch(self: &Arc<Self>, topic: &str, index: i32, spec: FetchSpec) -> FetchResult {
-        let fail = |error| FetchResult {
-            error,
-            high_watermark: -1,
-            log_start_offset: -1,
-            ..Default::default()
-        };
         let Some(p) = self.partition(topic, index) else {
-            return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
-        };
-        let strict = self.strict_min_isr();
-        let mut expand = None;
-        let result = p.with_state(|s| {
-            if let Err(code) = self.check_epoch(s, spec.current_leader_epoch) {
-                return fail(code);
-            }
-            if !s.is_leader() {
-                return fail(errors::NOT_LEADER_OR_FOLLOWER);
-            }
-            let (start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
-            let follower = spec.replica_id >= 0;
-            if spec.fetch_offset < start || spec.fetch_offset > leo {
-                return FetchResult {
-                    error: errors::OFFSET_OUT_OF_RANGE,
-                    high_watermark: s.high_watermark,
-                    log_start_offset: start,
-                    ..Default::default()
-                };
-            }
-            if follower && spec.last_fetched_epoch >= 0 {
-                let (epoch, end) = s.log.end_offset_for_epoch(spec.last_fetched_epoch);
-                if epoch < spec.last_fetched_epoch || end < spec.fetch_offset {
-                    return FetchResult {
-                        error: errors::NONE,
-                        high_watermark: s.high_watermark,
-                        log_start_offset: start,
-                        diverging_epoch: Some((epoch, end)),
-                        ..Default::default()
-                    };
-                }
-            }
-            if follower {
-                s.record_follower_fetch(spec.replica_id, spec.fetch_offset, Instant::now());
-                if s.may_join_isr(spec.replica_id) {
-                    let mut isr = s.registration.isr.clone();
-                    isr.push(spec.replica_id);
-                    expand = Some(isr);
-                }
-                s.maybe_increment_high_watermark(strict);
-            }
-            let max_offset = if follower { leo } else { s.high_watermark };
-            let mut result = FetchResult {
-                error: errors::NONE,
-                high_watermark: s.high_watermark,
-                log_start_offset: start,
+            return FetchResult {
+                error: self.not_hosted_error(topic, index),
+                high_watermark: -1,
+                log_start_offset: -1,
                 ..Default::default()
             };
-            match s.log.read(spec.fetch_offset, max_offset, spec.max_bytes) {
-                Ok(r) => result.records = r.records,
-                Err(LogError::OutOfRange { .. }) => result.error = errors::OFFSET_OUT_OF_RANGE,
-                Err(e) => {
-                    warn!(topic, partition = index, "read failed: {e}");
-                    result.error = errors::KAFKA_STORAGE_ERROR;
-                }
-            }
-            result
-        });
-        if spec.replica_id >= 0 && result.high_watermark >= 0 {
-            p.publish_high_watermark(result.high_watermark);
-        }
+        };
+        let (result, expand) = p.fetch(spec);
         if let Some(isr) = expand {
-            info!(topic, partition = index, ?isr, "expanding ISR");
+            info!(topic = ?topic, partition = index, ?isr, "expanding ISR");
             self.alter_partition(&p, isr, LeaderRecoveryState::Recovered);
         }
         result
     }
 
-    /// Runs `f` on a partition this broker leads, after checking the requester's leader epoch.
-    fn with_leader<R>(
-        &self,
-        topic: &str,
-        index: i32,
-        current_leader_epoch: i32,
-        f: impl FnOnce(&mut PartitionState) -> Result<R, i16>,
-    ) -> Result<R, i16> {
-        let p = self
-            .partition(topic, index)
-            .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)?;
-        p.with_state(|s| {
-            self.check_epoch(s, current_leader_epoch)?;
-            if !s.is_leader() {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
-            }
-            f(s)
-        })
-    }
-
-    /// ListOffsets for one partition: earliest (-2), latest (-1), max timestamp (-3) or the
-    /// first offset whose batch has a timestamp at or after `timestamp`.
+    /// ListOffsets for one partition this broker leads (see [`Partition::list_offset`]).
     pub fn list_offset(
         &self,
         topic: &str,
@@ -856,37 +768,9 @@ impl Broker {
         current_leader_epoch: i32,
         replica_id: i32,
     ) -> Result<(i64, i64, i32), i16> {
-        self.with_leader(topic, index, current_leader_epoch, |s| {
-            let epoch = s.leader_epoch();
-            match timestamp {
-                -2 => Ok((-1, s.log.log_start_offset(), epoch)),
-                // Followers and debug tools (-2) see the log end; consumers the high watermark.
-                -1 if replica_id >= 0 || replica_id == -2 => {
-                    Ok((-1, s.log.log_end_offset(), epoch))
-                }
-                -1 => Ok((-1, s.high_watermark, epoch)),
-                ts => {
-                    let headers = s
-                        .log
-                        .batch_headers()
-                        .map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
-                    let committed = headers
-                        .iter()
-                        .filter(|(_, _, h)| h.last_offset() < s.high_watermark);
-                    let found = if ts == -3 {
-                        committed.max_by_key(|(_, _, h)| h.max_timestamp).copied()
-                    } else {
-                        committed
-                            .clone()
-                            .find(|(_, _, h)| h.max_timestamp >= ts)
-                            .copied()
-                    };
-                    Ok(found.map_or((-1, -1, -1), |(_, _, h)| {
-                        (h.max_timestamp, h.base_offset, h.leader_epoch)
-                    }))
-                }
-            }
-        })
+        self.partition(topic, index)
+            .ok_or_else(|| self.not_hosted_error(topic, index))?
+            .list_offset(timestamp, current_leader_epoch, replica_id)
     }
 
     /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` this leader knows and where it ended.
@@ -897,9 +781,9 @@ impl Broker {
         current_leader_epoch: i32,
         epoch: i32,
     ) -> Result<(i32, i64), i16> {
-        self.with_leader(topic, index, current_leader_epoch, |s| {
-            Ok(s.log.end_offset_for_epoch(epoch))
-        })
+        self.partition(topic, index)
+            .ok_or_else(|| self.not_hosted_error(topic, index))?
+            .offset_for_leader_epoch(current_leader_epoch, epoch)
     }
 
     /// Writes every hosted partition's high watermark to the checkpoint file.
@@ -932,7 +816,7 @@ impl Broker {
         for (_, p) in parts {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.close()?,
-                Err(p) => p.with_state(|s| s.log.flush())?,
+                Err(p) => p.flush()?,
             }
         }
         Ok(())

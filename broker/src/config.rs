@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,6 +43,13 @@ pub enum ConfigError {
     },
     #[error("{origin}: line is not `key=value`: `{text}`")]
     Syntax { text: String, origin: Origin },
+    #[error("{path}:{second}: `{key}` is set again (first set on line {first})")]
+    DuplicateKey {
+        key: String,
+        path: PathBuf,
+        first: usize,
+        second: usize,
+    },
     #[error("missing required configuration `{key}`")]
     Missing { key: String },
     #[error("cannot read {path}: {source}")]
@@ -136,19 +143,31 @@ pub struct Listener {
     pub name: String,
     pub host: String,
     pub port: u16,
+    /// The address to bind, resolved while the configuration is read so that a host name that
+    /// does not resolve is a configuration error; `None` for advertised listeners, never bound.
+    pub bind: Option<SocketAddr>,
 }
 
 impl Listener {
     pub fn socket_addr(&self) -> Result<SocketAddr, String> {
-        let host = if self.host.is_empty() {
-            "0.0.0.0"
-        } else {
-            &self.host
-        };
-        format!("{host}:{}", self.port)
-            .parse()
-            .map_err(|e| format!("{e}"))
+        self.bind
+            .ok_or_else(|| format!("listener {} is advertised only, not bound", self.name))
     }
+}
+
+/// Resolves a listener's host (empty: every interface), preferring an IPv4 address.
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    let host = if host.is_empty() { "0.0.0.0" } else { host };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve `{host}`: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("`{host}` resolves to no address"))
 }
 
 /// One voter of the controller quorum, `id@host:port`.
@@ -212,6 +231,7 @@ impl BrokerConfig {
             source,
         })?;
         let mut entries = Vec::new();
+        let mut first_line: BTreeMap<String, usize> = BTreeMap::new();
         for (i, raw_line) in text.lines().enumerate() {
             let origin = Origin::File {
                 path: path.to_path_buf(),
@@ -225,6 +245,15 @@ impl BrokerConfig {
                 text: line.to_string(),
                 origin: origin.clone(),
             })?;
+            // A key set twice in one file is a mistake: which line was meant is anyone's guess.
+            if let Some(first) = first_line.insert(k.clone(), i + 1) {
+                return Err(ConfigError::DuplicateKey {
+                    key: k,
+                    path: path.to_path_buf(),
+                    first,
+                    second: i + 1,
+                });
+            }
             entries.push((k, v, origin));
         }
         for o in overrides {
@@ -276,9 +305,9 @@ impl BrokerConfig {
         };
 
         let (v, o) = required("listeners")?;
-        let listeners = parse_listeners("listeners", v, o)?;
+        let listeners = parse_listeners("listeners", v, o, true)?;
         let advertised_listeners = match get("advertised.listeners") {
-            Some((v, o)) => parse_listeners("advertised.listeners", v, o)?,
+            Some((v, o)) => parse_listeners("advertised.listeners", v, o, false)?,
             None => listeners.clone(),
         };
         let controller_listener_names = match get("controller.listener.names") {
@@ -473,7 +502,13 @@ fn parse_host_port(s: &str) -> Option<(String, u16)> {
     Some((host, port))
 }
 
-fn parse_listeners(key: &str, value: &str, origin: &Origin) -> Result<Vec<Listener>, ConfigError> {
+/// Parses `NAME://host:port,...`; with `bind`, each host is resolved to the address to listen on.
+fn parse_listeners(
+    key: &str,
+    value: &str,
+    origin: &Origin,
+    bind: bool,
+) -> Result<Vec<Listener>, ConfigError> {
     let mut out = Vec::new();
     for part in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, rest) = part.split_once("://").ok_or_else(|| {
@@ -500,10 +535,18 @@ fn parse_listeners(key: &str, value: &str, origin: &Origin) -> Result<Vec<Listen
                 origin,
             ));
         }
+        let bind = if bind {
+            let addr = resolve(&host, port)
+                .map_err(|reason| bad(key, value, &format!("`{part}`: {reason}"), origin))?;
+            Some(addr)
+        } else {
+            None
+        };
         out.push(Listener {
             name: name.to_string(),
             host,
             port,
+            bind,
         });
     }
     if out.is_empty() {
@@ -625,6 +668,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("controller.quorum.voters"), "{err}");
+    }
+
+    #[test]
+    fn listener_host_names_resolve_and_unresolvable_ones_name_key_value_and_line() {
+        let mut pairs = BASE.to_vec();
+        pairs[1] = ("listeners", "PLAINTEXT://localhost:9092,CONTROLLER://:9093");
+        let cfg = BrokerConfig::from_entries(entries(&pairs)).unwrap();
+        let client = cfg.client_listener().unwrap();
+        assert_eq!(client.host, "localhost");
+        assert!(client.socket_addr().unwrap().ip().is_loopback());
+        assert!(cfg.listeners[1]
+            .socket_addr()
+            .unwrap()
+            .ip()
+            .is_unspecified());
+        // A NUL byte cannot be in a host name: refused without any lookup leaving the machine.
+        pairs[1] = ("listeners", "PLAINTEXT://bad\0host:9092");
+        let err = BrokerConfig::from_entries(entries(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("s.properties:2") && err.contains("`listeners`") && err.contains("bad"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_in_the_file_names_both_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("server.properties");
+        std::fs::write(
+            &p,
+            "node.id=3\nlisteners=PLAINTEXT://127.0.0.1:1\nlog.dirs=/x\n# c\nnode.id=4\n",
+        )
+        .unwrap();
+        let err = BrokerConfig::load(&p, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("server.properties:5")
+                && err.contains("`node.id`")
+                && err.contains("first set on line 1"),
+            "{err}"
+        );
+        // An override may still replace a key of the file.
+        std::fs::write(
+            &p,
+            "node.id=3\nlisteners=PLAINTEXT://127.0.0.1:1\nlog.dirs=/x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            BrokerConfig::load(&p, &["node.id=5".into()])
+                .unwrap()
+                .node_id,
+            5
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod dump;
 pub mod errors;
 pub mod faults;
 pub mod log;
+pub mod log_dir;
 pub mod metadata;
 pub mod partition;
 pub mod protocol;

@@ -14,6 +14,7 @@ use tidemark_broker::controller::raft::{QuorumConfig, RaftQuorum};
 use tidemark_broker::controller::MetadataQuorum;
 use tidemark_broker::dump::{dump, DumpOptions};
 use tidemark_broker::faults::{Bug, Faults};
+use tidemark_broker::log_dir::LogDirLock;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -197,6 +198,8 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     for bug in faults.names() {
         warn!("!!! INJECTED BUG ENABLED: {bug} — this broker is deliberately unsafe !!!");
     }
+    // Held until the process ends: no other broker may use this log directory meanwhile.
+    let _log_dir_lock = LogDirLock::acquire(&config.log_dir)?;
     // With voters configured the metadata lives in the raft quorum; a standalone node keeps it
     // in a local file.
     let raft = if config.controller_quorum_voters.is_empty() {

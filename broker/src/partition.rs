@@ -1,20 +1,23 @@
 //! One partition replica on this broker: its log plus the replication state around it (leader or
-//! follower, leader epoch, ISR, high watermark). Produce, fetch and epoch queries go through here
-//! so that fencing by leader epoch and the high-watermark rules live in one place.
+//! follower, leader epoch, ISR, high watermark), and the replica rules of Kafka's
+//! `Partition.scala` over them: appending as leader under the min-ISR check, the acks=all wait
+//! condition, when the ISR shrinks or grows, serving fetches with leader-epoch fencing, and
+//! appending and truncating as a follower. The state is private, so every rule lives here.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use kafka_protocol::ResponseError;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
 
 use crate::config::LogConfig;
-use crate::errors;
-use crate::log::{LogError, LogSettings, PartitionLog};
+use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 
 /// Per-partition file recording the last registration this replica acted on, so that
@@ -33,12 +36,12 @@ pub struct PersistedState {
 
 /// What the leader knows of one follower.
 #[derive(Clone, Copy, Debug)]
-pub struct FollowerState {
-    pub log_end_offset: i64,
-    pub last_caught_up: Instant,
+struct FollowerState {
+    log_end_offset: i64,
+    last_caught_up: Instant,
     /// The leader's log end offset when this follower last fetched: reaching it means the
     /// follower was caught up at that fetch (Kafka's `lastFetchLeaderLogEndOffset`).
-    pub leader_end_at_last_fetch: i64,
+    leader_end_at_last_fetch: i64,
 }
 
 /// What a new registration asks of this replica.
@@ -55,51 +58,108 @@ pub enum RoleChange {
     Leaderless,
 }
 
-#[derive(Debug)]
-pub struct PartitionState {
-    pub log: PartitionLog,
-    pub config: LogConfig,
+/// Replica rules this process breaks on purpose (`--inject-bug`), fixed when it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deviations {
+    /// The high watermark may advance while the ISR is below min.insync.replicas.
+    pub no_strict_min_isr: bool,
+    /// Requests with a stale current leader epoch are served.
+    pub accept_stale_epoch: bool,
+}
+
+/// What the hosting broker fixes for every replica it opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Host {
     pub node_id: i32,
-    pub registration: PartitionRegistration,
+    pub deviations: Deviations,
+}
+
+/// A fetch of one partition as the request states it.
+#[derive(Clone, Copy, Debug)]
+pub struct FetchSpec {
+    pub fetch_offset: i64,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
+    pub max_bytes: usize,
+    /// The fetching broker's id, or -1 for a consumer.
+    pub replica_id: i32,
+}
+
+/// One partition's answer to a fetch.
+#[derive(Clone, Debug, Default)]
+pub struct FetchResult {
+    pub error: i16,
     pub high_watermark: i64,
-    pub followers: BTreeMap<i32, FollowerState>,
+    pub log_start_offset: i64,
+    pub records: Vec<u8>,
+    /// KIP-595: set when the follower's log diverged from ours.
+    pub diverging_epoch: Option<(i32, i64)>,
+}
+
+/// An append as leader: where the records went, in which epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderAppend {
+    pub info: AppendInfo,
+    pub log_start_offset: i64,
+    pub leader_epoch: i32,
+}
+
+/// Kafka's `checkEnoughReplicasReachOffset` for an acks=all append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckCheck {
+    /// The high watermark passed the append: acknowledge it.
+    Reached,
+    /// Not yet.
+    Waiting,
+    /// Leadership or the leader epoch changed: the append may be truncated.
+    LeadershipChanged,
+}
+
+#[derive(Debug)]
+struct PartitionState {
+    log: PartitionLog,
+    config: LogConfig,
+    node_id: i32,
+    registration: PartitionRegistration,
+    high_watermark: i64,
+    followers: BTreeMap<i32, FollowerState>,
     /// Log end offset when this replica became leader: a follower joins the ISR only once it
     /// has reached it (Kafka's leader epoch start offset).
-    pub leader_epoch_start_offset: i64,
+    leader_epoch_start_offset: i64,
     /// Set on becoming a follower: the log must be reconciled with the leader's by leader epoch
     /// before fetching.
-    pub needs_truncation: bool,
+    needs_truncation: bool,
 }
 
 impl PartitionState {
-    pub fn is_leader(&self) -> bool {
+    fn is_leader(&self) -> bool {
         self.registration.leader == self.node_id
     }
 
-    pub fn leader_epoch(&self) -> i32 {
+    fn leader_epoch(&self) -> i32 {
         self.registration.leader_epoch
     }
 
     /// KIP-320: compare a requester's view of the leader epoch with ours.
-    pub fn check_leader_epoch(&self, current: i32) -> Result<(), i16> {
+    fn check_leader_epoch(&self, current: i32) -> Result<(), i16> {
         if current < 0 || current == self.leader_epoch() {
             Ok(())
         } else if current < self.leader_epoch() {
-            Err(errors::FENCED_LEADER_EPOCH)
+            Err(ResponseError::FencedLeaderEpoch.code())
         } else {
-            Err(errors::UNKNOWN_LEADER_EPOCH)
+            Err(ResponseError::UnknownLeaderEpoch.code())
         }
     }
 
     /// The minimum ISR size below which the high watermark must not advance (KIP-966).
-    pub fn effective_min_isr(&self) -> usize {
+    fn effective_min_isr(&self) -> usize {
         (self.config.min_insync_replicas.max(1) as usize)
             .min(self.registration.replicas.len().max(1))
     }
 
     /// Moves the leader's high watermark to the smallest log end offset in the ISR, never back,
     /// and not at all while the ISR is under the minimum. Returns whether it moved.
-    pub fn maybe_increment_high_watermark(&mut self, strict_min_isr: bool) -> bool {
+    fn maybe_increment_high_watermark(&mut self, strict_min_isr: bool) -> bool {
         if !self.is_leader() {
             return false;
         }
@@ -126,7 +186,7 @@ impl PartitionState {
     }
 
     /// Records a follower's fetch at `fetch_offset` (its log end offset) on the leader.
-    pub fn record_follower_fetch(&mut self, replica: i32, fetch_offset: i64, now: Instant) {
+    fn record_follower_fetch(&mut self, replica: i32, fetch_offset: i64, now: Instant) {
         let leo = self.log.log_end_offset();
         let f = self.followers.entry(replica).or_insert(FollowerState {
             log_end_offset: -1,
@@ -142,7 +202,7 @@ impl PartitionState {
 
     /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
     /// leader's epoch start, and the leader not RECOVERING).
-    pub fn may_join_isr(&self, replica: i32) -> bool {
+    fn may_join_isr(&self, replica: i32) -> bool {
         !self.registration.isr.contains(&replica)
             && self.registration.leader_recovery_state == LeaderRecoveryState::Recovered
             && self.followers.get(&replica).is_some_and(|f| {
@@ -152,7 +212,7 @@ impl PartitionState {
     }
 
     /// ISR members that have not been caught up for longer than `max_lag`.
-    pub fn laggards(&self, now: Instant, max_lag: std::time::Duration) -> Vec<i32> {
+    fn laggards(&self, now: Instant, max_lag: Duration) -> Vec<i32> {
         self.registration
             .isr
             .iter()
@@ -181,6 +241,7 @@ pub struct Partition {
     pub index: i32,
     dir: PathBuf,
     state: Mutex<PartitionState>,
+    deviations: Deviations,
     high_watermark: watch::Sender<i64>,
     /// At most one AlterPartition in flight per partition, as in Kafka.
     pub alter_in_flight: AtomicBool,
@@ -193,18 +254,46 @@ pub fn dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
 }
 
+/// Reports a `partition.state` that cannot be read back or was written by another node. The
+/// broker does not act on the file (the controller's metadata is the truth), but a damaged one
+/// means something else wrote into this directory, and `dump-log` would misreport the replica.
+fn report_bad_state_file(dir: &Path, node_id: i32) {
+    let path = dir.join(STATE_FILE);
+    let problem = match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => format!("cannot be read: {e}"),
+        Ok(bytes) => match serde_json::from_slice::<PersistedState>(&bytes) {
+            Err(e) => format!("is not a valid partition state: {e}"),
+            Ok(st) if st.node_id != node_id => format!(
+                "was written by node {}, not by this node {node_id}",
+                st.node_id
+            ),
+            Ok(_) => return,
+        },
+    };
+    error!(
+        file = %path.display(),
+        "{problem}; it is rewritten when this replica adopts its registration"
+    );
+}
+
 impl Partition {
     /// Opens the replica's log (recovering it) and adopts `registration`.
     pub fn open(
         log_dir: &Path,
         topic: &str,
         index: i32,
-        node_id: i32,
+        host: Host,
         config: LogConfig,
         registration: PartitionRegistration,
         stored_high_watermark: Option<i64>,
     ) -> Result<(Self, Vec<String>), LogError> {
+        let Host {
+            node_id,
+            deviations,
+        } = host;
         let dir = log_dir.join(dir_name(topic, index));
+        report_bad_state_file(&dir, node_id);
         let (log, notes) = PartitionLog::open(&dir, PartitionState::settings(&config))?;
         let hw = stored_high_watermark
             .unwrap_or(0)
@@ -229,6 +318,7 @@ impl Partition {
             index,
             dir,
             state: Mutex::new(state),
+            deviations,
             high_watermark: tx,
             alter_in_flight: AtomicBool::new(false),
             fetcher: Mutex::new(None),
@@ -241,7 +331,7 @@ impl Partition {
     }
 
     /// Runs `f` with the partition state locked.
-    pub fn with_state<R>(&self, f: impl FnOnce(&mut PartitionState) -> R) -> R {
+    fn with_state<R>(&self, f: impl FnOnce(&mut PartitionState) -> R) -> R {
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut guard)
     }
@@ -252,7 +342,7 @@ impl Partition {
     }
 
     /// Publishes the current high watermark to waiters.
-    pub fn publish_high_watermark(&self, hw: i64) {
+    fn publish_high_watermark(&self, hw: i64) {
         self.high_watermark.send_if_modified(|v| {
             let changed = *v != hw;
             *v = hw;
@@ -263,11 +353,8 @@ impl Partition {
     /// Adopts a new registration: a replica that becomes leader at a new epoch records the epoch's
     /// start at its log end, as Kafka's `makeLeader` does; one that follows a new leader or epoch
     /// must truncate by epoch before fetching again.
-    pub fn apply_registration(
-        &self,
-        reg: PartitionRegistration,
-        strict_min_isr: bool,
-    ) -> Result<RoleChange, LogError> {
+    pub fn apply_registration(&self, reg: PartitionRegistration) -> Result<RoleChange, LogError> {
+        let strict_min_isr = self.strict_min_isr();
         let (hw, change) = self.with_state(|s| -> Result<(i64, RoleChange), LogError> {
             let old = s.registration.clone();
             let me = s.node_id;
@@ -327,6 +414,386 @@ impl Partition {
         })?;
         self.publish_high_watermark(hw);
         Ok(change)
+    }
+
+    fn strict_min_isr(&self) -> bool {
+        !self.deviations.no_strict_min_isr
+    }
+
+    fn check_epoch(&self, s: &PartitionState, current: i32) -> Result<(), i16> {
+        if self.deviations.accept_stale_epoch {
+            return Ok(());
+        }
+        s.check_leader_epoch(current)
+    }
+
+    /// Whether the replica runs with `config` already.
+    pub fn has_config(&self, config: &LogConfig) -> bool {
+        self.with_state(|s| s.config == *config)
+    }
+
+    /// Kafka's `appendRecordsToLeader`: refuses unless this replica leads, and for acks=all
+    /// unless the ISR is at least min.insync.replicas; stamps the batches with the leader epoch.
+    pub fn append_records_to_leader(
+        &self,
+        records: &[u8],
+        acks: i16,
+    ) -> Result<LeaderAppend, (i16, String)> {
+        let strict = self.strict_min_isr();
+        let (appended, hw) = self.with_state(|s| {
+            if !s.is_leader() {
+                return Err((
+                    ResponseError::NotLeaderOrFollower.code(),
+                    format!("{}-{}: not the leader", self.topic, self.index),
+                ));
+            }
+            if acks == -1 && s.registration.isr.len() < s.config.min_insync_replicas as usize {
+                return Err((
+                    ResponseError::NotEnoughReplicas.code(),
+                    format!(
+                        "ISR {:?} is smaller than min.insync.replicas {}",
+                        s.registration.isr, s.config.min_insync_replicas
+                    ),
+                ));
+            }
+            let epoch = s.leader_epoch();
+            let info = s
+                .log
+                .append_as_leader(records, epoch)
+                .map_err(|e| match e {
+                    LogError::InvalidRecords(e) => {
+                        (ResponseError::CorruptMessage.code(), e.to_string())
+                    }
+                    LogError::Invalid(m) => (ResponseError::InvalidRecord.code(), m),
+                    other => (ResponseError::KafkaStorageError.code(), other.to_string()),
+                })?;
+            s.maybe_increment_high_watermark(strict);
+            let appended = LeaderAppend {
+                info,
+                log_start_offset: s.log.log_start_offset(),
+                leader_epoch: epoch,
+            };
+            Ok((appended, s.high_watermark))
+        })?;
+        self.publish_high_watermark(hw);
+        Ok(appended)
+    }
+
+    /// Kafka's `checkEnoughReplicasReachOffset`: whether an acks=all append made in
+    /// `leader_epoch` and ending before `required` is committed.
+    pub fn check_enough_replicas_reach_offset(&self, required: i64, leader_epoch: i32) -> AckCheck {
+        self.with_state(|s| {
+            if !s.is_leader() || s.leader_epoch() != leader_epoch {
+                AckCheck::LeadershipChanged
+            } else if s.high_watermark >= required {
+                AckCheck::Reached
+            } else {
+                AckCheck::Waiting
+            }
+        })
+    }
+
+    /// Whether the ISR is smaller than min.insync.replicas.
+    pub fn isr_below_min(&self) -> bool {
+        self.with_state(|s| s.registration.isr.len() < s.config.min_insync_replicas as usize)
+    }
+
+    /// Kafka's `maybeShrinkIsr` on a leader: the ISR without the followers that have not been
+    /// caught up for `max_lag`; a RECOVERING leader (KIP-704) also declares itself recovered,
+    /// its log being the truth once it leads. `None` when nothing is to change.
+    pub fn isr_shrink(
+        &self,
+        now: Instant,
+        max_lag: Duration,
+    ) -> Option<(Vec<i32>, LeaderRecoveryState)> {
+        self.with_state(|s| {
+            if !s.is_leader() {
+                return None;
+            }
+            if s.registration.leader_recovery_state == LeaderRecoveryState::Recovering {
+                return Some((s.registration.isr.clone(), LeaderRecoveryState::Recovered));
+            }
+            let laggards = s.laggards(now, max_lag);
+            if laggards.is_empty() {
+                return None;
+            }
+            let isr: Vec<i32> = s
+                .registration
+                .isr
+                .iter()
+                .copied()
+                .filter(|r| !laggards.contains(r))
+                .collect();
+            info!(topic = ?self.topic, partition = self.index, ?laggards, "shrinking ISR");
+            Some((isr, LeaderRecoveryState::Recovered))
+        })
+    }
+
+    /// The leader and partition epochs an AlterPartition from this leader states.
+    pub fn alter_partition_epochs(&self) -> (i32, i32) {
+        self.with_state(|s| (s.registration.leader_epoch, s.registration.partition_epoch))
+    }
+
+    /// Moves the high watermark if the ISR allows it (after the ISR changed) and publishes it.
+    pub fn maybe_increment_high_watermark(&self) {
+        let strict = self.strict_min_isr();
+        let hw = self.with_state(|s| {
+            s.maybe_increment_high_watermark(strict);
+            s.high_watermark
+        });
+        self.publish_high_watermark(hw);
+    }
+
+    /// Serves a fetch as leader. Consumers read below the high watermark; followers
+    /// (`replica_id` ≥ 0) read to the log end, report their position (moving the high watermark),
+    /// and are told where their log diverged instead of being given records (KIP-595). Also
+    /// returns the grown ISR when the fetching follower may join it (Kafka's `maybeExpandIsr`).
+    pub fn fetch(&self, spec: FetchSpec) -> (FetchResult, Option<Vec<i32>>) {
+        let fail = |error| FetchResult {
+            error,
+            high_watermark: -1,
+            log_start_offset: -1,
+            ..Default::default()
+        };
+        let strict = self.strict_min_isr();
+        let mut expand = None;
+        let result = self.with_state(|s| {
+            if let Err(code) = self.check_epoch(s, spec.current_leader_epoch) {
+                return fail(code);
+            }
+            if !s.is_leader() {
+                return fail(ResponseError::NotLeaderOrFollower.code());
+            }
+            let (start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
+            let follower = spec.replica_id >= 0;
+            if spec.fetch_offset < start || spec.fetch_offset > leo {
+                return FetchResult {
+                    error: ResponseError::OffsetOutOfRange.code(),
+                    high_watermark: s.high_watermark,
+                    log_start_offset: start,
+                    ..Default::default()
+                };
+            }
+            if follower && spec.last_fetched_epoch >= 0 {
+                let (epoch, end) = s.log.end_offset_for_epoch(spec.last_fetched_epoch);
+                if epoch < spec.last_fetched_epoch || end < spec.fetch_offset {
+                    return FetchResult {
+                        high_watermark: s.high_watermark,
+                        log_start_offset: start,
+                        diverging_epoch: Some((epoch, end)),
+                        ..Default::default()
+                    };
+                }
+            }
+            if follower {
+                s.record_follower_fetch(spec.replica_id, spec.fetch_offset, Instant::now());
+                if s.may_join_isr(spec.replica_id) {
+                    let mut isr = s.registration.isr.clone();
+                    isr.push(spec.replica_id);
+                    expand = Some(isr);
+                }
+                s.maybe_increment_high_watermark(strict);
+            }
+            let max_offset = if follower { leo } else { s.high_watermark };
+            let mut result = FetchResult {
+                high_watermark: s.high_watermark,
+                log_start_offset: start,
+                ..Default::default()
+            };
+            match s.log.read(spec.fetch_offset, max_offset, spec.max_bytes) {
+                Ok(r) => result.records = r.records,
+                Err(LogError::OutOfRange { .. }) => {
+                    result.error = ResponseError::OffsetOutOfRange.code()
+                }
+                Err(e) => {
+                    warn!(topic = ?self.topic, partition = self.index, "read failed: {e}");
+                    result.error = ResponseError::KafkaStorageError.code();
+                }
+            }
+            result
+        });
+        if spec.replica_id >= 0 && result.high_watermark >= 0 {
+            self.publish_high_watermark(result.high_watermark);
+        }
+        (result, expand)
+    }
+
+    /// Runs `f` on the state of a partition this replica leads, after checking the requester's
+    /// leader epoch.
+    fn with_leader<R>(
+        &self,
+        current_leader_epoch: i32,
+        f: impl FnOnce(&mut PartitionState) -> Result<R, i16>,
+    ) -> Result<R, i16> {
+        self.with_state(|s| {
+            self.check_epoch(s, current_leader_epoch)?;
+            if !s.is_leader() {
+                return Err(ResponseError::NotLeaderOrFollower.code());
+            }
+            f(s)
+        })
+    }
+
+    /// ListOffsets as leader: earliest (-2), latest (-1), max timestamp (-3) or the first offset
+    /// whose batch has a timestamp at or after `timestamp`; `(timestamp, offset, leader epoch)`.
+    pub fn list_offset(
+        &self,
+        timestamp: i64,
+        current_leader_epoch: i32,
+        replica_id: i32,
+    ) -> Result<(i64, i64, i32), i16> {
+        self.with_leader(current_leader_epoch, |s| {
+            let epoch = s.leader_epoch();
+            match timestamp {
+                -2 => Ok((-1, s.log.log_start_offset(), epoch)),
+                // Followers and debug tools (-2) see the log end; consumers the high watermark.
+                -1 if replica_id >= 0 || replica_id == -2 => {
+                    Ok((-1, s.log.log_end_offset(), epoch))
+                }
+                -1 => Ok((-1, s.high_watermark, epoch)),
+                ts => {
+                    let headers = s
+                        .log
+                        .batch_headers()
+                        .map_err(|_| ResponseError::KafkaStorageError.code())?;
+                    let committed = headers
+                        .iter()
+                        .filter(|(_, _, h)| h.last_offset() < s.high_watermark);
+                    let found = if ts == -3 {
+                        committed.max_by_key(|(_, _, h)| h.max_timestamp).copied()
+                    } else {
+                        committed
+                            .clone()
+                            .find(|(_, _, h)| h.max_timestamp >= ts)
+                            .copied()
+                    };
+                    Ok(found.map_or((-1, -1, -1), |(_, _, h)| {
+                        (h.max_timestamp, h.base_offset, h.leader_epoch)
+                    }))
+                }
+            }
+        })
+    }
+
+    /// OffsetForLeaderEpoch as leader: the largest epoch ≤ `epoch` this leader knows and where
+    /// it ended.
+    pub fn offset_for_leader_epoch(
+        &self,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<(i32, i64), i16> {
+        self.with_leader(current_leader_epoch, |s| {
+            Ok(s.log.end_offset_for_epoch(epoch))
+        })
+    }
+
+    /// Whether this follower must reconcile its log by leader epoch before fetching.
+    pub fn needs_truncation(&self) -> bool {
+        self.with_state(|s| s.needs_truncation)
+    }
+
+    pub fn set_needs_truncation(&self, needed: bool) {
+        self.with_state(|s| s.needs_truncation = needed);
+    }
+
+    /// Where a follower fetches from: its log end, latest epoch and log start.
+    pub fn follower_fetch_position(&self) -> (i64, i32, i64) {
+        self.with_state(|s| {
+            (
+                s.log.log_end_offset(),
+                s.log.latest_epoch(),
+                s.log.log_start_offset(),
+            )
+        })
+    }
+
+    /// The latest leader epoch in this replica's log, or -1.
+    pub fn latest_epoch(&self) -> i32 {
+        self.with_state(|s| s.log.latest_epoch())
+    }
+
+    /// Appends fetched batches as a follower and takes the leader's high watermark, bounded by
+    /// this log's end and never moving back; publishes it.
+    pub fn append_as_follower(&self, records: &[u8], leader_hw: i64) -> Result<(), LogError> {
+        let hw = self.with_state(|s| -> Result<i64, LogError> {
+            if !records.is_empty() {
+                s.log.append_as_follower(records)?;
+            }
+            let leo = s.log.log_end_offset();
+            s.high_watermark = leader_hw.min(leo).max(s.high_watermark.min(leo));
+            Ok(s.high_watermark)
+        })?;
+        self.publish_high_watermark(hw);
+        Ok(())
+    }
+
+    /// Truncates the follower per Kafka's `getOffsetTruncationState`, given the leader's answer
+    /// `(leader_epoch, leader_end)` for our latest epoch. Returns whether truncation is complete.
+    pub fn truncate_by_epoch(&self, leader_epoch: i32, leader_end: i64) -> Result<bool, LogError> {
+        self.with_state(|s| {
+            let leo = s.log.log_end_offset();
+            let (target, complete) = if leader_end < 0 {
+                (s.high_watermark, true)
+            } else if leader_epoch < 0 {
+                (leader_end.min(leo), true)
+            } else {
+                let (fe, fo) = s.log.end_offset_for_epoch(leader_epoch);
+                if fe < 0 {
+                    (leader_end.min(leo), true)
+                } else if fe != leader_epoch {
+                    (fo.min(leo), false)
+                } else {
+                    (fo.min(leader_end).min(leo), true)
+                }
+            };
+            if target <= leo {
+                if target < leo {
+                    info!(topic = ?self.topic, partition = self.index, from = leo, to = target, "truncating by leader epoch");
+                }
+                s.log.truncate_to(target)?;
+                s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+            }
+            Ok(complete)
+        })
+    }
+
+    /// The injected `hw-truncation` bug (KAFKA-1211): truncates to the high watermark instead of
+    /// by leader epoch, throwing away records the leader may have acknowledged.
+    pub fn truncate_to_high_watermark(&self) -> Result<(), LogError> {
+        self.with_state(|s| {
+            let hw = s.high_watermark;
+            if hw < s.log.log_end_offset() {
+                warn!(topic = ?self.topic, partition = self.index, hw, "injected bug hw-truncation: truncating to the high watermark");
+                s.log.truncate_to(hw)?;
+            }
+            s.needs_truncation = false;
+            Ok(())
+        })
+    }
+
+    /// Kafka's `fetchOffsetAndTruncate`: a follower ahead of the leader (after an unclean
+    /// election) truncates to the leader's end; one behind the leader's start starts over there.
+    pub fn truncate_out_of_range(
+        &self,
+        leader_end: i64,
+        leader_start: i64,
+    ) -> Result<(), LogError> {
+        self.with_state(|s| {
+            let leo = s.log.log_end_offset();
+            if leader_end < leo {
+                warn!(topic = ?self.topic, partition = self.index, leader_end, leo, "follower ahead of the leader: truncating");
+                s.log.truncate_to(leader_end)?;
+            } else if leader_start > leo {
+                s.log.truncate_fully_and_start_at(leader_start)?;
+            }
+            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+            Ok(())
+        })
+    }
+
+    /// fsyncs the log (a replica still shared at shutdown).
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.with_state(|s| s.log.flush())
     }
 
     pub fn set_config(&self, config: LogConfig) {

@@ -1,15 +1,17 @@
 //! Replication on real broker processes: a 3-node cluster keeps every acknowledged record while
-//! its leader is killed again and again, replicas converge, and a full restart keeps topics,
-//! epochs and data.
+//! its leader is killed again and again, replicas converge, a full restart keeps topics, epochs
+//! and data, and a restarted leader does not lead from its own saved state.
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::client::{create_topic, produce, read_all};
+use common::client::{create_topic, create_topic_assigned, produce, read_all, Producer};
 use common::Cluster;
 
 const T: Duration = Duration::from_secs(30);
@@ -177,11 +179,164 @@ fn restarting_the_whole_cluster_keeps_topics_epochs_and_data() {
         epoch_after >= epoch_before,
         "leader epoch went back: {epoch_before} -> {epoch_after}"
     );
-    let leader = leader_of(&c, "keep").unwrap();
+    // Registrations after the restart may still move leadership: ask for the leader each time.
+    let read = std::cell::RefCell::new(None);
     c.wait_for("data readable", T, |c| {
-        read_all(&c.addr(leader), "keep", 0).is_ok_and(|(r, _)| r.len() == 50)
+        let recs = leader_of(c, "keep").and_then(|l| read_all(&c.addr(l), "keep", 0).ok());
+        let done = recs.as_ref().is_some_and(|(r, _)| r.len() == 50);
+        if done {
+            *read.borrow_mut() = recs.map(|(r, _)| r);
+        }
+        done
     });
-    let (after, _) = read_all(&c.addr(leader), "keep", 0).unwrap();
+    let after = read.into_inner().expect("read above");
     let vals = |r: &[(i64, i64, i32)]| r.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>();
     assert_eq!(vals(&after), vals(&before));
+}
+
+/// Writes acks=1 to `addr` from before the broker there starts until `stop`, as fast as it
+/// answers. Returns the acknowledged `(value, offset)` pairs and how many produces were answered.
+fn produce_from_start(
+    addr: String,
+    topic: &'static str,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(Vec<(i64, i64)>, usize)> {
+    std::thread::spawn(move || {
+        let mut p = Producer::new(&addr);
+        let (mut acked, mut answered) = (Vec::new(), 0);
+        let mut value = 1_000_000;
+        while !stop.load(Ordering::SeqCst) {
+            match p.send(topic, 0, value, 1) {
+                Ok(offset) => {
+                    acked.push((value, offset));
+                    answered += 1;
+                }
+                // Not listening yet: try again shortly.
+                Err(-100) => std::thread::sleep(Duration::from_millis(2)),
+                Err(_) => answered += 1,
+            }
+            value += 1;
+        }
+        (acked, answered)
+    })
+}
+
+/// Writes `value` acks=all to `addr`, which leads the partition or is about to: its replica
+/// opens just after the metadata naming it arrives, and until then it answers
+/// NOT_LEADER_OR_FOLLOWER. Returns the offset.
+fn produce_to_leader(addr: &str, topic: &str, value: i64) -> i64 {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        match produce(addr, topic, 0, &[value], -1, T) {
+            Ok(offset) => return offset,
+            Err(6) if std::time::Instant::now() < deadline => {}
+            Err(e) => panic!("write of {value} to {addr} failed: error {e}"),
+        }
+    }
+}
+
+/// Flips a byte inside batch `n` of the first segment of a partition directory, so recovery
+/// after a crash cuts the log there.
+fn corrupt_batch(dir: &Path, n: usize) {
+    let path = dir.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut pos = 0;
+    for _ in 0..n {
+        pos += tidemark_broker::log::batch::parse_header(&bytes[pos..])
+            .unwrap()
+            .size;
+    }
+    bytes[pos + 70] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+}
+
+/// Node 1 leads a 3-replica partition holding 40 records and is killed with SIGKILL; `damage`
+/// runs on its partition directory; with `await_failover` another node is elected first. Node 1
+/// then restarts while an acks=1 producer writes to it from its first moment. It must not lead
+/// from its saved state: every write acknowledged anywhere survives, the replicas agree, and the
+/// partition ends in a newer leader epoch.
+fn restarted_leader_does_not_lead_from_saved_state(
+    extra: &[&str],
+    await_failover: bool,
+    damage: impl FnOnce(&Path),
+) {
+    let mut c = Cluster::start(3, "", extra);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "s", 1, 3, &[&[1, 2, 3]], &[]),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("s", 0)
+            .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+    });
+    let mut acked: Vec<(i64, i64)> = (0..40)
+        .map(|v| (v, produce_to_leader(&c.addr(1), "s", v)))
+        .collect();
+    c.node(1).kill9();
+    damage(&c.nodes[0].data_dir().join("s-0"));
+    if await_failover {
+        c.wait_for("node 2 or 3 leads in epoch 1", T, |c| {
+            c.partition_state_at(2, "s", 0)
+                .is_some_and(|(l, e, _)| [2, 3].contains(&l) && e >= 1)
+        });
+    }
+    let log_before = c.node(1).log().len();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = produce_from_start(c.addr(1), "s", stop.clone());
+    c.node(1).launch();
+    c.wait_for("node 1 knows the new leader", T, |c| {
+        c.partition_state_at(1, "s", 0)
+            .is_some_and(|(l, e, _)| [2, 3].contains(&l) && e >= 1)
+    });
+    let (leader, epoch, _) = c.partition_state_at(1, "s", 0).unwrap();
+    for v in 40..50 {
+        acked.push((v, produce_to_leader(&c.addr(leader), "s", v)));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (on_restarted, answered) = writer.join().unwrap();
+    assert!(answered > 0, "the restarted broker answered no produce");
+    acked.extend(on_restarted);
+    c.wait_for("ISR of 3 again", T, |c| {
+        c.partition_state("s", 0)
+            .is_some_and(|(_, _, isr)| isr.len() == 3)
+    });
+    let (recs, hw) = read_all(&c.addr(leader), "s", 0).unwrap();
+    let at: BTreeMap<i64, i64> = recs.iter().map(|r| (r.0, r.1)).collect();
+    let lost: Vec<&(i64, i64)> = acked.iter().filter(|(v, o)| at.get(o) != Some(v)).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged (value, offset) pairs lost: {lost:?}"
+    );
+    c.wait_for("followers caught up", T, |c| {
+        (1..=3).all(|id| {
+            c.dump(id)
+                .iter()
+                .any(|r| r["topic"] == "s" && r["log_end_offset"].as_i64() >= Some(hw))
+        })
+    });
+    assert_replicas_agree(&c, "s");
+    assert!(epoch >= 1, "the partition stayed in epoch {epoch}");
+    let after_restart = c.node(1).log()[log_before..].to_string();
+    let stale: Vec<&str> = after_restart
+        .lines()
+        .filter(|l| l.contains("became leader"))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "the restarted broker led from its saved state: {stale:?}"
+    );
+}
+
+#[test]
+fn restarted_leader_is_fenced_until_it_has_caught_up_with_the_controller() {
+    restarted_leader_does_not_lead_from_saved_state(&[], true, |_| {});
+}
+
+#[test]
+fn leader_restarted_within_the_session_with_a_cut_log_does_not_keep_its_epoch() {
+    restarted_leader_does_not_lead_from_saved_state(
+        &["--override", "broker.session.timeout.ms=60000"],
+        false,
+        |dir| corrupt_batch(dir, 25),
+    );
 }

@@ -783,6 +783,27 @@ mod tests {
     }
 
     #[test]
+    fn restarted_sole_isr_leader_leads_again_only_in_a_new_epoch() {
+        let mut image = cluster(false);
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(3));
+        let before = part(&image).leader_epoch;
+        assert_eq!(
+            (part(&image).leader, part(&image).isr.clone()),
+            (1, vec![1])
+        );
+        // Back within the session timeout, never fenced: the new incarnation still ends the old
+        // one's epoch, so what it appends after a recovery cut cannot reuse it.
+        register(&mut image, 1, 11);
+        assert_eq!(part(&image).leader, 1);
+        assert!(
+            part(&image).leader_epoch > before,
+            "epoch {} after {before}",
+            part(&image).leader_epoch
+        );
+    }
+
+    #[test]
     fn topic_errors_and_bump() {
         let mut image = cluster(false);
         let create = |name: &str, rf| ControllerCommand::CreateTopic {

@@ -1,8 +1,10 @@
 //! The v2 record batch header, read at Kafka's fixed byte offsets. The broker treats batches as
-//! opaque bytes: it only needs the header to assign offsets, stamp the leader epoch and check the
-//! CRC, so it never decompresses a record.
+//! opaque bytes: it needs the header to assign offsets, stamp the leader epoch and check the CRC,
+//! and walks the records only to count them (decompressing a compressed batch, as Kafka's
+//! validation does), so a header cannot claim records the batch does not hold.
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::compression::{self, Decompressor};
 
 /// Bytes before the first record: the fixed v2 header.
 pub const HEADER_LEN: usize = 61;
@@ -16,6 +18,7 @@ const LAST_OFFSET_DELTA_AT: usize = 23;
 const MAX_TIMESTAMP_AT: usize = 35;
 const RECORD_COUNT_AT: usize = 57;
 const CONTROL_BIT: i16 = 1 << 5;
+const COMPRESSION_MASK: i16 = 0x7;
 
 /// The header fields the log uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +56,8 @@ pub enum BatchError {
     Crc { stored: u32, actual: u32 },
     #[error("record count {count} does not match last offset delta {delta}")]
     Count { count: i32, delta: i32 },
+    #[error("header declares {declared} records but the batch holds {found}")]
+    Records { declared: i32, found: String },
 }
 
 fn be_i64(b: &[u8], at: usize) -> i64 {
@@ -110,7 +115,64 @@ pub fn verify_crc(batch: &[u8]) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Splits a buffer of concatenated batches, checking each header and CRC. Every byte must
+/// Counts the records of one whole, CRC-checked batch and checks the header's record count.
+pub fn verify_record_count(batch: &[u8], header: &BatchHeader) -> Result<(), BatchError> {
+    let attributes = be_i16(batch, ATTRIBUTES_AT);
+    let mut records = Bytes::copy_from_slice(&batch[HEADER_LEN..]);
+    let counted = match attributes & COMPRESSION_MASK {
+        0 => compression::None::decompress(&mut records, count_records),
+        1 => compression::Gzip::decompress(&mut records, count_records),
+        2 => compression::Snappy::decompress(&mut records, count_records),
+        3 => compression::Lz4::decompress(&mut records, count_records),
+        4 => compression::Zstd::decompress(&mut records, count_records),
+        other => Err(anyhow::anyhow!("unknown compression type {other}")),
+    };
+    match counted {
+        Ok(n) if n == i64::from(header.record_count) => Ok(()),
+        Ok(n) => Err(BatchError::Records {
+            declared: header.record_count,
+            found: n.to_string(),
+        }),
+        Err(e) => Err(BatchError::Records {
+            declared: header.record_count,
+            found: format!("unreadable records ({e:#})"),
+        }),
+    }
+}
+
+/// Walks length-prefixed records (a zigzag varint length, then that many bytes) to the end.
+fn count_records<B: Buf>(buf: &mut B) -> anyhow::Result<i64> {
+    let mut n = 0i64;
+    while buf.has_remaining() {
+        let len = read_varint(buf)?;
+        let len = usize::try_from(len)
+            .map_err(|_| anyhow::anyhow!("record {n} has negative length {len}"))?;
+        if len > buf.remaining() {
+            anyhow::bail!("record {n} needs {len} bytes, {} remain", buf.remaining());
+        }
+        buf.advance(len);
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Kafka's signed varint: zigzag-encoded, 7 bits per byte, at most 5 bytes.
+fn read_varint<B: Buf>(buf: &mut B) -> anyhow::Result<i32> {
+    let mut raw = 0u32;
+    for i in 0..5 {
+        if !buf.has_remaining() {
+            anyhow::bail!("record length is cut off");
+        }
+        let b = buf.get_u8();
+        raw |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok((raw >> 1) as i32 ^ -((raw & 1) as i32));
+        }
+    }
+    anyhow::bail!("record length varint is longer than 5 bytes")
+}
+
+/// Splits a buffer of concatenated batches, checking each header, CRC and record count. Every byte must
 /// belong to a valid batch: a partial trailing batch is an error here.
 pub fn split_batches(buf: &[u8]) -> Result<Vec<(usize, BatchHeader)>, BatchError> {
     let mut out = Vec::new();
@@ -124,6 +186,7 @@ pub fn split_batches(buf: &[u8]) -> Result<Vec<(usize, BatchHeader)>, BatchError
             });
         }
         verify_crc(&buf[pos..pos + header.size])?;
+        verify_record_count(&buf[pos..pos + header.size], &header)?;
         out.push((pos, header));
         pos += header.size;
     }
@@ -135,4 +198,89 @@ pub fn stamp(buf: &mut BytesMut, at: usize, base_offset: i64, leader_epoch: i32)
     buf[at..at + 8].copy_from_slice(&base_offset.to_be_bytes());
     buf[at + LEADER_EPOCH_AT..at + LEADER_EPOCH_AT + 4]
         .copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::log::testing::batch;
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// Rewrites the header's record count (and last offset delta to match) and recomputes the
+    /// CRC, as a lying producer would.
+    pub(crate) fn with_count(mut b: Vec<u8>, count: i32) -> Vec<u8> {
+        b[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
+        b[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+            .copy_from_slice(&(count - 1).to_be_bytes());
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_AT..]);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    fn gzip_batch(n: usize) -> Vec<u8> {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32 - 1,
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(Bytes::from(format!("v{i}"))),
+                headers: IndexMap::new(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let opts = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Gzip,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &opts).unwrap();
+        buf.to_vec()
+    }
+
+    #[test]
+    fn record_count_must_match_the_records() {
+        let good = batch(&[b"a", b"b", b"c"]);
+        assert!(split_batches(&good).is_ok());
+        // Fewer declared than held, and more.
+        for lie in [1, 2, 4, 9] {
+            let err = split_batches(&with_count(good.clone(), lie)).unwrap_err();
+            assert_eq!(
+                err,
+                BatchError::Records {
+                    declared: lie,
+                    found: "3".into()
+                }
+            );
+        }
+        let zipped = gzip_batch(4);
+        assert!(split_batches(&zipped).is_ok());
+        assert!(matches!(
+            split_batches(&with_count(zipped, 3)),
+            Err(BatchError::Records { declared: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn varints_decode_as_kafka_writes_them() {
+        for (bytes, want) in [
+            (&[0x00][..], 0),
+            (&[0x01][..], -1),
+            (&[0x02][..], 1),
+            (&[0xac, 0x02][..], 150),
+            (&[0xff, 0xff, 0xff, 0xff, 0x0f][..], i32::MIN),
+        ] {
+            assert_eq!(read_varint(&mut &bytes[..]).unwrap(), want, "{bytes:?}");
+        }
+        assert!(read_varint(&mut &[0x80u8][..]).is_err());
+    }
 }

@@ -25,18 +25,52 @@ pub struct LeaderEpochCache {
 }
 
 impl LeaderEpochCache {
-    /// Loads the checkpoint in `dir`, or starts empty when there is none.
+    /// Loads the checkpoint in `dir`, or starts empty when there is none. A checkpoint that is
+    /// not text, not in the format, or not strictly increasing is `LogError::Corrupt`.
     pub fn open(dir: &Path) -> Result<Self, LogError> {
         let path = dir.join(CHECKPOINT_FILE);
-        let entries = match std::fs::read_to_string(&path) {
-            Ok(text) => parse_checkpoint(&text).map_err(|reason| LogError::Corrupt {
-                path: path.clone(),
-                reason,
-            })?,
+        let entries = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8(bytes)
+                .map_err(|_| "not UTF-8 text".to_string())
+                .and_then(|text| parse_checkpoint(&text))
+                .map_err(|reason| LogError::Corrupt {
+                    path: path.clone(),
+                    reason,
+                })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(LogError::io(&path, e)),
         };
         Ok(LeaderEpochCache { path, entries })
+    }
+
+    /// An empty cache for `dir` that has not touched the checkpoint file (yet).
+    pub(crate) fn unwritten(dir: &Path) -> Self {
+        LeaderEpochCache {
+            path: dir.join(CHECKPOINT_FILE),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Rebuilds the cache of `dir` from the `(partition leader epoch, base offset)` of every batch
+    /// in log order, as Kafka does when the checkpoint is unusable, and persists it.
+    pub fn rebuild(
+        dir: &Path,
+        batches: impl IntoIterator<Item = (i32, i64)>,
+    ) -> Result<Self, LogError> {
+        let mut cache = LeaderEpochCache::unwritten(dir);
+        for (epoch, base_offset) in batches {
+            if epoch >= 0 && cache.latest().is_none_or(|l| l.epoch != epoch) {
+                cache
+                    .entries
+                    .retain(|e| e.epoch < epoch && e.start_offset < base_offset);
+                cache.entries.push(EpochEntry {
+                    epoch,
+                    start_offset: base_offset,
+                });
+            }
+        }
+        cache.flush()?;
+        Ok(cache)
     }
 
     pub fn entries(&self) -> &[EpochEntry] {
@@ -155,6 +189,21 @@ pub fn parse_checkpoint(text: &str) -> Result<Vec<EpochEntry>, String> {
     if entries.len() != count {
         return Err(format!("expected {count} entries, found {}", entries.len()));
     }
+    for (i, pair) in entries.windows(2).enumerate() {
+        if pair[1].epoch <= pair[0].epoch || pair[1].start_offset <= pair[0].start_offset {
+            return Err(format!(
+                "line {}: entry ({}, {}) does not follow ({}, {})",
+                i + 4,
+                pair[1].epoch,
+                pair[1].start_offset,
+                pair[0].epoch,
+                pair[0].start_offset
+            ));
+        }
+    }
+    if let Some(e) = entries.iter().find(|e| e.epoch < 0 || e.start_offset < 0) {
+        return Err(format!("negative entry ({}, {})", e.epoch, e.start_offset));
+    }
     Ok(entries)
 }
 
@@ -237,5 +286,28 @@ mod tests {
         assert!(LeaderEpochCache::open(dir.path()).is_err());
         assert!(parse_checkpoint("1\n0\n").is_err());
         assert!(parse_checkpoint("0\n1\n1 x\n").is_err());
+        assert!(parse_checkpoint("0\n2\n3 10\n2 12\n").is_err());
+        assert!(parse_checkpoint("0\n1\n-1 0\n").is_err());
+        std::fs::write(dir.path().join(CHECKPOINT_FILE), [0xff, 0x00, 0x17]).unwrap();
+        assert!(matches!(
+            LeaderEpochCache::open(dir.path()),
+            Err(LogError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn rebuild_from_batch_epochs() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches = [(-1, 0), (0, 1), (0, 3), (2, 5), (2, 9), (5, 10)];
+        let c = LeaderEpochCache::rebuild(dir.path(), batches).unwrap();
+        let entry = |epoch, start_offset| EpochEntry {
+            epoch,
+            start_offset,
+        };
+        assert_eq!(c.entries(), &[entry(0, 1), entry(2, 5), entry(5, 10)]);
+        assert_eq!(
+            LeaderEpochCache::open(dir.path()).unwrap().entries(),
+            c.entries()
+        );
     }
 }

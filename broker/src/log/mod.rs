@@ -127,7 +127,13 @@ impl PartitionLog {
         if segments.is_empty() {
             segments.insert(0, Segment::create(dir, 0)?);
         }
-        let epochs = LeaderEpochCache::open(dir)?;
+        let (epochs, unusable) = match LeaderEpochCache::open(dir) {
+            Ok(epochs) => (epochs, None),
+            Err(LogError::Corrupt { path, reason }) => {
+                (LeaderEpochCache::unwritten(dir), Some((path, reason)))
+            }
+            Err(e) => return Err(e),
+        };
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             settings,
@@ -135,6 +141,25 @@ impl PartitionLog {
             epochs,
             unflushed_messages: 0,
         };
+        if let Some((path, reason)) = unusable {
+            // The batches carry their partition leader epochs: the cache can be derived again.
+            let headers = log.batch_headers()?;
+            log.epochs = LeaderEpochCache::rebuild(
+                dir,
+                headers
+                    .iter()
+                    .map(|(_, _, h)| (h.leader_epoch, h.base_offset)),
+            )?;
+            notes.push(format!(
+                "{} is unusable ({reason}); rebuilt it from the batches' partition leader epochs: {:?}",
+                path.display(),
+                log.epochs
+                    .entries()
+                    .iter()
+                    .map(|e| (e.epoch, e.start_offset))
+                    .collect::<Vec<_>>()
+            ));
+        }
         let leo = log.log_end_offset();
         log.epochs.truncate_from_end(leo)?;
         Ok((log, notes))
@@ -603,6 +628,55 @@ mod tests {
             "everything from the corrupt batch on is cut"
         );
         assert!(notes[0].contains("CRC"), "{notes:?}");
+    }
+
+    #[test]
+    fn garbage_epoch_checkpoint_is_rebuilt_from_the_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        append_n(&mut log, 3, 0);
+        append_n(&mut log, 2, 4);
+        let want = log.epochs().entries().to_vec();
+        log.close().unwrap();
+        let checkpoint = dir.path().join(epoch_cache::CHECKPOINT_FILE);
+        std::fs::write(&checkpoint, "0\n2\nseven 0\n").unwrap();
+        let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert_eq!(log.epochs().entries(), want);
+        assert_eq!(log.log_end_offset(), 10);
+        assert!(
+            notes.len() == 1
+                && notes[0].contains("bad epoch `seven`")
+                && notes[0].contains("rebuilt"),
+            "{notes:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&checkpoint).unwrap(),
+            "0\n2\n0 0\n4 6\n"
+        );
+    }
+
+    #[test]
+    fn recovery_cuts_a_batch_whose_record_count_lies() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        log.append_as_leader(&batch(&[b"a"]), 0).unwrap();
+        log.append_as_leader(&batch(&[b"b", b"c"]), 0).unwrap();
+        log.append_as_leader(&batch(&[b"d"]), 0).unwrap();
+        let seg_path = log.active().path().to_path_buf();
+        drop(log);
+        let bytes = std::fs::read(&seg_path).unwrap();
+        let first = batch::parse_header(&bytes).unwrap().size;
+        let second = batch::parse_header(&bytes[first..]).unwrap().size;
+        let mut lying = bytes[..first].to_vec();
+        lying.extend(batch::tests::with_count(
+            bytes[first..first + second].to_vec(),
+            3,
+        ));
+        lying.extend(&bytes[first + second..]);
+        std::fs::write(&seg_path, &lying).unwrap();
+        let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert_eq!(log.log_end_offset(), 1, "cut at the lying batch: {notes:?}");
+        assert!(notes[0].contains("declares 3 records"), "{notes:?}");
     }
 
     #[test]

@@ -274,7 +274,9 @@ fn scan(file: &File, base_offset: i64, size: u64, verify: bool) -> std::io::Resu
         if verify {
             let mut whole = vec![0u8; h.size];
             file.read_exact_at(&mut whole, pos)?;
-            if let Err(e) = batch::verify_crc(&whole) {
+            let valid =
+                batch::verify_crc(&whole).and_then(|_| batch::verify_record_count(&whole, &h));
+            if let Err(e) = valid {
                 return Ok(stop(
                     pos,
                     next_offset,

@@ -29,11 +29,13 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use super::SUPPORTED_APIS;
 use crate::broker::{Broker, FetchSpec};
 use crate::config::TOPIC_KEYS;
 use crate::errors;
+use crate::metadata::validate_topic_name;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -108,7 +110,8 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
             let image = broker.metadata();
             for t in topics {
                 if let Some(name) = &t.name {
-                    if !image.topics.contains_key(name.0.as_str()) {
+                    let legal = validate_topic_name(name.0.as_str()).is_ok();
+                    if legal && !image.topics.contains_key(name.0.as_str()) {
                         if let Err(e) = broker
                             .create_topic(
                                 name.0.as_str(),
@@ -120,7 +123,11 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                             )
                             .await
                         {
-                            tracing::info!(topic = %name.0.as_str(), "auto-create failed: {}", e.message);
+                            tracing::info!(
+                                topic = ?name.0.as_str(),
+                                "auto-create failed: {}",
+                                e.message.escape_debug()
+                            );
                         }
                     }
                 }
@@ -128,6 +135,8 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
         }
     }
     let image = broker.metadata();
+    // A broker still catching up may hold a stale image: it names no leaders rather than old ones.
+    let leaders_known = broker.caught_up();
     let mut resp = MetadataResponse::default();
     if version >= 2 {
         resp.cluster_id = Some(s("tidemark"));
@@ -162,14 +171,19 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
             .map(|(i, p)| {
                 let mut mp = MetadataResponsePartition::default();
                 mp.partition_index = i as i32;
-                mp.error_code = if p.leader < 0 {
-                    errors::LEADER_NOT_AVAILABLE
+                let (leader, epoch) = if leaders_known {
+                    (p.leader, p.leader_epoch)
+                } else {
+                    (-1, -1)
+                };
+                mp.error_code = if leader < 0 {
+                    ResponseError::LeaderNotAvailable.code()
                 } else {
                     errors::NONE
                 };
-                mp.leader_id = BrokerId(p.leader);
+                mp.leader_id = BrokerId(leader);
                 if version >= 7 {
-                    mp.leader_epoch = p.leader_epoch;
+                    mp.leader_epoch = epoch;
                 }
                 mp.replica_nodes = p.replicas.iter().map(|r| BrokerId(*r)).collect();
                 mp.isr_nodes = p.isr.iter().map(|r| BrokerId(*r)).collect();
@@ -195,10 +209,12 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                         if version >= 10 {
                             mt.topic_id = id;
                         }
-                        mt.error_code = if mt.name.is_some() {
-                            errors::UNKNOWN_TOPIC_OR_PARTITION
-                        } else {
-                            errors::UNKNOWN_TOPIC_ID
+                        mt.error_code = match &mt.name {
+                            Some(n) if validate_topic_name(n.0.as_str()).is_err() => {
+                                ResponseError::InvalidTopicException.code()
+                            }
+                            Some(_) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+                            None => errors::UNKNOWN_TOPIC_ID,
                         };
                         mt
                     }
@@ -352,7 +368,7 @@ async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceR
     let mut staged = Vec::new();
     for topic in &req.topic_data {
         for pd in &topic.partition_data {
-            let outcome = if !matches!(req.acks, -1 | 0 | 1) {
+            let outcome = if !(-1..=1).contains(&req.acks) {
                 Err(crate::broker::ProduceResult {
                     error: errors::INVALID_REQUIRED_ACKS,
                     base_offset: -1,
@@ -548,6 +564,9 @@ fn offset_for_leader_epoch(
 }
 
 const RESOURCE_TOPIC: i8 = 2;
+
+/// A described config: name, value, and Kafka's config source.
+type ConfigEntry = (String, String, i8);
 const RESOURCE_BROKER: i8 = 4;
 
 fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -556,7 +575,7 @@ fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeCon
         let mut r = DescribeConfigsResult::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
-        let entries: Result<Vec<(String, String, i8)>, (i16, String)> = match res.resource_type {
+        let entries: Result<Vec<ConfigEntry>, (i16, String)> = match res.resource_type {
             RESOURCE_TOPIC => {
                 let name = res.resource_name.to_string();
                 let image = broker.metadata();
@@ -725,7 +744,7 @@ async fn elect_leaders(
             if version >= 1 {
                 resp.error_code = e.code;
             }
-            tracing::warn!("ElectLeaders failed: {}", e.message);
+            tracing::warn!("ElectLeaders failed: {}", e.message.escape_debug());
         }
     }
     resp

@@ -10,7 +10,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::protocol::MAX_FRAME_BYTES;
+/// Largest response frame accepted, as large as the broker accepts requests, so a full fetch fits.
+const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
 
 pub struct KafkaConnection {
     framed: Framed<TcpStream, LengthDelimitedCodec>,
@@ -80,7 +81,7 @@ impl KafkaConnection {
                     header.correlation_id
                 );
             }
-            Ok(R::Response::decode(&mut frame, version)?)
+            R::Response::decode(&mut frame, version)
         };
         tokio::time::timeout(timeout, exchange)
             .await

@@ -16,14 +16,24 @@ use kafka_protocol::messages::{
     BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::client::KafkaConnection;
-use crate::broker::Broker;
-use crate::errors;
-use crate::faults::Bug;
 use crate::partition::Partition;
+
+/// What a follower fetcher needs of its broker, and nothing more.
+#[derive(Clone, Debug)]
+pub struct FollowerContext {
+    /// This broker's id, sent as the fetching replica.
+    pub node_id: i32,
+    /// The injected `hw-truncation` bug: truncate to the high watermark, not by leader epoch.
+    pub hw_truncation: bool,
+    /// Bumped when the follower's log or high watermark moved, waking long-polling fetches.
+    pub data_changed: Arc<watch::Sender<u64>>,
+}
 
 /// Whom to fetch from.
 #[derive(Clone, Debug)]
@@ -47,13 +57,13 @@ enum Step {
 
 /// Runs until `cancel` fires or the leader fences this fetcher.
 pub async fn run(
-    broker: Arc<Broker>,
+    ctx: FollowerContext,
     partition: Arc<Partition>,
     target: FetchTarget,
     cancel: CancellationToken,
 ) {
-    info!(topic = %partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
-    let client_id = format!("replica-{}", broker.config.node_id);
+    info!(topic = ?partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
+    let client_id = format!("replica-{}", ctx.node_id);
     loop {
         let conn = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -62,7 +72,7 @@ pub async fn run(
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                debug!(topic = %partition.topic, partition = partition.index, "cannot reach leader {}: {e}", target.leader);
+                debug!(topic = ?partition.topic, partition = partition.index, "cannot reach leader {}: {e}", target.leader);
                 if sleep_or_cancel(&cancel, BACKOFF).await {
                     return;
                 }
@@ -72,14 +82,14 @@ pub async fn run(
         loop {
             let step = tokio::select! {
                 _ = cancel.cancelled() => return,
-                s = one_round(&broker, &partition, &target, &mut conn) => s,
+                s = one_round(&ctx, &partition, &target, &mut conn) => s,
             };
             match step {
                 Ok(Step::Continue) => {}
                 Ok(Step::Stop) => return,
                 Ok(Step::Reconnect) | Err(_) => {
                     if let Err(e) = step {
-                        debug!(topic = %partition.topic, partition = partition.index, "fetch from {} failed: {e}", target.leader);
+                        debug!(topic = ?partition.topic, partition = partition.index, "fetch from {} failed: {e}", target.leader);
                     }
                     if sleep_or_cancel(&cancel, BACKOFF).await {
                         return;
@@ -103,23 +113,17 @@ fn topic_name(p: &Partition) -> TopicName {
 }
 
 async fn one_round(
-    broker: &Broker,
+    ctx: &FollowerContext,
     p: &Partition,
     target: &FetchTarget,
     conn: &mut KafkaConnection,
 ) -> anyhow::Result<Step> {
-    if p.with_state(|s| s.needs_truncation) {
-        return reconcile(broker, p, target, conn).await;
+    if p.needs_truncation() {
+        return reconcile(ctx, p, target, conn).await;
     }
-    let (fetch_offset, last_epoch, log_start) = p.with_state(|s| {
-        (
-            s.log.log_end_offset(),
-            s.log.latest_epoch(),
-            s.log.log_start_offset(),
-        )
-    });
+    let (fetch_offset, last_epoch, log_start) = p.follower_fetch_position();
     let req = FetchRequest::default()
-        .with_replica_id(BrokerId(broker.config.node_id))
+        .with_replica_id(BrokerId(ctx.node_id))
         .with_max_wait_ms(FETCH_MAX_WAIT_MS)
         .with_min_bytes(1)
         .with_max_bytes(FETCH_MAX_BYTES)
@@ -136,104 +140,49 @@ async fn one_round(
     let Some(pd) = resp.responses.first().and_then(|t| t.partitions.first()) else {
         anyhow::bail!("fetch response without the partition");
     };
-    match pd.error_code {
-        errors::NONE => {}
-        errors::FENCED_LEADER_EPOCH => {
-            info!(topic = %p.topic, partition = p.index, "fenced by the leader; waiting for new metadata");
+    match ResponseError::try_from_code(pd.error_code) {
+        None => {}
+        Some(ResponseError::FencedLeaderEpoch) => {
+            info!(topic = ?p.topic, partition = p.index, "fenced by the leader; waiting for new metadata");
             return Ok(Step::Stop);
         }
-        errors::OFFSET_OUT_OF_RANGE => return out_of_range(broker, p, target, conn).await,
-        code => {
-            debug!(topic = %p.topic, partition = p.index, "fetch error {code}");
+        Some(ResponseError::OffsetOutOfRange) => return out_of_range(ctx, p, target, conn).await,
+        Some(code) => {
+            debug!(topic = ?p.topic, partition = p.index, "fetch error {code}");
             return Ok(Step::Reconnect);
         }
     }
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
         let complete =
-            truncate_by_epoch(p, pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
-        p.with_state(|s| s.needs_truncation = !complete);
+            p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
+        p.set_needs_truncation(!complete);
         return Ok(Step::Continue);
     }
     let records = pd.records.clone().unwrap_or_default();
-    let leader_hw = pd.high_watermark;
-    let hw = p.with_state(|s| -> anyhow::Result<i64> {
-        if !records.is_empty() {
-            s.log.append_as_follower(&records)?;
-        }
-        let hw = leader_hw
-            .min(s.log.log_end_offset())
-            .max(s.high_watermark.min(s.log.log_end_offset()));
-        s.high_watermark = hw;
-        Ok(hw)
-    })?;
-    p.publish_high_watermark(hw);
-    broker.notify_data();
+    p.append_as_follower(&records, pd.high_watermark)?;
+    ctx.data_changed.send_modify(|g| *g = g.wrapping_add(1));
     Ok(Step::Continue)
-}
-
-/// Truncates the follower per Kafka's `getOffsetTruncationState`, given the leader's answer
-/// `(leader_epoch, leader_end)` for our latest epoch. Returns whether truncation is complete.
-pub fn truncate_by_epoch(
-    p: &Partition,
-    leader_epoch: i32,
-    leader_end: i64,
-) -> anyhow::Result<bool> {
-    p.with_state(|s| -> anyhow::Result<bool> {
-        let leo = s.log.log_end_offset();
-        let (target, complete) = if leader_end < 0 {
-            (s.high_watermark, true)
-        } else if leader_epoch < 0 {
-            (leader_end.min(leo), true)
-        } else {
-            let (fe, fo) = s.log.end_offset_for_epoch(leader_epoch);
-            if fe < 0 {
-                (leader_end.min(leo), true)
-            } else if fe != leader_epoch {
-                (fo.min(leo), false)
-            } else {
-                (fo.min(leader_end).min(leo), true)
-            }
-        };
-        if target <= leo {
-            if target < leo {
-                info!(topic = %p.topic, partition = p.index, from = leo, to = target, "truncating by leader epoch");
-            }
-            s.log.truncate_to(target)?;
-            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
-        }
-        Ok(complete)
-    })
 }
 
 /// Reconciles the log with a new leader before fetching: OffsetsForLeaderEpoch for our latest
 /// epoch, then truncation, repeated while incomplete.
 async fn reconcile(
-    broker: &Broker,
+    ctx: &FollowerContext,
     p: &Partition,
     target: &FetchTarget,
     conn: &mut KafkaConnection,
 ) -> anyhow::Result<Step> {
-    if broker.faults.has(Bug::HwTruncation) {
-        // KAFKA-1211: trusting the high watermark throws away records the leader may have
-        // acknowledged (they were above our stale HW).
-        p.with_state(|s| -> anyhow::Result<()> {
-            let hw = s.high_watermark;
-            if hw < s.log.log_end_offset() {
-                warn!(topic = %p.topic, partition = p.index, hw, "injected bug hw-truncation: truncating to the high watermark");
-                s.log.truncate_to(hw)?;
-            }
-            s.needs_truncation = false;
-            Ok(())
-        })?;
+    if ctx.hw_truncation {
+        p.truncate_to_high_watermark()?;
         return Ok(Step::Continue);
     }
-    let latest = p.with_state(|s| s.log.latest_epoch());
+    let latest = p.latest_epoch();
     if latest < 0 {
-        p.with_state(|s| s.needs_truncation = false);
+        p.set_needs_truncation(false);
         return Ok(Step::Continue);
     }
     let req = OffsetForLeaderEpochRequest::default()
-        .with_replica_id(BrokerId(broker.config.node_id))
+        .with_replica_id(BrokerId(ctx.node_id))
         .with_topics(vec![OffsetForLeaderTopic::default()
             .with_topic(topic_name(p))
             .with_partitions(vec![OffsetForLeaderPartition::default()
@@ -244,20 +193,20 @@ async fn reconcile(
     let Some(e) = resp.topics.first().and_then(|t| t.partitions.first()) else {
         anyhow::bail!("OffsetForLeaderEpoch response without the partition");
     };
-    match e.error_code {
-        errors::NONE => {}
-        errors::FENCED_LEADER_EPOCH => return Ok(Step::Stop),
-        _ => return Ok(Step::Reconnect),
+    match ResponseError::try_from_code(e.error_code) {
+        None => {}
+        Some(ResponseError::FencedLeaderEpoch) => return Ok(Step::Stop),
+        Some(_) => return Ok(Step::Reconnect),
     }
-    let complete = truncate_by_epoch(p, e.leader_epoch, e.end_offset)?;
-    p.with_state(|s| s.needs_truncation = !complete);
+    let complete = p.truncate_by_epoch(e.leader_epoch, e.end_offset)?;
+    p.set_needs_truncation(!complete);
     Ok(Step::Continue)
 }
 
 /// Kafka's `fetchOffsetAndTruncate`: a follower ahead of the leader (after an unclean election)
 /// truncates to the leader's end; one behind the leader's start starts over there.
 async fn out_of_range(
-    broker: &Broker,
+    ctx: &FollowerContext,
     p: &Partition,
     target: &FetchTarget,
     conn: &mut KafkaConnection,
@@ -265,7 +214,7 @@ async fn out_of_range(
     let mut offsets = Vec::new();
     for ts in [-1i64, -2] {
         let req = ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(broker.config.node_id))
+            .with_replica_id(BrokerId(ctx.node_id))
             .with_topics(vec![ListOffsetsTopic::default()
                 .with_name(topic_name(p))
                 .with_partitions(vec![ListOffsetsPartition::default()
@@ -276,22 +225,12 @@ async fn out_of_range(
         let Some(r) = resp.topics.first().and_then(|t| t.partitions.first()) else {
             anyhow::bail!("ListOffsets response without the partition");
         };
-        if r.error_code != errors::NONE {
+        if r.error_code != 0 {
             return Ok(Step::Reconnect);
         }
         offsets.push(r.offset);
     }
     let (leader_end, leader_start) = (offsets[0], offsets[1]);
-    p.with_state(|s| -> anyhow::Result<()> {
-        let leo = s.log.log_end_offset();
-        if leader_end < leo {
-            warn!(topic = %p.topic, partition = p.index, leader_end, leo, "follower ahead of the leader: truncating");
-            s.log.truncate_to(leader_end)?;
-        } else if leader_start > leo {
-            s.log.truncate_fully_and_start_at(leader_start)?;
-        }
-        s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
-        Ok(())
-    })?;
+    p.truncate_out_of_range(leader_end, leader_start)?;
     Ok(Step::Continue)
 }

@@ -21,6 +21,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `n` distinct free ports: each stays bound until all are chosen, so none is handed out twice
+/// (two nodes of one cluster on one port fail to start).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
 /// A broker process on loopback with its own data directory.
 pub struct BrokerProc {
     child: Option<Child>,
@@ -75,6 +86,23 @@ impl BrokerProc {
             .spawn()
             .expect("start tidemark-broker");
         self.child = Some(child);
+    }
+
+    /// Waits up to `within` for the process to exit by itself; its status, or `None` if it
+    /// still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = self.child.as_mut()?.try_wait().unwrap();
+            if let Some(status) = status {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -259,7 +287,17 @@ impl Cluster {
     /// Starts `n` brokers with `props` appended to each server.properties and waits until every
     /// one serves and all are registered.
     pub fn start(n: usize, props: &str, extra: &[&str]) -> Cluster {
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        // `props` replaces FAST_FAILOVER's keys: a key set twice in one file is refused.
+        let keys: Vec<&str> = props.lines().filter_map(|l| l.split('=').next()).collect();
+        let defaults: String = FAST_FAILOVER
+            .lines()
+            .filter(|l| !keys.contains(&l.split('=').next().unwrap_or_default()))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut distinct = free_ports(2 * n).into_iter();
+        let ports: Vec<(u16, u16)> = (0..n)
+            .map(|_| (distinct.next().unwrap(), distinct.next().unwrap()))
+            .collect();
         let voters: Vec<String> = ports
             .iter()
             .enumerate()
@@ -271,7 +309,7 @@ impl Cluster {
             .map(|(i, (p, c))| {
                 let dir = tempfile::tempdir().unwrap();
                 let text = format!(
-                    "node.id={}\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}\ncontroller.listener.names=CONTROLLER\ncontroller.quorum.voters={}\nlog.dirs={}\n{FAST_FAILOVER}{props}",
+                    "node.id={}\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}\ncontroller.listener.names=CONTROLLER\ncontroller.quorum.voters={}\nlog.dirs={}\n{defaults}{props}",
                     i + 1,
                     voters.join(","),
                     dir.path().join("data").display()
@@ -503,13 +541,25 @@ pub mod client {
         acks: i16,
         timeout: Duration,
     ) -> Result<i64, i16> {
+        let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
+        let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
+        let batch = tidemark_broker::log::testing::batch(&refs);
+        produce_records(addr, topic, partition, batch, acks, timeout)
+    }
+
+    /// Produces raw record batch bytes; results as for [`produce`].
+    pub fn produce_records(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+        batch: Vec<u8>,
+        acks: i16,
+        timeout: Duration,
+    ) -> Result<i64, i16> {
         rt().block_on(async {
             let mut c = KafkaConnection::connect(addr, timeout, "test")
                 .await
                 .map_err(|_| -100i16)?;
-            let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
-            let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
-            let batch = tidemark_broker::log::testing::batch(&refs);
             let req = ProduceRequest::default()
                 .with_acks(acks)
                 .with_timeout_ms(timeout.as_millis() as i32)
@@ -531,12 +581,75 @@ pub mod client {
         })
     }
 
+    /// A producer that keeps one connection to one broker, reconnecting after any failure, for
+    /// tests that write as fast as a broker answers (e.g. from the moment it starts).
+    pub struct Producer {
+        rt: tokio::runtime::Runtime,
+        addr: String,
+        conn: Option<KafkaConnection>,
+    }
+
+    impl Producer {
+        pub fn new(addr: &str) -> Self {
+            Producer {
+                rt: rt(),
+                addr: addr.to_string(),
+                conn: None,
+            }
+        }
+
+        /// Sends one single-value batch; Ok(offset), Err(error code), or Err(-100) when the
+        /// broker could not be reached or did not answer.
+        pub fn send(
+            &mut self,
+            topic: &str,
+            partition: i32,
+            value: i64,
+            acks: i16,
+        ) -> Result<i64, i16> {
+            let timeout = Duration::from_secs(2);
+            let rt = &self.rt;
+            let conn = match self.conn.as_mut() {
+                Some(c) => c,
+                None => {
+                    let c = rt
+                        .block_on(KafkaConnection::connect(&self.addr, timeout, "test"))
+                        .map_err(|_| -100i16)?;
+                    self.conn.insert(c)
+                }
+            };
+            let v = value.to_string();
+            let batch = tidemark_broker::log::testing::batch(&[v.as_bytes()]);
+            let req = ProduceRequest::default()
+                .with_acks(acks)
+                .with_timeout_ms(timeout.as_millis() as i32)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(name(topic))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(batch.into()))])]);
+            match rt.block_on(conn.call(9, &req)) {
+                Ok(resp) => {
+                    let p = &resp.responses[0].partition_responses[0];
+                    if p.error_code == 0 {
+                        Ok(p.base_offset)
+                    } else {
+                        Err(p.error_code)
+                    }
+                }
+                Err(_) => {
+                    self.conn = None;
+                    Err(-100)
+                }
+            }
+        }
+    }
+
+    /// A record as read back: offset, value, leader epoch.
+    pub type Stored = (i64, i64, i32);
+
     /// Reads everything below the high watermark: `(offset, value, leader epoch)` and the HW.
-    pub fn read_all(
-        addr: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(Vec<(i64, i64, i32)>, i64), i16> {
+    pub fn read_all(addr: &str, topic: &str, partition: i32) -> Result<(Vec<Stored>, i64), i16> {
         rt().block_on(async {
             let mut c = KafkaConnection::connect(addr, Duration::from_secs(5), "test")
                 .await
