@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use engine_support::*;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::kafka::{codes, Connection};
 use tidemark_harness::leftovers;
@@ -30,19 +30,7 @@ fn reaches(from: &Node, to: &Node) -> bool {
 }
 
 fn client_context(runtime: &NetnsRuntime, db: &dyn Db, nodes: &[Node]) -> ClientContext {
-    ClientContext {
-        nodes: nodes
-            .iter()
-            .map(|n| NodeAddr {
-                name: n.name.clone(),
-                cluster: n.cluster.clone(),
-                id: n.id,
-                addr: db.endpoint(n),
-            })
-            .collect(),
-        dialer: runtime.dialer(),
-        timeout: Duration::from_secs(5),
-    }
+    ClientContext::new(nodes, db, runtime.dialer(), Duration::from_secs(5))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

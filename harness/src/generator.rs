@@ -659,14 +659,7 @@ pub fn simulate(
     };
     let line = |index: usize, time, process, kind, f: &str, value| Op {
         index: index as u64,
-        time,
-        process,
-        kind,
-        f: f.to_string(),
-        value,
-        node: None,
-        cluster: None,
-        error: None,
+        ..Op::new(time, process, kind, f, value)
     };
     let mut invocations = 0;
     // An op the generator returned is committed; it waits here while earlier completions land.

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 pub use tokio_util::sync::CancellationToken;
 
 use crate::checker::{check_file, write_results, ReplicaState, Results};
-use crate::client::{Client, ClientContext, NodeAddr, Workload};
+use crate::client::{Client, ClientContext, Workload};
 use crate::db::Db;
 use crate::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use crate::history::HistoryWriter;
@@ -121,19 +121,12 @@ async fn run_phases(
     let history = HistoryWriter::create(&run_dir.history(), &description)?;
     progress.phase(&format!("run directory {}", run_dir.path().display()));
 
-    let cx = ClientContext {
-        nodes: nodes
-            .iter()
-            .map(|n| NodeAddr {
-                name: n.name.clone(),
-                cluster: n.cluster.clone(),
-                id: n.id,
-                addr: test.db.endpoint(n),
-            })
-            .collect(),
-        dialer: test.runtime.dialer(),
-        timeout: opts.op_timeout,
-    };
+    let cx = ClientContext::new(
+        &nodes,
+        test.db.as_ref(),
+        test.runtime.dialer(),
+        opts.op_timeout,
+    );
 
     progress.phase("deploying tidemark-broker");
     let db = test.db.clone();
@@ -565,17 +558,7 @@ impl Interpreter {
 
     /// A history line at the current time, with no node or error yet.
     fn line(&self, process: Process, kind: OpType, f: &str, value: Value) -> Op {
-        Op {
-            index: 0,
-            time: self.now(),
-            process,
-            kind,
-            f: f.to_string(),
-            value,
-            node: None,
-            cluster: None,
-            error: None,
-        }
+        Op::new(self.now(), process, kind, f, value)
     }
 
     /// Heals every fault, recording each step as a nemesis invoke and info.

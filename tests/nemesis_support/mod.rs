@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::kafka::{codes, Connection};
 use tidemark_harness::leftovers;
@@ -54,19 +54,7 @@ impl Cluster {
         for node in &nodes {
             db.setup(node, &nodes).unwrap();
         }
-        let cx = ClientContext {
-            nodes: nodes
-                .iter()
-                .map(|n| NodeAddr {
-                    name: n.name.clone(),
-                    cluster: n.cluster.clone(),
-                    id: n.id,
-                    addr: db.endpoint(n),
-                })
-                .collect(),
-            dialer: runtime.dialer(),
-            timeout: Duration::from_secs(5),
-        };
+        let cx = ClientContext::new(&nodes, &db, runtime.dialer(), Duration::from_secs(5));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
