@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::db::{DataDir, Db, FakeClock, Kill, LogFiles, Pause, ReplicaDump};
+use crate::db::{DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, ReplicaDump};
 use crate::remote::{self, command_line, escape};
 use crate::runtime::Node;
 
@@ -433,7 +433,7 @@ impl LogFiles for TidemarkBroker {
 }
 
 impl ReplicaDump for TidemarkBroker {
-    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<Value>> {
+    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<DumpedReplica>> {
         let out = remote::run(
             node.remote.as_ref(),
             &command_line(&[
@@ -441,18 +441,17 @@ impl ReplicaDump for TidemarkBroker {
                 "dump-log",
                 "--data-dir",
                 &Self::data_dir(node).display().to_string(),
+                "--node",
+                &node.name,
+                "--cluster",
+                &node.cluster,
             ]),
         )?;
         let mut replicas = Vec::new();
         for line in out.lines().filter(|l| !l.trim().is_empty()) {
-            let mut v: Value = serde_json::from_str(line)
+            let r: DumpedReplica = serde_json::from_str(line)
                 .with_context(|| format!("{}: bad dump-log line {line:?}", node.name))?;
-            let obj = v
-                .as_object_mut()
-                .with_context(|| format!("{}: dump-log line is not an object", node.name))?;
-            obj.insert("cluster".into(), Value::String(node.cluster.clone()));
-            obj.insert("node".into(), Value::String(node.name.clone()));
-            replicas.push(v);
+            replicas.push(r);
         }
         Ok(replicas)
     }

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context as _};
 use futures::FutureExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::task::JoinSet;
 pub use tokio_util::sync::CancellationToken;
 
 use crate::checker::{check_file, write_results, ReplicaState, Results};
 use crate::client::{Client, ClientContext, Workload};
-use crate::db::Db;
+use crate::db::{Db, DumpedReplica};
 use crate::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use crate::history::HistoryWriter;
 use crate::kafka::{ClusterMetadata, Connection};
@@ -210,11 +210,7 @@ async fn run_phases(
     run_dir.write_replicas(&replicas)?;
 
     progress.phase("checking");
-    let states: Vec<ReplicaState> = replicas
-        .iter()
-        .map(|r| serde_json::from_value(r.clone()))
-        .collect::<Result<_, _>>()
-        .context("replica states do not match the replicas.jsonl shape")?;
+    let states: Vec<ReplicaState> = replicas.into_iter().map(|r| r.state).collect();
     let checker = workload.checker();
     let results = check_file(checker.as_ref(), &run_dir.history(), Some(&states))?;
     write_results(&run_dir.results(), &results)?;
@@ -363,7 +359,7 @@ async fn await_convergence(
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(meta) = any_metadata(cx).await {
-            let dumps: Vec<Value> = tokio::task::block_in_place(|| {
+            let dumps: Vec<DumpedReplica> = tokio::task::block_in_place(|| {
                 nodes
                     .iter()
                     .flat_map(|n| dumper.dump_replicas(n).unwrap_or_default())
@@ -381,8 +377,7 @@ async fn await_convergence(
 }
 
 /// Whether the replicas in `dumps` agree for every partition in `meta`.
-pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[Value]) -> bool {
-    let offsets = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64);
+pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[DumpedReplica]) -> bool {
     for (topic, (_, parts)) in &meta.topics {
         for (partition, info) in parts {
             if info.leader < 0 {
@@ -393,16 +388,11 @@ pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[Value]) ->
                 let Some(node) = cx.node_by_id(CLUSTER, *id) else {
                     return false;
                 };
-                let row = dumps.iter().find(|r| {
-                    r.get("node").and_then(Value::as_str) == Some(node.name.as_str())
-                        && r.get("topic").and_then(Value::as_str) == Some(topic.as_str())
-                        && r.get("partition").and_then(Value::as_i64) == Some(*partition as i64)
+                let row = dumps.iter().map(|r| &r.state).find(|r| {
+                    r.node == node.name && r.topic == *topic && r.partition == i64::from(*partition)
                 });
                 let Some(row) = row else { return false };
-                let (Some(hw), Some(leo)) = (
-                    offsets(row, "high_watermark"),
-                    offsets(row, "log_end_offset"),
-                ) else {
+                let (Some(hw), Some(leo)) = (row.high_watermark, row.log_end_offset) else {
                     return false;
                 };
                 if hw != leo {
@@ -420,33 +410,30 @@ pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[Value]) ->
 
 /// Every replica on every node; a node whose state could not be read contributes one error
 /// line per partition the other nodes hold.
-fn dump_replicas(nodes: &[Node], db: &dyn Db) -> Vec<Value> {
+fn dump_replicas(nodes: &[Node], db: &dyn Db) -> Vec<DumpedReplica> {
     let Some(dumper) = db.as_replica_dump() else {
         return Vec::new();
     };
-    let results: Vec<(String, anyhow::Result<Vec<Value>>)> = tokio::task::block_in_place(|| {
-        std::thread::scope(|s| {
-            let hs: Vec<_> = nodes
-                .iter()
-                .map(|n| s.spawn(move || (n.name.clone(), dumper.dump_replicas(n))))
-                .collect();
-            hs.into_iter().filter_map(|h| h.join().ok()).collect()
-        })
-    });
+    let results: Vec<(String, anyhow::Result<Vec<DumpedReplica>>)> =
+        tokio::task::block_in_place(|| {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = nodes
+                    .iter()
+                    .map(|n| s.spawn(move || (n.name.clone(), dumper.dump_replicas(n))))
+                    .collect();
+                hs.into_iter().filter_map(|h| h.join().ok()).collect()
+            })
+        });
     let mut partitions: BTreeSet<(String, i64)> = BTreeSet::new();
     let mut out = Vec::new();
     let mut failed = Vec::new();
     for (name, r) in results {
         match r {
             Ok(rows) => {
-                for row in &rows {
-                    if let (Some(t), Some(p)) = (
-                        row.get("topic").and_then(Value::as_str),
-                        row.get("partition").and_then(Value::as_i64),
-                    ) {
-                        partitions.insert((t.to_string(), p));
-                    }
-                }
+                partitions.extend(
+                    rows.iter()
+                        .map(|r| (r.state.topic.clone(), r.state.partition)),
+                );
                 out.extend(rows);
             }
             Err(e) => failed.push((name, format!("{e:#}"))),
@@ -454,8 +441,13 @@ fn dump_replicas(nodes: &[Node], db: &dyn Db) -> Vec<Value> {
     }
     for (name, error) in failed {
         for (topic, partition) in &partitions {
-            out.push(json!({"cluster": CLUSTER, "node": name, "topic": topic,
-                            "partition": partition, "error": error}));
+            out.push(DumpedReplica::unreadable(
+                CLUSTER,
+                &name,
+                topic,
+                *partition,
+                error.clone(),
+            ));
         }
     }
     out

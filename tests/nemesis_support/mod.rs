@@ -11,7 +11,7 @@ use serde_json::Value;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
-use tidemark_harness::kafka::{codes, Connection};
+use tidemark_harness::kafka::{Connection, ParseResponseErrorCode};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::{Nemesis, NemesisContext};
 use tidemark_harness::net::Iptables;
@@ -126,8 +126,8 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             assert_eq!(
-                c.create_topic(topic, partitions, rf).await.unwrap(),
-                codes::NONE
+                c.create_topic(topic, partitions, rf).await.unwrap().err(),
+                None
             );
         });
         self.wait("a full ISR everywhere", Duration::from_secs(30), |v| {
@@ -184,7 +184,7 @@ impl Cluster {
             };
             c.produce(topic, partition, values, -1)
                 .await
-                .is_ok_and(|r| r.error_code == codes::NONE)
+                .is_ok_and(|r| r.error_code.err().is_none())
         })
     }
 
