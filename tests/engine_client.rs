@@ -16,7 +16,8 @@ use tidemark_harness::kafka::Connection;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::op::{Invocation, Outcome};
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::probe::await_ready;
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::Runtime;
 use tidemark_workloads::queue::{Queue, QueueOptions};
 

@@ -16,8 +16,9 @@ use tidemark_harness::kafka::{Connection, ParseResponseErrorCode, ResponseError}
 use tidemark_harness::leftovers;
 use tidemark_harness::net::{Grudge, Iptables, Net};
 use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::probe::await_ready;
 use tidemark_harness::remote;
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::{Node, Runtime};
 
 /// Whether `from` can open a TCP connection to `to`'s broker port.

@@ -16,8 +16,9 @@ use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::probe::await_ready;
 use tidemark_harness::remote::{self, Remote, RemoteError};
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::{Node, Runtime};
 use tidemark_harness::ssh::{KnownHosts, Ssh, SshConfig};
 

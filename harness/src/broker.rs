@@ -12,10 +12,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::db::{DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, ReplicaDump};
+use crate::client::{ClientContext, NodeAddr};
+use crate::db::{DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, Probe, ReplicaDump};
+use crate::probe;
 use crate::remote::{self, command_line, escape};
 use crate::runtime::Node;
 
@@ -370,6 +373,10 @@ impl Db for TidemarkBroker {
         Some(self)
     }
 
+    fn as_probe(&self) -> Option<&dyn Probe> {
+        Some(self)
+    }
+
     fn as_fake_clock(&self) -> Option<&dyn FakeClock> {
         self.faketime.is_some().then_some(self as &dyn FakeClock)
     }
@@ -429,6 +436,20 @@ impl Pause for TidemarkBroker {
 impl LogFiles for TidemarkBroker {
     fn log_files(&self, node: &Node) -> Vec<PathBuf> {
         vec![Self::log_file(node), Self::props_file(node)]
+    }
+}
+
+impl Probe for TidemarkBroker {
+    fn serves<'a>(
+        &'a self,
+        cx: &'a ClientContext,
+        node: &'a NodeAddr,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(probe::kafka_serves(cx, node))
+    }
+
+    fn converged<'a>(&'a self, cx: &'a ClientContext, nodes: &'a [Node]) -> BoxFuture<'a, bool> {
+        Box::pin(probe::kafka_converged(cx, nodes, self))
     }
 }
 

@@ -1,16 +1,19 @@
 //! The system under test on one node. [`Db`] is what every database must do; the optional
-//! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory) are
+//! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory, readiness
+//! and convergence probes) are
 //! separate traits a database may offer, found through the `as_*` accessors, so fault kinds are
 //! only scheduled where they can happen.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use tidemark_checkers::ReplicaState;
 
+use crate::client::{ClientContext, NodeAddr};
 use crate::runtime::Node;
 
 /// Installs, configures, starts and stops the database on a node.
@@ -76,6 +79,28 @@ pub trait Db: Send + Sync {
     fn as_data_dir(&self) -> Option<&dyn DataDir> {
         None
     }
+
+    /// The readiness and convergence probes, when this database has them.
+    fn as_probe(&self) -> Option<&dyn Probe> {
+        None
+    }
+}
+
+/// Asks whether the database serves and whether its replicas agree. The runner repeats these
+/// questions until they pass or its deadline comes ([`crate::probe`]).
+///
+/// Contract: each asks once and answers now; both may be asked while nodes restart or heal.
+/// Without this ability the runner does not wait for the database.
+pub trait Probe: Send + Sync {
+    /// Ok once `node` serves clients, else why not.
+    fn serves<'a>(
+        &'a self,
+        cx: &'a ClientContext,
+        node: &'a NodeAddr,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Whether every replica of every partition on `nodes` agrees now.
+    fn converged<'a>(&'a self, cx: &'a ClientContext, nodes: &'a [Node]) -> BoxFuture<'a, bool>;
 }
 
 /// Crash and restart (Jepsen's `Kill`).

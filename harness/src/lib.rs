@@ -21,7 +21,8 @@
 //! made inside the client namespace), [`kafka`] is the thin Kafka client workloads build on, and
 //! [`op`] holds the plain data that flows between the parts.
 //!
-//! The [`runner`] owns time and the seed and drives a [`Test`](test::Test) through its phases;
+//! The [`runner`] owns time and the seed and drives a [`Test`](test::Test) through its phases,
+//! each run by the [`interpreter`];
 //! [`history`] streams every op to disk as it happens, [`store`] lays out the run directory, and
 //! [`leftovers`] finds and removes what a killed run left behind.
 //!
@@ -31,17 +32,20 @@
 pub mod broker;
 pub mod checker;
 pub mod client;
+pub mod collect;
 pub mod db;
 pub mod dial;
 pub mod generator;
 pub mod history;
 pub mod hosts;
+pub mod interpreter;
 pub mod kafka;
 pub mod leftovers;
 pub mod nemesis;
 pub mod net;
 pub mod netns;
 pub mod op;
+pub mod probe;
 pub mod progress;
 pub mod remote;
 pub mod runner;

@@ -628,6 +628,7 @@ impl Generator for Drain {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+    use tidemark_harness::interpreter::simulate;
 
     fn opts() -> QueueOptions {
         QueueOptions::new(3)
@@ -686,9 +687,12 @@ mod tests {
     }
 
     /// A fake log per partition, so polls return what sends wrote.
-    fn answer(logs: &mut BTreeMap<(String, i64), Vec<i64>>, p: &Planned) -> (Outcome, Value, u64) {
-        let done = if p.op.f == "send" {
-            let send = SendValue::deserialize(&p.op.value).unwrap();
+    fn answer(
+        logs: &mut BTreeMap<(String, i64), Vec<i64>>,
+        op: &Invocation,
+    ) -> (Outcome, Value, u64) {
+        let done = if op.f == "send" {
+            let send = SendValue::deserialize(&op.value).unwrap();
             let log = logs
                 .entry((send.topic.clone(), send.partition))
                 .or_default();
@@ -696,7 +700,7 @@ mod tests {
             log.extend(&send.values);
             to_value(&SendValue { offset, ..send })
         } else {
-            let poll = PollValue::deserialize(&p.op.value).unwrap();
+            let poll = PollValue::deserialize(&op.value).unwrap();
             let log = logs
                 .entry((poll.topic.clone(), poll.partition))
                 .or_default();
@@ -715,11 +719,11 @@ mod tests {
         (Outcome::Ok, done, 1_000_000)
     }
 
-    #[test]
-    fn sends_carry_unique_values_and_polls_move_forward_per_process() {
+    #[tokio::test(start_paused = true)]
+    async fn sends_carry_unique_values_and_polls_move_forward_per_process() {
         let mut logs = BTreeMap::new();
         let mut g = QueueGen::new(opts());
-        let h = generator::simulate(&mut g, 4, 11, 2000, |p| answer(&mut logs, p));
+        let h = simulate(&mut g, 4, 11, 2000, move |op| answer(&mut logs, op)).await;
         let mut seen = BTreeSet::new();
         for op in h
             .iter()
@@ -738,26 +742,26 @@ mod tests {
         assert!(polls_from_later_offsets > 100, "{polls_from_later_offsets}");
     }
 
-    #[test]
-    fn the_schedule_is_deterministic_for_a_seed() {
-        let run = |seed| {
+    #[tokio::test(start_paused = true)]
+    async fn the_schedule_is_deterministic_for_a_seed() {
+        async fn run(seed: u64) -> Vec<Op> {
             let mut logs = BTreeMap::new();
             let mut g = QueueGen::new(opts());
-            generator::simulate(&mut g, 3, seed, 300, |p| answer(&mut logs, p))
-        };
-        assert_eq!(run(5), run(5));
-        assert_ne!(run(5), run(6));
+            simulate(&mut g, 3, seed, 300, move |op| answer(&mut logs, op)).await
+        }
+        assert_eq!(run(5).await, run(5).await);
+        assert_ne!(run(5).await, run(6).await);
     }
 
-    #[test]
-    fn the_final_reads_cover_every_partition_up_to_its_high_watermark() {
+    #[tokio::test(start_paused = true)]
+    async fn the_final_reads_cover_every_partition_up_to_its_high_watermark() {
         let mut logs = BTreeMap::new();
         for (i, (t, p)) in opts().partitions().into_iter().enumerate() {
             logs.insert((t, p as i64), (0..(7 * i as i64 + 3)).collect::<Vec<_>>());
         }
         let expected = logs.clone();
         let mut g = Queue::new(opts()).final_generator();
-        let h = generator::simulate(g.as_mut(), 3, 1, 1000, |p| answer(&mut logs, p));
+        let h = simulate(g.as_mut(), 3, 1, 1000, move |op| answer(&mut logs, op)).await;
         let mut read: BTreeMap<(String, i64), BTreeSet<i64>> = BTreeMap::new();
         for op in h.iter().filter(|o| o.kind == OpType::Ok) {
             let key = (
