@@ -19,7 +19,7 @@ use tidemark_harness::db::FakeClock;
 use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
-use crate::fault::{object, opt_u64, Env, Failed, Fault};
+use crate::fault::{object, opt_u64, Env, Failed, HandChecked};
 use crate::targets::{node_list, NodeSpec, Targets};
 
 /// The longest strobe, so a nemesis op stays short.
@@ -148,8 +148,8 @@ impl Clock {
     }
 }
 
-impl Fault for Clock {
-    fn fs(&self) -> &'static [&'static str] {
+impl HandChecked for Clock {
+    fn ops(&self) -> &'static [&'static str] {
         &["clock-skew", "clock-strobe", "clock-reset"]
     }
 
@@ -185,7 +185,7 @@ impl Fault for Clock {
         }
     }
 
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
+    fn perform(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
         let names = env.names();
         self.check(f, value, &names).map_err(Failed::nothing)?;
         match f {

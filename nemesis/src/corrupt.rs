@@ -21,7 +21,7 @@ use tidemark_harness::generator::Rng;
 use tidemark_harness::remote::{self, command_line, escape};
 use tidemark_harness::runtime::Node;
 
-use crate::fault::{object, opt_str, Env, Failed, Fault};
+use crate::fault::{object, opt_str, Env, Failed, HandChecked};
 use crate::targets::{node_list, Targets};
 
 /// The disk fault.
@@ -299,8 +299,8 @@ fn plan(node: &Node, data: &Path, mode: Mode, rng: &mut Rng) -> anyhow::Result<D
     })
 }
 
-impl Fault for Corrupt {
-    fn fs(&self) -> &'static [&'static str] {
+impl HandChecked for Corrupt {
+    fn ops(&self) -> &'static [&'static str] {
         &["corrupt-file"]
     }
 
@@ -321,7 +321,7 @@ impl Fault for Corrupt {
         }
     }
 
-    fn invoke(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
+    fn perform(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
         let names = env.names();
         self.check("corrupt-file", value, &names)
             .map_err(Failed::nothing)?;

@@ -15,7 +15,7 @@ use tidemark_harness::net::NFT_TABLE;
 use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
-use crate::fault::{object, opt_u64, Env, Failed, Fault};
+use crate::fault::{object, opt_u64, Env, Failed, HandChecked};
 use crate::targets::{NodeSpec, Targets};
 
 /// The loss fault.
@@ -136,8 +136,8 @@ fn probability_of(value: &Value) -> Result<Option<f64>, String> {
     }
 }
 
-impl Fault for Loss {
-    fn fs(&self) -> &'static [&'static str] {
+impl HandChecked for Loss {
+    fn ops(&self) -> &'static [&'static str] {
         &["start-loss", "stop-loss"]
     }
 
@@ -153,7 +153,7 @@ impl Fault for Loss {
         Ok(())
     }
 
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
+    fn perform(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
         let names = env.names();
         self.check(f, value, &names).map_err(Failed::nothing)?;
         let default = (f == "stop-loss").then_some(NodeSpec::All);

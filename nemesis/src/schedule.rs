@@ -185,7 +185,7 @@ fn parse_op(entry: &Value, nodes: &[String], faults: &Faults) -> Result<Timed, S
         .cloned()
         .unwrap_or(Value::Object(Default::default()));
     fault
-        .check(&f, &value, nodes)
+        .parse(&f, &value, nodes)
         .map_err(|e| format!("{f}: {}", in_value(&e)))?;
     Ok(Timed {
         time,

@@ -7,13 +7,15 @@ use std::collections::BTreeSet;
 
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::RngExt;
+use serde::Deserialize;
 use serde_json::Value;
 use tidemark_harness::generator::Rng;
 
 use crate::cluster::ClusterView;
 
 /// A node spec: which nodes, chosen when the op is performed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(try_from = "String")]
 pub enum NodeSpec {
     /// One random node.
     One,
@@ -107,6 +109,15 @@ impl NodeSpec {
     }
 }
 
+impl TryFrom<String> for NodeSpec {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        NodeSpec::parse(&s)
+            .ok_or_else(|| format!("unknown node spec {s:?}; known: {}", spec_names()))
+    }
+}
+
 /// The largest minority of `n` (at least 1).
 pub fn minority(n: usize) -> usize {
     (n.saturating_sub(1) / 2).max(1)
@@ -129,6 +140,31 @@ pub enum Targets {
     Spec(NodeSpec),
     /// Exactly these nodes.
     Nodes(Vec<String>),
+}
+
+/// The fields of an op value that name its targets: `nodes` (names, which win) or `targets` (a
+/// spec).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct TargetFields {
+    /// Resolved names.
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
+    /// A spec.
+    #[serde(default)]
+    pub targets: Option<NodeSpec>,
+}
+
+impl TargetFields {
+    /// The targets, checking names against `nodes`; `default` when neither field is present.
+    pub fn targets(&self, nodes: &[String], default: Option<NodeSpec>) -> Result<Targets, String> {
+        if let Some(list) = &self.nodes {
+            return known_nodes(list, nodes, "nodes").map(Targets::Nodes);
+        }
+        self.targets
+            .or(default)
+            .map(Targets::Spec)
+            .ok_or_else(|| "needs `nodes` (a list of node names) or `targets`".to_string())
+    }
 }
 
 impl Targets {
@@ -188,6 +224,28 @@ impl Targets {
 /// The names of every node spec, for messages.
 pub fn spec_names() -> String {
     NodeSpec::ALL.map(NodeSpec::name).join(", ")
+}
+
+/// Checks that every name of `list` (at `field`) is one of `nodes`; returns them distinct and
+/// sorted.
+pub fn known_nodes(list: &[String], nodes: &[String], field: &str) -> Result<Vec<String>, String> {
+    for (i, name) in list.iter().enumerate() {
+        known_node(name, nodes, &format!("{field}[{i}]"))?;
+    }
+    let set: BTreeSet<String> = list.iter().cloned().collect();
+    Ok(set.into_iter().collect())
+}
+
+/// Checks that `name` (at `field`) is one of `nodes`.
+pub fn known_node(name: &str, nodes: &[String], field: &str) -> Result<(), String> {
+    if nodes.iter().any(|n| n == name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "field `{field}`: unknown node {name:?}; nodes: {}",
+            nodes.join(", ")
+        ))
+    }
 }
 
 /// Reads a list of distinct known node names at `field`.

@@ -27,7 +27,7 @@ use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
 use crate::cluster::{elect_unclean, ClusterView, PartitionView};
-use crate::fault::{object, opt_str, Env, Failed, Fault};
+use crate::fault::{object, opt_str, Env, Failed, HandChecked};
 use crate::targets::node_list;
 
 /// The forced unclean election.
@@ -286,8 +286,8 @@ impl Unclean {
     }
 }
 
-impl Fault for Unclean {
-    fn fs(&self) -> &'static [&'static str] {
+impl HandChecked for Unclean {
+    fn ops(&self) -> &'static [&'static str] {
         &["unclean-election"]
     }
 
@@ -311,7 +311,7 @@ impl Fault for Unclean {
         Ok(())
     }
 
-    fn invoke(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
+    fn perform(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
         let names = env.names();
         self.check("unclean-election", value, &names)
             .map_err(Failed::nothing)?;
