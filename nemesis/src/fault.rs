@@ -159,52 +159,6 @@ pub trait FaultOp: Send {
     fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed>;
 }
 
-/// A fault kind whose ops are still checked by hand and read from their JSON value when
-/// performed; [`Fault`] for it checks, then keeps the value for [`HandChecked::perform`].
-pub trait HandChecked: Send + Sync {
-    /// Its ops.
-    fn ops(&self) -> &'static [&'static str];
-
-    /// Checks an op's value; errors name the offending field.
-    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String>;
-
-    /// Performs a checked op.
-    fn perform(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed>;
-}
-
-impl<T: HandChecked> Fault for T {
-    fn fs(&self) -> &'static [&'static str] {
-        self.ops()
-    }
-
-    fn parse<'a>(
-        &'a self,
-        f: &str,
-        value: &Value,
-        nodes: &[String],
-    ) -> Result<Box<dyn FaultOp + 'a>, String> {
-        self.check(f, value, nodes)?;
-        Ok(Box::new(Checked {
-            fault: self,
-            f: f.to_string(),
-            value: value.clone(),
-        }))
-    }
-}
-
-/// A hand-checked op.
-struct Checked<'a, T> {
-    fault: &'a T,
-    f: String,
-    value: Value,
-}
-
-impl<T: HandChecked> FaultOp for Checked<'_, T> {
-    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
-        self.fault.perform(env, &self.f, &self.value)
-    }
-}
-
 /// Parses an op's value (absent reads as `{}`) as `T`; errors name the field.
 pub fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
     let empty = Value::Object(Default::default());
@@ -221,31 +175,3 @@ pub fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
 
 /// The fault kinds, shared so a nemesis and its schedules route ops the same way.
 pub type Faults = Vec<Arc<dyn Fault>>;
-
-/// Reads an optional non-negative integer field.
-pub fn opt_u64(value: &Value, field: &str) -> Result<Option<u64>, String> {
-    match value.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| format!("field `{field}`: expected a non-negative integer, got {v}")),
-    }
-}
-
-/// Reads an optional string field.
-pub fn opt_str<'v>(value: &'v Value, field: &str) -> Result<Option<&'v str>, String> {
-    match value.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(format!("field `{field}`: expected a string, got {v}")),
-    }
-}
-
-/// Checks that an op's value is a JSON object (or absent, read as `{}`).
-pub fn object(value: &Value) -> Result<(), String> {
-    match value {
-        Value::Object(_) | Value::Null => Ok(()),
-        other => Err(format!("expected an object, got {other}")),
-    }
-}

@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::RngExt;
 use serde::Deserialize;
-use serde_json::Value;
 use tidemark_harness::generator::Rng;
 
 use crate::cluster::ClusterView;
@@ -168,32 +167,6 @@ impl TargetFields {
 }
 
 impl Targets {
-    /// Reads `value.nodes` (names, which win) or `value.targets` (a spec); `default` when
-    /// neither is present. Errors name the field.
-    pub fn from_value(
-        value: &Value,
-        nodes: &[String],
-        default: Option<NodeSpec>,
-    ) -> Result<Self, String> {
-        if let Some(list) = value.get("nodes") {
-            return node_list(list, nodes, "nodes").map(Targets::Nodes);
-        }
-        match value.get("targets") {
-            Some(Value::String(s)) => NodeSpec::parse(s).map(Targets::Spec).ok_or_else(|| {
-                format!(
-                    "field `targets`: unknown node spec {s:?}; known: {}",
-                    spec_names()
-                )
-            }),
-            Some(other) => Err(format!(
-                "field `targets`: expected a node spec string, got {other}"
-            )),
-            None => default
-                .map(Targets::Spec)
-                .ok_or_else(|| "needs `nodes` (a list of node names) or `targets`".to_string()),
-        }
-    }
-
     /// Whether resolving needs the current partition leaders.
     pub fn needs_leaders(&self) -> bool {
         matches!(self, Targets::Spec(s) if s.needs_leaders())
@@ -248,31 +221,10 @@ pub fn known_node(name: &str, nodes: &[String], field: &str) -> Result<(), Strin
     }
 }
 
-/// Reads a list of distinct known node names at `field`.
-pub fn node_list(list: &Value, nodes: &[String], field: &str) -> Result<Vec<String>, String> {
-    let items = list
-        .as_array()
-        .ok_or_else(|| format!("field `{field}`: expected a list of node names, got {list}"))?;
-    let mut seen = BTreeSet::new();
-    for (i, item) in items.iter().enumerate() {
-        let name = item
-            .as_str()
-            .ok_or_else(|| format!("field `{field}[{i}]`: expected a node name, got {item}"))?;
-        if !nodes.iter().any(|n| n == name) {
-            return Err(format!(
-                "field `{field}[{i}]`: unknown node {name:?}; nodes: {}",
-                nodes.join(", ")
-            ));
-        }
-        seen.insert(name.to_string());
-    }
-    Ok(seen.into_iter().collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use tidemark_harness::generator::rng;
 
     fn names(n: usize) -> Vec<String> {
@@ -314,21 +266,32 @@ mod tests {
     #[test]
     fn names_win_over_specs_and_bad_fields_are_named() {
         let nodes = names(3);
-        let t = Targets::from_value(
-            &json!({"nodes": ["n3", "n1"], "targets": "all"}),
-            &nodes,
-            None,
+        let targets = |v: Value, default| {
+            crate::fault::parse::<TargetFields>(&v).and_then(|t| t.targets(&nodes, default))
+        };
+        assert_eq!(
+            targets(json!({"nodes": ["n3", "n1"], "targets": "all"}), None),
+            Ok(Targets::Nodes(vec!["n1".into(), "n3".into()]))
         );
-        assert_eq!(t.unwrap(), Targets::Nodes(vec!["n1".into(), "n3".into()]));
-        let t = Targets::from_value(&json!({"targets": "majority"}), &nodes, None).unwrap();
-        assert_eq!(t, Targets::Spec(NodeSpec::Majority));
-        let t = Targets::from_value(&json!({}), &nodes, Some(NodeSpec::All)).unwrap();
-        assert_eq!(t, Targets::Spec(NodeSpec::All));
-        let e = Targets::from_value(&json!({"nodes": ["n1", "n9"]}), &nodes, None).unwrap_err();
-        assert!(e.contains("`nodes[1]`") && e.contains("n9"), "{e}");
-        let e = Targets::from_value(&json!({"targets": "most"}), &nodes, None).unwrap_err();
-        assert!(e.contains("`targets`") && e.contains("minority"), "{e}");
-        let e = Targets::from_value(&json!({}), &nodes, None).unwrap_err();
+        assert_eq!(
+            targets(json!({"targets": "majority"}), None),
+            Ok(Targets::Spec(NodeSpec::Majority))
+        );
+        assert_eq!(
+            targets(json!({}), Some(NodeSpec::All)),
+            Ok(Targets::Spec(NodeSpec::All))
+        );
+        let e = targets(json!({"nodes": ["n1", "n9"]}), None).unwrap_err();
+        assert!(
+            e.starts_with("field `nodes[1]`: unknown node \"n9\""),
+            "{e}"
+        );
+        let e = targets(json!({"targets": "most"}), None).unwrap_err();
+        assert!(
+            e.starts_with("field `targets`: unknown node spec") && e.contains("minority"),
+            "{e}"
+        );
+        let e = targets(json!({}), None).unwrap_err();
         assert!(e.contains("nodes"), "{e}");
     }
 }
