@@ -137,6 +137,12 @@ mod tests {
         assert!(
             matches!(recorded, Ok(PartitionOp::Grudge(g, Some(PartitionKind::One))) if g.len() == 1)
         );
+        // The record of a given grudge says `"kind": "grudge"`, and replays.
+        let given = parse(
+            "start-partition",
+            json!({"kind": "grudge", "grudge": {"n3": ["n1"]}}),
+        );
+        assert!(matches!(given, Ok(PartitionOp::Grudge(g, None)) if g.len() == 1));
         assert_eq!(parse("stop-partition", json!({})), Ok(PartitionOp::Stop));
         assert_eq!(parse("stop-partition", Value::Null), Ok(PartitionOp::Stop));
         assert!(parse("stop-partition", json!([1])).is_err());
