@@ -204,3 +204,77 @@ pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[DumpedRepl
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dial::Direct;
+    use crate::kafka::PartitionInfo;
+
+    fn cx() -> ClientContext {
+        ClientContext {
+            nodes: (1..=2)
+                .map(|i| NodeAddr {
+                    name: format!("n{i}"),
+                    cluster: CLUSTER.into(),
+                    id: i,
+                    addr: ([127, 0, 0, 1], 9000 + i as u16).into(),
+                })
+                .collect(),
+            dialer: Arc::new(Direct),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn meta(leader: i32) -> ClusterMetadata {
+        let p = PartitionInfo {
+            error_code: 0,
+            leader,
+            leader_epoch: 1,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        };
+        let mut m = ClusterMetadata::default();
+        m.topics.insert("t".into(), (0, BTreeMap::from([(0, p)])));
+        m
+    }
+
+    fn replica(node: &str, hw: i64, leo: i64) -> DumpedReplica {
+        let mut r = DumpedReplica::unreadable(CLUSTER, node, "t", 0, String::new());
+        r.state.error = None;
+        r.state.high_watermark = Some(hw);
+        r.state.log_end_offset = Some(leo);
+        r
+    }
+
+    #[test]
+    fn replicas_converge_when_every_listed_replica_ends_at_its_high_watermark_alike() {
+        let cx = cx();
+        assert!(converged(
+            &meta(1),
+            &cx,
+            &[replica("n1", 5, 5), replica("n2", 5, 5)]
+        ));
+        // A follower behind, a high watermark short of the log end, a missing replica, no
+        // leader: not yet.
+        assert!(!converged(
+            &meta(1),
+            &cx,
+            &[replica("n1", 5, 5), replica("n2", 4, 4)]
+        ));
+        assert!(!converged(
+            &meta(1),
+            &cx,
+            &[replica("n1", 4, 5), replica("n2", 4, 5)]
+        ));
+        assert!(!converged(&meta(1), &cx, &[replica("n1", 5, 5)]));
+        assert!(!converged(
+            &meta(-1),
+            &cx,
+            &[replica("n1", 5, 5), replica("n2", 5, 5)]
+        ));
+    }
+}
