@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use engine_support::*;
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr, Workload};
+use tidemark_harness::client::{ClientContext, Workload};
 use tidemark_harness::db::Db;
 use tidemark_harness::kafka::Connection;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::op::{Invocation, Outcome};
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::probe::await_ready;
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::Runtime;
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
@@ -44,19 +45,7 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext {
-        nodes: nodes
-            .iter()
-            .map(|n| NodeAddr {
-                name: n.name.clone(),
-                cluster: n.cluster.clone(),
-                id: n.id,
-                addr: db.endpoint(n),
-            })
-            .collect(),
-        dialer: runtime.dialer(),
-        timeout: Duration::from_secs(5),
-    };
+    let cx = ClientContext::new(&nodes, &db, runtime.dialer(), Duration::from_secs(5));
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use engine_support::*;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
-use tidemark_harness::kafka::{codes, Connection};
+use tidemark_harness::kafka::{Connection, ParseResponseErrorCode, ResponseError};
 use tidemark_harness::leftovers;
 use tidemark_harness::net::{Grudge, Iptables, Net};
 use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::probe::await_ready;
 use tidemark_harness::remote;
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::{Node, Runtime};
 
 /// Whether `from` can open a TCP connection to `to`'s broker port.
@@ -30,19 +31,7 @@ fn reaches(from: &Node, to: &Node) -> bool {
 }
 
 fn client_context(runtime: &NetnsRuntime, db: &dyn Db, nodes: &[Node]) -> ClientContext {
-    ClientContext {
-        nodes: nodes
-            .iter()
-            .map(|n| NodeAddr {
-                name: n.name.clone(),
-                cluster: n.cluster.clone(),
-                id: n.id,
-                addr: db.endpoint(n),
-            })
-            .collect(),
-        dialer: runtime.dialer(),
-        timeout: Duration::from_secs(5),
-    }
+    ClientContext::new(nodes, db, runtime.dialer(), Duration::from_secs(5))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,22 +77,22 @@ async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
     let mut c = Connection::connect(cx.dialer.clone(), cx.nodes[0].addr, cx.timeout)
         .await
         .unwrap();
-    assert_eq!(c.create_topic("t", 1, 1).await.unwrap(), codes::NONE);
+    assert_eq!(c.create_topic("t", 1, 1).await.unwrap().err(), None);
     assert_eq!(
-        c.create_topic("t", 1, 1).await.unwrap(),
-        codes::TOPIC_ALREADY_EXISTS
+        c.create_topic("t", 1, 1).await.unwrap().err(),
+        Some(ResponseError::TopicAlreadyExists)
     );
     let meta = c.metadata(Some(&["t".to_string()])).await.unwrap();
     assert_eq!(meta.leader("t", 0), Some(1));
     let first = c.produce("t", 0, &[10, 11, 12], -1).await.unwrap();
-    assert_eq!((first.error_code, first.base_offset), (codes::NONE, 0));
+    assert_eq!((first.error_code.err(), first.base_offset), (None, 0));
     let second = c.produce("t", 0, &[13], -1).await.unwrap();
     assert_eq!(second.base_offset, 3);
     let read = c
         .fetch("t", 0, 1, -1, 1 << 20, Duration::from_millis(10))
         .await
         .unwrap();
-    assert_eq!(read.error_code, codes::NONE);
+    assert_eq!(read.error_code.err(), None);
     assert_eq!(read.high_watermark, 4);
     let got: Vec<(i64, String)> = read
         .records
@@ -148,12 +137,13 @@ async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
     let dump = db.as_replica_dump().unwrap().dump_replicas(n1).unwrap();
     let t0 = dump
         .iter()
-        .find(|r| r["topic"] == "t" && r["partition"] == 0)
+        .map(|r| &r.state)
+        .find(|r| r.topic == "t" && r.partition == 0)
         .unwrap();
-    assert_eq!(t0["node"], "n1");
-    assert_eq!(t0["cluster"], "a");
-    assert_eq!(t0["log_end_offset"], 4);
-    assert_eq!(t0["records"][3][1], 13);
+    assert_eq!(t0.node, "n1");
+    assert_eq!(t0.cluster, "a");
+    assert_eq!(t0.log_end_offset, Some(4));
+    assert_eq!(t0.records[3].value, 13);
     let logs = db.as_log_files().unwrap().log_files(n1);
     assert!(remote::run(
         n1.remote.as_ref(),

@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use engine_sshd::{keygen, run_sshd, start_sshd};
 use engine_support::*;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::probe::await_ready;
 use tidemark_harness::remote::{self, Remote, RemoteError};
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::{Node, Runtime};
 use tidemark_harness::ssh::{KnownHosts, Ssh, SshConfig};
 
@@ -226,16 +227,12 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
     std::fs::create_dir_all(&node.dir).unwrap();
     let db = TidemarkBroker::new(broker(), BrokerConfig::for_replication(1), vec![]);
     db.setup(&node, std::slice::from_ref(&node)).unwrap();
-    let cx = ClientContext {
-        nodes: vec![NodeAddr {
-            name: node.name.clone(),
-            cluster: node.cluster.clone(),
-            id: node.id,
-            addr: db.endpoint(&node),
-        }],
-        dialer: runtime.dialer(),
-        timeout: Duration::from_secs(5),
-    };
+    let cx = ClientContext::new(
+        std::slice::from_ref(&node),
+        &db,
+        runtime.dialer(),
+        Duration::from_secs(5),
+    );
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

@@ -420,12 +420,7 @@ fn a_forced_unclean_election_picks_a_replica_outside_the_isr() {
             .unwrap()
             .dump_replicas(c.node(&elected))
             .unwrap();
-    let kept: BTreeSet<i64> = replicas[0]["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r[1].as_i64().unwrap())
-        .collect();
+    let kept: BTreeSet<i64> = replicas[0].state.records.iter().map(|r| r.value).collect();
     let acked = acked.into_inner().unwrap();
     let lost = acked.iter().filter(|a| !kept.contains(a)).count();
     assert!(

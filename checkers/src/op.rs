@@ -106,6 +106,30 @@ pub struct Op {
     pub error: Option<String>,
 }
 
+impl Op {
+    /// A line at `time` with index 0 (the history writer numbers lines) and no node, cluster or
+    /// error.
+    pub fn new(
+        time: u64,
+        process: Process,
+        kind: OpType,
+        f: impl Into<String>,
+        value: Value,
+    ) -> Self {
+        Op {
+            index: 0,
+            time,
+            process,
+            kind,
+            f: f.into(),
+            value,
+            node: None,
+            cluster: None,
+            error: None,
+        }
+    }
+}
+
 /// The value of a queue `send`: the invocation names topic, partition and values; an `ok`
 /// completion adds the offset of the first value when the broker said it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

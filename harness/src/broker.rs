@@ -12,11 +12,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::db::{DataDir, Db, FakeClock, Kill, LogFiles, Pause, ReplicaDump};
+use crate::client::{ClientContext, NodeAddr};
+use crate::db::{DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, Probe, ReplicaDump};
 use crate::prerequisites::Requirement;
+use crate::probe;
 use crate::remote::{self, command_line, escape};
 use crate::runtime::Node;
 
@@ -384,6 +387,10 @@ impl Db for TidemarkBroker {
         Some(self)
     }
 
+    fn as_probe(&self) -> Option<&dyn Probe> {
+        Some(self)
+    }
+
     fn as_fake_clock(&self) -> Option<&dyn FakeClock> {
         self.faketime.is_some().then_some(self as &dyn FakeClock)
     }
@@ -446,8 +453,22 @@ impl LogFiles for TidemarkBroker {
     }
 }
 
+impl Probe for TidemarkBroker {
+    fn serves<'a>(
+        &'a self,
+        cx: &'a ClientContext,
+        node: &'a NodeAddr,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(probe::kafka_serves(cx, node))
+    }
+
+    fn converged<'a>(&'a self, cx: &'a ClientContext, nodes: &'a [Node]) -> BoxFuture<'a, bool> {
+        Box::pin(probe::kafka_converged(cx, nodes, self))
+    }
+}
+
 impl ReplicaDump for TidemarkBroker {
-    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<Value>> {
+    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<DumpedReplica>> {
         let out = remote::run(
             node.remote.as_ref(),
             &command_line(&[
@@ -455,18 +476,17 @@ impl ReplicaDump for TidemarkBroker {
                 "dump-log",
                 "--data-dir",
                 &Self::data_dir(node).display().to_string(),
+                "--node",
+                &node.name,
+                "--cluster",
+                &node.cluster,
             ]),
         )?;
         let mut replicas = Vec::new();
         for line in out.lines().filter(|l| !l.trim().is_empty()) {
-            let mut v: Value = serde_json::from_str(line)
+            let r: DumpedReplica = serde_json::from_str(line)
                 .with_context(|| format!("{}: bad dump-log line {line:?}", node.name))?;
-            let obj = v
-                .as_object_mut()
-                .with_context(|| format!("{}: dump-log line is not an object", node.name))?;
-            obj.insert("cluster".into(), Value::String(node.cluster.clone()));
-            obj.insert("node".into(), Value::String(node.name.clone()));
-            replicas.push(v);
+            replicas.push(r);
         }
         Ok(replicas)
     }

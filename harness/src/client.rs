@@ -9,9 +9,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use crate::db::Db;
 use crate::dial::Dialer;
 use crate::generator::Generator;
 use crate::op::{Completion, Invocation};
+use crate::runtime::Node;
 
 /// Where a client can reach one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +40,23 @@ pub struct ClientContext {
 }
 
 impl ClientContext {
+    /// The context for `nodes` of `db`, dialed through `dialer`, with `timeout` per request.
+    pub fn new(nodes: &[Node], db: &dyn Db, dialer: Arc<dyn Dialer>, timeout: Duration) -> Self {
+        ClientContext {
+            nodes: nodes
+                .iter()
+                .map(|n| NodeAddr {
+                    name: n.name.clone(),
+                    cluster: n.cluster.clone(),
+                    id: n.id,
+                    addr: db.endpoint(n),
+                })
+                .collect(),
+            dialer,
+            timeout,
+        }
+    }
+
     /// The node with broker id `id` in `cluster`.
     pub fn node_by_id(&self, cluster: &str, id: i32) -> Option<&NodeAddr> {
         self.nodes

@@ -1,13 +1,19 @@
 //! The system under test on one node. [`Db`] is what every database must do; the optional
-//! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory) are
+//! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory, readiness
+//! and convergence probes) are
 //! separate traits a database may offer, found through the `as_*` accessors, so fault kinds are
 //! only scheduled where they can happen.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use tidemark_checkers::ReplicaState;
+
+use crate::client::{ClientContext, NodeAddr};
 use crate::runtime::Node;
 
 /// Installs, configures, starts and stops the database on a node.
@@ -73,6 +79,28 @@ pub trait Db: Send + Sync {
     fn as_data_dir(&self) -> Option<&dyn DataDir> {
         None
     }
+
+    /// The readiness and convergence probes, when this database has them.
+    fn as_probe(&self) -> Option<&dyn Probe> {
+        None
+    }
+}
+
+/// Asks whether the database serves and whether its replicas agree. The runner repeats these
+/// questions until they pass or its deadline comes ([`crate::probe`]).
+///
+/// Contract: each asks once and answers now; both may be asked while nodes restart or heal.
+/// Without this ability the runner does not wait for the database.
+pub trait Probe: Send + Sync {
+    /// Ok once `node` serves clients, else why not.
+    fn serves<'a>(
+        &'a self,
+        cx: &'a ClientContext,
+        node: &'a NodeAddr,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Whether every replica of every partition on `nodes` agrees now.
+    fn converged<'a>(&'a self, cx: &'a ClientContext, nodes: &'a [Node]) -> BoxFuture<'a, bool>;
 }
 
 /// Crash and restart (Jepsen's `Kill`).
@@ -112,13 +140,60 @@ pub trait LogFiles: Send + Sync {
 
 /// Reads every replica's state on a node in the `replicas.jsonl` shape.
 ///
-/// Contract: returns one JSON object per partition replica on `node` with at least `topic`,
-/// `partition`, `role`, `log_start_offset`, `high_watermark`, `log_end_offset`, `epochs` and
-/// `records`, plus `cluster` and `node`. It reads on-disk state and works whether the process is
-/// running or not.
+/// Contract: returns one [`DumpedReplica`] per partition replica on `node`, its `cluster` and
+/// `node` set to the node's. It reads on-disk state and works whether the process is running or
+/// not.
 pub trait ReplicaDump: Send + Sync {
     /// The replicas on `node`.
-    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<Value>>;
+    fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<DumpedReplica>>;
+}
+
+/// One line of `replicas.jsonl`: the replica state the checkers read, and beside it what else the
+/// database said about the replica, kept for people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DumpedReplica {
+    /// What `spec/history.md` defines.
+    #[serde(flatten)]
+    pub state: ReplicaState,
+    /// The leader epoch the replica last knew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_epoch: Option<i64>,
+    /// The in-sync replicas it last knew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isr: Option<Vec<i32>>,
+    /// What the dump noticed while reading (gaps, bad batches).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl DumpedReplica {
+    /// The line for a replica whose state could not be read.
+    pub fn unreadable(
+        cluster: &str,
+        node: &str,
+        topic: &str,
+        partition: i64,
+        error: String,
+    ) -> Self {
+        DumpedReplica {
+            state: ReplicaState {
+                cluster: cluster.to_string(),
+                node: node.to_string(),
+                topic: topic.to_string(),
+                partition,
+                role: None,
+                log_start_offset: None,
+                high_watermark: None,
+                log_end_offset: None,
+                epochs: Vec::new(),
+                records: Vec::new(),
+                error: Some(error),
+            },
+            leader_epoch: None,
+            isr: None,
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// A wall clock that can be skewed per node without a restart (libfaketime).
@@ -139,4 +214,29 @@ pub trait FakeClock: Send + Sync {
 pub trait DataDir: Send + Sync {
     /// The data directory on `node`.
     fn data_dir(&self, node: &Node) -> PathBuf;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dumped_replicas_keep_the_broker_extras_beside_the_spec_fields() {
+        let line = json!({"cluster": "a", "node": "n1", "topic": "t", "partition": 0,
+            "role": "leader", "log_start_offset": 0, "high_watermark": 2, "log_end_offset": 2,
+            "epochs": [[0, 0]], "records": [[0, 15, 0], [1, 16, 0]],
+            "leader_epoch": 0, "isr": [1, 2], "notes": ["gap before segment 9"]});
+        let r: DumpedReplica = serde_json::from_value(line.clone()).unwrap();
+        assert_eq!(r.state.records[1].value, 16);
+        assert_eq!(r.state.high_watermark, Some(2));
+        assert_eq!(r.isr, Some(vec![1, 2]));
+        assert_eq!(serde_json::to_value(&r).unwrap(), line);
+        let bad = DumpedReplica::unreadable("a", "n2", "t", 1, "gone".into());
+        assert_eq!(
+            serde_json::to_value(&bad).unwrap(),
+            json!({"cluster": "a", "node": "n2", "topic": "t", "partition": 1,
+                   "epochs": [], "records": [], "error": "gone"})
+        );
+    }
 }

@@ -2,7 +2,8 @@
 //! [`Generator`] is asked for the next op given a [`Context`] — the time and which workers are
 //! free — and the runner's RNG, and is told of every invocation and completion. It never reads a
 //! clock or any other randomness, so the same seed and the same completions give the same ops;
-//! [`simulate`] drives one without a cluster for tests.
+//! [`simulate`](crate::interpreter::simulate) drives one through the interpreter without a
+//! cluster.
 //!
 //! Ops are addressed to workers; the runner maps workers to processes (a client worker whose op
 //! ends `info` takes a fresh process number) and owns the clock.
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
-use crate::op::{Invocation, Op, OpType, Outcome, Process};
+use crate::op::{Invocation, Op, Process};
 
 /// The RNG every generator draws from; the runner seeds it from the test's seed.
 pub type Rng = ChaCha8Rng;
@@ -137,6 +138,16 @@ pub trait Generator: Send {
     /// Learns of an invocation or completion.
     fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
         let _ = (ctx, worker, op);
+    }
+}
+
+impl<G: Generator + ?Sized> Generator for &mut G {
+    fn next(&mut self, ctx: &Context, rng: &mut Rng) -> Next {
+        (**self).next(ctx, rng)
+    }
+
+    fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
+        (**self).update(ctx, worker, op)
     }
 }
 
@@ -626,120 +637,11 @@ where
     }
 }
 
-/// A simulated op in flight: when it completes, how, with what value, and as which process.
-struct InFlight {
-    done_at: u64,
-    outcome: Outcome,
-    f: String,
-    value: serde_json::Value,
-    process: Process,
-}
-
-/// Drives a generator without a cluster, as the runner would: `complete` answers each op with
-/// an outcome, a result value and a latency in nanoseconds. Returns the history. Stops at `Done`
-/// or after `max_ops` invocations.
-pub fn simulate(
-    gen: &mut dyn Generator,
-    clients: usize,
-    seed: u64,
-    max_ops: usize,
-    mut complete: impl FnMut(&Planned) -> (Outcome, serde_json::Value, u64),
-) -> Vec<Op> {
-    let mut rng = rng(seed);
-    let mut processes: Vec<u64> = (0..clients as u64).collect();
-    let mut next_process = clients as u64;
-    let mut busy: BTreeMap<Worker, InFlight> = BTreeMap::new();
-    let mut history: Vec<Op> = Vec::new();
-    let mut now = 0u64;
-    let ctx_of = |now: u64, busy: &BTreeMap<Worker, InFlight>, processes: &Vec<u64>| {
-        let mut ctx = Context::all_free(now, clients);
-        ctx.processes = processes.clone();
-        ctx.free.retain(|w| !busy.contains_key(w));
-        ctx
-    };
-    let line = |index: usize, time, process, kind, f: &str, value| Op {
-        index: index as u64,
-        time,
-        process,
-        kind,
-        f: f.to_string(),
-        value,
-        node: None,
-        cluster: None,
-        error: None,
-    };
-    let mut invocations = 0;
-    // An op the generator returned is committed; it waits here while earlier completions land.
-    let mut held: Option<Planned> = None;
-    loop {
-        let ctx = ctx_of(now, &busy, &processes);
-        let next = if let Some(p) = held.take() {
-            Next::Op(p)
-        } else if invocations >= max_ops {
-            Next::Done
-        } else {
-            gen.next(&ctx, &mut rng)
-        };
-        let earliest_done = busy.iter().map(|(w, f)| (f.done_at, *w)).min();
-        match next {
-            Next::Op(p) if earliest_done.is_none_or(|(t, _)| p.time <= t) => {
-                now = now.max(p.time);
-                let process = ctx.process(p.worker);
-                let op = line(
-                    history.len(),
-                    now,
-                    process,
-                    OpType::Invoke,
-                    &p.op.f,
-                    p.op.value.clone(),
-                );
-                let (outcome, value, latency) = complete(&p);
-                gen.update(&ctx_of(now, &busy, &processes), p.worker, &op);
-                history.push(op);
-                invocations += 1;
-                busy.insert(
-                    p.worker,
-                    InFlight {
-                        done_at: now + latency,
-                        outcome,
-                        f: p.op.f,
-                        value,
-                        process,
-                    },
-                );
-            }
-            Next::Done if busy.is_empty() => return history,
-            Next::Pending(Some(t)) if busy.is_empty() => now = now.max(t),
-            Next::Pending(None) if busy.is_empty() => return history,
-            other => {
-                if let Next::Op(p) = other {
-                    held = Some(p);
-                }
-                let (t, w) = earliest_done.expect("something is busy");
-                now = now.max(t);
-                let done = busy.remove(&w).expect("busy worker");
-                let op = line(
-                    history.len(),
-                    now,
-                    done.process,
-                    done.outcome.into(),
-                    &done.f,
-                    done.value,
-                );
-                gen.update(&ctx_of(now, &busy, &processes), w, &op);
-                history.push(op);
-                if let (Outcome::Info, Worker::Client(i)) = (done.outcome, w) {
-                    processes[i] = next_process;
-                    next_process += 1;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interpreter::simulate;
+    use crate::op::{OpType, Outcome};
     use serde_json::json;
 
     const MS: u64 = 1_000_000;
@@ -757,26 +659,26 @@ mod tests {
         })
     }
 
-    fn ok_after(ms: u64) -> impl FnMut(&Planned) -> (Outcome, serde_json::Value, u64) {
-        move |p| (Outcome::Ok, p.op.value.clone(), ms * MS)
+    fn ok_after(ms: u64) -> impl FnMut(&Invocation) -> (Outcome, serde_json::Value, u64) {
+        move |op| (Outcome::Ok, op.value.clone(), ms * MS)
     }
 
-    #[test]
-    fn the_same_seed_gives_the_same_history_and_another_seed_does_not() {
-        let run = |seed| {
+    #[tokio::test(start_paused = true)]
+    async fn the_same_seed_gives_the_same_history_and_another_seed_does_not() {
+        async fn run(seed: u64) -> Vec<Op> {
             let mut g = time_limit(2 * S, stagger(10 * MS, counter_gen()));
-            simulate(&mut g, 5, seed, 10_000, ok_after(3))
-        };
-        let a = run(7);
+            simulate(&mut g, 5, seed, 10_000, ok_after(3)).await
+        }
+        let a = run(7).await;
         assert!(a.len() > 100, "{}", a.len());
-        assert_eq!(a, run(7));
-        assert_ne!(a, run(8));
+        assert_eq!(a, run(7).await);
+        assert_ne!(a, run(8).await);
     }
 
-    #[test]
-    fn stagger_sets_the_mean_rate_and_time_limit_ends_it() {
+    #[tokio::test(start_paused = true)]
+    async fn stagger_sets_the_mean_rate_and_time_limit_ends_it() {
         let mut g = time_limit(10 * S, stagger(10 * MS, counter_gen()));
-        let h = simulate(&mut g, 10, 1, 100_000, ok_after(1));
+        let h = simulate(&mut g, 10, 1, 100_000, ok_after(1)).await;
         let invokes = h.iter().filter(|o| o.kind == OpType::Invoke).count();
         // About 100 ops/s for 10 s.
         assert!((800..1200).contains(&invokes), "{invokes}");
@@ -786,15 +688,16 @@ mod tests {
             .all(|o| o.time < 10 * S));
     }
 
-    #[test]
-    fn a_worker_whose_op_ends_info_gets_a_new_process() {
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_whose_op_ends_info_gets_a_new_process() {
         let mut g = limit(4, counter_gen());
         let mut k = 0;
-        let h = simulate(&mut g, 1, 3, 100, |p| {
+        let h = simulate(&mut g, 1, 3, 100, move |op| {
             k += 1;
             let outcome = if k == 2 { Outcome::Info } else { Outcome::Ok };
-            (outcome, p.op.value.clone(), MS)
-        });
+            (outcome, op.value.clone(), MS)
+        })
+        .await;
         let procs: Vec<(OpType, Process)> = h.iter().map(|o| (o.kind, o.process)).collect();
         assert_eq!(
             procs,
@@ -811,8 +714,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn phases_wait_for_every_worker_before_the_next_phase() {
+    #[tokio::test(start_paused = true)]
+    async fn phases_wait_for_every_worker_before_the_next_phase() {
         let first = limit(3, counter_gen());
         let second = limit(
             1,
@@ -824,10 +727,11 @@ mod tests {
             }),
         );
         let mut g = phases(vec![Box::new(first), Box::new(second)]);
-        let h = simulate(&mut g, 3, 1, 100, |p| {
-            let latency = if p.op.f == "final" { MS } else { 50 * MS };
-            (Outcome::Ok, p.op.value.clone(), latency)
-        });
+        let h = simulate(&mut g, 3, 1, 100, |op| {
+            let latency = if op.f == "final" { MS } else { 50 * MS };
+            (Outcome::Ok, op.value.clone(), latency)
+        })
+        .await;
         let final_invoke = h.iter().position(|o| o.f == "final").unwrap();
         let completions_before = h[..final_invoke]
             .iter()
@@ -836,8 +740,8 @@ mod tests {
         assert_eq!(completions_before, 3, "{h:#?}");
     }
 
-    #[test]
-    fn any_interleaves_clients_and_the_nemesis() {
+    #[tokio::test(start_paused = true)]
+    async fn any_interleaves_clients_and_the_nemesis() {
         let clients = Clients(time_limit(S, stagger(10 * MS, counter_gen())));
         let nemesis = NemesisOnly(phases(vec![
             Box::new(sleep(300 * MS)),
@@ -846,7 +750,7 @@ mod tests {
             Box::new(nemesis_once("stop-partition", json!({}))),
         ]));
         let mut g = any(vec![Box::new(clients), Box::new(nemesis)]);
-        let h = simulate(&mut g, 2, 1, 10_000, ok_after(2));
+        let h = simulate(&mut g, 2, 1, 10_000, ok_after(2)).await;
         let nem: Vec<(&str, OpType, u64)> = h
             .iter()
             .filter(|o| o.process == Process::Nemesis)
@@ -859,8 +763,8 @@ mod tests {
         assert!(h.iter().any(|o| o.process == Process::Client(0)));
     }
 
-    #[test]
-    fn each_process_starts_over_for_a_process_that_crashed() {
+    #[tokio::test(start_paused = true)]
+    async fn each_process_starts_over_for_a_process_that_crashed() {
         let mut g = each_process(|p| {
             Box::new(limit(
                 2,
@@ -873,11 +777,12 @@ mod tests {
             )) as Box<dyn Generator>
         });
         let mut n = 0;
-        let h = simulate(&mut g, 1, 1, 100, |p| {
+        let h = simulate(&mut g, 1, 1, 100, move |op| {
             n += 1;
             let outcome = if n == 1 { Outcome::Info } else { Outcome::Ok };
-            (outcome, p.op.value.clone(), MS)
-        });
+            (outcome, op.value.clone(), MS)
+        })
+        .await;
         let invoked: Vec<(Process, serde_json::Value)> = h
             .iter()
             .filter(|o| o.kind == OpType::Invoke)
@@ -894,8 +799,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn each_worker_gives_every_worker_its_own_schedule() {
+    #[tokio::test(start_paused = true)]
+    async fn each_worker_gives_every_worker_its_own_schedule() {
         let mut g = each_worker(|i, n| {
             Box::new(limit(
                 2,
@@ -907,7 +812,7 @@ mod tests {
                 }),
             )) as Box<dyn Generator>
         });
-        let h = simulate(&mut g, 3, 1, 100, ok_after(1));
+        let h = simulate(&mut g, 3, 1, 100, ok_after(1)).await;
         for i in 0..3u64 {
             let mine: Vec<&Op> = h
                 .iter()

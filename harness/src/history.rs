@@ -150,14 +150,13 @@ mod tests {
     fn op(f: &str) -> Op {
         Op {
             index: 99,
-            time: 5,
-            process: Process::Client(0),
-            kind: OpType::Invoke,
-            f: f.into(),
-            value: json!({"topic": "t", "partition": 0, "values": [1]}),
-            node: None,
-            cluster: None,
-            error: None,
+            ..Op::new(
+                5,
+                Process::Client(0),
+                OpType::Invoke,
+                f,
+                json!({"topic": "t", "partition": 0, "values": [1]}),
+            )
         }
     }
 

@@ -34,31 +34,11 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::dial::{connect_async, Dialer};
 
-/// Kafka error codes the workloads distinguish.
-pub mod codes {
-    /// No error.
-    pub const NONE: i16 = 0;
-    /// The topic or partition does not exist on this broker.
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    /// No leader right now.
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    /// This broker is not the leader (for produce: not a definite failure, KAFKA-13574).
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    /// The broker timed out waiting for replication.
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    /// Too few in-sync replicas; rejected before append.
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    /// Appended, but too few in-sync replicas acknowledged it.
-    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
-    /// The topic already exists.
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    /// More replicas asked for than the cluster has brokers.
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-}
+/// Kafka error codes by name: `code.err()` is `None` for no error, else the [`ResponseError`].
+pub use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 
 /// The name of a Kafka error code, for histories.
 pub fn error_name(code: i16) -> String {
-    use kafka_protocol::error::ParseResponseErrorCode;
     match code.err() {
         Some(e) => format!("{e:?}"),
         None => "NONE".to_string(),
@@ -217,7 +197,7 @@ impl ClusterMetadata {
     pub fn leader(&self, topic: &str, partition: i32) -> Option<i32> {
         let (_, parts) = self.topics.get(topic)?;
         let p = parts.get(&partition)?;
-        (p.error_code == codes::NONE && p.leader >= 0).then_some(p.leader)
+        (p.error_code.err().is_none() && p.leader >= 0).then_some(p.leader)
     }
 }
 
@@ -257,10 +237,10 @@ impl Connection {
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         // v0 first: a broker that rejects a version answers in the v0 format anyway.
         let mut resp = self.send(ApiKey::ApiVersions, 0, &req).await?;
-        if resp.error_code != codes::NONE {
+        if resp.error_code.err().is_some() {
             resp = self.send(ApiKey::ApiVersions, 3, &req).await?;
         }
-        if resp.error_code != codes::NONE {
+        if resp.error_code.err().is_some() {
             return Err(KafkaError::Protocol(format!(
                 "ApiVersions: {}",
                 error_name(resp.error_code)
@@ -402,7 +382,7 @@ impl Connection {
                 .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partitions(vec![partition])]));
         let resp = self.send(ApiKey::ElectLeaders, version, &req).await?;
-        if resp.error_code != codes::NONE {
+        if resp.error_code.err().is_some() {
             return Ok((resp.error_code, None));
         }
         resp.replica_election_results
@@ -482,7 +462,7 @@ impl Connection {
                     .with_log_start_offset(-1)
                     .with_partition_max_bytes(max_bytes)])]);
         let resp = self.send(ApiKey::Fetch, version, &req).await?;
-        if resp.error_code != codes::NONE {
+        if resp.error_code.err().is_some() {
             return Ok(FetchResult {
                 error_code: resp.error_code,
                 high_watermark: -1,
@@ -504,7 +484,7 @@ impl Connection {
             error_code: p.error_code,
             high_watermark: p.high_watermark,
             records,
-            leader_epoch: sent_epoch.filter(|_| p.error_code == codes::NONE),
+            leader_epoch: sent_epoch.filter(|_| p.error_code.err().is_none()),
         })
     }
 }

@@ -9,7 +9,8 @@
 //!   [`NetnsRuntime`](netns::NetnsRuntime) is the embedded default;
 //!   [`HostsRuntime`](hosts::HostsRuntime) drives existing machines over SSH.
 //! - [`Db`](db::Db) with the optional [`Kill`](db::Kill), [`Pause`](db::Pause),
-//!   [`LogFiles`](db::LogFiles) and [`ReplicaDump`](db::ReplicaDump): the broker on a node.
+//!   [`LogFiles`](db::LogFiles), [`ReplicaDump`](db::ReplicaDump) and [`Probe`](db::Probe): the
+//!   broker on a node.
 //!   [`TidemarkBroker`](broker::TidemarkBroker) deploys `tidemark-broker`.
 //! - [`Net`](net::Net): cut and heal links between nodes. [`Iptables`](net::Iptables).
 //! - [`Client`](client::Client): one logical process's connection, invoking one op at a time.
@@ -22,10 +23,12 @@
 //! made inside the client namespace), [`kafka`] is the thin Kafka client workloads build on, and
 //! [`op`] holds the plain data that flows between the parts.
 //!
-//! The [`runner`] owns time and the seed and drives a [`Test`](test::Test) through its phases;
-//! [`history`] streams every op to disk as it happens, [`store`] lays out the run directory, and
-//! [`leftovers`] finds and removes what a killed run left behind; [`prerequisites`] says what a
-//! run needs installed before it starts.
+//! The [`runner`] drives a [`Test`](test::Test) through its phases: the [`interpreter`] runs each
+//! phase's ops, [`probe`] waits for the database to serve and its replicas to converge, and
+//! [`collect`] gathers replica states and node logs. [`history`] streams every op to disk as it
+//! happens, [`store`] lays out the run directory, and [`leftovers`] finds and removes what a
+//! killed run left behind; [`prerequisites`] says what a run needs installed
+//! before it starts.
 //!
 //! Dependencies point one way: this crate knows nothing of particular workloads or fault kinds;
 //! those crates implement the traits here.
@@ -33,11 +36,13 @@
 pub mod broker;
 pub mod checker;
 pub mod client;
+pub mod collect;
 pub mod db;
 pub mod dial;
 pub mod generator;
 pub mod history;
 pub mod hosts;
+pub mod interpreter;
 pub mod kafka;
 pub mod leftovers;
 pub mod nemesis;
@@ -45,6 +50,7 @@ pub mod net;
 pub mod netns;
 pub mod op;
 pub mod prerequisites;
+pub mod probe;
 pub mod progress;
 pub mod remote;
 pub mod runner;

@@ -9,6 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use serde_json::Value;
 
+use crate::db::DumpedReplica;
+
 /// One run's directory.
 #[derive(Debug, Clone)]
 pub struct RunDir {
@@ -76,7 +78,7 @@ impl RunDir {
     }
 
     /// Writes `replicas.jsonl`, one replica per line.
-    pub fn write_replicas(&self, replicas: &[Value]) -> anyhow::Result<()> {
+    pub fn write_replicas(&self, replicas: &[DumpedReplica]) -> anyhow::Result<()> {
         let path = self.replicas();
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,

@@ -14,13 +14,14 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use rand::RngExt;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tidemark_harness::db::FakeClock;
 use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
-use crate::fault::{object, opt_u64, Env, Failed, Fault};
-use crate::targets::{node_list, NodeSpec, Targets};
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{known_node, NodeSpec, TargetFields, Targets};
 
 /// The longest strobe, so a nemesis op stays short.
 const MAX_STROBE_MS: u64 = 60_000;
@@ -68,23 +69,126 @@ pub fn random_offset(rng: &mut tidemark_harness::generator::Rng) -> i64 {
     }
 }
 
-fn offsets_of(value: &Value, nodes: &[String]) -> Result<Option<BTreeMap<String, i64>>, String> {
-    let Some(v) = value.get("offsets_ms") else {
-        return Ok(None);
-    };
-    let map = v
-        .as_object()
-        .ok_or_else(|| format!("field `offsets_ms`: expected an object node -> ms, got {v}"))?;
-    let mut out = BTreeMap::new();
-    for (node, ms) in map {
-        node_list(&json!([node]), nodes, "offsets_ms")
-            .map_err(|_| format!("field `offsets_ms.{node}`: unknown node {node:?}"))?;
-        let ms = ms.as_i64().ok_or_else(|| {
-            format!("field `offsets_ms.{node}`: expected milliseconds as an integer, got {ms}")
-        })?;
-        out.insert(node.clone(), ms);
+/// The value of a clock op: offsets per node (`clock-skew`, or a recorded `clock-reset`), or
+/// targets, and for `clock-strobe` its delta, period and duration (drawn when absent).
+#[derive(Debug, Default, Deserialize)]
+struct ClockValue {
+    #[serde(default)]
+    offsets_ms: Option<BTreeMap<String, i64>>,
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    #[serde(default)]
+    targets: Option<NodeSpec>,
+    #[serde(default)]
+    delta_ms: Option<i64>,
+    #[serde(default)]
+    period_ms: Option<u64>,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+}
+
+/// Which nodes a skew or reset acts on.
+#[derive(Debug, PartialEq)]
+enum Offsets {
+    /// These offsets, in ms.
+    Given(BTreeMap<String, i64>),
+    /// Offsets drawn for (skew) or zeros on (reset) the resolved targets.
+    Of(Targets),
+}
+
+/// A parsed clock op.
+#[derive(Debug, PartialEq)]
+enum ClockOp {
+    Skew(Offsets),
+    Strobe {
+        targets: Targets,
+        delta: Option<i64>,
+        period: Option<u64>,
+        duration: Option<u64>,
+    },
+    /// A reset records zeros; replaying a recorded reset reads them back as nodes.
+    Reset(Offsets),
+}
+
+impl ClockOp {
+    fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: ClockValue = parse(value)?;
+        if let Some(offsets) = &v.offsets_ms {
+            for node in offsets.keys() {
+                known_node(node, nodes, &format!("offsets_ms.{node}"))?;
+            }
+        }
+        let fields = TargetFields {
+            nodes: v.nodes,
+            targets: v.targets,
+        };
+        match f {
+            "clock-skew" => Ok(ClockOp::Skew(match v.offsets_ms {
+                Some(o) => Offsets::Given(o),
+                None => Offsets::Of(
+                    fields
+                        .targets(nodes, None)
+                        .map_err(|e| format!("{e} (or `offsets_ms`)"))?,
+                ),
+            })),
+            "clock-strobe" => {
+                if v.period_ms == Some(0) {
+                    return Err("field `period_ms`: must be positive".into());
+                }
+                if let Some(d) = v.duration_ms.filter(|d| *d > MAX_STROBE_MS) {
+                    return Err(format!(
+                        "field `duration_ms`: at most {MAX_STROBE_MS} ms, got {d}"
+                    ));
+                }
+                Ok(ClockOp::Strobe {
+                    targets: fields.targets(nodes, None)?,
+                    delta: v.delta_ms,
+                    period: v.period_ms,
+                    duration: v.duration_ms,
+                })
+            }
+            _ => Ok(ClockOp::Reset(match v.offsets_ms {
+                Some(o) => Offsets::Given(o),
+                None => Offsets::Of(fields.targets(nodes, Some(NodeSpec::All))?),
+            })),
+        }
     }
-    Ok(Some(out))
+}
+
+/// A clock op with the fault that remembers offsets.
+struct ClockRun<'a> {
+    clock: &'a Clock,
+    op: ClockOp,
+}
+
+impl FaultOp for ClockRun<'_> {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        let clock = self.clock;
+        match self.op {
+            ClockOp::Strobe {
+                targets,
+                delta,
+                period,
+                duration,
+            } => clock.strobe(env, &targets, delta, period, duration),
+            ClockOp::Skew(Offsets::Given(offsets)) => clock.set(env, &offsets),
+            ClockOp::Skew(Offsets::Of(targets)) => {
+                let offsets = env
+                    .resolve(&targets)?
+                    .into_iter()
+                    .map(|n| (n, random_offset(env.rng)))
+                    .collect();
+                clock.set(env, &offsets)
+            }
+            ClockOp::Reset(Offsets::Given(offsets)) => {
+                clock.set(env, &offsets.into_keys().map(|n| (n, 0)).collect())
+            }
+            ClockOp::Reset(Offsets::Of(targets)) => {
+                let zeros = env.resolve(&targets)?.into_iter().map(|n| (n, 0)).collect();
+                clock.set(env, &zeros)
+            }
+        }
+    }
 }
 
 impl Clock {
@@ -110,19 +214,19 @@ impl Clock {
         Failed::partly(json!({ "offsets_ms": applied }), &errors)
     }
 
-    fn strobe(&self, env: &mut Env<'_>, value: &Value) -> Result<Value, Failed> {
+    fn strobe(
+        &self,
+        env: &mut Env<'_>,
+        targets: &Targets,
+        delta: Option<i64>,
+        period: Option<u64>,
+        duration: Option<u64>,
+    ) -> Result<Value, Failed> {
         let clock = Self::fake_clock(env)?;
-        let targets = Targets::from_value(value, &env.names(), None).map_err(Failed::nothing)?;
-        let nodes = env.resolve(&targets)?;
-        let delta = match value.get("delta_ms").and_then(Value::as_i64) {
-            Some(d) => d,
-            None => random_offset(env.rng),
-        };
-        let period = opt_u64(value, "period_ms")
-            .map_err(Failed::nothing)?
-            .unwrap_or_else(|| env.rng.random_range(10..=200));
-        let duration = opt_u64(value, "duration_ms")
-            .map_err(Failed::nothing)?
+        let nodes = env.resolve(targets)?;
+        let delta = delta.unwrap_or_else(|| random_offset(env.rng));
+        let period = period.unwrap_or_else(|| env.rng.random_range(10..=200));
+        let duration = duration
             .unwrap_or_else(|| env.rng.random_range(1_000..=5_000))
             .min(MAX_STROBE_MS);
         let base = self
@@ -153,71 +257,16 @@ impl Fault for Clock {
         &["clock-skew", "clock-strobe", "clock-reset"]
     }
 
-    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        object(value)?;
-        match f {
-            "clock-skew" => match offsets_of(value, nodes)? {
-                Some(_) => Ok(()),
-                None => Targets::from_value(value, nodes, None)
-                    .map(drop)
-                    .map_err(|e| format!("{e} (or `offsets_ms`)")),
-            },
-            "clock-strobe" => {
-                Targets::from_value(value, nodes, None)?;
-                if let Some(d) = value.get("delta_ms") {
-                    d.as_i64()
-                        .ok_or_else(|| format!("field `delta_ms`: expected an integer, got {d}"))?;
-                }
-                if opt_u64(value, "period_ms")? == Some(0) {
-                    return Err("field `period_ms`: must be positive".into());
-                }
-                match opt_u64(value, "duration_ms")? {
-                    Some(d) if d > MAX_STROBE_MS => Err(format!(
-                        "field `duration_ms`: at most {MAX_STROBE_MS} ms, got {d}"
-                    )),
-                    _ => Ok(()),
-                }
-            }
-            _ => match offsets_of(value, nodes)? {
-                Some(_) => Ok(()),
-                None => Targets::from_value(value, nodes, Some(NodeSpec::All)).map(drop),
-            },
-        }
-    }
-
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        self.check(f, value, &names).map_err(Failed::nothing)?;
-        match f {
-            "clock-strobe" => self.strobe(env, value),
-            "clock-skew" => {
-                let offsets = match offsets_of(value, &names).map_err(Failed::nothing)? {
-                    Some(o) => o,
-                    None => {
-                        let targets =
-                            Targets::from_value(value, &names, None).map_err(Failed::nothing)?;
-                        let nodes = env.resolve(&targets)?;
-                        nodes
-                            .into_iter()
-                            .map(|n| (n, random_offset(env.rng)))
-                            .collect()
-                    }
-                };
-                self.set(env, &offsets)
-            }
-            _ => {
-                // A reset records zeros; replaying a recorded reset reads them back as nodes.
-                let nodes = match offsets_of(value, &names).map_err(Failed::nothing)? {
-                    Some(o) => o.into_keys().collect(),
-                    None => {
-                        let targets = Targets::from_value(value, &names, Some(NodeSpec::All))
-                            .map_err(Failed::nothing)?;
-                        env.resolve(&targets)?
-                    }
-                };
-                self.set(env, &nodes.into_iter().map(|n| (n, 0)).collect())
-            }
-        }
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(ClockRun {
+            clock: self,
+            op: ClockOp::parse(f, value, nodes)?,
+        }))
     }
 }
 
@@ -255,42 +304,43 @@ mod tests {
     }
 
     #[test]
-    fn checks_name_the_bad_field() {
+    fn parsing_names_the_bad_field() {
         let nodes: Vec<String> = ["n1", "n2"].map(String::from).to_vec();
-        let c = Clock::default();
-        assert!(c
-            .check("clock-skew", &json!({"offsets_ms": {"n1": -40}}), &nodes)
-            .is_ok());
-        assert!(c
-            .check("clock-skew", &json!({"targets": "one"}), &nodes)
-            .is_ok());
-        assert!(c.check("clock-reset", &json!({}), &nodes).is_ok());
-        assert!(c
-            .check("clock-reset", &json!({"offsets_ms": {"n2": 0}}), &nodes)
-            .is_ok());
-        let e = c
-            .check("clock-skew", &json!({"offsets_ms": {"n1": 1.5}}), &nodes)
-            .unwrap_err();
-        assert!(e.contains("`offsets_ms.n1`"), "{e}");
-        let e = c
-            .check("clock-skew", &json!({"offsets_ms": {"n5": 1}}), &nodes)
-            .unwrap_err();
-        assert!(e.contains("`offsets_ms.n5`"), "{e}");
-        let e = c
-            .check(
-                "clock-strobe",
-                &json!({"nodes": ["n1"], "period_ms": 0}),
-                &nodes,
-            )
-            .unwrap_err();
+        let parse = |f: &str, v: Value| ClockOp::parse(f, &v, &nodes);
+        assert_eq!(
+            parse("clock-skew", json!({"offsets_ms": {"n1": -40}})),
+            Ok(ClockOp::Skew(Offsets::Given(BTreeMap::from([(
+                "n1".to_string(),
+                -40
+            )]))))
+        );
+        assert_eq!(
+            parse("clock-skew", json!({"targets": "one"})),
+            Ok(ClockOp::Skew(Offsets::Of(Targets::Spec(NodeSpec::One))))
+        );
+        assert_eq!(
+            parse("clock-reset", json!({})),
+            Ok(ClockOp::Reset(Offsets::Of(Targets::Spec(NodeSpec::All))))
+        );
+        assert!(matches!(
+            parse("clock-reset", json!({"offsets_ms": {"n2": 0}})),
+            Ok(ClockOp::Reset(Offsets::Given(_)))
+        ));
+        let e = parse("clock-skew", json!({"offsets_ms": {"n1": 1.5}})).unwrap_err();
+        assert!(e.starts_with("field `offsets_ms.n1`"), "{e}");
+        let e = parse("clock-skew", json!({"offsets_ms": {"n5": 1}})).unwrap_err();
+        assert!(e.starts_with("field `offsets_ms.n5`: unknown node"), "{e}");
+        let e = parse("clock-skew", json!({})).unwrap_err();
+        assert!(e.contains("`offsets_ms`"), "{e}");
+        let e = parse("clock-strobe", json!({"nodes": ["n1"], "period_ms": 0})).unwrap_err();
         assert!(e.contains("`period_ms`"), "{e}");
-        let e = c
-            .check(
-                "clock-strobe",
-                &json!({"targets": "all", "duration_ms": 3_600_000}),
-                &nodes,
-            )
-            .unwrap_err();
+        let e = parse(
+            "clock-strobe",
+            json!({"targets": "all", "duration_ms": 3_600_000}),
+        )
+        .unwrap_err();
         assert!(e.contains("`duration_ms`"), "{e}");
+        let e = parse("clock-strobe", json!({"targets": "all", "delta_ms": "x"})).unwrap_err();
+        assert!(e.starts_with("field `delta_ms`"), "{e}");
     }
 }

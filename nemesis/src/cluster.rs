@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use tidemark_harness::kafka::{error_name, ClusterMetadata, Connection};
+use tidemark_harness::kafka::{error_name, ClusterMetadata, Connection, ParseResponseErrorCode};
 use tidemark_harness::nemesis::NemesisContext;
 use tidemark_harness::runtime::Node;
 
@@ -139,7 +139,7 @@ pub fn elect_unclean(
         c.elect_leader(topic, partition, true).await
     })
     .with_context(|| format!("ElectLeaders through {}", via.name))?;
-    if code != 0 {
+    if code.err().is_some() {
         bail!(
             "ElectLeaders UNCLEAN for {topic}/{partition} through {}: {}{}",
             via.name,

@@ -16,13 +16,14 @@ use std::path::{Path, PathBuf};
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tidemark_harness::generator::Rng;
 use tidemark_harness::remote::{self, command_line, escape};
 use tidemark_harness::runtime::Node;
 
-use crate::fault::{object, opt_str, Env, Failed, Fault};
-use crate::targets::{node_list, Targets};
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{known_node, NodeSpec, TargetFields, Targets};
 
 /// The disk fault.
 pub struct Corrupt;
@@ -35,7 +36,7 @@ const TAIL_BATCHES: usize = 8;
 const CRC_START: u64 = 21;
 
 /// One damaged file, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Damage {
     /// The node.
     pub node: String,
@@ -44,17 +45,21 @@ pub struct Damage {
     /// `truncate` or `bitflip`.
     pub mode: Mode,
     /// The file's size before.
+    #[serde(default)]
     pub size: u64,
     /// Truncate: the new length. Bitflip: the first flipped position.
     pub offset: u64,
     /// Truncate: bytes cut. Bitflip: bytes changed.
+    #[serde(default)]
     pub bytes: u64,
     /// Bitflip: `(position, bit)` of every flip.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flips: Vec<(u64, u8)>,
 }
 
 /// What to do to a segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Cut its tail.
     Truncate,
@@ -69,78 +74,75 @@ impl Mode {
             Mode::Bitflip => "bitflip",
         }
     }
-
-    fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "truncate" => Ok(Mode::Truncate),
-            "bitflip" => Ok(Mode::Bitflip),
-            other => Err(format!(
-                "field `mode`: expected truncate or bitflip, got {other:?}"
-            )),
-        }
-    }
 }
 
 impl Damage {
-    fn to_json(&self) -> Value {
-        let mut v = json!({"node": self.node, "file": self.file, "mode": self.mode.name(),
-                           "size": self.size, "offset": self.offset, "bytes": self.bytes});
-        if self.mode == Mode::Bitflip {
-            v["flips"] = json!(self.flips);
-        }
-        v
-    }
-
-    fn from_json(v: &Value, nodes: &[String], field: &str) -> Result<Self, String> {
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("field `{field}.{k}`: expected a string"))
-        };
-        let n = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .ok_or_else(|| format!("field `{field}.{k}`: expected a non-negative integer"))
-        };
-        let node = s("node")?.to_string();
-        node_list(&json!([node]), nodes, &format!("{field}.node"))
-            .map_err(|_| format!("field `{field}.node`: unknown node {node:?}"))?;
-        let file = s("file")?.to_string();
-        if !is_segment_path(&file) {
+    /// Checks a parsed record at `field` against the test's `nodes`.
+    fn check(&self, nodes: &[String], field: &str) -> Result<(), String> {
+        known_node(&self.node, nodes, &format!("{field}.node"))?;
+        if !is_segment_path(&self.file) {
             return Err(format!(
-                "field `{field}.file`: expected <topic>-<partition>/<20 digits>.log, got {file:?}"
+                "field `{field}.file`: expected <topic>-<partition>/<20 digits>.log, got {:?}",
+                self.file
             ));
         }
-        let mode =
-            Mode::parse(s("mode")?).map_err(|e| e.replace("`mode`", &format!("`{field}.mode`")))?;
-        let flips = match v.get("flips") {
-            None if mode == Mode::Truncate => Vec::new(),
-            Some(list) => list
-                .as_array()
-                .and_then(|l| {
-                    l.iter()
-                        .map(|f| {
-                            let pair = f.as_array()?;
-                            let pos = pair.first()?.as_u64()?;
-                            let bit = pair.get(1)?.as_u64().filter(|b| *b < 8)?;
-                            Some((pos, bit as u8))
-                        })
-                        .collect::<Option<Vec<_>>>()
-                })
-                .ok_or_else(|| {
-                    format!("field `{field}.flips`: expected [[position, bit 0-7], ...]")
-                })?,
-            None => return Err(format!("field `{field}.flips`: a bitflip needs its flips")),
+        if self.mode == Mode::Bitflip && self.flips.is_empty() {
+            return Err(format!("field `{field}.flips`: a bitflip needs its flips"));
+        }
+        if let Some(i) = self.flips.iter().position(|(_, bit)| *bit > 7) {
+            return Err(format!("field `{field}.flips[{i}]`: bits are 0 to 7"));
+        }
+        Ok(())
+    }
+}
+
+/// The value of `corrupt-file`: targets and a mode (drawn when absent), or in a recorded `info`
+/// the damage done, which a replay does again.
+#[derive(Debug, Default, Deserialize)]
+struct CorruptValue {
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    #[serde(default)]
+    targets: Option<NodeSpec>,
+    #[serde(default)]
+    mode: Option<Mode>,
+    #[serde(default)]
+    files: Option<Vec<Damage>>,
+}
+
+/// A parsed `corrupt-file`.
+#[derive(Debug, PartialEq)]
+struct CorruptOp {
+    /// What to damage: these records again, or a plan drawn on the resolved targets.
+    what: Plan,
+    mode: Option<Mode>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Plan {
+    Replay(Vec<Damage>),
+    Draw(Targets),
+}
+
+impl CorruptOp {
+    fn parse(value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: CorruptValue = parse(value)?;
+        let what = match v.files {
+            Some(files) => {
+                for (i, d) in files.iter().enumerate() {
+                    d.check(nodes, &format!("files[{i}]"))?;
+                }
+                Plan::Replay(files)
+            }
+            None => Plan::Draw(
+                TargetFields {
+                    nodes: v.nodes,
+                    targets: v.targets,
+                }
+                .targets(nodes, None)?,
+            ),
         };
-        Ok(Damage {
-            node,
-            file,
-            mode,
-            size: n("size").unwrap_or(0),
-            offset: n("offset")?,
-            bytes: n("bytes").unwrap_or(0),
-            flips,
-        })
+        Ok(CorruptOp { what, mode: v.mode })
     }
 }
 
@@ -304,27 +306,18 @@ impl Fault for Corrupt {
         &["corrupt-file"]
     }
 
-    fn check(&self, _f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        object(value)?;
-        if let Some(m) = opt_str(value, "mode")? {
-            Mode::parse(m)?;
-        }
-        match value.get("files") {
-            Some(Value::Array(files)) => {
-                for (i, f) in files.iter().enumerate() {
-                    Damage::from_json(f, nodes, &format!("files[{i}]"))?;
-                }
-                Ok(())
-            }
-            Some(other) => Err(format!("field `files`: expected a list, got {other}")),
-            None => Targets::from_value(value, nodes, None).map(drop),
-        }
+    fn parse<'a>(
+        &'a self,
+        _f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(CorruptOp::parse(value, nodes)?))
     }
+}
 
-    fn invoke(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        self.check("corrupt-file", value, &names)
-            .map_err(Failed::nothing)?;
+impl FaultOp for CorruptOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         let kill = env
             .cx
             .db
@@ -335,32 +328,21 @@ impl Fault for Corrupt {
             .db
             .as_data_dir()
             .ok_or_else(|| Failed::nothing("the database does not say where its data is"))?;
-        let replay: Option<Vec<Damage>> = match value.get("files") {
-            Some(Value::Array(files)) => Some(
-                files
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| Damage::from_json(f, &names, &format!("files[{i}]")))
-                    .collect::<Result<_, _>>()
-                    .map_err(Failed::nothing)?,
-            ),
-            _ => None,
-        };
-        let (targets, nodes) = match &replay {
-            Some(list) => {
+        let CorruptOp { what, mode } = *self;
+        let (replay, targets, nodes) = match what {
+            Plan::Replay(list) => {
                 let mut nodes: Vec<String> = list.iter().map(|d| d.node.clone()).collect();
                 nodes.sort();
                 nodes.dedup();
-                (None, nodes)
+                (Some(list), None, nodes)
             }
-            None => {
-                let t = Targets::from_value(value, &names, None).map_err(Failed::nothing)?;
+            Plan::Draw(t) => {
                 let nodes = env.resolve(&t)?;
-                (t.spec_name(), nodes)
+                (None, t.spec_name(), nodes)
             }
         };
-        let mode = match opt_str(value, "mode").map_err(Failed::nothing)? {
-            Some(m) => Mode::parse(m).map_err(Failed::nothing)?,
+        let mode = match mode {
+            Some(m) => m,
             None if env.rng.random_bool(0.5) => Mode::Truncate,
             None => Mode::Bitflip,
         };
@@ -391,7 +373,7 @@ impl Fault for Corrupt {
         let mut record = json!({
             "nodes": stopped,
             "mode": mode.name(),
-            "files": damage.iter().map(Damage::to_json).collect::<Vec<_>>(),
+            "files": damage,
         });
         if let Some(spec) = targets {
             record["targets"] = json!(spec);
@@ -478,38 +460,46 @@ mod tests {
             bytes: 2,
             flips: vec![(850, 3), (861, 0)],
         };
+        let recorded = serde_json::to_value(&d).unwrap();
+        let parse = |v: Value| CorruptOp::parse(&v, &nodes);
         assert_eq!(
-            Damage::from_json(&d.to_json(), &nodes, "files[0]").unwrap(),
-            d
+            parse(json!({"files": [recorded], "nodes": ["n2"], "mode": "bitflip"})),
+            Ok(CorruptOp {
+                what: Plan::Replay(vec![d.clone()]),
+                mode: Some(Mode::Bitflip)
+            })
         );
-        let c = Corrupt;
-        assert!(c
-            .check(
-                "corrupt-file",
-                &json!({"files": [d.to_json()], "nodes": ["n2"]}),
-                &nodes
-            )
-            .is_ok());
-        assert!(c
-            .check("corrupt-file", &json!({"targets": "one"}), &nodes)
-            .is_ok());
-        let mut bad = d.to_json();
+        assert_eq!(
+            parse(json!({"targets": "one"})),
+            Ok(CorruptOp {
+                what: Plan::Draw(Targets::Spec(NodeSpec::One)),
+                mode: None
+            })
+        );
+        let truncated = Damage {
+            mode: Mode::Truncate,
+            flips: Vec::new(),
+            ..d.clone()
+        };
+        assert_eq!(
+            serde_json::to_value(&truncated).unwrap(),
+            json!({"node": "n2", "file": "t0-1/00000000000000000000.log", "mode": "truncate",
+                   "size": 900, "offset": 850, "bytes": 2})
+        );
+        let mut bad = serde_json::to_value(&d).unwrap();
         bad["file"] = json!("../../etc/passwd");
-        let e = c
-            .check(
-                "corrupt-file",
-                &json!({"files": [d.to_json(), bad]}),
-                &nodes,
-            )
-            .unwrap_err();
-        assert!(e.contains("`files[1].file`"), "{e}");
-        let e = c
-            .check(
-                "corrupt-file",
-                &json!({"targets": "one", "mode": "shred"}),
-                &nodes,
-            )
-            .unwrap_err();
-        assert!(e.contains("`mode`"), "{e}");
+        let e = parse(json!({"files": [recorded, bad]})).unwrap_err();
+        assert!(e.starts_with("field `files[1].file`"), "{e}");
+        let mut bad = serde_json::to_value(&d).unwrap();
+        bad["flips"] = json!([[850, 9]]);
+        let e = parse(json!({"files": [bad]})).unwrap_err();
+        assert!(e.starts_with("field `files[0].flips[0]`"), "{e}");
+        let e = parse(json!({"files": [{"node": "n2"}]})).unwrap_err();
+        assert!(
+            e.starts_with("field `files[0]`: missing field `file`"),
+            "{e}"
+        );
+        let e = parse(json!({"targets": "one", "mode": "shred"})).unwrap_err();
+        assert!(e.starts_with("field `mode`"), "{e}");
     }
 }

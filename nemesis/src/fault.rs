@@ -1,10 +1,12 @@
-//! The shape of a fault kind: the ops it performs, how it checks an op given by a schedule file,
-//! and how it performs one. Every op's value may be a spec still to resolve (`"targets":
-//! "minority"`) or the resolved record an earlier `info` wrote, so a recorded history replays.
+//! The shape of a fault kind: the ops it performs, how it parses an op (checking a schedule file's
+//! op is parsing it), and how a parsed op is performed. Every op's value may be a spec still to
+//! resolve (`"targets": "minority"`) or the resolved record an earlier `info` wrote, so a recorded
+//! history replays.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tidemark_harness::generator::Rng;
 use tidemark_harness::nemesis::NemesisContext;
@@ -132,50 +134,44 @@ impl Failed {
 ///
 /// Contract:
 /// - [`fs`](Fault::fs) lists its ops; no two fault kinds share one.
-/// - [`check`](Fault::check) accepts every value its `invoke` accepts and the value of every
-///   `info` it writes, given the test's node names; errors name the offending field.
-/// - [`invoke`](Fault::invoke) performs one op, blocking until it is in force, and returns the
-///   `info` value that records what was actually done (resolved nodes, grudge, offsets, files,
-///   elected replica) such that invoking that value again does the same thing. When it falls
-///   short it says what it did do.
+/// - [`parse`](Fault::parse) accepts every value its ops accept and the value of every `info`
+///   they write, given the test's node names; errors name the offending field.
+/// - A parsed op's [`invoke`](FaultOp::invoke) performs it, blocking until it is in force, and
+///   returns the `info` value that records what was actually done (resolved nodes, grudge,
+///   offsets, files, elected replica) such that parsing and invoking that value again does the
+///   same thing. When it falls short it says what it did do.
 pub trait Fault: Send + Sync {
     /// Its ops.
     fn fs(&self) -> &'static [&'static str];
 
-    /// Checks an op's value from a schedule.
-    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String>;
+    /// Parses op `f`'s value for a test of `nodes`.
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String>;
+}
 
-    /// Performs one op.
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed>;
+/// A parsed fault op, ready to perform.
+pub trait FaultOp: Send {
+    /// Performs the op.
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed>;
+}
+
+/// Parses an op's value (absent reads as `{}`) as `T`; errors name the field.
+pub fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
+    let empty = Value::Object(Default::default());
+    let value = if value.is_null() { &empty } else { value };
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("field `{path}`: {}", e.inner())
+        }
+    })
 }
 
 /// The fault kinds, shared so a nemesis and its schedules route ops the same way.
 pub type Faults = Vec<Arc<dyn Fault>>;
-
-/// Reads an optional non-negative integer field.
-pub fn opt_u64(value: &Value, field: &str) -> Result<Option<u64>, String> {
-    match value.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| format!("field `{field}`: expected a non-negative integer, got {v}")),
-    }
-}
-
-/// Reads an optional string field.
-pub fn opt_str<'v>(value: &'v Value, field: &str) -> Result<Option<&'v str>, String> {
-    match value.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(format!("field `{field}`: expected a string, got {v}")),
-    }
-}
-
-/// Checks that an op's value is a JSON object (or absent, read as `{}`).
-pub fn object(value: &Value) -> Result<(), String> {
-    match value {
-        Value::Object(_) | Value::Null => Ok(()),
-        other => Err(format!("expected an object, got {other}")),
-    }
-}

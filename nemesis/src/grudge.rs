@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rand::seq::SliceRandom;
 use rand::RngExt;
-use serde_json::Value;
 use tidemark_harness::generator::Rng;
 use tidemark_harness::net::Grudge;
 
@@ -207,20 +206,17 @@ pub fn bridge(nodes: &[String]) -> Grudge {
     grudge
 }
 
-/// Reads a grudge at `field`: an object from node name to a list of node names, all known.
-pub fn from_value(v: &Value, nodes: &[String], field: &str) -> Result<Grudge, String> {
-    let map = v.as_object().ok_or_else(|| {
-        format!("field `{field}`: expected an object of node -> [nodes], got {v}")
-    })?;
+/// A grudge as an op writes it (node -> the nodes it drops traffic from), checked against the
+/// test's `nodes`; errors name the field under `field`. Empty lists are dropped.
+pub fn known(
+    raw: &BTreeMap<String, Vec<String>>,
+    nodes: &[String],
+    field: &str,
+) -> Result<Grudge, String> {
     let mut grudge: Grudge = BTreeMap::new();
-    for (node, from) in map {
-        if !nodes.contains(node) {
-            return Err(format!(
-                "field `{field}.{node}`: unknown node {node:?}; nodes: {}",
-                nodes.join(", ")
-            ));
-        }
-        let list = crate::targets::node_list(from, nodes, &format!("{field}.{node}"))?;
+    for (node, from) in raw {
+        crate::targets::known_node(node, nodes, &format!("{field}.{node}"))?;
+        let list = crate::targets::known_nodes(from, nodes, &format!("{field}.{node}"))?;
         if !list.is_empty() {
             grudge.insert(node.clone(), list.into_iter().collect());
         }
@@ -354,14 +350,13 @@ mod tests {
     #[test]
     fn grudges_read_from_json_are_checked_and_may_be_one_way() {
         let nodes = names(3);
-        let g = from_value(&json!({"n1": ["n2"], "n3": []}), &nodes, "grudge").unwrap();
+        let raw = |v| crate::fault::parse::<BTreeMap<String, Vec<String>>>(&v).unwrap();
+        let g = known(&raw(json!({"n1": ["n2"], "n3": []})), &nodes, "grudge").unwrap();
         assert_eq!(g.len(), 1);
         assert_eq!(g["n1"], set(&["n2"]));
-        let e = from_value(&json!({"n1": ["n7"]}), &nodes, "grudge").unwrap_err();
+        let e = known(&raw(json!({"n1": ["n7"]})), &nodes, "grudge").unwrap_err();
         assert!(e.contains("`grudge.n1[0]`"), "{e}");
-        let e = from_value(&json!({"n8": []}), &nodes, "grudge").unwrap_err();
+        let e = known(&raw(json!({"n8": []})), &nodes, "grudge").unwrap_err();
         assert!(e.contains("`grudge.n8`"), "{e}");
-        let e = from_value(&json!(["n1"]), &nodes, "grudge").unwrap_err();
-        assert!(e.contains("expected an object"), "{e}");
     }
 }

@@ -359,7 +359,11 @@ impl Nemesis for Nemeses {
         };
         let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
         let mut env = Env { cx, rng: &mut rng };
-        match fault.invoke(&mut env, &op.f, &op.value) {
+        let performed = fault
+            .parse(&op.f, &op.value, &env.names())
+            .map_err(Failed::nothing)
+            .and_then(|parsed| parsed.invoke(&mut env));
+        match performed {
             Ok(value) => Completion::new(Outcome::Info, value),
             Err(Failed { done, error }) => {
                 let mut c = Completion::new(Outcome::Info, done);

@@ -10,13 +10,14 @@
 use std::net::IpAddr;
 
 use rand::seq::IndexedRandom;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tidemark_harness::net::NFT_TABLE;
 use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
-use crate::fault::{object, opt_u64, Env, Failed, Fault};
-use crate::targets::{NodeSpec, Targets};
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{NodeSpec, TargetFields, Targets};
 
 /// The loss fault.
 pub struct Loss;
@@ -124,41 +125,65 @@ fn has_netem(node: &Node) -> bool {
     remote::run(node.remote.as_ref(), NETEM_PROBE).is_ok_and(|o| o.trim() == "yes")
 }
 
-fn probability_of(value: &Value) -> Result<Option<f64>, String> {
-    match value.get("probability") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(p) if (0.0..=1.0).contains(&p) => Ok(Some(p)),
-            _ => Err(format!(
-                "field `probability`: expected a share between 0 and 1, got {v}"
-            )),
-        },
+/// The value of `start-loss` or `stop-loss`: the targets (`stop-loss` defaults to every node),
+/// and for `start-loss` the share of packets to drop (chosen when absent) and a netem delay.
+#[derive(Debug, Default, Deserialize)]
+struct LossValue {
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    #[serde(default)]
+    targets: Option<NodeSpec>,
+    #[serde(default)]
+    probability: Option<f64>,
+    #[serde(default)]
+    delay_ms: Option<u64>,
+    #[serde(default)]
+    jitter_ms: Option<u64>,
+}
+
+/// A parsed loss op.
+#[derive(Debug, PartialEq)]
+enum LossOp {
+    /// Drop `probability` of the targets' traffic with their peers (chosen when `None`), with a
+    /// netem delay and jitter in ms when given.
+    Start {
+        targets: Targets,
+        probability: Option<f64>,
+        delay: Option<(u64, u64)>,
+    },
+    /// Remove the loss from the targets.
+    Stop(Targets),
+}
+
+impl LossOp {
+    fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: LossValue = parse(value)?;
+        let fields = TargetFields {
+            nodes: v.nodes,
+            targets: v.targets,
+        };
+        if f == "stop-loss" {
+            return fields.targets(nodes, Some(NodeSpec::All)).map(LossOp::Stop);
+        }
+        if let Some(p) = v.probability.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(format!(
+                "field `probability`: expected a share between 0 and 1, got {p}"
+            ));
+        }
+        Ok(LossOp::Start {
+            targets: fields.targets(nodes, None)?,
+            probability: v.probability,
+            delay: v.delay_ms.map(|ms| (ms, v.jitter_ms.unwrap_or(0))),
+        })
     }
 }
 
-impl Fault for Loss {
-    fn fs(&self) -> &'static [&'static str] {
-        &["start-loss", "stop-loss"]
-    }
-
-    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        object(value)?;
-        if f == "stop-loss" {
-            return Targets::from_value(value, nodes, Some(NodeSpec::All)).map(drop);
-        }
-        Targets::from_value(value, nodes, None)?;
-        probability_of(value)?;
-        opt_u64(value, "delay_ms")?;
-        opt_u64(value, "jitter_ms")?;
-        Ok(())
-    }
-
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        self.check(f, value, &names).map_err(Failed::nothing)?;
-        let default = (f == "stop-loss").then_some(NodeSpec::All);
-        let targets = Targets::from_value(value, &names, default).map_err(Failed::nothing)?;
-        let nodes = env.resolve(&targets)?;
+impl FaultOp for LossOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        let targets = match &*self {
+            LossOp::Start { targets, .. } | LossOp::Stop(targets) => targets,
+        };
+        let nodes = env.resolve(targets)?;
         let peers_of = |n: &Node| -> Vec<IpAddr> {
             env.cx
                 .nodes
@@ -167,7 +192,12 @@ impl Fault for Loss {
                 .map(|p| p.ip)
                 .collect()
         };
-        if f == "stop-loss" {
+        let LossOp::Start {
+            targets,
+            probability,
+            delay,
+        } = *self
+        else {
             let (done, errors) = env.on_each(&nodes, |n| {
                 let mut script = vec![nft_remove()];
                 if let Some(peer) = peers_of(n).first() {
@@ -179,14 +209,11 @@ impl Fault for Loss {
                 Ok(())
             });
             return Failed::partly(json!({ "nodes": done }), &errors);
-        }
-        let probability = match probability_of(value).map_err(Failed::nothing)? {
+        };
+        let probability = match probability {
             Some(p) => p,
             None => *PROBABILITIES.choose(env.rng).expect("non-empty"),
         };
-        let delay = opt_u64(value, "delay_ms")
-            .map_err(Failed::nothing)?
-            .map(|ms| (ms, opt_u64(value, "jitter_ms").ok().flatten().unwrap_or(0)));
         let methods = std::sync::Mutex::new(Vec::new());
         let (done, errors) = env.on_each(&nodes, |n| {
             let peers = peers_of(n);
@@ -226,6 +253,21 @@ impl Fault for Loss {
             }
         }
         Failed::partly(record, &errors)
+    }
+}
+
+impl Fault for Loss {
+    fn fs(&self) -> &'static [&'static str] {
+        &["start-loss", "stop-loss"]
+    }
+
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(LossOp::parse(f, value, nodes)?))
     }
 }
 
@@ -277,28 +319,36 @@ mod tests {
     }
 
     #[test]
-    fn checks_name_the_bad_field() {
+    fn parsing_names_the_bad_field() {
         let nodes: Vec<String> = ["n1", "n2"].map(String::from).to_vec();
-        let l = Loss;
-        assert!(l
-            .check("start-loss", &json!({"targets": "all"}), &nodes)
-            .is_ok());
-        assert!(l.check("stop-loss", &json!({}), &nodes).is_ok());
-        let e = l
-            .check(
-                "start-loss",
-                &json!({"nodes": ["n1"], "probability": 2}),
-                &nodes,
-            )
-            .unwrap_err();
-        assert!(e.contains("`probability`"), "{e}");
-        let e = l
-            .check(
-                "start-loss",
-                &json!({"nodes": ["n1"], "delay_ms": -3}),
-                &nodes,
-            )
-            .unwrap_err();
-        assert!(e.contains("`delay_ms`"), "{e}");
+        let parse = |f: &str, v: Value| LossOp::parse(f, &v, &nodes);
+        assert_eq!(
+            parse("start-loss", json!({"targets": "all", "delay_ms": 5})),
+            Ok(LossOp::Start {
+                targets: Targets::Spec(NodeSpec::All),
+                probability: None,
+                delay: Some((5, 0))
+            })
+        );
+        assert_eq!(
+            parse("stop-loss", json!({})),
+            Ok(LossOp::Stop(Targets::Spec(NodeSpec::All)))
+        );
+        let recorded = json!({"nodes": ["n2"], "probability": 0.1, "method": "nftables",
+                              "targets": "one"});
+        assert_eq!(
+            parse("start-loss", recorded),
+            Ok(LossOp::Start {
+                targets: Targets::Nodes(vec!["n2".into()]),
+                probability: Some(0.1),
+                delay: None
+            })
+        );
+        let e = parse("start-loss", json!({"nodes": ["n1"], "probability": 2})).unwrap_err();
+        assert!(e.starts_with("field `probability`"), "{e}");
+        let e = parse("start-loss", json!({"nodes": ["n1"], "delay_ms": -3})).unwrap_err();
+        assert!(e.starts_with("field `delay_ms`"), "{e}");
+        let e = parse("start-loss", json!({})).unwrap_err();
+        assert!(e.contains("`targets`"), "{e}");
     }
 }

@@ -400,7 +400,8 @@ impl Generator for Combined {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemark_harness::generator::{rng, simulate};
+    use tidemark_harness::generator::rng;
+    use tidemark_harness::interpreter::simulate;
     use tidemark_harness::op::Outcome;
 
     const S: u64 = 1_000_000_000;
@@ -441,21 +442,22 @@ mod tests {
         assert!(seen["kill"] - seen["start"] <= 1, "{seen:?}");
     }
 
-    #[test]
-    fn combined_packages_take_turns_on_one_worker_with_one_disruptive_fault_at_a_time() {
+    #[tokio::test(start_paused = true)]
+    async fn combined_packages_take_turns_on_one_worker_with_one_disruptive_fault_at_a_time() {
         let packages = vec![
             package(Kind::Partition, vec!["one".into()]),
             package(Kind::Pause, vec!["one".into()]),
             package(Kind::Clock, vec!["one".into()]),
         ];
         let mut gen = Combined::new(packages, 2 * S);
-        let history = simulate(&mut gen, 0, 1, 40, |p| {
-            let value = match p.op.f.as_str() {
+        let history = simulate(&mut gen, 0, 1, 40, |op| {
+            let value = match op.f.as_str() {
                 "pause" => json!({"nodes": ["n1"]}),
-                _ => p.op.value.clone(),
+                _ => op.value.clone(),
             };
             (Outcome::Info, value, 100_000_000)
-        });
+        })
+        .await;
         let invokes: Vec<&Op> = history
             .iter()
             .filter(|o| o.kind == OpType::Invoke)

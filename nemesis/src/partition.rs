@@ -4,73 +4,93 @@
 //!
 //! [`Net`]: tidemark_harness::net::Net
 
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
 use serde_json::{json, Value};
+use tidemark_harness::net::Grudge;
 
 use crate::cluster::ClusterView;
-use crate::fault::{object, opt_str, Env, Failed, Fault};
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::grudge::{self, PartitionKind};
 
 /// The partition fault.
 pub struct Partition;
 
-fn kind_of(value: &Value) -> Result<Option<PartitionKind>, String> {
-    opt_str(value, "kind")?
-        .map(|k| {
-            PartitionKind::parse(k).ok_or_else(|| {
+/// The value of `start-partition` as written: a kind, or a grudge (which wins; a recorded `info`
+/// has both, its kind then being `"grudge"` or the kind that built it).
+#[derive(Debug, Deserialize)]
+struct StartValue {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    grudge: Option<BTreeMap<String, Vec<String>>>,
+}
+
+/// The value of `stop-partition`: an object, whatever it holds.
+#[derive(Debug, Deserialize)]
+struct StopValue {}
+
+/// A parsed partition op.
+#[derive(Debug, PartialEq)]
+enum PartitionOp {
+    /// Cut links along a grudge built from a kind when performed.
+    Kind(PartitionKind),
+    /// Cut links along this grudge (built from `kind`, when the value says which).
+    Grudge(Grudge, Option<PartitionKind>),
+    /// Heal the network.
+    Stop,
+}
+
+impl PartitionOp {
+    fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
+        if f == "stop-partition" {
+            return parse::<StopValue>(value).map(|_| PartitionOp::Stop);
+        }
+        let v: StartValue = parse(value)?;
+        if let Some(g) = &v.grudge {
+            let kind = v.kind.as_deref().and_then(PartitionKind::parse);
+            return grudge::known(g, nodes, "grudge").map(|g| PartitionOp::Grudge(g, kind));
+        }
+        let Some(k) = v.kind else {
+            return Err("needs `kind` (a partition kind) or `grudge`".into());
+        };
+        PartitionKind::parse(&k)
+            .map(PartitionOp::Kind)
+            .ok_or_else(|| {
                 format!(
                     "field `kind`: unknown partition kind {k:?}; known: {}",
                     PartitionKind::ALL.map(PartitionKind::name).join(", ")
                 )
             })
-        })
-        .transpose()
+    }
 }
 
-impl Fault for Partition {
-    fn fs(&self) -> &'static [&'static str] {
-        &["start-partition", "stop-partition"]
-    }
-
-    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        object(value)?;
-        if f == "stop-partition" {
-            return Ok(());
-        }
-        match value.get("grudge") {
-            Some(g) => grudge::from_value(g, nodes, "grudge").map(drop),
-            None => match kind_of(value)? {
-                Some(_) => Ok(()),
-                None => Err("needs `kind` (a partition kind) or `grudge`".into()),
-            },
-        }
-    }
-
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        if f == "stop-partition" {
-            env.cx.net.heal(env.cx.nodes).map_err(Failed::from_error)?;
-            return Ok(json!({}));
-        }
-        self.check(f, value, &names).map_err(Failed::nothing)?;
-        let kind = kind_of(value).map_err(Failed::nothing)?;
+impl FaultOp for PartitionOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         let mut record = json!({});
-        let grudge = match value.get("grudge") {
-            Some(g) => grudge::from_value(g, &names, "grudge").map_err(Failed::nothing)?,
-            None => {
-                let kind = kind.expect("checked: a kind or a grudge");
+        let grudge = match *self {
+            PartitionOp::Stop => {
+                env.cx.net.heal(env.cx.nodes).map_err(Failed::from_error)?;
+                return Ok(json!({}));
+            }
+            PartitionOp::Grudge(g, kind) => {
+                record["kind"] = json!(kind.map_or("grudge", PartitionKind::name));
+                g
+            }
+            PartitionOp::Kind(kind) => {
                 let leaders = if kind.needs_leaders() {
                     let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
-                    let leaders = view.leader_list();
                     record["leaders"] = json!(view.leaders());
-                    leaders
+                    view.leader_list()
                 } else {
                     Vec::new()
                 };
-                kind.grudge(&names, &leaders, env.rng)
+                record["kind"] = json!(kind.name());
+                kind.grudge(&env.names(), &leaders, env.rng)
                     .map_err(Failed::nothing)?
             }
         };
-        record["kind"] = json!(kind.map_or("grudge", PartitionKind::name));
         record["grudge"] = json!(grudge);
         match env.cx.net.drop_all(env.cx.nodes, &grudge) {
             Ok(()) => Ok(record),
@@ -83,6 +103,21 @@ impl Fault for Partition {
     }
 }
 
+impl Fault for Partition {
+    fn fs(&self) -> &'static [&'static str] {
+        &["start-partition", "stop-partition"]
+    }
+
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(PartitionOp::parse(f, value, nodes)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,27 +125,36 @@ mod tests {
     #[test]
     fn values_need_a_kind_or_a_known_grudge() {
         let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
-        let p = Partition;
-        assert!(p
-            .check("start-partition", &json!({"kind": "bridge"}), &nodes)
-            .is_ok());
-        assert!(p
-            .check(
-                "start-partition",
-                &json!({"kind": "one", "grudge": {"n1": ["n2"]}}),
-                &nodes
-            )
-            .is_ok());
-        assert!(p.check("stop-partition", &json!({}), &nodes).is_ok());
-        let e = p.check("start-partition", &json!({}), &nodes).unwrap_err();
+        let parse = |f: &str, v: Value| PartitionOp::parse(f, &v, &nodes);
+        assert_eq!(
+            parse("start-partition", json!({"kind": "bridge"})),
+            Ok(PartitionOp::Kind(PartitionKind::Bridge))
+        );
+        let recorded = parse(
+            "start-partition",
+            json!({"kind": "one", "grudge": {"n1": ["n2"]}, "leaders": ["n1"]}),
+        );
+        assert!(
+            matches!(recorded, Ok(PartitionOp::Grudge(g, Some(PartitionKind::One))) if g.len() == 1)
+        );
+        // The record of a given grudge says `"kind": "grudge"`, and replays.
+        let given = parse(
+            "start-partition",
+            json!({"kind": "grudge", "grudge": {"n3": ["n1"]}}),
+        );
+        assert!(matches!(given, Ok(PartitionOp::Grudge(g, None)) if g.len() == 1));
+        assert_eq!(parse("stop-partition", json!({})), Ok(PartitionOp::Stop));
+        assert_eq!(parse("stop-partition", Value::Null), Ok(PartitionOp::Stop));
+        assert!(parse("stop-partition", json!([1])).is_err());
+        let e = parse("start-partition", json!({})).unwrap_err();
         assert!(e.contains("kind"), "{e}");
-        let e = p
-            .check("start-partition", &json!({"kind": "triangle"}), &nodes)
-            .unwrap_err();
+        let e = parse("start-partition", json!({"kind": "triangle"})).unwrap_err();
         assert!(e.contains("`kind`") && e.contains("majorities-ring"), "{e}");
-        let e = p
-            .check("start-partition", &json!({"grudge": {"n1": "n2"}}), &nodes)
-            .unwrap_err();
-        assert!(e.contains("`grudge.n1`"), "{e}");
+        let e = parse("start-partition", json!({"kind": 3})).unwrap_err();
+        assert!(e.starts_with("field `kind`: invalid type"), "{e}");
+        let e = parse("start-partition", json!({"grudge": {"n1": "n2"}})).unwrap_err();
+        assert!(e.starts_with("field `grudge.n1`"), "{e}");
+        let e = parse("start-partition", json!({"grudge": {"n1": ["n7"]}})).unwrap_err();
+        assert!(e.starts_with("field `grudge.n1[0]`: unknown node"), "{e}");
     }
 }

@@ -11,11 +11,12 @@
 use std::time::{Duration, Instant};
 
 use rand::seq::IndexedRandom;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cluster::ClusterView;
-use crate::fault::{object, opt_str, opt_u64, Env, Failed, Fault};
-use crate::targets::{node_list, NodeSpec, Targets};
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{known_node, NodeSpec, TargetFields, Targets};
 
 /// How long a bounce waits for the partition's next election.
 const NEW_LEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,168 +24,284 @@ const NEW_LEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Kill, start, pause, resume and bounce.
 pub struct Process;
 
-/// The targets an op defaults to: restarting and thawing default to every node.
-fn default_targets(f: &str) -> Option<NodeSpec> {
-    matches!(f, "start" | "resume").then_some(NodeSpec::All)
+/// The value of `bounce`: a partition (or one chosen when performed), how many times, and in a
+/// recorded `info` whom it killed, in order (a replay kills them again).
+#[derive(Debug, Default, PartialEq, Deserialize)]
+struct BounceValue {
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    partition: Option<u32>,
+    #[serde(default)]
+    times: Option<u64>,
+    #[serde(default)]
+    killed: Option<Vec<String>>,
 }
 
-impl Process {
-    fn signal(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        let targets =
-            Targets::from_value(value, &names, default_targets(f)).map_err(Failed::nothing)?;
-        let nodes = env.resolve(&targets)?;
-        let db = env.cx.db;
-        let (done, errors) = match f {
-            "kill" | "start" => {
-                let kill = db
-                    .as_kill()
-                    .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
-                if f == "kill" {
-                    env.on_each(&nodes, |n| kill.kill(n))
-                } else {
-                    env.on_each(&nodes, |n| kill.start(n))
-                }
-            }
-            _ => {
-                let pause = db
-                    .as_pause()
-                    .ok_or_else(|| Failed::nothing("the database cannot be paused"))?;
-                if f == "pause" {
-                    env.on_each(&nodes, |n| pause.pause(n))
-                } else {
-                    env.on_each(&nodes, |n| pause.resume(n))
-                }
-            }
-        };
-        let mut record = json!({ "nodes": sorted(done) });
-        if let Some(spec) = targets.spec_name() {
-            record["targets"] = json!(spec);
-        }
-        Failed::partly(record, &errors)
-    }
+/// The value of `handoff`: a partition (or one chosen when performed), and in a recorded `info`
+/// whom it killed and whom it froze.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+struct HandoffValue {
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    partition: Option<u32>,
+    #[serde(default)]
+    killed: Option<String>,
+    #[serde(default)]
+    paused: Option<String>,
+}
 
-    /// Kills a partition's leader (restarting it at once) and, before it is back, freezes the
-    /// in-sync replica next in line to succeed it. The frozen successor is elected, the last
-    /// replica follows it without being able to fetch, and once the controller fences the
-    /// successor that replica leads; then the successor thaws. (KIP-101's scenario, with the
-    /// restart keeping a three-node quorum alive.)
-    fn handoff(&self, env: &mut Env<'_>, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        self.check("handoff", value, &names)
-            .map_err(Failed::nothing)?;
-        let db = env.cx.db;
-        let (Some(kill), Some(pause)) = (db.as_kill(), db.as_pause()) else {
-            return Err(Failed::nothing("the database cannot be killed and paused"));
-        };
-        // A successor and one more in-sync replica to take over from it are needed.
-        let (topic, partition) = match value.get("topic") {
-            Some(_) => choose_partition(env, value)?,
-            None => partition_with_isr(env, 3)?,
-        };
-        let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
-        let p = view
-            .partition(&topic, partition)
-            .ok_or_else(|| Failed::nothing(format!("no partition {topic}/{partition}")))?;
-        let given = |k: &str| opt_str(value, k).ok().flatten().map(str::to_string);
-        let leader = given("killed")
-            .or(p.leader.clone())
-            .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?;
-        let heir = given("paused").or_else(|| {
-            p.replicas
-                .iter()
-                .find(|r| **r != leader && p.isr.contains(r))
-                .cloned()
-        });
-        let Some(heir) = heir else {
-            return Err(Failed::nothing(format!(
-                "{topic}/{partition} has no in-sync replica to succeed {leader}"
-            )));
-        };
-        let mut record = json!({"topic": topic, "partition": partition, "killed": leader,
-                                "paused": heir});
-        // Kill first, so the last replica hears of no more commits; freeze the successor before
-        // the restarted leader re-registers and the successor is elected.
-        let mut errors = Vec::new();
-        let (leader_node, heir_node) = (env.node(&leader)?, env.node(&heir)?);
-        if let Err(e) = kill.kill(leader_node) {
-            return Err(Failed::nothing(format!("{leader}: {e:#}")));
-        }
-        if let Err(e) = pause.pause(heir_node) {
-            errors.push(format!("{heir}: {e:#}"));
-        }
-        if let Err(e) = kill.start(leader_node) {
-            errors.push(format!("{leader}: {e:#}"));
-        }
-        let elected = wait_for_election(env, &topic, partition, p.leader_epoch);
-        // The successor leads first; wait for the election after it is fenced.
-        let next = match elected {
-            Some((l, e)) if l == heir => wait_for_election(env, &topic, partition, e),
-            other => other,
-        };
-        match next {
-            Some((l, _)) => record["elected"] = json!(l),
-            None => errors.push(format!(
-                "{topic}/{partition} elected no leader besides {heir} within {NEW_LEADER_TIMEOUT:?}"
-            )),
-        }
-        if let Err(e) = pause.resume(env.node(&heir)?) {
-            errors.push(format!("{heir}: {e:#}"));
-        }
-        Failed::partly(record, &errors)
-    }
-
-    fn bounce(&self, env: &mut Env<'_>, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        self.check("bounce", value, &names)
-            .map_err(Failed::nothing)?;
-        let kill = env
-            .cx
-            .db
-            .as_kill()
-            .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
-        let (topic, partition) = choose_partition(env, value)?;
-        let replay = value
-            .get("killed")
-            .map(|k| node_list_in_order(k, &names))
-            .transpose()
-            .map_err(Failed::nothing)?;
-        let times = replay
-            .as_ref()
-            .map(Vec::len)
-            .or(opt_u64(value, "times").ok().flatten().map(|t| t as usize))
-            .unwrap_or(3);
-        let mut killed: Vec<String> = Vec::new();
-        let mut errors = Vec::new();
-        let record = |killed: &[String]| json!({"topic": topic, "partition": partition, "times": times, "killed": killed});
-        // Each bounce waits for an election newer than the last one (the same node may win it).
-        let mut after = -1;
-        for i in 0..times {
-            let Some((leader, epoch)) = wait_for_election(env, &topic, partition, after) else {
-                errors.push(format!(
-                    "{topic}/{partition} elected no leader after epoch {after} within \
-                     {NEW_LEADER_TIMEOUT:?}"
-                ));
-                break;
-            };
-            after = epoch;
-            let victim = replay.as_ref().map_or(leader, |list| list[i].clone());
-            let node = env.node(&victim)?;
-            if let Err(e) = kill.kill(node).and_then(|()| kill.start(node)) {
-                errors.push(format!("{victim}: {e:#}"));
-                break;
-            }
-            killed.push(victim);
-        }
-        Failed::partly(record(&killed), &errors)
+/// An op's optional `topic` and `partition`, which go together.
+fn partition_of(
+    topic: Option<String>,
+    partition: Option<u32>,
+) -> Result<Option<(String, i32)>, String> {
+    match (topic, partition) {
+        (None, None) => Ok(None),
+        (Some(t), Some(p)) => i32::try_from(p)
+            .map(|p| Some((t, p)))
+            .map_err(|_| format!("field `partition`: {p} is out of range")),
+        _ => Err("`topic` and `partition` go together".into()),
     }
 }
 
-/// The partition `value` names, or a random one that has a leader.
-fn choose_partition(env: &mut Env<'_>, value: &Value) -> Result<(String, i32), Failed> {
-    if let (Ok(Some(t)), Some(p)) = (opt_str(value, "topic"), value.get("partition")) {
-        return Ok((t.to_string(), p.as_i64().unwrap_or(0) as i32));
+/// A parsed process op.
+#[derive(Debug, PartialEq)]
+enum ProcessOp {
+    /// `kill`, `start`, `pause` or `resume` on the targets.
+    Signal(Signal, Targets),
+    /// Chase a partition's leadership `times` times, or kill exactly `replay`, in order.
+    Bounce {
+        at: Option<(String, i32)>,
+        times: usize,
+        replay: Option<Vec<String>>,
+    },
+    /// Kill a leader while freezing its successor.
+    Handoff {
+        at: Option<(String, i32)>,
+        killed: Option<String>,
+        paused: Option<String>,
+    },
+}
+
+/// What a signal op does to a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Kill,
+    Start,
+    Pause,
+    Resume,
+}
+
+impl ProcessOp {
+    fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let signal = match f {
+            "kill" => Signal::Kill,
+            "start" => Signal::Start,
+            "pause" => Signal::Pause,
+            "resume" => Signal::Resume,
+            "bounce" => {
+                let v: BounceValue = parse(value)?;
+                if v.times == Some(0) {
+                    return Err("field `times`: must be at least 1".into());
+                }
+                let replay = v
+                    .killed
+                    .map(|list| {
+                        list.iter()
+                            .enumerate()
+                            .try_for_each(|(i, n)| known_node(n, nodes, &format!("killed[{i}]")))
+                            .map(|()| list)
+                    })
+                    .transpose()?;
+                let times = match &replay {
+                    Some(list) => list.len(),
+                    None => v.times.map_or(3, |t| t as usize),
+                };
+                return Ok(ProcessOp::Bounce {
+                    at: partition_of(v.topic, v.partition)?,
+                    times,
+                    replay,
+                });
+            }
+            "handoff" => {
+                let v: HandoffValue = parse(value)?;
+                for (field, name) in [("killed", &v.killed), ("paused", &v.paused)] {
+                    if let Some(name) = name {
+                        known_node(name, nodes, field)?;
+                    }
+                }
+                return Ok(ProcessOp::Handoff {
+                    at: partition_of(v.topic, v.partition)?,
+                    killed: v.killed,
+                    paused: v.paused,
+                });
+            }
+            other => return Err(format!("the process fault does not perform {other:?}")),
+        };
+        // Restarting and thawing default to every node.
+        let default = matches!(signal, Signal::Start | Signal::Resume).then_some(NodeSpec::All);
+        let targets = parse::<TargetFields>(value)?.targets(nodes, default)?;
+        Ok(ProcessOp::Signal(signal, targets))
     }
+}
+
+impl FaultOp for ProcessOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        match *self {
+            ProcessOp::Signal(signal, targets) => signal_nodes(env, signal, &targets),
+            ProcessOp::Bounce { at, times, replay } => bounce(env, at, times, replay),
+            ProcessOp::Handoff { at, killed, paused } => handoff(env, at, killed, paused),
+        }
+    }
+}
+
+fn signal_nodes(env: &mut Env<'_>, signal: Signal, targets: &Targets) -> Result<Value, Failed> {
+    let nodes = env.resolve(targets)?;
+    let db = env.cx.db;
+    let (done, errors) = match signal {
+        Signal::Kill | Signal::Start => {
+            let kill = db
+                .as_kill()
+                .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+            if signal == Signal::Kill {
+                env.on_each(&nodes, |n| kill.kill(n))
+            } else {
+                env.on_each(&nodes, |n| kill.start(n))
+            }
+        }
+        Signal::Pause | Signal::Resume => {
+            let pause = db
+                .as_pause()
+                .ok_or_else(|| Failed::nothing("the database cannot be paused"))?;
+            if signal == Signal::Pause {
+                env.on_each(&nodes, |n| pause.pause(n))
+            } else {
+                env.on_each(&nodes, |n| pause.resume(n))
+            }
+        }
+    };
+    let mut record = json!({ "nodes": sorted(done) });
+    if let Some(spec) = targets.spec_name() {
+        record["targets"] = json!(spec);
+    }
+    Failed::partly(record, &errors)
+}
+
+/// Kills a partition's leader (restarting it at once) and, before it is back, freezes the
+/// in-sync replica next in line to succeed it. The frozen successor is elected, the last
+/// replica follows it without being able to fetch, and once the controller fences the
+/// successor that replica leads; then the successor thaws. (KIP-101's scenario, with the
+/// restart keeping a three-node quorum alive.)
+fn handoff(
+    env: &mut Env<'_>,
+    at: Option<(String, i32)>,
+    killed: Option<String>,
+    paused: Option<String>,
+) -> Result<Value, Failed> {
+    let db = env.cx.db;
+    let (Some(kill), Some(pause)) = (db.as_kill(), db.as_pause()) else {
+        return Err(Failed::nothing("the database cannot be killed and paused"));
+    };
+    // A successor and one more in-sync replica to take over from it are needed.
+    let (topic, partition) = match at {
+        Some(at) => at,
+        None => partition_with_isr(env, 3)?,
+    };
+    let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
+    let p = view
+        .partition(&topic, partition)
+        .ok_or_else(|| Failed::nothing(format!("no partition {topic}/{partition}")))?;
+    let leader = killed
+        .or(p.leader.clone())
+        .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?;
+    let heir = paused.or_else(|| {
+        p.replicas
+            .iter()
+            .find(|r| **r != leader && p.isr.contains(r))
+            .cloned()
+    });
+    let Some(heir) = heir else {
+        return Err(Failed::nothing(format!(
+            "{topic}/{partition} has no in-sync replica to succeed {leader}"
+        )));
+    };
+    let mut record = json!({"topic": topic, "partition": partition, "killed": leader,
+                            "paused": heir});
+    // Kill first, so the last replica hears of no more commits; freeze the successor before
+    // the restarted leader re-registers and the successor is elected.
+    let mut errors = Vec::new();
+    let (leader_node, heir_node) = (env.node(&leader)?, env.node(&heir)?);
+    if let Err(e) = kill.kill(leader_node) {
+        return Err(Failed::nothing(format!("{leader}: {e:#}")));
+    }
+    if let Err(e) = pause.pause(heir_node) {
+        errors.push(format!("{heir}: {e:#}"));
+    }
+    if let Err(e) = kill.start(leader_node) {
+        errors.push(format!("{leader}: {e:#}"));
+    }
+    let elected = wait_for_election(env, &topic, partition, p.leader_epoch);
+    // The successor leads first; wait for the election after it is fenced.
+    let next = match elected {
+        Some((l, e)) if l == heir => wait_for_election(env, &topic, partition, e),
+        other => other,
+    };
+    match next {
+        Some((l, _)) => record["elected"] = json!(l),
+        None => errors.push(format!(
+            "{topic}/{partition} elected no leader besides {heir} within {NEW_LEADER_TIMEOUT:?}"
+        )),
+    }
+    if let Err(e) = pause.resume(env.node(&heir)?) {
+        errors.push(format!("{heir}: {e:#}"));
+    }
+    Failed::partly(record, &errors)
+}
+
+fn bounce(
+    env: &mut Env<'_>,
+    at: Option<(String, i32)>,
+    times: usize,
+    replay: Option<Vec<String>>,
+) -> Result<Value, Failed> {
+    let kill = env
+        .cx
+        .db
+        .as_kill()
+        .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+    let (topic, partition) = match at {
+        Some(at) => at,
+        None => any_led_partition(env)?,
+    };
+    let mut killed: Vec<String> = Vec::new();
+    let mut errors = Vec::new();
+    let record = |killed: &[String]| json!({"topic": topic, "partition": partition, "times": times, "killed": killed});
+    // Each bounce waits for an election newer than the last one (the same node may win it).
+    let mut after = -1;
+    for i in 0..times {
+        let Some((leader, epoch)) = wait_for_election(env, &topic, partition, after) else {
+            errors.push(format!(
+                "{topic}/{partition} elected no leader after epoch {after} within \
+                 {NEW_LEADER_TIMEOUT:?}"
+            ));
+            break;
+        };
+        after = epoch;
+        let victim = replay.as_ref().map_or(leader, |list| list[i].clone());
+        let node = env.node(&victim)?;
+        if let Err(e) = kill.kill(node).and_then(|()| kill.start(node)) {
+            errors.push(format!("{victim}: {e:#}"));
+            break;
+        }
+        killed.push(victim);
+    }
+    Failed::partly(record(&killed), &errors)
+}
+
+/// A random partition that has a leader.
+fn any_led_partition(env: &mut Env<'_>) -> Result<(String, i32), Failed> {
     let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
     let led: Vec<_> = view
         .partitions
@@ -247,75 +364,23 @@ fn wait_for_election(
     }
 }
 
-/// A list of known node names, repeats allowed, order kept.
-fn node_list_in_order(list: &Value, nodes: &[String]) -> Result<Vec<String>, String> {
-    let items = list
-        .as_array()
-        .ok_or_else(|| format!("field `killed`: expected a list of node names, got {list}"))?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            node_list(&json!([v]), nodes, "killed")
-                .map_err(|e| e.replace("`killed[0]`", &format!("`killed[{i}]`")))
-                .map(|mut one| one.remove(0))
-        })
-        .collect()
-}
-
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
 }
 
-impl crate::fault::Fault for Process {
+impl Fault for Process {
     fn fs(&self) -> &'static [&'static str] {
         &["kill", "start", "pause", "resume", "bounce", "handoff"]
     }
 
-    fn check(&self, f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        object(value)?;
-        if f != "bounce" && f != "handoff" {
-            return Targets::from_value(value, nodes, default_targets(f)).map(drop);
-        }
-        let topic = opt_str(value, "topic")?;
-        match (topic, value.get("partition")) {
-            (None, None) => {}
-            (Some(_), Some(p)) if p.as_i64().is_some_and(|p| p >= 0) => {}
-            (Some(_), Some(p)) => {
-                return Err(format!(
-                    "field `partition`: expected a partition index, got {p}"
-                ))
-            }
-            _ => return Err("`topic` and `partition` go together".into()),
-        }
-        let times = opt_u64(value, "times")?;
-        if times == Some(0) {
-            return Err("field `times`: must be at least 1".into());
-        }
-        match (f, value.get("killed")) {
-            ("bounce", Some(k)) => {
-                node_list_in_order(k, nodes)?;
-            }
-            (_, Some(k)) => {
-                node_list(&json!([k]), nodes, "killed")
-                    .map_err(|_| format!("field `killed`: expected a node name, got {k}"))?;
-            }
-            _ => {}
-        }
-        if let Some(p) = value.get("paused") {
-            node_list(&json!([p]), nodes, "paused")
-                .map_err(|_| format!("field `paused`: expected a node name, got {p}"))?;
-        }
-        Ok(())
-    }
-
-    fn invoke(&self, env: &mut Env<'_>, f: &str, value: &Value) -> Result<Value, Failed> {
-        match f {
-            "bounce" => self.bounce(env, value),
-            "handoff" => self.handoff(env, value),
-            _ => self.signal(env, f, value),
-        }
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(ProcessOp::parse(f, value, nodes)?))
     }
 }
 
@@ -324,33 +389,79 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checks_name_the_bad_field() {
+    fn parsing_names_the_bad_field() {
         let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
-        let p = Process;
-        assert!(p
-            .check("kill", &json!({"targets": "leaders"}), &nodes)
-            .is_ok());
-        assert!(p.check("start", &json!({}), &nodes).is_ok());
-        assert!(p.check("kill", &json!({}), &nodes).is_err());
-        assert!(p.check("pause", &json!([1]), &nodes).is_err());
-        assert!(p.check("bounce", &json!({"times": 2}), &nodes).is_ok());
-        let replay = json!({"topic": "t", "partition": 1, "killed": ["n1", "n2", "n1"]});
-        assert!(p.check("bounce", &replay, &nodes).is_ok());
-        let e = p
-            .check("bounce", &json!({"killed": ["n1", "n4"]}), &nodes)
-            .unwrap_err();
+        let parse = |f: &str, v: Value| ProcessOp::parse(f, &v, &nodes);
+        assert_eq!(
+            parse("kill", json!({"targets": "leaders"})),
+            Ok(ProcessOp::Signal(
+                Signal::Kill,
+                Targets::Spec(NodeSpec::Leaders)
+            ))
+        );
+        assert_eq!(
+            parse("start", json!({})),
+            Ok(ProcessOp::Signal(
+                Signal::Start,
+                Targets::Spec(NodeSpec::All)
+            ))
+        );
+        // A recorded info: the names win over the spec.
+        assert_eq!(
+            parse("pause", json!({"nodes": ["n2"], "targets": "one"})),
+            Ok(ProcessOp::Signal(
+                Signal::Pause,
+                Targets::Nodes(vec!["n2".into()])
+            ))
+        );
+        assert!(parse("kill", json!({})).is_err());
+        assert!(parse("pause", json!([1])).is_err());
+        let e = parse("kill", json!({"nodes": ["n1", "n7"]})).unwrap_err();
+        assert!(
+            e.starts_with("field `nodes[1]`: unknown node \"n7\""),
+            "{e}"
+        );
+        let e = parse("pause", json!({"targets": 3})).unwrap_err();
+        assert!(e.starts_with("field `targets`: invalid type"), "{e}");
+        let e = parse("pause", json!({"targets": "most"})).unwrap_err();
+        assert!(e.starts_with("field `targets`: unknown node spec"), "{e}");
+        assert_eq!(
+            parse("bounce", json!({"times": 2})),
+            Ok(ProcessOp::Bounce {
+                at: None,
+                times: 2,
+                replay: None
+            })
+        );
+        let replay =
+            json!({"topic": "t", "partition": 1, "times": 3, "killed": ["n1", "n2", "n1"]});
+        assert_eq!(
+            parse("bounce", replay),
+            Ok(ProcessOp::Bounce {
+                at: Some(("t".into(), 1)),
+                times: 3,
+                replay: Some(vec!["n1".into(), "n2".into(), "n1".into()])
+            })
+        );
+        let e = parse("bounce", json!({"killed": ["n1", "n4"]})).unwrap_err();
         assert!(e.contains("`killed[1]`"), "{e}");
-        let e = p
-            .check("bounce", &json!({"topic": "t"}), &nodes)
-            .unwrap_err();
+        let e = parse("bounce", json!({"topic": "t"})).unwrap_err();
         assert!(e.contains("together"), "{e}");
-        let recorded = json!({"topic": "t", "partition": 0, "killed": "n1", "paused": "n2"});
-        assert!(p.check("handoff", &recorded, &nodes).is_ok());
-        let e = p
-            .check("handoff", &json!({"killed": "n1", "paused": "n9"}), &nodes)
-            .unwrap_err();
+        let e = parse("bounce", json!({"topic": "t", "partition": -1})).unwrap_err();
+        assert!(e.starts_with("field `partition`"), "{e}");
+        let recorded = json!({"topic": "t", "partition": 0, "killed": "n1", "paused": "n2",
+                              "elected": "n3"});
+        assert_eq!(
+            parse("handoff", recorded),
+            Ok(ProcessOp::Handoff {
+                at: Some(("t".into(), 0)),
+                killed: Some("n1".into()),
+                paused: Some("n2".into())
+            })
+        );
+        let e = parse("handoff", json!({"killed": "n1", "paused": "n9"})).unwrap_err();
         assert!(e.contains("`paused`"), "{e}");
-        let e = p.check("bounce", &json!({"times": 0}), &nodes).unwrap_err();
+        let e = parse("bounce", json!({"times": 0})).unwrap_err();
         assert!(e.contains("`times`"), "{e}");
     }
 }

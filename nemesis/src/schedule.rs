@@ -185,7 +185,7 @@ fn parse_op(entry: &Value, nodes: &[String], faults: &Faults) -> Result<Timed, S
         .cloned()
         .unwrap_or(Value::Object(Default::default()));
     fault
-        .check(&f, &value, nodes)
+        .parse(&f, &value, nodes)
         .map_err(|e| format!("{f}: {}", in_value(&e)))?;
     Ok(Timed {
         time,
@@ -331,21 +331,24 @@ mod tests {
         assert!(e.contains("cannot read"), "{e}");
     }
 
-    #[test]
-    fn replay_emits_each_op_at_its_time_on_the_nemesis_worker() {
+    #[tokio::test(start_paused = true)]
+    async fn replay_emits_each_op_at_its_time_on_the_nemesis_worker() {
         let s = parse(
-            r#"[{"time": 1000, "f": "stop-partition"}, {"time": 500000, "f": "stop-partition"}]"#,
+            r#"[{"time": 1000000, "f": "stop-partition"},
+                {"time": 500000000, "f": "stop-partition"}]"#,
         )
         .unwrap();
         let mut g = s.generator();
-        let h = tidemark_harness::generator::simulate(&mut g, 2, 1, 10, |_| {
+        let h = tidemark_harness::interpreter::simulate(&mut g, 2, 1, 10, |_| {
             (tidemark_harness::op::Outcome::Info, json!({}), 10)
-        });
+        })
+        .await;
         let times: Vec<u64> = h
             .iter()
             .filter(|o| o.kind == tidemark_harness::op::OpType::Invoke)
             .map(|o| o.time)
             .collect();
-        assert_eq!(times, vec![1000, 500000]);
+        // Whole milliseconds: the interpreter waits on tokio's timers, which count in them.
+        assert_eq!(times, vec![1_000_000, 500_000_000]);
     }
 }

@@ -7,13 +7,14 @@ use std::collections::BTreeSet;
 
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::RngExt;
-use serde_json::Value;
+use serde::Deserialize;
 use tidemark_harness::generator::Rng;
 
 use crate::cluster::ClusterView;
 
 /// A node spec: which nodes, chosen when the op is performed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(try_from = "String")]
 pub enum NodeSpec {
     /// One random node.
     One,
@@ -107,6 +108,15 @@ impl NodeSpec {
     }
 }
 
+impl TryFrom<String> for NodeSpec {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        NodeSpec::parse(&s)
+            .ok_or_else(|| format!("unknown node spec {s:?}; known: {}", spec_names()))
+    }
+}
+
 /// The largest minority of `n` (at least 1).
 pub fn minority(n: usize) -> usize {
     (n.saturating_sub(1) / 2).max(1)
@@ -131,33 +141,32 @@ pub enum Targets {
     Nodes(Vec<String>),
 }
 
-impl Targets {
-    /// Reads `value.nodes` (names, which win) or `value.targets` (a spec); `default` when
-    /// neither is present. Errors name the field.
-    pub fn from_value(
-        value: &Value,
-        nodes: &[String],
-        default: Option<NodeSpec>,
-    ) -> Result<Self, String> {
-        if let Some(list) = value.get("nodes") {
-            return node_list(list, nodes, "nodes").map(Targets::Nodes);
-        }
-        match value.get("targets") {
-            Some(Value::String(s)) => NodeSpec::parse(s).map(Targets::Spec).ok_or_else(|| {
-                format!(
-                    "field `targets`: unknown node spec {s:?}; known: {}",
-                    spec_names()
-                )
-            }),
-            Some(other) => Err(format!(
-                "field `targets`: expected a node spec string, got {other}"
-            )),
-            None => default
-                .map(Targets::Spec)
-                .ok_or_else(|| "needs `nodes` (a list of node names) or `targets`".to_string()),
-        }
-    }
+/// The fields of an op value that name its targets: `nodes` (names, which win) or `targets` (a
+/// spec).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct TargetFields {
+    /// Resolved names.
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
+    /// A spec.
+    #[serde(default)]
+    pub targets: Option<NodeSpec>,
+}
 
+impl TargetFields {
+    /// The targets, checking names against `nodes`; `default` when neither field is present.
+    pub fn targets(&self, nodes: &[String], default: Option<NodeSpec>) -> Result<Targets, String> {
+        if let Some(list) = &self.nodes {
+            return known_nodes(list, nodes, "nodes").map(Targets::Nodes);
+        }
+        self.targets
+            .or(default)
+            .map(Targets::Spec)
+            .ok_or_else(|| "needs `nodes` (a list of node names) or `targets`".to_string())
+    }
+}
+
+impl Targets {
     /// Whether resolving needs the current partition leaders.
     pub fn needs_leaders(&self) -> bool {
         matches!(self, Targets::Spec(s) if s.needs_leaders())
@@ -190,31 +199,32 @@ pub fn spec_names() -> String {
     NodeSpec::ALL.map(NodeSpec::name).join(", ")
 }
 
-/// Reads a list of distinct known node names at `field`.
-pub fn node_list(list: &Value, nodes: &[String], field: &str) -> Result<Vec<String>, String> {
-    let items = list
-        .as_array()
-        .ok_or_else(|| format!("field `{field}`: expected a list of node names, got {list}"))?;
-    let mut seen = BTreeSet::new();
-    for (i, item) in items.iter().enumerate() {
-        let name = item
-            .as_str()
-            .ok_or_else(|| format!("field `{field}[{i}]`: expected a node name, got {item}"))?;
-        if !nodes.iter().any(|n| n == name) {
-            return Err(format!(
-                "field `{field}[{i}]`: unknown node {name:?}; nodes: {}",
-                nodes.join(", ")
-            ));
-        }
-        seen.insert(name.to_string());
+/// Checks that every name of `list` (at `field`) is one of `nodes`; returns them distinct and
+/// sorted.
+pub fn known_nodes(list: &[String], nodes: &[String], field: &str) -> Result<Vec<String>, String> {
+    for (i, name) in list.iter().enumerate() {
+        known_node(name, nodes, &format!("{field}[{i}]"))?;
     }
-    Ok(seen.into_iter().collect())
+    let set: BTreeSet<String> = list.iter().cloned().collect();
+    Ok(set.into_iter().collect())
+}
+
+/// Checks that `name` (at `field`) is one of `nodes`.
+pub fn known_node(name: &str, nodes: &[String], field: &str) -> Result<(), String> {
+    if nodes.iter().any(|n| n == name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "field `{field}`: unknown node {name:?}; nodes: {}",
+            nodes.join(", ")
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use tidemark_harness::generator::rng;
 
     fn names(n: usize) -> Vec<String> {
@@ -256,21 +266,32 @@ mod tests {
     #[test]
     fn names_win_over_specs_and_bad_fields_are_named() {
         let nodes = names(3);
-        let t = Targets::from_value(
-            &json!({"nodes": ["n3", "n1"], "targets": "all"}),
-            &nodes,
-            None,
+        let targets = |v: Value, default| {
+            crate::fault::parse::<TargetFields>(&v).and_then(|t| t.targets(&nodes, default))
+        };
+        assert_eq!(
+            targets(json!({"nodes": ["n3", "n1"], "targets": "all"}), None),
+            Ok(Targets::Nodes(vec!["n1".into(), "n3".into()]))
         );
-        assert_eq!(t.unwrap(), Targets::Nodes(vec!["n1".into(), "n3".into()]));
-        let t = Targets::from_value(&json!({"targets": "majority"}), &nodes, None).unwrap();
-        assert_eq!(t, Targets::Spec(NodeSpec::Majority));
-        let t = Targets::from_value(&json!({}), &nodes, Some(NodeSpec::All)).unwrap();
-        assert_eq!(t, Targets::Spec(NodeSpec::All));
-        let e = Targets::from_value(&json!({"nodes": ["n1", "n9"]}), &nodes, None).unwrap_err();
-        assert!(e.contains("`nodes[1]`") && e.contains("n9"), "{e}");
-        let e = Targets::from_value(&json!({"targets": "most"}), &nodes, None).unwrap_err();
-        assert!(e.contains("`targets`") && e.contains("minority"), "{e}");
-        let e = Targets::from_value(&json!({}), &nodes, None).unwrap_err();
+        assert_eq!(
+            targets(json!({"targets": "majority"}), None),
+            Ok(Targets::Spec(NodeSpec::Majority))
+        );
+        assert_eq!(
+            targets(json!({}), Some(NodeSpec::All)),
+            Ok(Targets::Spec(NodeSpec::All))
+        );
+        let e = targets(json!({"nodes": ["n1", "n9"]}), None).unwrap_err();
+        assert!(
+            e.starts_with("field `nodes[1]`: unknown node \"n9\""),
+            "{e}"
+        );
+        let e = targets(json!({"targets": "most"}), None).unwrap_err();
+        assert!(
+            e.starts_with("field `targets`: unknown node spec") && e.contains("minority"),
+            "{e}"
+        );
+        let e = targets(json!({}), None).unwrap_err();
         assert!(e.contains("nodes"), "{e}");
     }
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use rand::seq::IndexedRandom;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tidemark_harness::broker::{CLIENT_PORT, CONTROLLER_PORT};
 use tidemark_harness::net::NFT_TABLE;
@@ -27,8 +28,8 @@ use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
 use crate::cluster::{elect_unclean, ClusterView, PartitionView};
-use crate::fault::{object, opt_str, Env, Failed, Fault};
-use crate::targets::node_list;
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::known_node;
 
 /// The forced unclean election.
 #[derive(Debug, Clone)]
@@ -132,13 +133,57 @@ fn wait_for(
     }
 }
 
+/// The value of `unclean-election`: optionally which topic, partition and replica to elect (a
+/// recorded `info` names all three); the rest is chosen when performed.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+pub struct UncleanValue {
+    /// Only partitions of this topic.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// Only this partition (with `topic`).
+    #[serde(default)]
+    pub partition: Option<u32>,
+    /// The replica to elect.
+    #[serde(default)]
+    pub leader: Option<String>,
+}
+
+impl UncleanValue {
+    fn parse(value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: UncleanValue = parse(value)?;
+        if v.partition.is_some() && v.topic.is_none() {
+            return Err("field `partition` needs `topic`".into());
+        }
+        if let Some(l) = &v.leader {
+            known_node(l, nodes, "leader")?;
+        }
+        Ok(v)
+    }
+}
+
+/// A parsed unclean election with the settings it runs under.
+struct Election<'a> {
+    unclean: &'a Unclean,
+    value: UncleanValue,
+}
+
+impl FaultOp for Election<'_> {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        self.unclean.run(env, &self.value)
+    }
+}
+
 impl Unclean {
     /// Chooses the partition and the stale replica to elect.
-    fn choose(&self, env: &mut Env<'_>, value: &Value) -> Result<(PartitionView, String), Failed> {
+    fn choose(
+        &self,
+        env: &mut Env<'_>,
+        value: &UncleanValue,
+    ) -> Result<(PartitionView, String), Failed> {
         let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
-        let wanted_topic = opt_str(value, "topic").map_err(Failed::nothing)?;
-        let wanted_partition = value.get("partition").and_then(Value::as_i64);
-        let wanted_stale = opt_str(value, "leader").map_err(Failed::nothing)?;
+        let wanted_topic = value.topic.as_deref();
+        let wanted_partition = value.partition.map(i64::from);
+        let wanted_stale = value.leader.as_deref();
         let candidates: Vec<&PartitionView> = view
             .partitions
             .iter()
@@ -169,7 +214,7 @@ impl Unclean {
         Ok((p, stale))
     }
 
-    fn run(&self, env: &mut Env<'_>, value: &Value) -> Result<Value, Failed> {
+    fn run(&self, env: &mut Env<'_>, value: &UncleanValue) -> Result<Value, Failed> {
         let (p, stale) = self.choose(env, value)?;
         let (topic, partition) = (p.topic.clone(), p.partition);
         let previous = p.leader.clone().unwrap_or_default();
@@ -291,31 +336,16 @@ impl Fault for Unclean {
         &["unclean-election"]
     }
 
-    fn check(&self, _f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        object(value)?;
-        let topic = opt_str(value, "topic")?;
-        match (topic, value.get("partition")) {
-            (None, None) | (Some(_), None) => {}
-            (_, Some(p)) if p.as_i64().is_none_or(|p| p < 0) => {
-                return Err(format!(
-                    "field `partition`: expected a partition index, got {p}"
-                ))
-            }
-            (None, Some(_)) => return Err("field `partition` needs `topic`".into()),
-            _ => {}
-        }
-        if let Some(l) = opt_str(value, "leader")? {
-            node_list(&json!([l]), nodes, "leader")
-                .map_err(|_| format!("field `leader`: unknown node {l:?}"))?;
-        }
-        Ok(())
-    }
-
-    fn invoke(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
-        let names = env.names();
-        self.check("unclean-election", value, &names)
-            .map_err(Failed::nothing)?;
-        self.run(env, value)
+    fn parse<'a>(
+        &'a self,
+        _f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(Election {
+            unclean: self,
+            value: UncleanValue::parse(value, nodes)?,
+        }))
     }
 }
 
@@ -345,23 +375,24 @@ mod tests {
     }
 
     #[test]
-    fn checks_name_the_bad_field() {
+    fn parsing_names_the_bad_field() {
         let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
-        let u = Unclean::default();
-        assert!(u.check("unclean-election", &json!({}), &nodes).is_ok());
+        let parse = |v: Value| UncleanValue::parse(&v, &nodes);
+        assert_eq!(parse(json!({})), Ok(UncleanValue::default()));
         let recorded = json!({"cluster": "a", "topic": "t", "partition": 0, "leader": "n3"});
-        assert!(u.check("unclean-election", &recorded, &nodes).is_ok());
-        let e = u
-            .check(
-                "unclean-election",
-                &json!({"topic": "t", "partition": "x"}),
-                &nodes,
-            )
-            .unwrap_err();
-        assert!(e.contains("`partition`"), "{e}");
-        let e = u
-            .check("unclean-election", &json!({"leader": "n7"}), &nodes)
-            .unwrap_err();
-        assert!(e.contains("`leader`"), "{e}");
+        assert_eq!(
+            parse(recorded),
+            Ok(UncleanValue {
+                topic: Some("t".into()),
+                partition: Some(0),
+                leader: Some("n3".into())
+            })
+        );
+        let e = parse(json!({"topic": "t", "partition": "x"})).unwrap_err();
+        assert!(e.starts_with("field `partition`"), "{e}");
+        let e = parse(json!({"partition": 1})).unwrap_err();
+        assert!(e.contains("needs `topic`"), "{e}");
+        let e = parse(json!({"leader": "n7"})).unwrap_err();
+        assert!(e.starts_with("field `leader`: unknown node"), "{e}");
     }
 }

@@ -9,16 +9,17 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
-use tidemark_harness::kafka::{codes, Connection};
+use tidemark_harness::kafka::{Connection, ParseResponseErrorCode};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::{Nemesis, NemesisContext};
 use tidemark_harness::net::Iptables;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::op::{Completion, Invocation};
+use tidemark_harness::probe::await_ready;
 use tidemark_harness::remote;
-use tidemark_harness::runner::{await_ready, CancellationToken};
+use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::{Node, Runtime};
 use tidemark_nemesis::cluster::ClusterView;
 use tidemark_nemesis::{Nemeses, NemesisOptions};
@@ -54,19 +55,7 @@ impl Cluster {
         for node in &nodes {
             db.setup(node, &nodes).unwrap();
         }
-        let cx = ClientContext {
-            nodes: nodes
-                .iter()
-                .map(|n| NodeAddr {
-                    name: n.name.clone(),
-                    cluster: n.cluster.clone(),
-                    id: n.id,
-                    addr: db.endpoint(n),
-                })
-                .collect(),
-            dialer: runtime.dialer(),
-            timeout: Duration::from_secs(5),
-        };
+        let cx = ClientContext::new(&nodes, &db, runtime.dialer(), Duration::from_secs(5));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -138,8 +127,8 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             assert_eq!(
-                c.create_topic(topic, partitions, rf).await.unwrap(),
-                codes::NONE
+                c.create_topic(topic, partitions, rf).await.unwrap().err(),
+                None
             );
         });
         self.wait("a full ISR everywhere", Duration::from_secs(30), |v| {
@@ -196,7 +185,7 @@ impl Cluster {
             };
             c.produce(topic, partition, values, -1)
                 .await
-                .is_ok_and(|r| r.error_code == codes::NONE)
+                .is_ok_and(|r| r.error_code.err().is_none())
         })
     }
 

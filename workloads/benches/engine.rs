@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, NodeAddr, Workload};
+use tidemark_harness::client::{ClientContext, Workload};
 use tidemark_harness::db::Db;
 use tidemark_harness::leftovers;
 use tidemark_harness::net::Iptables;
 use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::op::{Invocation, Outcome};
+use tidemark_harness::probe::await_ready;
 use tidemark_harness::progress::Progress;
-use tidemark_harness::runner::{self, await_ready, CancellationToken, RunOutcome};
+use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
 use tidemark_harness::test::{Test, TestOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
@@ -127,19 +128,7 @@ async fn raw_rate(concurrency: usize) -> f64 {
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext {
-        nodes: nodes
-            .iter()
-            .map(|n| NodeAddr {
-                name: n.name.clone(),
-                cluster: n.cluster.clone(),
-                id: n.id,
-                addr: db.endpoint(n),
-            })
-            .collect(),
-        dialer: runtime.dialer(),
-        timeout: Duration::from_secs(5),
-    };
+    let cx = ClientContext::new(&nodes, &db, runtime.dialer(), Duration::from_secs(5));
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

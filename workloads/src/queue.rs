@@ -13,10 +13,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
+use tidemark_checkers::{PollValue, Record, SendValue};
 use tidemark_harness::client::{Client, ClientContext, Workload};
 use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
-use tidemark_harness::kafka::{codes, error_name, ClusterMetadata, Connection, KafkaError};
+use tidemark_harness::kafka::{
+    error_name, ClusterMetadata, Connection, KafkaError, ParseResponseErrorCode, ResponseError,
+};
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome, Process};
 use tidemark_harness::runner::CLUSTER;
 
@@ -131,15 +134,16 @@ async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<(
         let code = conn
             .create_topic(t, o.partitions, o.replication_factor)
             .await?;
-        if code == codes::INVALID_REPLICATION_FACTOR {
-            anyhow::bail!(
+        match code.err() {
+            None | Some(ResponseError::TopicAlreadyExists) => {}
+            Some(ResponseError::InvalidReplicationFactor) => anyhow::bail!(
                 "creating topic {t} with replication factor {}: the cluster reports {brokers} \
                  broker(s); use a smaller --replication-factor",
                 o.replication_factor
-            );
-        }
-        if code != codes::NONE && code != codes::TOPIC_ALREADY_EXISTS {
-            anyhow::bail!("creating topic {t} on {}: {}", first.name, error_name(code));
+            ),
+            Some(_) => {
+                anyhow::bail!("creating topic {t} on {}: {}", first.name, error_name(code))
+            }
         }
     }
     let meta = loop {
@@ -178,26 +182,24 @@ fn all_led(meta: &ClusterMetadata, o: &QueueOptions) -> bool {
 /// NOT_LEADER_OR_FOLLOWER is `info` because a leader may append and then lose leadership before
 /// answering (KAFKA-13574).
 pub fn produce_outcome(code: i16) -> Outcome {
-    const DEFINITE: &[i16] = &[
-        2,  // CORRUPT_MESSAGE
-        3,  // UNKNOWN_TOPIC_OR_PARTITION
-        5,  // LEADER_NOT_AVAILABLE
-        10, // MESSAGE_TOO_LARGE
-        17, // INVALID_TOPIC_EXCEPTION
-        18, // RECORD_LIST_TOO_LARGE
-        19, // NOT_ENOUGH_REPLICAS
-        21, // INVALID_REQUIRED_ACKS
-        29, // TOPIC_AUTHORIZATION_FAILED
-        32, // INVALID_TIMESTAMP
-        35, // UNSUPPORTED_VERSION
-        87, // INVALID_RECORD
-    ];
-    if code == codes::NONE {
-        Outcome::Ok
-    } else if DEFINITE.contains(&code) {
-        Outcome::Fail
-    } else {
-        Outcome::Info
+    use ResponseError::*;
+    match code.err() {
+        None => Outcome::Ok,
+        Some(
+            CorruptMessage
+            | UnknownTopicOrPartition
+            | LeaderNotAvailable
+            | MessageTooLarge
+            | InvalidTopicException
+            | RecordListTooLarge
+            | NotEnoughReplicas
+            | InvalidRequiredAcks
+            | TopicAuthorizationFailed
+            | InvalidTimestamp
+            | UnsupportedVersion
+            | InvalidRecord,
+        ) => Outcome::Fail,
+        Some(_) => Outcome::Info,
     }
 }
 
@@ -317,23 +319,21 @@ impl QueueClient {
     }
 
     async fn send(&mut self, v: &Value) -> Result<(Value, String), Failure> {
-        let (topic, partition) = topic_partition(v)?;
-        let values: Vec<i64> = v
-            .get("values")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_i64).collect())
-            .unwrap_or_default();
-        let (id, node) = self.leader(&topic, partition).await?;
+        let send: SendValue = parse_value("send", v)?;
+        let partition = partition_index(send.partition)?;
+        let (id, node) = self.leader(&send.topic, partition).await?;
         let conn = self.conns.get_mut(&id).expect("connected in leader()");
-        let r = match conn.produce(&topic, partition, &values, -1).await {
+        let r = match conn.produce(&send.topic, partition, &send.values, -1).await {
             Ok(r) => r,
             Err(e) => return Err(self.lost(id, node, e)),
         };
         match produce_outcome(r.error_code) {
             Outcome::Ok => {
-                let mut done = v.clone();
-                done["offset"] = json!(r.base_offset);
-                Ok((done, node))
+                let done = SendValue {
+                    offset: Some(r.base_offset),
+                    ..send
+                };
+                Ok((to_value(&done), node))
             }
             outcome => {
                 self.metadata = None;
@@ -347,24 +347,31 @@ impl QueueClient {
     }
 
     async fn poll(&mut self, v: &Value) -> Result<(Value, String), Failure> {
-        let (topic, partition) = topic_partition(v)?;
-        let from = v.get("from").and_then(Value::as_i64).unwrap_or(0);
-        let (id, node) = self.leader(&topic, partition).await?;
+        let poll: PollValue = parse_value("poll", v)?;
+        let partition = partition_index(poll.partition)?;
+        let (id, node) = self.leader(&poll.topic, partition).await?;
         let epoch = self
             .metadata
             .as_ref()
-            .and_then(|m| m.leader_epoch(&topic, partition))
+            .and_then(|m| m.leader_epoch(&poll.topic, partition))
             .unwrap_or(-1);
         let (max_bytes, max_wait) = (self.options.poll_max_bytes, self.options.poll_max_wait);
         let conn = self.conns.get_mut(&id).expect("connected in leader()");
         let r = match conn
-            .fetch(&topic, partition, from, epoch, max_bytes, max_wait)
+            .fetch(
+                &poll.topic,
+                partition,
+                poll.from,
+                epoch,
+                max_bytes,
+                max_wait,
+            )
             .await
         {
             Ok(r) => r,
             Err(e) => return Err(self.lost(id, node, e)),
         };
-        if r.error_code != codes::NONE {
+        if r.error_code.err().is_some() {
             // A read that returned an error observed nothing and changed nothing.
             self.metadata = None;
             return Err(Failure {
@@ -374,40 +381,98 @@ impl QueueClient {
             });
         }
         let mut records = Vec::with_capacity(r.records.len());
-        let mut unparsed = Vec::new();
+        let mut unparsed_records = Vec::new();
         for rec in &r.records {
             let text = rec.value.as_deref().map(String::from_utf8_lossy);
+            let epoch = i64::from(rec.leader_epoch);
             match text.as_deref().and_then(|t| t.parse::<i64>().ok()) {
-                Some(value) => records.push(json!([rec.offset, value, rec.leader_epoch])),
-                None => unparsed.push(json!([rec.offset, text, rec.leader_epoch])),
+                Some(value) => records.push(Record::new(rec.offset, value, epoch)),
+                None => unparsed_records.push((rec.offset, text.map(String::from), epoch)),
             }
         }
-        let mut done = v.clone();
-        done["records"] = Value::Array(records);
-        done["high_watermark"] = json!(r.high_watermark);
-        if let Some(e) = r.leader_epoch {
-            done["leader_epoch"] = json!(e);
-        }
-        if !unparsed.is_empty() {
-            // Records whose value is not a decimal integer: kept for people, beside the spec's
-            // fields, since no send of this workload wrote them.
-            done["unparsed_records"] = Value::Array(unparsed);
-        }
-        Ok((done, node))
+        let done = PollDone {
+            poll: PollValue {
+                high_watermark: Some(r.high_watermark),
+                leader_epoch: r.leader_epoch.map(i64::from),
+                ..poll
+            },
+            records,
+            unparsed_records,
+        };
+        Ok((to_value(&done), node))
     }
 }
 
-fn topic_partition(v: &Value) -> Result<(String, i32), Failure> {
-    let topic = v.get("topic").and_then(Value::as_str);
-    let partition = v.get("partition").and_then(Value::as_i64);
-    match (topic, partition) {
-        (Some(t), Some(p)) => Ok((t.to_string(), p as i32)),
-        _ => Err(Failure {
-            outcome: Outcome::Fail,
-            node: None,
-            error: format!("op value lacks topic or partition: {v}"),
+/// A poll's completion value: the invocation's [`PollValue`] with its high watermark, the
+/// records (written even when there are none, unlike an invocation's), and beside the spec's
+/// fields, for people, the records whose value is not a decimal integer (no send of this workload
+/// wrote them) as `[offset, text, leader_epoch]`.
+#[derive(Serialize)]
+struct PollDone {
+    #[serde(flatten)]
+    poll: PollValue,
+    records: Vec<Record>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unparsed_records: Vec<(i64, Option<String>, i64)>,
+}
+
+/// The op value as the typed value of op `f`; a value that is not one fails the op.
+fn parse_value<T: serde::de::DeserializeOwned>(f: &str, v: &Value) -> Result<T, Failure> {
+    T::deserialize(v).map_err(|e| Failure {
+        outcome: Outcome::Fail,
+        node: None,
+        error: format!("not a {f} value ({e}): {v}"),
+    })
+}
+
+/// A partition number as Kafka's 32-bit index.
+fn partition_index(partition: i64) -> Result<i32, Failure> {
+    i32::try_from(partition).map_err(|_| Failure {
+        outcome: Outcome::Fail,
+        node: None,
+        error: format!("partition {partition} is out of range"),
+    })
+}
+
+/// An op value as JSON; the workload's values are plain data, so this cannot fail.
+fn to_value<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("queue op values serialize")
+}
+
+/// A `send` of `values` to a partition.
+fn send_op(topic: &str, partition: i32, values: Vec<i64>) -> Invocation {
+    Invocation {
+        f: "send".into(),
+        value: to_value(&SendValue {
+            topic: topic.to_string(),
+            partition: partition.into(),
+            values,
+            offset: None,
         }),
     }
+}
+
+/// A `poll` of a partition from offset `from`.
+fn poll_op(topic: &str, partition: i32, from: i64) -> Invocation {
+    Invocation {
+        f: "poll".into(),
+        value: to_value(&PollValue {
+            topic: topic.to_string(),
+            partition: partition.into(),
+            from,
+            records: Vec::new(),
+            high_watermark: None,
+            leader_epoch: None,
+        }),
+    }
+}
+
+/// The value of a completed poll, when it is one.
+fn completed_poll(op: &Op) -> Option<PollValue> {
+    if op.f != "poll" || op.kind != OpType::Ok {
+        return None;
+    }
+    PollValue::deserialize(&op.value).ok()
 }
 
 impl Client for QueueClient {
@@ -459,12 +524,10 @@ impl QueueGen {
         }
     }
 
-    fn index_of(&self, v: &Value) -> Option<usize> {
-        let t = v.get("topic")?.as_str()?;
-        let p = v.get("partition")?.as_i64()?;
+    fn index_of(&self, poll: &PollValue) -> Option<usize> {
         self.partitions
             .iter()
-            .position(|(tt, pp)| tt == t && *pp as i64 == p)
+            .position(|(t, p)| *t == poll.topic && i64::from(*p) == poll.partition)
     }
 }
 
@@ -479,10 +542,7 @@ impl Generator for QueueGen {
             let n = rng.random_range(1..=self.options.max_values_per_send.max(1)) as i64;
             let values: Vec<i64> = (self.next_value..self.next_value + n).collect();
             self.next_value += n;
-            Invocation {
-                f: "send".into(),
-                value: json!({"topic": topic, "partition": partition, "values": values}),
-            }
+            send_op(&topic, partition, values)
         } else {
             let Process::Client(process) = ctx.process(worker) else {
                 return Next::Pending(None);
@@ -491,10 +551,7 @@ impl Generator for QueueGen {
             if from > 0 && rng.random_bool(self.options.seek_back_probability) {
                 from = rng.random_range(0..from);
             }
-            Invocation {
-                f: "poll".into(),
-                value: json!({"topic": topic, "partition": partition, "from": from}),
-            }
+            poll_op(&topic, partition, from)
         };
         Next::Op(Planned {
             worker,
@@ -504,21 +561,16 @@ impl Generator for QueueGen {
     }
 
     fn update(&mut self, _ctx: &Context, _worker: Worker, op: &Op) {
-        if op.f != "poll" || op.kind != OpType::Ok {
-            return;
-        }
-        let (Process::Client(process), Some(tp)) = (op.process, self.index_of(&op.value)) else {
+        let Some(poll) = completed_poll(op) else {
             return;
         };
-        if let Some(last) = last_offset(&op.value) {
-            self.positions.insert((process, tp), last + 1);
+        let (Process::Client(process), Some(tp)) = (op.process, self.index_of(&poll)) else {
+            return;
+        };
+        if let Some(last) = poll.records.last() {
+            self.positions.insert((process, tp), last.offset + 1);
         }
     }
-}
-
-/// The offset of the last record a poll returned.
-fn last_offset(v: &Value) -> Option<i64> {
-    v.get("records")?.as_array()?.last()?.get(0)?.as_i64()
 }
 
 /// One worker's final reads: each of its partitions from offset 0 until a poll reaches the high
@@ -559,10 +611,7 @@ impl Generator for Drain {
         Next::Op(Planned {
             worker,
             time: ctx.time,
-            op: Invocation {
-                f: "poll".into(),
-                value: json!({"topic": topic, "partition": partition, "from": self.position}),
-            },
+            op: poll_op(topic, *partition, self.position),
         })
     }
 
@@ -570,15 +619,11 @@ impl Generator for Drain {
         match op.kind {
             OpType::Invoke => {}
             OpType::Ok => {
-                let hw = op
-                    .value
-                    .get("high_watermark")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                if let Some(last) = last_offset(&op.value) {
-                    self.position = last + 1;
+                let poll = completed_poll(op);
+                if let Some(last) = poll.as_ref().and_then(|p| p.records.last()) {
+                    self.position = last.offset + 1;
                 }
-                if self.position >= hw {
+                if self.position >= poll.and_then(|p| p.high_watermark).unwrap_or(0) {
                     self.current += 1;
                     self.position = 0;
                 }
@@ -592,6 +637,7 @@ impl Generator for Drain {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+    use tidemark_harness::interpreter::simulate;
 
     fn opts() -> QueueOptions {
         QueueOptions::new(3)
@@ -599,63 +645,94 @@ mod tests {
 
     #[test]
     fn produce_errors_are_fail_only_when_nothing_was_appended() {
+        let outcome = |e: ResponseError| produce_outcome(e.code());
         assert_eq!(produce_outcome(0), Outcome::Ok);
-        assert_eq!(produce_outcome(codes::NOT_ENOUGH_REPLICAS), Outcome::Fail);
+        assert_eq!(outcome(ResponseError::NotEnoughReplicas), Outcome::Fail);
         assert_eq!(
-            produce_outcome(codes::UNKNOWN_TOPIC_OR_PARTITION),
+            outcome(ResponseError::UnknownTopicOrPartition),
             Outcome::Fail
         );
+        assert_eq!(outcome(ResponseError::CorruptMessage), Outcome::Fail);
+        assert_eq!(outcome(ResponseError::InvalidRecord), Outcome::Fail);
+        assert_eq!(outcome(ResponseError::NotLeaderOrFollower), Outcome::Info);
         assert_eq!(
-            produce_outcome(codes::NOT_LEADER_OR_FOLLOWER),
+            outcome(ResponseError::NotEnoughReplicasAfterAppend),
             Outcome::Info
         );
-        assert_eq!(
-            produce_outcome(codes::NOT_ENOUGH_REPLICAS_AFTER_APPEND),
-            Outcome::Info
-        );
-        assert_eq!(produce_outcome(codes::REQUEST_TIMED_OUT), Outcome::Info);
+        assert_eq!(outcome(ResponseError::RequestTimedOut), Outcome::Info);
         assert_eq!(produce_outcome(-1), Outcome::Info);
         assert_eq!(produce_outcome(9999), Outcome::Info);
     }
 
-    /// A fake log per partition, so polls return what sends wrote.
-    fn answer(logs: &mut BTreeMap<(String, i64), Vec<i64>>, p: &Planned) -> (Outcome, Value, u64) {
-        let v = &p.op.value;
-        let key = (
-            v["topic"].as_str().unwrap().to_string(),
-            v["partition"].as_i64().unwrap(),
+    #[test]
+    fn op_values_have_the_spec_shape() {
+        assert_eq!(
+            send_op("t", 1, vec![4, 5]).value,
+            serde_json::json!({"topic": "t", "partition": 1, "values": [4, 5]})
         );
-        let log = logs.entry(key).or_default();
-        let mut done = v.clone();
-        if p.op.f == "send" {
-            done["offset"] = json!(log.len());
-            log.extend(
-                v["values"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_i64().unwrap()),
-            );
+        let poll = poll_op("t", 0, 7);
+        assert_eq!(
+            poll.value,
+            serde_json::json!({"topic": "t", "partition": 0, "from": 7})
+        );
+        // An empty read still records its records; unreadable values sit beside them.
+        let done = to_value(&PollDone {
+            poll: PollValue {
+                high_watermark: Some(7),
+                ..PollValue::deserialize(&poll.value).unwrap()
+            },
+            records: Vec::new(),
+            unparsed_records: vec![(7, Some("x".into()), 2)],
+        });
+        assert_eq!(
+            done,
+            serde_json::json!({"topic": "t", "partition": 0, "from": 7, "records": [],
+                               "high_watermark": 7, "unparsed_records": [[7, "x", 2]]})
+        );
+        let mut op = Op::new(0, Process::Client(0), OpType::Ok, "poll", done);
+        assert_eq!(completed_poll(&op).unwrap().high_watermark, Some(7));
+        op.kind = OpType::Fail;
+        assert!(completed_poll(&op).is_none());
+    }
+
+    /// A fake log per partition, so polls return what sends wrote.
+    fn answer(
+        logs: &mut BTreeMap<(String, i64), Vec<i64>>,
+        op: &Invocation,
+    ) -> (Outcome, Value, u64) {
+        let done = if op.f == "send" {
+            let send = SendValue::deserialize(&op.value).unwrap();
+            let log = logs
+                .entry((send.topic.clone(), send.partition))
+                .or_default();
+            let offset = Some(log.len() as i64);
+            log.extend(&send.values);
+            to_value(&SendValue { offset, ..send })
         } else {
-            let from = v["from"].as_i64().unwrap() as usize;
-            let recs: Vec<Value> = log
-                .iter()
-                .enumerate()
-                .skip(from)
+            let poll = PollValue::deserialize(&op.value).unwrap();
+            let log = logs
+                .entry((poll.topic.clone(), poll.partition))
+                .or_default();
+            let records = (poll.from..)
+                .zip(log.iter().skip(poll.from as usize))
                 .take(5)
-                .map(|(o, x)| json!([o, x, 0]))
+                .map(|(o, x)| Record::new(o, *x, 0))
                 .collect();
-            done["records"] = Value::Array(recs);
-            done["high_watermark"] = json!(log.len());
-        }
+            let high_watermark = Some(log.len() as i64);
+            to_value(&PollValue {
+                records,
+                high_watermark,
+                ..poll
+            })
+        };
         (Outcome::Ok, done, 1_000_000)
     }
 
-    #[test]
-    fn sends_carry_unique_values_and_polls_move_forward_per_process() {
+    #[tokio::test(start_paused = true)]
+    async fn sends_carry_unique_values_and_polls_move_forward_per_process() {
         let mut logs = BTreeMap::new();
         let mut g = QueueGen::new(opts());
-        let h = generator::simulate(&mut g, 4, 11, 2000, |p| answer(&mut logs, p));
+        let h = simulate(&mut g, 4, 11, 2000, move |op| answer(&mut logs, op)).await;
         let mut seen = BTreeSet::new();
         for op in h
             .iter()
@@ -674,26 +751,26 @@ mod tests {
         assert!(polls_from_later_offsets > 100, "{polls_from_later_offsets}");
     }
 
-    #[test]
-    fn the_schedule_is_deterministic_for_a_seed() {
-        let run = |seed| {
+    #[tokio::test(start_paused = true)]
+    async fn the_schedule_is_deterministic_for_a_seed() {
+        async fn run(seed: u64) -> Vec<Op> {
             let mut logs = BTreeMap::new();
             let mut g = QueueGen::new(opts());
-            generator::simulate(&mut g, 3, seed, 300, |p| answer(&mut logs, p))
-        };
-        assert_eq!(run(5), run(5));
-        assert_ne!(run(5), run(6));
+            simulate(&mut g, 3, seed, 300, move |op| answer(&mut logs, op)).await
+        }
+        assert_eq!(run(5).await, run(5).await);
+        assert_ne!(run(5).await, run(6).await);
     }
 
-    #[test]
-    fn the_final_reads_cover_every_partition_up_to_its_high_watermark() {
+    #[tokio::test(start_paused = true)]
+    async fn the_final_reads_cover_every_partition_up_to_its_high_watermark() {
         let mut logs = BTreeMap::new();
         for (i, (t, p)) in opts().partitions().into_iter().enumerate() {
             logs.insert((t, p as i64), (0..(7 * i as i64 + 3)).collect::<Vec<_>>());
         }
         let expected = logs.clone();
         let mut g = Queue::new(opts()).final_generator();
-        let h = generator::simulate(g.as_mut(), 3, 1, 1000, |p| answer(&mut logs, p));
+        let h = simulate(g.as_mut(), 3, 1, 1000, move |op| answer(&mut logs, op)).await;
         let mut read: BTreeMap<(String, i64), BTreeSet<i64>> = BTreeMap::new();
         for op in h.iter().filter(|o| o.kind == OpType::Ok) {
             let key = (

@@ -1,0 +1,280 @@
+//! Waiting for a database: until every node serves, and until its replicas agree. The waiting
+//! (deadlines, cancellation, giving up early on a node whose process died) is here and the same
+//! for every database; the questions themselves are the database's [`Probe`] ability. The
+//! Kafka-wire answers ([`kafka_serves`], [`kafka_converged`]) are here too, for databases that
+//! speak Kafka.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::bail;
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{ClientContext, NodeAddr};
+use crate::collect::log_tail;
+use crate::db::{Db, DumpedReplica, Probe, ReplicaDump};
+use crate::kafka::{ClusterMetadata, Connection};
+use crate::runner::CLUSTER;
+use crate::runtime::Node;
+
+/// The longest one readiness question may take.
+const ASK_AT_MOST: Duration = Duration::from_secs(2);
+
+/// The pause between two readiness questions to a node.
+const READY_EVERY: Duration = Duration::from_millis(100);
+
+/// The pause between two convergence questions.
+const CONVERGED_EVERY: Duration = Duration::from_millis(500);
+
+/// Waits until every node answers a Kafka ApiVersions request.
+pub async fn await_ready(
+    cx: &ClientContext,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    struct Kafka;
+    impl Probe for Kafka {
+        fn serves<'a>(
+            &'a self,
+            cx: &'a ClientContext,
+            node: &'a NodeAddr,
+        ) -> BoxFuture<'a, anyhow::Result<()>> {
+            Box::pin(kafka_serves(cx, node))
+        }
+
+        fn converged<'a>(&'a self, _: &'a ClientContext, _: &'a [Node]) -> BoxFuture<'a, bool> {
+            Box::pin(async { true })
+        }
+    }
+    await_nodes(cx, &Kafka, None, timeout, cancel).await
+}
+
+/// Waits until every node serves, by the database's [`Probe`] (at once when it has none); gives
+/// up early on a node whose process died, and says why with the end of its log.
+pub async fn await_serving(
+    cx: &ClientContext,
+    nodes: &[Node],
+    db: &dyn Db,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    match db.as_probe() {
+        Some(probe) => await_nodes(cx, probe, Some((nodes, db)), timeout, cancel).await,
+        None => Ok(()),
+    }
+}
+
+async fn await_nodes(
+    cx: &ClientContext,
+    probe: &dyn Probe,
+    watch: Option<(&[Node], &dyn Db)>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    for (i, node) in cx.nodes.iter().enumerate() {
+        for attempt in 0u32.. {
+            if attempt % 10 == 9 {
+                if let Some((nodes, db)) = watch {
+                    let n = &nodes[i];
+                    let dead = db
+                        .as_kill()
+                        .map(|k| tokio::task::block_in_place(|| k.is_running(n)))
+                        .is_some_and(|r| matches!(r, Ok(false)));
+                    if dead {
+                        let tail = tokio::task::block_in_place(|| log_tail(n, db));
+                        bail!("the broker on {} exited instead of serving{tail}", n.name);
+                    }
+                }
+            }
+            let answer = tokio::time::timeout(ASK_AT_MOST.min(timeout), probe.serves(cx, node))
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {ASK_AT_MOST:?}")));
+            match answer {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= deadline => {
+                    let tail = watch
+                        .map(|(nodes, db)| tokio::task::block_in_place(|| log_tail(&nodes[i], db)))
+                        .unwrap_or_default();
+                    bail!(
+                        "{} ({}) did not serve within {timeout:?}: {e:#}{tail}",
+                        node.name,
+                        node.addr
+                    )
+                }
+                Err(_) => {}
+            }
+            if cancel.is_cancelled() {
+                bail!("cancelled while waiting for {}", node.name);
+            }
+            tokio::time::sleep(READY_EVERY).await;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the database's [`Probe`] says its replicas agree, or `timeout` passes. Returns
+/// whether they converged (at once when the database has no probe).
+pub async fn await_convergence(
+    cx: &ClientContext,
+    nodes: &[Node],
+    db: &dyn Db,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> bool {
+    let Some(probe) = db.as_probe() else {
+        return true;
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        if probe.converged(cx, nodes).await {
+            return true;
+        }
+        if Instant::now() >= deadline || cancel.is_cancelled() {
+            return false;
+        }
+        tokio::time::sleep(CONVERGED_EVERY).await;
+    }
+}
+
+/// Whether `node` answers ApiVersions (a connection negotiates versions first).
+pub async fn kafka_serves(cx: &ClientContext, node: &NodeAddr) -> anyhow::Result<()> {
+    Connection::connect(cx.dialer.clone(), node.addr, cx.timeout).await?;
+    Ok(())
+}
+
+/// Whether, for every partition Metadata (from the first node that answers) lists, every
+/// replica in `dumper`'s dumps of `nodes` has the same log end offset and a high watermark
+/// equal to it.
+pub async fn kafka_converged(cx: &ClientContext, nodes: &[Node], dumper: &dyn ReplicaDump) -> bool {
+    let Some(meta) = any_metadata(cx).await else {
+        return false;
+    };
+    let dumps: Vec<DumpedReplica> = tokio::task::block_in_place(|| {
+        nodes
+            .iter()
+            .flat_map(|n| dumper.dump_replicas(n).unwrap_or_default())
+            .collect()
+    });
+    converged(&meta, cx, &dumps)
+}
+
+/// Metadata from the first node that answers.
+async fn any_metadata(cx: &ClientContext) -> Option<ClusterMetadata> {
+    for node in &cx.nodes {
+        if let Ok(mut c) = Connection::connect(cx.dialer.clone(), node.addr, cx.timeout).await {
+            if let Ok(m) = c.metadata(None).await {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
+
+/// Whether the replicas in `dumps` agree for every partition in `meta`.
+pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[DumpedReplica]) -> bool {
+    for (topic, (_, parts)) in &meta.topics {
+        for (partition, info) in parts {
+            if info.leader < 0 {
+                return false;
+            }
+            let mut ends = BTreeSet::new();
+            for id in &info.replicas {
+                let Some(node) = cx.node_by_id(CLUSTER, *id) else {
+                    return false;
+                };
+                let row = dumps.iter().map(|r| &r.state).find(|r| {
+                    r.node == node.name && r.topic == *topic && r.partition == i64::from(*partition)
+                });
+                let Some(row) = row else { return false };
+                let (Some(hw), Some(leo)) = (row.high_watermark, row.log_end_offset) else {
+                    return false;
+                };
+                if hw != leo {
+                    return false;
+                }
+                ends.insert(leo);
+            }
+            if ends.len() > 1 {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dial::Direct;
+    use crate::kafka::PartitionInfo;
+
+    fn cx() -> ClientContext {
+        ClientContext {
+            nodes: (1..=2)
+                .map(|i| NodeAddr {
+                    name: format!("n{i}"),
+                    cluster: CLUSTER.into(),
+                    id: i,
+                    addr: ([127, 0, 0, 1], 9000 + i as u16).into(),
+                })
+                .collect(),
+            dialer: Arc::new(Direct),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn meta(leader: i32) -> ClusterMetadata {
+        let p = PartitionInfo {
+            error_code: 0,
+            leader,
+            leader_epoch: 1,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        };
+        let mut m = ClusterMetadata::default();
+        m.topics.insert("t".into(), (0, BTreeMap::from([(0, p)])));
+        m
+    }
+
+    fn replica(node: &str, hw: i64, leo: i64) -> DumpedReplica {
+        let mut r = DumpedReplica::unreadable(CLUSTER, node, "t", 0, String::new());
+        r.state.error = None;
+        r.state.high_watermark = Some(hw);
+        r.state.log_end_offset = Some(leo);
+        r
+    }
+
+    #[test]
+    fn replicas_converge_when_every_listed_replica_ends_at_its_high_watermark_alike() {
+        let cx = cx();
+        assert!(converged(
+            &meta(1),
+            &cx,
+            &[replica("n1", 5, 5), replica("n2", 5, 5)]
+        ));
+        // A follower behind, a high watermark short of the log end, a missing replica, no
+        // leader: not yet.
+        assert!(!converged(
+            &meta(1),
+            &cx,
+            &[replica("n1", 5, 5), replica("n2", 4, 4)]
+        ));
+        assert!(!converged(
+            &meta(1),
+            &cx,
+            &[replica("n1", 4, 5), replica("n2", 4, 5)]
+        ));
+        assert!(!converged(&meta(1), &cx, &[replica("n1", 5, 5)]));
+        assert!(!converged(
+            &meta(-1),
+            &cx,
+            &[replica("n1", 5, 5), replica("n2", 5, 5)]
+        ));
+    }
+}
