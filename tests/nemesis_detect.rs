@@ -8,6 +8,7 @@
 //! of minutes, so they are `#[ignore]`d; run them with
 //! `cargo test --test nemesis_detect -- --ignored --nocapture --test-threads 1`.
 
+#[path = "e2e/support/engine.rs"]
 mod engine_support;
 
 use std::path::PathBuf;

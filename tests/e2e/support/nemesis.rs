@@ -48,7 +48,7 @@ impl Cluster {
         let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
         let nodes = runtime.create("a", &names).unwrap();
         let record = serde_json::json!({"runtime": runtime.describe()});
-        let mut db = TidemarkBroker::new(crate::engine_support::broker(), config, vec![]);
+        let mut db = TidemarkBroker::new(crate::support::engine::broker(), config, vec![]);
         if faketime {
             db = db.with_faketime(FAKETIME.into());
         }
@@ -223,6 +223,6 @@ impl Cluster {
     /// Stops everything and checks nothing is left.
     pub fn destroy(mut self) {
         self.runtime.destroy().unwrap();
-        crate::engine_support::assert_nothing_left(&self.record);
+        crate::support::engine::assert_nothing_left(&self.record);
     }
 }

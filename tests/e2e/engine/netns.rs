@@ -3,12 +3,10 @@
 //! name, the broker's kill, pause and dump abilities act on the real process, and destroying the
 //! runtime leaves nothing behind.
 
-mod engine_support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use engine_support::*;
+use crate::support::engine::*;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;

@@ -4,15 +4,12 @@
 //! Each test first asks for a `--dry-run`, so a teardown that would remove the wrong thing fails
 //! before it removes anything.
 
-mod engine_sshd;
-mod engine_support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use engine_sshd::{keygen, start_sshd};
-use engine_support::*;
+use crate::support::engine::*;
+use crate::support::sshd::{keygen, start_sshd};
 use serde_json::Value;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;

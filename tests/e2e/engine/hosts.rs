@@ -3,14 +3,11 @@
 //! the hosts only over SSH (deploying, starting and dumping the broker there) and through the
 //! Kafka wire, and leaves nothing behind on them.
 
-mod engine_sshd;
-mod engine_support;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use engine_sshd::{keygen, start_sshd};
-use engine_support::*;
+use crate::support::engine::*;
+use crate::support::sshd::{keygen, start_sshd};
 use serde_json::Value;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;

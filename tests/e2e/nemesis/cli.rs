@@ -3,13 +3,11 @@
 //! fault as an invoke and an info with what was done, heals everything at the end and leaves
 //! nothing behind; and a recorded history replays its faults exactly.
 
-mod engine_support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::{json, Value};
 
 /// The runs take turns: two clusters with three-second failure detection on two cores should

@@ -2,13 +2,11 @@
 //! the next `tidemark test` refuses to start over the leftovers and names `tidemark teardown`,
 //! and `tidemark teardown` removes every namespace, process and directory the run left.
 
-mod engine_support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::Value;
 
 fn history_lines(run: &Path) -> usize {

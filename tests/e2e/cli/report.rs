@@ -95,7 +95,7 @@ fn serve_binds_loopback_and_answers() {
     let mut s = TcpStream::connect(&addr).unwrap();
     write!(
         s,
-        "GET /?test=queue HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET /?test=queue HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut reply = String::new();

@@ -3,11 +3,9 @@
 //! read back, and a partition that does not exist, an ISR smaller than `min.insync.replicas` and
 //! a cluster that is down are definite failures.
 
-mod engine_support;
-
 use std::time::{Duration, Instant};
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::client::{ClientContext, Workload};

@@ -2,15 +2,12 @@
 //! commands with their exit codes, uploads and downloads, the known-hosts policies, and the
 //! broker deployed, started, killed and stopped through it, exactly as on a VM.
 
-mod engine_sshd;
-mod engine_support;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine_sshd::{keygen, run_sshd, start_sshd};
-use engine_support::*;
+use crate::support::engine::*;
+use crate::support::sshd::{keygen, run_sshd, start_sshd};
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;

@@ -2,13 +2,11 @@
 //! the `Net` ability on real namespaces, recorded as nemesis invoke/info pairs with the grudge it
 //! applied, healed again in the final phase, and a run that still ends with a verdict.
 
-mod engine_support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::{json, Value};
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
 use tidemark_harness::generator::{self, Generator};

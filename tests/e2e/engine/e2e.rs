@@ -1,12 +1,10 @@
 //! `tidemark test` end to end on real network namespaces with real brokers: a short run without
 //! faults is valid, writes every file of the run directory, and leaves nothing behind.
 
-mod engine_support;
-
 use std::path::Path;
 use std::process::Command;
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::Value;
 
 /// `test.json` of a run directory.

@@ -1,13 +1,11 @@
 //! Ctrl-C and SIGTERM stop a run cleanly: the history so far stays in the run directory, the
 //! harness tears everything down and exits 255 (the run did not finish).
 
-mod engine_support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::Value;
 
 fn history_lines(run: &Path) -> usize {

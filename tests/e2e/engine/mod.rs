@@ -1,0 +1,11 @@
+//! The engine end to end: runs on real namespaces and SSH hosts.
+
+mod client;
+mod e2e;
+mod hosts;
+mod kill;
+mod nemesis;
+mod netns;
+mod signal;
+mod ssh;
+mod teardown;
