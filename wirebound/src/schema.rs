@@ -268,6 +268,27 @@ const LIST_OFFSETS_REQUEST: &[Field] = &[
     f("topics", Ty::Array(&Ty::Struct(LIST_OFFSETS_TOPIC))),
     v("timeout_ms", 10, ANY, I32),
 ];
+const LIST_OFFSETS_PARTITION_RESPONSE: &[Field] = &[
+    f("partition_index", I32),
+    f("error_code", I16),
+    v("timestamp", 1, ANY, I64),
+    v("offset", 1, ANY, I64),
+    v("leader_epoch", 4, ANY, I32),
+];
+const LIST_OFFSETS_TOPIC_RESPONSE: &[Field] = &[
+    f("name", STR),
+    f(
+        "partitions",
+        Ty::Array(&Ty::Struct(LIST_OFFSETS_PARTITION_RESPONSE)),
+    ),
+];
+const LIST_OFFSETS_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 2, ANY, I32),
+    f(
+        "topics",
+        Ty::Array(&Ty::Struct(LIST_OFFSETS_TOPIC_RESPONSE)),
+    ),
+];
 
 // Metadata (3).
 const METADATA_TOPIC: &[Field] = &[v("topic_id", 10, ANY, UUID), f("name", STR)];
@@ -323,6 +344,20 @@ const EPOCH_TOPIC: &[Field] = &[
 const EPOCH_REQUEST: &[Field] = &[
     v("replica_id", 3, ANY, I32),
     f("topics", Ty::Array(&Ty::Struct(EPOCH_TOPIC))),
+];
+const EPOCH_END_OFFSET: &[Field] = &[
+    f("error_code", I16),
+    f("partition", I32),
+    v("leader_epoch", 1, ANY, I32),
+    f("end_offset", I64),
+];
+const EPOCH_TOPIC_RESULT: &[Field] = &[
+    f("topic", STR),
+    f("partitions", Ty::Array(&Ty::Struct(EPOCH_END_OFFSET))),
+];
+const EPOCH_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 2, ANY, I32),
+    f("topics", Ty::Array(&Ty::Struct(EPOCH_TOPIC_RESULT))),
 ];
 
 // ApiVersions (18).
@@ -513,8 +548,10 @@ pub const REQUESTS: &[Message] = &[
 pub const RESPONSES: &[Message] = &[
     msg("Produce", 0, 3, 13, 9, PRODUCE_RESPONSE),
     msg("Fetch", 1, 4, 18, 12, FETCH_RESPONSE),
+    msg("ListOffsets", 2, 1, 10, 6, LIST_OFFSETS_RESPONSE),
     msg("Metadata", 3, 0, 13, 9, METADATA_RESPONSE),
     msg("ApiVersions", 18, 0, 4, 3, API_VERSIONS_RESPONSE),
     msg("CreateTopics", 19, 2, 7, 5, CREATE_TOPICS_RESPONSE),
+    msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_RESPONSE),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_RESPONSE),
 ];

@@ -81,10 +81,62 @@ impl KafkaConnection {
                     header.correlation_id
                 );
             }
+            // A peer's counts are checked before the decoder reserves room for them, as a
+            // client's are; bodies of our own APIs with no Kafka layout carry no such counts.
+            if tidemark_wirebound::response_layout(R::KEY).is_some() {
+                tidemark_wirebound::check_response(R::KEY, version, &frame)?;
+            }
             R::Response::decode(&mut frame, version)
         };
         tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| anyhow::anyhow!("{key:?} timed out after {timeout:?}"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::OffsetForLeaderEpochRequest;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A peer that answers one request with an OffsetForLeaderEpoch v3 response claiming
+    /// 2^31-1 topics in a body of eight bytes.
+    async fn hostile_peer() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let len = s.read_i32().await.unwrap();
+            let mut req = vec![0; len as usize];
+            s.read_exact(&mut req).await.unwrap();
+            let correlation = &req[4..8];
+            let mut body = correlation.to_vec();
+            body.extend(0i32.to_be_bytes()); // throttle_time_ms
+            body.extend(i32::MAX.to_be_bytes()); // topics: 2^31-1 of them, none sent
+            s.write_i32(body.len() as i32).await.unwrap();
+            s.write_all(&body).await.unwrap();
+            let _ = s.read_u8().await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_peer_claiming_more_elements_than_its_frame_holds_is_an_error() {
+        let addr = hostile_peer().await;
+        let mut conn = KafkaConnection::connect(&addr, Duration::from_secs(5), "t")
+            .await
+            .unwrap();
+        let err = conn
+            .call(3, &OffsetForLeaderEpochRequest::default())
+            .await
+            .expect_err("the count cannot fit in the frame");
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("OffsetForLeaderEpoch v3 response") && msg.contains("topics"),
+            "{msg}"
+        );
     }
 }
