@@ -1,4 +1,4 @@
-//! The deterministic replication scenarios of kips.md §5.2, scripted against real broker
+//! The deterministic replication scenarios of KIP-101, KIP-279 and KIP-320 (docs/ARCHITECTURE.md), scripted against real broker
 //! processes. Each runs on the correct broker and must hold; where an injectable bug targets a
 //! scenario, the same script runs with the bug on and must catch it.
 //!

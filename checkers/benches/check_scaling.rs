@@ -1,5 +1,5 @@
 //! How reading and checking scale: µs per op at 1M and 2M ops, the ratio of the two times, and
-//! the memory the check needs. Goals (anchors.md §3): ≤ 5 µs per op on one core, time(2N) /
+//! the memory the check needs. Goals: ≤ 5 µs per op on one core, time(2N) /
 //! time(N) ≤ 2.2, memory in proportion to distinct values rather than ops.
 //!
 //! Times are CPU time of the checking thread (the machine is shared, so wall time varies with

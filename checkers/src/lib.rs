@@ -1,6 +1,6 @@
 //! Pure analyses of tidemark histories: history and replica states in, verdict out.
 //!
-//! This crate reads and judges what `spec/history.md` defines: the ops of `history.jsonl`, the
+//! This crate reads and judges what `docs/history-format.md` defines: the ops of `history.jsonl`, the
 //! final replica states of `replicas.jsonl`, and the verdict of `results.json`. The analyses do
 //! no I/O, read no clock and run no async code; the readers in [`reader`] stream a history from
 //! any [`BufRead`] so that checking needs memory in proportion to the distinct values written,

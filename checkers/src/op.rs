@@ -1,5 +1,5 @@
 //! The lines of `history.jsonl`, as data. These types are shared with the harness, which writes
-//! histories with them, so the serialized field names are exactly those of `spec/history.md`.
+//! histories with them, so the serialized field names are exactly those of `docs/history-format.md`.
 
 use std::fmt;
 

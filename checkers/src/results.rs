@@ -1,4 +1,4 @@
-//! The verdict: the `results.json` shape of `spec/history.md`, the names of the anomalies, and
+//! The verdict: the `results.json` shape of `docs/history-format.md`, the names of the anomalies, and
 //! the few-line human summary `tidemark check` prints. Output is bounded: counts are always
 //! exact, but each anomaly type keeps at most [`MAX_ENTRIES`] entries and says how many it cut.
 
@@ -13,7 +13,7 @@ pub const MAX_ENTRIES: usize = 10_000;
 /// Warnings kept; the rest are counted in the last one.
 pub const MAX_WARNINGS: usize = 100;
 
-/// Every anomaly the checkers report, named as in `spec/history.md`.
+/// Every anomaly the checkers report, named as in `docs/history-format.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AnomalyKind {
     /// An `ok` send whose value is absent from the final committed log.

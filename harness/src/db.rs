@@ -152,7 +152,7 @@ pub trait ReplicaDump: Send + Sync {
 /// database said about the replica, kept for people.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DumpedReplica {
-    /// What `spec/history.md` defines.
+    /// What `docs/history-format.md` defines.
     #[serde(flatten)]
     pub state: ReplicaState,
     /// The leader epoch the replica last knew.

@@ -1,6 +1,6 @@
 //! Operations as plain data: what a generator asks for, what a client answers, and the history
 //! line that records either. History lines are the checkers' own [`Op`] type, so what the harness
-//! writes is exactly what `tidemark check` reads; field names are fixed by `spec/history.md`.
+//! writes is exactly what `tidemark check` reads; field names are fixed by `docs/history-format.md`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,7 +42,7 @@ pub struct Invocation {
 /// The answer to an [`Invocation`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
-    /// `ok`, `fail` or `info`, by the contract of `spec/history.md`.
+    /// `ok`, `fail` or `info`, by the contract of `docs/history-format.md`.
     pub outcome: Outcome,
     /// The result; by convention the invocation's value plus what was learned.
     pub value: Value,

@@ -1,6 +1,6 @@
 //! The run directory: `store/<test>/<UTC time>/` holding `test.json`, `history.jsonl`,
 //! `replicas.jsonl`, `results.json` and `nodes/<node>/`, with `store/latest` and
-//! `store/<test>/latest` pointing at the newest run (layout fixed by `spec/history.md`).
+//! `store/<test>/latest` pointing at the newest run (layout fixed by `docs/history-format.md`).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! What the report shows of `results.json`: the first entries of each anomaly type, the ops each
 //! entry names as proof, and the partition offsets it is about. Entries are read generically
-//! (by the field names `spec/history.md` and the checkers use), so a new anomaly type shows up
+//! (by the field names `docs/history-format.md` and the checkers use), so a new anomaly type shows up
 //! with its links without changes here.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,10 +1,9 @@
 //! The human view of a tidemark run: one self-contained `report.html` per run directory, and a
 //! results browser over the whole store.
 //!
-//! This crate sits beside the engine rather than inside it (ARCHITECTURE.md puts the report in
-//! `harness/`): HTML, plotting and the web server are heavy dependencies the engine does not
-//! need, and a separate crate lets the report evolve without touching the runner. It reads only
-//! what a run leaves on disk (`spec/history.md`), through the checkers crate's types and readers,
+//! This crate sits beside the engine rather than inside it: HTML, plotting and the web server
+//! are heavy dependencies the engine does not need, and a separate crate lets the report evolve without touching the runner. It reads only
+//! what a run leaves on disk (`docs/history-format.md`), through the checkers crate's types and readers,
 //! so it renders a run recorded by any tidemark version that wrote that format.
 //!
 //! The engine calls, at the end of every `tidemark test`:

@@ -1,4 +1,4 @@
-//! The queue analysis: every anomaly of `spec/history.md` for the queue and mirror workloads.
+//! The queue analysis: every anomaly of `docs/history-format.md` for the queue and mirror workloads.
 //!
 //! It follows Jepsen's kafka checker (`jepsen.tests.kafka`): each partition of each cluster is a
 //! log of unique values at offsets, and every observation of an offset (an acknowledged send, a

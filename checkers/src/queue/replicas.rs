@@ -355,7 +355,7 @@ pub(crate) fn mirror_divergence(
 }
 
 /// In every readable replica, record epochs never decrease as offsets increase, and the epoch
-/// cache strictly increases in both epoch and start offset (KIP-101; kips.md I1).
+/// cache strictly increases in both epoch and start offset (KIP-101; invariant I1 of docs/ARCHITECTURE.md).
 pub(crate) fn epoch_regression(replicas: &[ReplicaState], out: &mut Anomalies) {
     for r in replicas.iter().filter(|r| r.error.is_none()) {
         let place = || json!({"cluster": r.cluster, "node": r.node, "topic": r.topic, "partition": r.partition});
@@ -384,7 +384,7 @@ pub(crate) fn epoch_regression(replicas: &[ReplicaState], out: &mut Anomalies) {
 }
 
 /// One leader epoch of one topic partition holds committed records, in any replica of any
-/// cluster, whose values were first written on different clusters (kips.md M4). `origin` names
+/// cluster, whose values were first written on different clusters (KIP-1279 epoch ownership). `origin` names
 /// the cluster of the send that wrote a value.
 pub(crate) fn epoch_ownership<'a>(
     replicas: &[ReplicaState],

@@ -1,5 +1,5 @@
 //! The queue workload's client against a real replicated cluster, with real faults: every op
-//! ends `ok`, `fail` or `info` by what actually happened (jepsen.md §1.9): acknowledged sends
+//! ends `ok`, `fail` or `info` by what actually happened, as in Jepsen: acknowledged sends
 //! read back, and a partition that does not exist, an ISR smaller than `min.insync.replicas` and
 //! a cluster that is down are definite failures.
 
