@@ -87,7 +87,9 @@ fn teardown(args: &Args) -> Result<bool, Problem> {
         }
     }
     if let Some(file) = &args.hosts.nodes_file {
-        let addrs = read_nodes_file(file).map_err(|e| Problem::Usage(format!("{e:#}")))?;
+        let addrs = read_nodes_file(file)
+            .map_err(|e| Problem::Usage(format!("{e:#}")))?
+            .hosts();
         let login = args.hosts.login(file).map_err(Problem::Usage)?;
         let recorded: BTreeSet<String> = recorded_runs(&state_dir);
         for addr in addrs {

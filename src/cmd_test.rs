@@ -11,12 +11,12 @@ use tidemark_harness::hosts::{read_nodes_file, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
 use tidemark_harness::net::Iptables;
-use tidemark_harness::netns::NetnsRuntime;
+use tidemark_harness::netns::{self, NetnsRuntime};
 use tidemark_harness::prerequisites::{self, Requirement};
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
-use tidemark_harness::test::{Test, TestOptions};
+use tidemark_harness::test::{cluster_names, node_names, Test, TestOptions};
 use tidemark_nemesis::schedule::Schedule;
 use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
@@ -39,9 +39,14 @@ pub struct Args {
     /// Seconds of workload before healing and the final reads.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     time_limit: f64,
-    /// Number of broker nodes (default: 3, or every host of --nodes-file).
+    /// Number of broker nodes of each cluster (default: 3, or every host of --nodes-file).
     #[arg(long, value_name = "N")]
     nodes: Option<usize>,
+    /// Number of independent clusters, `a`, `b`, ..., each with its own quorum of --nodes nodes
+    /// (`a1`, `a2`, ..., `b1`, ... when more than one); the workload runs against the first, and
+    /// so do faults (default: 1, or the clusters of --nodes-file).
+    #[arg(long, value_name = "N")]
+    clusters: Option<usize>,
     /// Replicas per partition (default: min(3, nodes)).
     #[arg(long, value_name = "N")]
     replication_factor: Option<u32>,
@@ -259,20 +264,64 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             )))
         }
     };
-    let nodes = match (&hosts, args.nodes) {
-        (Some((h, _)), Some(n)) if n != h.len() => {
+    let clusters = match (&hosts, args.clusters) {
+        (Some((file, _)), Some(n)) if n != file.clusters.len() => {
             return Err(Problem::Usage(format!(
-                "--nodes {n}, but the nodes file lists {} hosts",
-                h.len()
+                "--clusters {n}, but the nodes file lists {} cluster(s)",
+                file.clusters.len()
             )))
         }
-        (Some((h, _)), _) => h.len(),
+        (Some((file, _)), _) => file.clusters.iter().map(|(c, _)| c.clone()).collect(),
+        (None, n) => {
+            let n = n.unwrap_or(1);
+            if n == 0 || n > netns::MAX_CLUSTERS {
+                return Err(Problem::Usage(format!(
+                    "--clusters must be 1 to {}",
+                    netns::MAX_CLUSTERS
+                )));
+            }
+            cluster_names(n)
+        }
+    };
+    let nodes = match (&hosts, args.nodes) {
+        (Some((file, _)), n) => {
+            let sizes: Vec<String> = file
+                .clusters
+                .iter()
+                .map(|(c, h)| format!("[{c}] {}", h.len()))
+                .collect();
+            let size = file.clusters[0].1.len();
+            if file.clusters.iter().any(|(_, h)| h.len() != size) {
+                return Err(Problem::Usage(format!(
+                    "every cluster needs as many hosts as the others, but the nodes file lists {}",
+                    sizes.join(", ")
+                )));
+            }
+            match n {
+                Some(n) if n != size => {
+                    return Err(Problem::Usage(format!(
+                        "--nodes {n}, but the nodes file lists {} hosts per cluster",
+                        sizes.join(", ")
+                    )))
+                }
+                _ => size,
+            }
+        }
         (None, n) => n.unwrap_or(3),
     };
-    if nodes == 0 || nodes > tidemark_harness::netns::MAX_NODES {
+    let max_nodes = if clusters.len() > 1 {
+        netns::MAX_CLUSTER_NODES
+    } else {
+        netns::MAX_NODES
+    };
+    if nodes == 0 || nodes > max_nodes {
         return Err(Problem::Usage(format!(
-            "--nodes must be 1 to {}",
-            tidemark_harness::netns::MAX_NODES
+            "--nodes must be 1 to {max_nodes}{}",
+            if clusters.len() > 1 {
+                " when there are several clusters"
+            } else {
+                ""
+            }
         )));
     }
     if args.concurrency == 0 {
@@ -293,7 +342,8 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
     });
-    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+    // Faults act on the workload's cluster, the first.
+    let names = node_names(&clusters, &clusters[0], nodes);
     let faults = faults(&args.faults, &names, seed, hosts.is_none())?;
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
@@ -373,6 +423,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         name: args.name.unwrap_or_else(|| args.workload.clone()),
         seed,
         nodes,
+        clusters,
         concurrency: args.concurrency,
         time_limit,
         rate: args.rate,
@@ -409,11 +460,15 @@ fn execute(test: Test, quiet: bool) -> u8 {
         }
     };
     if !quiet {
+        let o = &test.options;
+        let nodes = match o.clusters.len() {
+            1 => format!("{} nodes", o.nodes),
+            n => format!("{n} clusters of {} nodes", o.nodes),
+        };
         eprintln!(
-            "tidemark: test {} seed {} ({} nodes, {} workers, {} s)",
+            "tidemark: test {} seed {} ({nodes}, {} workers, {} s)",
             test.options.name,
             test.options.seed,
-            test.options.nodes,
             test.options.concurrency,
             test.options.time_limit.as_secs_f64()
         );

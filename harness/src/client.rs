@@ -28,10 +28,13 @@ pub struct NodeAddr {
     pub addr: SocketAddr,
 }
 
-/// Everything clients share: the nodes, how to dial them and the per-request timeout.
+/// Everything the clients of one cluster share: its nodes, how to dial them and the per-request
+/// timeout. Each cluster of a test has its own.
 #[derive(Clone)]
 pub struct ClientContext {
-    /// Every node of the test.
+    /// The cluster.
+    pub cluster: String,
+    /// Every node of the cluster.
     pub nodes: Vec<NodeAddr>,
     /// Opens connections from the harness to nodes.
     pub dialer: Arc<dyn Dialer>,
@@ -40,9 +43,16 @@ pub struct ClientContext {
 }
 
 impl ClientContext {
-    /// The context for `nodes` of `db`, dialed through `dialer`, with `timeout` per request.
+    /// The context for the cluster of `nodes` (all of one cluster, not empty) of `db`, dialed
+    /// through `dialer`, with `timeout` per request.
     pub fn new(nodes: &[Node], db: &dyn Db, dialer: Arc<dyn Dialer>, timeout: Duration) -> Self {
+        let cluster = nodes.first().map(|n| n.cluster.clone()).unwrap_or_default();
+        assert!(
+            nodes.iter().all(|n| n.cluster == cluster),
+            "a client context is for the nodes of one cluster"
+        );
         ClientContext {
+            cluster,
             nodes: nodes
                 .iter()
                 .map(|n| NodeAddr {
@@ -57,11 +67,9 @@ impl ClientContext {
         }
     }
 
-    /// The node with broker id `id` in `cluster`.
-    pub fn node_by_id(&self, cluster: &str, id: i32) -> Option<&NodeAddr> {
-        self.nodes
-            .iter()
-            .find(|n| n.cluster == cluster && n.id as i32 == id)
+    /// The node of this cluster with broker id `id` (ids are only unique within a cluster).
+    pub fn node_by_id(&self, id: i32) -> Option<&NodeAddr> {
+        self.nodes.iter().find(|n| n.id as i32 == id)
     }
 }
 

@@ -52,26 +52,78 @@ impl HostsLogin {
     }
 }
 
+/// The hosts of a nodes file, grouped by cluster in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodesFile {
+    /// Each cluster's name and hosts.
+    pub clusters: Vec<(String, Vec<SocketAddr>)>,
+}
+
+impl NodesFile {
+    /// Every host, cluster after cluster.
+    pub fn hosts(&self) -> Vec<SocketAddr> {
+        self.clusters
+            .iter()
+            .flat_map(|(_, h)| h.iter().copied())
+            .collect()
+    }
+}
+
 /// Reads a nodes file: one host per line as `address[:port]` (port 22 by default); blank lines
 /// and `#` comments are ignored. Host names are resolved here, since brokers need addresses.
-pub fn read_nodes_file(path: &Path) -> anyhow::Result<Vec<SocketAddr>> {
+/// A line `[name]` starts the hosts of cluster `name` (lowercase letters); a file without such
+/// lines is one cluster, `a`. Each host may be listed once.
+pub fn read_nodes_file(path: &Path) -> anyhow::Result<NodesFile> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut hosts = Vec::new();
+    let at = |line: usize| format!("{}:{line}", path.display());
+    // Each cluster with the line that started it (0 for the implicit one).
+    let mut clusters: Vec<(String, usize, Vec<SocketAddr>)> = Vec::new();
+    let mut seen: Vec<(SocketAddr, usize)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        hosts.push(
-            parse_host(line)
-                .with_context(|| format!("{}:{}: bad host {line:?}", path.display(), i + 1))?,
-        );
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let name = name.trim();
+            // `[::1]:22` is a host, `[a]` a section: a section name is letters only.
+            if !name.contains(':') {
+                crate::test::check_cluster_name(name).map_err(|e| anyhow::anyhow!("{}: {e}", at(n)))?;
+                if let Some((_, first, _)) = clusters.iter().find(|(c, _, _)| c == name) {
+                    bail!("{}: cluster [{name}] already started on line {first}", at(n));
+                }
+                if clusters.len() == 1 && clusters[0].1 == 0 {
+                    bail!(
+                        "{}: [{name}] follows hosts that belong to no cluster; put a [name] line \
+                         before the first host",
+                        at(n)
+                    );
+                }
+                clusters.push((name.to_string(), n, Vec::new()));
+                continue;
+            }
+        }
+        let host = parse_host(line).with_context(|| format!("{}: bad host {line:?}", at(n)))?;
+        if let Some((_, first)) = seen.iter().find(|(h, _)| *h == host) {
+            bail!("{}: host {host} is already listed on line {first}", at(n));
+        }
+        seen.push((host, n));
+        if clusters.is_empty() {
+            clusters.push(("a".to_string(), 0, Vec::new()));
+        }
+        clusters.last_mut().expect("pushed above").2.push(host);
     }
-    if hosts.is_empty() {
+    if clusters.is_empty() {
         bail!("{} lists no hosts", path.display());
     }
-    Ok(hosts)
+    if let Some((name, line, _)) = clusters.iter().find(|(_, _, h)| h.is_empty()) {
+        bail!("{}: cluster [{name}] lists no hosts", at(*line));
+    }
+    Ok(NodesFile {
+        clusters: clusters.into_iter().map(|(c, _, h)| (c, h)).collect(),
+    })
 }
 
 fn parse_host(s: &str) -> anyhow::Result<SocketAddr> {
@@ -92,7 +144,7 @@ fn parse_host(s: &str) -> anyhow::Result<SocketAddr> {
 /// Hosts reached over SSH.
 pub struct HostsRuntime {
     run: String,
-    hosts: Vec<SocketAddr>,
+    hosts: NodesFile,
     login: HostsLogin,
     nodes: Vec<Node>,
     state_dir: Option<PathBuf>,
@@ -100,8 +152,8 @@ pub struct HostsRuntime {
 }
 
 impl HostsRuntime {
-    /// A runtime for run `run` on `hosts`.
-    pub fn new(run: &str, hosts: Vec<SocketAddr>, login: HostsLogin) -> Self {
+    /// A runtime for run `run` on `hosts`: each cluster's nodes on that cluster's hosts.
+    pub fn new(run: &str, hosts: NodesFile, login: HostsLogin) -> Self {
         HostsRuntime {
             run: run.to_string(),
             hosts,
@@ -119,16 +171,6 @@ impl HostsRuntime {
         self
     }
 
-    /// The number of hosts.
-    pub fn len(&self) -> usize {
-        self.hosts.len()
-    }
-
-    /// Whether the nodes file listed no host.
-    pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty()
-    }
-
     fn run_dir(&self) -> PathBuf {
         run_dir(&self.run)
     }
@@ -140,7 +182,12 @@ impl HostsRuntime {
         }
         let dir = leftovers::state_dir()?;
         let made = Resources::Hosts {
-            hosts: self.hosts.iter().map(|a| self.login.config(*a)).collect(),
+            hosts: self
+                .hosts
+                .hosts()
+                .into_iter()
+                .map(|a| self.login.config(a))
+                .collect(),
             run_dir: self.run_dir(),
         };
         RunState::current(&self.run, made)?.write(&dir)?;
@@ -176,29 +223,42 @@ impl Runtime for HostsRuntime {
         serde_json::json!({
             "name": "hosts",
             "run": self.run,
-            "hosts": self.hosts,
+            "hosts": self.hosts.hosts(),
+            "clusters": self.hosts.clusters.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "user": self.login.user,
             "work_dir": self.run_dir(),
         })
     }
 
     fn create(&mut self, cluster: &str, names: &[String]) -> anyhow::Result<Vec<Node>> {
-        if names.len() != self.hosts.len() {
+        let Some((_, hosts)) = self.hosts.clusters.iter().find(|(c, _)| c == cluster) else {
             bail!(
-                "{} nodes asked for, but the nodes file lists {} hosts",
+                "cluster {cluster:?} asked for, but the nodes file lists clusters {}",
+                self.hosts
+                    .clusters
+                    .iter()
+                    .map(|(c, _)| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        };
+        let hosts = hosts.clone();
+        if names.len() != hosts.len() {
+            bail!(
+                "{} nodes asked for in cluster {cluster}, but the nodes file lists {} hosts for it",
                 names.len(),
-                self.hosts.len()
+                hosts.len()
             );
         }
         let mut sessions = Vec::new();
-        for addr in &self.hosts {
+        for addr in &hosts {
             let ssh = Ssh::connect(self.login.config(*addr), Arc::new(Direct))?;
             prerequisites::check_on(&ssh, &self.requirements)?;
             sessions.push(ssh);
         }
         self.record()?;
         let mut made = Vec::new();
-        for (i, ((name, addr), ssh)) in names.iter().zip(&self.hosts).zip(sessions).enumerate() {
+        for (i, ((name, addr), ssh)) in names.iter().zip(&hosts).zip(sessions).enumerate() {
             let dir = self.run_dir().join(name);
             remote::run(
                 &ssh,
@@ -306,8 +366,10 @@ mod tests {
         )
         .unwrap();
         let hosts = read_nodes_file(&f).unwrap();
+        assert_eq!(hosts.clusters.len(), 1);
+        assert_eq!(hosts.clusters[0].0, "a");
         assert_eq!(
-            hosts,
+            hosts.hosts(),
             vec![
                 "10.0.0.1:22".parse().unwrap(),
                 "10.0.0.2:2222".parse().unwrap(),
@@ -319,6 +381,35 @@ mod tests {
         std::fs::write(&f, "10.0.0.1:notaport\n").unwrap();
         let err = format!("{:#}", read_nodes_file(&f).unwrap_err());
         assert!(err.contains(":1: bad host"), "{err}");
+    }
+
+    #[test]
+    fn nodes_files_group_hosts_by_cluster_in_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("nodes");
+        std::fs::write(
+            &f,
+            "# two clusters\n[a]\n10.0.0.1\n10.0.0.2\n\n[b]  # the mirror\n10.0.1.1\n[::1]:2222\n",
+        )
+        .unwrap();
+        let file = read_nodes_file(&f).unwrap();
+        let a: Vec<SocketAddr> = vec!["10.0.0.1:22".parse().unwrap(), "10.0.0.2:22".parse().unwrap()];
+        let b: Vec<SocketAddr> = vec!["10.0.1.1:22".parse().unwrap(), "[::1]:2222".parse().unwrap()];
+        assert_eq!(
+            file.clusters,
+            vec![("a".to_string(), a), ("b".to_string(), b)]
+        );
+        let bad = |text: &str, want: &str| {
+            std::fs::write(&f, text).unwrap();
+            let err = format!("{:#}", read_nodes_file(&f).unwrap_err());
+            let at = format!("{}:{want}", f.display());
+            assert!(err.starts_with(&at), "{err} does not start with {at}");
+        };
+        bad("[a]\n10.0.0.1\n[B]\n10.0.1.1\n", "3: cluster name \"B\"");
+        bad("[a]\n10.0.0.1\n[a]\n10.0.1.1\n", "3: cluster [a] already started on line 1");
+        bad("10.0.0.1\n[b]\n10.0.1.1\n", "2: [b] follows hosts");
+        bad("[a]\n10.0.0.1\n[b]\n", "3: cluster [b] lists no hosts");
+        bad("[a]\n10.0.0.1\n[b]\n10.0.0.1:22\n", "4: host 10.0.0.1:22 is already listed on line 2");
     }
 
     #[test]

@@ -25,7 +25,6 @@ use crate::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use crate::history::HistoryWriter;
 use crate::op::{Completion, Invocation, Op, OpType, Outcome, Process};
 use crate::progress::Progress;
-use crate::runner::CLUSTER;
 
 /// Opens the client of a fresh process.
 pub trait OpenClient: Send + Sync {
@@ -88,9 +87,40 @@ pub struct Interpreter<H> {
     open: Vec<Option<Box<dyn Client>>>,
     processes: Vec<u64>,
     next_process: u64,
-    /// The `f` of the op each busy worker is performing.
-    in_flight: BTreeMap<Worker, String>,
+    /// The `f` of the op each busy worker is performing, and the cluster it is recorded with.
+    in_flight: BTreeMap<Worker, (String, Option<String>)>,
     op_timeout: Duration,
+    clusters: OpClusters,
+}
+
+/// The clusters ops are recorded with: every client op with the clients' cluster, every nemesis
+/// op with the cluster its value names (`"cluster": "b"`) or else the nemesis's default cluster.
+/// Without them (a simulation) ops name no cluster.
+#[derive(Debug, Clone, Default)]
+pub struct OpClusters {
+    /// The cluster the clients talk to.
+    pub clients: Option<String>,
+    /// The cluster of nemesis ops that name none.
+    pub nemesis: Option<String>,
+}
+
+impl OpClusters {
+    /// The cluster `op` of `worker` is recorded with.
+    fn of(&self, worker: Worker, op: &Invocation) -> Option<String> {
+        match worker {
+            Worker::Client(_) => self.clients.clone(),
+            Worker::Nemesis => fault_cluster(op, self.nemesis.as_deref()),
+        }
+    }
+}
+
+/// The cluster a fault op acts on: the one its value names in `cluster`, else `default`.
+pub fn fault_cluster(op: &Invocation, default: Option<&str>) -> Option<String> {
+    op.value
+        .get("cluster")
+        .and_then(Value::as_str)
+        .or(default)
+        .map(str::to_owned)
 }
 
 impl<H: History> Interpreter<H> {
@@ -116,7 +146,14 @@ impl<H: History> Interpreter<H> {
             next_process: concurrency as u64,
             in_flight: BTreeMap::new(),
             op_timeout,
+            clusters: OpClusters::default(),
         }
+    }
+
+    /// Records ops with `clusters`.
+    pub fn with_clusters(mut self, clusters: OpClusters) -> Self {
+        self.clusters = clusters;
+        self
     }
 
     /// The history recorded so far.
@@ -160,22 +197,28 @@ impl<H: History> Interpreter<H> {
     }
 
     /// Performs one nemesis op outside any generator (the final phase's healing), recording its
-    /// invocation and its `info`.
+    /// invocation and its `info`, both with `cluster`, the cluster it acts on.
     pub fn perform_now(
         &mut self,
         op: &Invocation,
+        cluster: &str,
         perform: impl FnOnce(&Invocation) -> Completion,
     ) -> anyhow::Result<()> {
-        let invoke = Op::new(
-            self.now(),
-            Process::Nemesis,
-            OpType::Invoke,
-            &op.f,
-            op.value.clone(),
-        );
+        let cluster = Some(cluster.to_owned());
+        let invoke = Op {
+            cluster: cluster.clone(),
+            ..Op::new(
+                self.now(),
+                Process::Nemesis,
+                OpType::Invoke,
+                &op.f,
+                op.value.clone(),
+            )
+        };
         self.history.append(invoke, &mut |_| {})?;
         let done = perform(op);
         let info = Op {
+            cluster,
             error: done.error,
             ..Op::new(
                 self.now(),
@@ -210,15 +253,20 @@ impl<H: History> Interpreter<H> {
             Worker::Client(_) => None,
         };
         let process = self.context().process(p.worker);
-        self.in_flight.insert(p.worker, p.op.f.clone());
+        let cluster = self.clusters.of(p.worker, &p.op);
+        self.in_flight
+            .insert(p.worker, (p.op.f.clone(), cluster.clone()));
         let ctx = self.context();
-        let invoke = Op::new(
-            self.now(),
-            process,
-            OpType::Invoke,
-            &p.op.f,
-            p.op.value.clone(),
-        );
+        let invoke = Op {
+            cluster,
+            ..Op::new(
+                self.now(),
+                process,
+                OpType::Invoke,
+                &p.op.f,
+                p.op.value.clone(),
+            )
+        };
         self.history
             .append(invoke, &mut |op| gen.update(&ctx, p.worker, op))?;
         let inv = p.op;
@@ -269,7 +317,7 @@ impl<H: History> Interpreter<H> {
         gen: &mut dyn Generator,
         progress: &mut Progress,
     ) -> anyhow::Result<()> {
-        let f = self
+        let (f, cluster) = self
             .in_flight
             .remove(&worker)
             .context("completion from an idle worker")?;
@@ -280,7 +328,7 @@ impl<H: History> Interpreter<H> {
             Worker::Client(_) => done.outcome.into(),
         };
         let op = Op {
-            cluster: done.node.as_ref().map(|_| CLUSTER.to_string()),
+            cluster,
             node: done.node,
             error: done.error,
             ..Op::new(self.now(), process, kind, f, done.value)
@@ -539,7 +587,11 @@ mod tests {
             Arc::new(fake),
             nemesis,
             Duration::from_secs(2),
-        );
+        )
+        .with_clusters(OpClusters {
+            clients: Some("a".into()),
+            nemesis: Some("a".into()),
+        });
         (interp, opened)
     }
 
@@ -577,7 +629,8 @@ mod tests {
                 (OpType::Ok, Process::Client(1), json!(3)),
             ]
         );
-        // Dense indices, times in virtual nanoseconds, the node and its cluster on completions.
+        // Dense indices, times in virtual nanoseconds, the node on completions, the cluster on
+        // every op.
         assert_eq!(
             h.iter().map(|o| o.index).collect::<Vec<_>>(),
             (0..6).collect::<Vec<_>>()
@@ -585,8 +638,9 @@ mod tests {
         assert_eq!((h[1].time, h[5].time), (MS, 3 * MS));
         assert_eq!(
             (h[1].node.as_deref(), h[1].cluster.as_deref()),
-            (Some("n1"), Some(CLUSTER))
+            (Some("n1"), Some("a"))
         );
+        assert!(h.iter().all(|o| o.cluster.as_deref() == Some("a")), "{h:#?}");
         // One client per process: the first kept across its ok, a new one after the info.
         assert_eq!(*opened.lock().unwrap(), vec![0, 0]);
     }
@@ -715,20 +769,31 @@ mod tests {
             value: json!({}),
         };
         interp
-            .perform_now(&op, |_| {
+            .perform_now(&op, "a", |_| {
                 let mut c = Completion::new(Outcome::Ok, json!({"healed": true}));
                 c.error = Some("n2: no route".into());
                 c
             })
             .unwrap();
+        let on_b = Invocation {
+            f: "start".into(),
+            value: json!({"nodes": ["b1"]}),
+        };
+        interp
+            .perform_now(&on_b, "b", |op| {
+                Completion::new(Outcome::Info, op.value.clone())
+            })
+            .unwrap();
         let h = interp.into_history();
         assert_eq!(
-            lines(&h),
+            lines(&h)[..2],
             vec![
                 (OpType::Invoke, Process::Nemesis, json!({})),
                 (OpType::Info, Process::Nemesis, json!({"healed": true})),
             ]
         );
         assert_eq!(h[1].error.as_deref(), Some("n2: no route"));
+        let clusters: Vec<_> = h.iter().map(|o| o.cluster.as_deref()).collect();
+        assert_eq!(clusters, [Some("a"), Some("a"), Some("b"), Some("b")]);
     }
 }

@@ -12,6 +12,10 @@
 //! tdm-R-n1    eth0 10.211.0.11/24  broker n1
 //! tdm-R-n2    eth0 10.211.0.12/24  broker n2 ...
 //! ```
+//!
+//! Several clusters share the bridge, each in its own block of 50 addresses ([`node_address`]):
+//! the first cluster's nodes from .11 (`a1`, `a2`, ...), the second's from .61 (`b1`, ...),
+//! and so on; they can reach each other, as mirroring needs, but each runs its own quorum.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -26,8 +30,27 @@ use crate::prerequisites::Requirement;
 use crate::remote::Local;
 use crate::runtime::{Node, Runtime};
 
-/// The most nodes one run may have (addresses .11 to .250).
+/// The most nodes a one-cluster run may have (addresses .11 to .250).
 pub const MAX_NODES: usize = 240;
+
+/// The most nodes each cluster may have when there are several.
+pub const MAX_CLUSTER_NODES: usize = 50;
+
+/// The most clusters one run may have.
+pub const MAX_CLUSTERS: usize = 4;
+
+/// The address of node `node` (0-based) of the run's `cluster`th cluster (0-based): cluster `c`'s
+/// block starts at 10.211.0.(11 + 50c). `None` past the last address or cluster. Only the first
+/// cluster may run past its block, when it is the only one.
+pub fn node_address(cluster: usize, node: usize) -> Option<Ipv4Addr> {
+    let last = if cluster == 0 {
+        MAX_NODES
+    } else {
+        MAX_CLUSTER_NODES
+    };
+    (cluster < MAX_CLUSTERS && node < last)
+        .then(|| Ipv4Addr::new(10, 211, 0, (11 + MAX_CLUSTER_NODES * cluster + node) as u8))
+}
 
 /// Network namespaces on this machine.
 pub struct NetnsRuntime {
@@ -36,6 +59,8 @@ pub struct NetnsRuntime {
     state_dir: PathBuf,
     namespaces: Vec<String>,
     wrote_state: bool,
+    /// The clusters made so far, in order, and the addresses their nodes took.
+    clusters: Vec<(String, Vec<Ipv4Addr>)>,
 }
 
 impl NetnsRuntime {
@@ -61,6 +86,7 @@ impl NetnsRuntime {
             state_dir: leftovers::state_dir()?,
             namespaces: Vec::new(),
             wrote_state: false,
+            clusters: Vec::new(),
         })
     }
 
@@ -148,10 +174,30 @@ impl Runtime for NetnsRuntime {
                 names.len()
             );
         }
+        if self.clusters.iter().any(|(c, _)| c == cluster) {
+            bail!("cluster {cluster:?} was already created");
+        }
+        let index = self.clusters.len();
+        let mut ips = Vec::with_capacity(names.len());
+        for i in 0..names.len() {
+            let ip = node_address(index, i)
+                .filter(|ip| !self.clusters.iter().any(|(_, used)| used.contains(ip)));
+            let Some(ip) = ip else {
+                bail!(
+                    "the netns runtime runs at most {MAX_CLUSTERS} clusters of at most \
+                     {MAX_CLUSTER_NODES} nodes each when there are several; cluster {cluster:?} \
+                     would be cluster {} with {} nodes (and the clusters before it have {:?})",
+                    index + 1,
+                    names.len(),
+                    self.clusters.iter().map(|(_, u)| u.len()).collect::<Vec<_>>()
+                );
+            };
+            ips.push(ip);
+        }
         self.ensure_bridge()?;
+        self.clusters.push((cluster.to_string(), ips.clone()));
         let mut nodes = Vec::with_capacity(names.len());
-        for (i, name) in names.iter().enumerate() {
-            let ip = Ipv4Addr::new(10, 211, 0, 11 + i as u8);
+        for (i, (name, ip)) in names.iter().zip(ips).enumerate() {
             let ns = self.add_member(name, ip)?;
             let dir = self.work_dir.join(name);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -191,5 +237,25 @@ impl Drop for NetnsRuntime {
                 eprintln!("tidemark: netns teardown: {e:#}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clusters_take_blocks_of_fifty_addresses() {
+        let ip = |c, n| node_address(c, n).map(|a| a.to_string());
+        assert_eq!(ip(0, 0).as_deref(), Some("10.211.0.11"));
+        assert_eq!(ip(0, 2).as_deref(), Some("10.211.0.13"));
+        assert_eq!(ip(1, 0).as_deref(), Some("10.211.0.61"));
+        assert_eq!(ip(1, 2).as_deref(), Some("10.211.0.63"));
+        assert_eq!(ip(3, 49).as_deref(), Some("10.211.0.210"));
+        // A lone cluster may use every address up to .250; later clusters keep to their block.
+        assert_eq!(ip(0, MAX_NODES - 1).as_deref(), Some("10.211.0.250"));
+        assert_eq!(ip(0, MAX_NODES), None);
+        assert_eq!(ip(1, MAX_CLUSTER_NODES), None);
+        assert_eq!(ip(MAX_CLUSTERS, 0), None);
     }
 }

@@ -16,7 +16,6 @@ use crate::client::{ClientContext, NodeAddr};
 use crate::collect::log_tail;
 use crate::db::{Db, DumpedReplica, Probe, ReplicaDump};
 use crate::kafka::{ClusterMetadata, Connection};
-use crate::runner::CLUSTER;
 use crate::runtime::Node;
 
 /// The longest one readiness question may take.
@@ -182,7 +181,7 @@ pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[DumpedRepl
             }
             let mut ends = BTreeSet::new();
             for id in &info.replicas {
-                let Some(node) = cx.node_by_id(CLUSTER, *id) else {
+                let Some(node) = cx.node_by_id(*id) else {
                     return false;
                 };
                 let row = dumps.iter().map(|r| &r.state).find(|r| {
@@ -216,10 +215,11 @@ mod tests {
 
     fn cx() -> ClientContext {
         ClientContext {
+            cluster: "a".into(),
             nodes: (1..=2)
                 .map(|i| NodeAddr {
                     name: format!("n{i}"),
-                    cluster: CLUSTER.into(),
+                    cluster: "a".into(),
                     id: i,
                     addr: ([127, 0, 0, 1], 9000 + i as u16).into(),
                 })
@@ -243,7 +243,7 @@ mod tests {
     }
 
     fn replica(node: &str, hw: i64, leo: i64) -> DumpedReplica {
-        let mut r = DumpedReplica::unreadable(CLUSTER, node, "t", 0, String::new());
+        let mut r = DumpedReplica::unreadable("a", node, "t", 0, String::new());
         r.state.error = None;
         r.state.high_watermark = Some(hw);
         r.state.log_end_offset = Some(leo);

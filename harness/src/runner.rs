@@ -2,12 +2,16 @@
 //! the [`interpreter`](crate::interpreter); waiting for the database is [`probe`](crate::probe)'s,
 //! and the evidence from the nodes is [`collect`](crate::collect)'s.
 //!
-//! A run: create nodes -> write test.json and the history header -> deploy and start the
+//! A run: create each cluster's nodes -> write test.json and the history header -> deploy and start the
 //! broker -> wait until every node serves -> workload setup -> main phase (clients and nemesis under
 //! the time limit) -> heal everything, start what is down, wait for replicas to converge ->
 //! final reads with fresh clients -> stop brokers cleanly, dump every replica -> check (before
 //! teardown can fail) -> snarf node logs -> teardown. Teardown also runs after errors, on
 //! cancellation (Ctrl-C) and, through the runtime's `Drop`, on panic.
+//!
+//! A test has one or more clusters, each its own quorum on its own nodes, all reached through
+//! one runtime. Serving, convergence and healing are per cluster; the workload's clients talk to
+//! the first; a fault acts on the cluster its op names (`"cluster": "b"`), else on the first.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +28,7 @@ use crate::collect::{dump_replicas, snarf_logs};
 use crate::db::Db;
 use crate::generator::{self, Generator};
 use crate::history::HistoryWriter;
-use crate::interpreter::{Interpreter, OpenClient, PerformFault};
+use crate::interpreter::{fault_cluster, Interpreter, OpClusters, OpenClient, PerformFault};
 use crate::nemesis::{heal as engine_heal, heal_ops, Nemesis, NemesisContext};
 use crate::net::Net;
 use crate::op::{Completion, Invocation, Outcome};
@@ -33,9 +37,6 @@ use crate::progress::Progress;
 use crate::runtime::Node;
 use crate::store::RunDir;
 use crate::test::Test;
-
-/// The cluster name of a single-cluster test.
-pub const CLUSTER: &str = "a";
 
 /// How a run ended.
 #[derive(Debug)]
@@ -103,14 +104,20 @@ async fn run_phases(
 ) -> anyhow::Result<Option<Results>> {
     let opts = test.options.clone();
     progress.phase(&format!(
-        "creating {} nodes ({} runtime)",
-        opts.nodes, opts.runtime
+        "creating {} cluster(s) of {} nodes ({} runtime)",
+        opts.clusters.len(),
+        opts.nodes,
+        opts.runtime
     ));
-    let names = opts.node_names();
-    let nodes: Arc<Vec<Node>> = Arc::new(tokio::task::block_in_place(|| {
-        test.runtime.create(CLUSTER, &names)
-    })?);
-    *nodes_out = Some(nodes.clone());
+    let mut made: Vec<Node> = Vec::new();
+    for cluster in &opts.clusters {
+        let names = opts.node_names(cluster);
+        let created = tokio::task::block_in_place(|| test.runtime.create(cluster, &names));
+        // What was made so far is evidence too, whether or not the next cluster can be made.
+        made.extend(created?);
+        *nodes_out = Some(Arc::new(made.clone()));
+    }
+    let nodes: Arc<Vec<Node>> = Arc::new(made);
 
     let run_dir = RunDir::create(&opts.store, &opts.name, SystemTime::now())?;
     *run_dir_out = Some(run_dir.clone());
@@ -119,29 +126,56 @@ async fn run_phases(
     let history = HistoryWriter::create(&run_dir.history(), &description)?;
     progress.phase(&format!("run directory {}", run_dir.path().display()));
 
-    let cx = ClientContext::new(
-        &nodes,
-        test.db.as_ref(),
-        test.runtime.dialer(),
-        opts.op_timeout,
-    );
+    let clusters: Vec<Parts> = opts
+        .clusters
+        .iter()
+        .map(|name| {
+            let members: Vec<Node> = nodes
+                .iter()
+                .filter(|n| &n.cluster == name)
+                .cloned()
+                .collect();
+            Parts {
+                client: ClientContext::new(
+                    &members,
+                    test.db.as_ref(),
+                    test.runtime.dialer(),
+                    opts.op_timeout,
+                ),
+                nodes: Arc::new(members),
+                db: test.db.clone(),
+                net: test.net.clone(),
+            }
+        })
+        .collect();
+    let home = opts.workload_cluster().to_owned();
+    let cx = clusters
+        .iter()
+        .find(|c| c.client.cluster == home)
+        .context("the workload's cluster has no nodes")?
+        .client
+        .clone();
 
     progress.phase("deploying tidemark-broker");
     let db = test.db.clone();
-    on_nodes(&nodes, |n| db.setup(n, &nodes))?;
-    await_serving(&cx, &nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
+    // Each broker's quorum is its own cluster's nodes.
+    on_nodes(&nodes, |n| {
+        let members = clusters
+            .iter()
+            .find(|c| c.client.cluster == n.cluster)
+            .map(|c| c.nodes.as_slice())
+            .unwrap_or_default();
+        db.setup(n, members)
+    })?;
+    for c in &clusters {
+        await_serving(&c.client, &c.nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
+    }
 
     let workload = test.workload.clone();
     tokio::time::timeout(opts.ready_timeout, workload.setup(&cx))
         .await
         .context("workload setup timed out")??;
 
-    let parts = Parts {
-        nodes: nodes.clone(),
-        db: test.db.clone(),
-        net: test.net.clone(),
-        client: cx.clone(),
-    };
     let mut interp = Interpreter::new(
         opts.concurrency,
         opts.seed,
@@ -153,11 +187,16 @@ async fn run_phases(
         test.nemesis.clone().map(|nemesis| {
             Arc::new(NemesisWorker {
                 nemesis,
-                parts: parts.clone(),
+                clusters: clusters.clone(),
+                home: home.clone(),
             }) as Arc<dyn PerformFault>
         }),
         opts.op_timeout,
-    );
+    )
+    .with_clusters(OpClusters {
+        clients: Some(home.clone()),
+        nemesis: Some(home.clone()),
+    });
 
     progress.phase(&format!("main phase, {} s", opts.time_limit.as_secs()));
     let limit = opts.time_limit.as_nanos() as u64;
@@ -182,11 +221,26 @@ async fn run_phases(
     }
 
     progress.phase("healing, restarting stopped nodes");
-    heal(&mut interp, test.nemesis.as_deref(), &parts)?;
-    await_serving(&cx, &nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
+    heal(&mut interp, test.nemesis.as_deref(), &clusters)?;
+    for c in &clusters {
+        await_serving(&c.client, &c.nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
+    }
     progress.phase("waiting for replicas to converge");
-    if !await_convergence(&cx, &nodes, test.db.as_ref(), opts.converge_timeout, cancel).await {
-        progress.phase("replicas did not converge in time; reading anyway");
+    for c in &clusters {
+        let converged = await_convergence(
+            &c.client,
+            &c.nodes,
+            test.db.as_ref(),
+            opts.converge_timeout,
+            cancel,
+        )
+        .await;
+        if !converged {
+            progress.phase(&format!(
+                "replicas of cluster {} did not converge in time; reading anyway",
+                c.client.cluster
+            ));
+        }
     }
     if cancel.is_cancelled() {
         return Ok(None);
@@ -243,7 +297,7 @@ where
     })
 }
 
-/// The database, network and nodes, for the nemesis.
+/// One cluster's nodes, its database and network, and its clients' context.
 #[derive(Clone)]
 struct Parts {
     nodes: Arc<Vec<Node>>,
@@ -275,17 +329,33 @@ impl OpenClient for WorkloadClients {
     }
 }
 
-/// The test's nemesis, on a blocking thread of the runtime as its contract allows.
+/// The test's nemesis, on a blocking thread of the runtime as its contract allows, acting on
+/// the cluster each op names, else on `home`.
 struct NemesisWorker {
     nemesis: Arc<dyn Nemesis>,
-    parts: Parts,
+    clusters: Vec<Parts>,
+    home: String,
 }
 
 impl PerformFault for NemesisWorker {
     fn perform(&self, op: Invocation) -> BoxFuture<'static, Completion> {
         let nemesis = self.nemesis.clone();
-        let parts = self.parts.clone();
+        let cluster = fault_cluster(&op, Some(&self.home)).unwrap_or_default();
+        let parts = self
+            .clusters
+            .iter()
+            .find(|c| c.client.cluster == cluster)
+            .cloned();
+        let names: Vec<String> = self.clusters.iter().map(|c| c.client.cluster.clone()).collect();
         Box::pin(async move {
+            let Some(parts) = parts else {
+                let mut c = Completion::new(Outcome::Info, op.value.clone());
+                c.error = Some(format!(
+                    "field `cluster`: no cluster {cluster:?}; clusters: {}",
+                    names.join(", ")
+                ));
+                return c;
+            };
             tokio::task::spawn_blocking(move || nemesis.invoke(&parts.context(), &op))
                 .await
                 .unwrap_or_else(|e| {
@@ -297,27 +367,30 @@ impl PerformFault for NemesisWorker {
     }
 }
 
-/// Heals every fault, recording each step as a nemesis invoke and info: the nemesis undoes its
-/// own faults first (clocks, packet loss), then the engine heals what every database shares.
+/// Heals every fault of every cluster, recording each step as a nemesis invoke and info with
+/// the cluster: the nemesis undoes its own faults first (clocks, packet loss), then the engine
+/// heals what every database shares.
 fn heal(
     interp: &mut Interpreter<HistoryWriter>,
     nemesis: Option<&dyn Nemesis>,
-    parts: &Parts,
+    clusters: &[Parts],
 ) -> anyhow::Result<()> {
-    let cx = parts.context();
-    let steps: Vec<(bool, Invocation)> = nemesis
-        .iter()
-        .flat_map(|n| n.heal_ops())
-        .map(|op| (true, op))
-        .chain(heal_ops(&cx).into_iter().map(|op| (false, op)))
-        .collect();
-    for (by_nemesis, op) in steps {
-        interp.perform_now(&op, |op| {
-            tokio::task::block_in_place(|| match (nemesis, by_nemesis) {
-                (Some(n), true) => n.invoke(&cx, op),
-                _ => engine_heal(&cx, op),
-            })
-        })?;
+    for parts in clusters {
+        let cx = parts.context();
+        let steps: Vec<(bool, Invocation)> = nemesis
+            .iter()
+            .flat_map(|n| n.heal_ops())
+            .map(|op| (true, op))
+            .chain(heal_ops(&cx).into_iter().map(|op| (false, op)))
+            .collect();
+        for (by_nemesis, op) in steps {
+            interp.perform_now(&op, &parts.client.cluster, |op| {
+                tokio::task::block_in_place(|| match (nemesis, by_nemesis) {
+                    (Some(n), true) => n.invoke(&cx, op),
+                    _ => engine_heal(&cx, op),
+                })
+            })?;
+        }
     }
     interp.history().flush()
 }

@@ -72,7 +72,9 @@ impl From<&Node> for NodeRecord {
 /// Contract:
 /// - [`create`](Runtime::create) makes one node per requested name, each with its own address and
 ///   an empty working directory, all able to reach each other, and returns them in request order.
-///   If it fails part way, [`destroy`](Runtime::destroy) still removes what it made.
+///   If it fails part way, [`destroy`](Runtime::destroy) still removes what it made. A test calls
+///   it once per cluster, in the test's order of clusters; the nodes of every cluster get
+///   distinct names and addresses and can all reach each other.
 /// - [`dialer`](Runtime::dialer) reaches every node's address from the harness.
 /// - [`destroy`](Runtime::destroy) removes everything `create` made, including processes started
 ///   on the nodes, and may be called more than once; it reports the first error but always tries
@@ -87,7 +89,7 @@ pub trait Runtime: Send {
     /// What test.json records about the runtime (its name and the names it created).
     fn describe(&self) -> serde_json::Value;
 
-    /// Creates the nodes named `names` in `cluster`.
+    /// Creates the nodes named `names` in `cluster`, numbered 1, 2, ... within it.
     fn create(&mut self, cluster: &str, names: &[String]) -> anyhow::Result<Vec<Node>>;
 
     /// Opens connections from the harness to the nodes.

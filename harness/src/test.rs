@@ -22,8 +22,12 @@ pub struct TestOptions {
     pub name: String,
     /// Seeds every random choice of the schedule.
     pub seed: u64,
-    /// Number of broker nodes.
+    /// Number of broker nodes of each cluster.
     pub nodes: usize,
+    /// The clusters' names, each an independent cluster with its own controller quorum; the
+    /// workload and, by default, the faults act on the first.
+    #[serde(default = "one_cluster")]
+    pub clusters: Vec<String>,
     /// Number of client workers.
     pub concurrency: usize,
     /// Length of the main phase.
@@ -49,10 +53,46 @@ pub struct TestOptions {
 }
 
 impl TestOptions {
-    /// Names of the nodes: `n1`, `n2`, ...
-    pub fn node_names(&self) -> Vec<String> {
-        (1..=self.nodes).map(|i| format!("n{i}")).collect()
+    /// Names of the nodes of `cluster`, by [`node_names`].
+    pub fn node_names(&self, cluster: &str) -> Vec<String> {
+        node_names(&self.clusters, cluster, self.nodes)
     }
+
+    /// The cluster the workload runs against: the first.
+    pub fn workload_cluster(&self) -> &str {
+        self.clusters.first().map_or("a", String::as_str)
+    }
+}
+
+fn one_cluster() -> Vec<String> {
+    cluster_names(1)
+}
+
+/// The names of `n` clusters: `a`, `b`, ... (at most 26).
+pub fn cluster_names(n: usize) -> Vec<String> {
+    (b'a'..=b'z')
+        .take(n)
+        .map(|c| char::from(c).to_string())
+        .collect()
+}
+
+/// Checks a cluster name: lowercase ASCII letters only, so that a node name (the cluster's name
+/// and a number) tells its cluster without doubt.
+pub fn check_cluster_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) {
+        return Err(format!(
+            "cluster name {name:?} must be lowercase letters a-z only"
+        ));
+    }
+    Ok(())
+}
+
+/// Names of the `nodes` nodes of `cluster` among `clusters`: `n1`, `n2`, ... when there is one
+/// cluster (as every single-cluster run and recorded schedule names them), else the cluster's
+/// name and the node's number, `a1`, `a2`, ..., `b1`, ...
+pub fn node_names(clusters: &[String], cluster: &str, nodes: usize) -> Vec<String> {
+    let prefix = if clusters.len() > 1 { cluster } else { "n" };
+    (1..=nodes).map(|i| format!("{prefix}{i}")).collect()
 }
 
 /// The parts that carry a test out.
@@ -89,6 +129,7 @@ impl Test {
             "nemesis_options": self.nemesis.as_ref().map(|n| n.describe()),
             "nodes": nodes.iter().map(NodeRecord::from).collect::<Vec<_>>(),
             "clusters": clusters,
+            "workload_cluster": o.workload_cluster(),
             "broker": broker,
             "broker_config": broker.get("properties").cloned().unwrap_or(Value::Null),
             "runtime": self.runtime.describe(),
@@ -100,5 +141,26 @@ impl Test {
             "final_timeout_s": o.final_timeout.as_secs_f64(),
             "argv": o.argv,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_cluster_keeps_n_names_and_several_are_told_apart_by_name() {
+        let one = cluster_names(1);
+        assert_eq!(one, ["a"]);
+        assert_eq!(node_names(&one, "a", 3), ["n1", "n2", "n3"]);
+        let two = cluster_names(2);
+        assert_eq!(two, ["a", "b"]);
+        assert_eq!(node_names(&two, "a", 3), ["a1", "a2", "a3"]);
+        assert_eq!(node_names(&two, "b", 2), ["b1", "b2"]);
+        assert!(check_cluster_name("b").is_ok());
+        for bad in ["", "b1", "B", "a-b"] {
+            let e = check_cluster_name(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
     }
 }

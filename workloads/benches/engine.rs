@@ -21,7 +21,7 @@ use tidemark_harness::probe::await_ready;
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
-use tidemark_harness::test::{Test, TestOptions};
+use tidemark_harness::test::{cluster_names, Test, TestOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 /// Replicas per partition, as `tidemark test` chooses for three nodes.
@@ -60,6 +60,7 @@ fn options(
         name: "bench".into(),
         seed: 1,
         nodes: 3,
+        clusters: cluster_names(1),
         concurrency,
         time_limit,
         rate,

@@ -21,7 +21,6 @@ use tidemark_harness::kafka::{
     error_name, ClusterMetadata, Connection, KafkaError, ParseResponseErrorCode, ResponseError,
 };
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome, Process};
-use tidemark_harness::runner::CLUSTER;
 
 /// The queue workload's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,7 +159,7 @@ async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<(
         .collect();
     for id in replicas {
         let node = cx
-            .node_by_id(CLUSTER, id)
+            .node_by_id(id)
             .ok_or_else(|| anyhow::anyhow!("replica {id} is not a node of the test"))?;
         let mut conn = Connection::connect(cx.dialer.clone(), node.addr, cx.timeout).await?;
         while !all_led(&conn.metadata(Some(&o.topics)).await?, o) {
@@ -280,7 +279,7 @@ impl QueueClient {
                 error: format!("no leader for {topic}/{partition} in metadata"),
             });
         };
-        let Some(node) = self.cx.node_by_id(CLUSTER, id).cloned() else {
+        let Some(node) = self.cx.node_by_id(id).cloned() else {
             self.metadata = None;
             return Err(Failure {
                 outcome: Outcome::Fail,

@@ -18,7 +18,7 @@ use tidemark_harness::op::{Completion, Invocation, Outcome};
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
-use tidemark_harness::test::{Test, TestOptions};
+use tidemark_harness::test::{cluster_names, Test, TestOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 const S: u64 = 1_000_000_000;
@@ -78,6 +78,7 @@ async fn a_partition_is_applied_recorded_and_healed() {
         name: "partition".into(),
         seed: 3,
         nodes: 3,
+        clusters: cluster_names(1),
         concurrency: 6,
         time_limit: Duration::from_secs(8),
         rate: 100.0,
