@@ -17,7 +17,7 @@ use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
 use tidemark_harness::test::{cluster_names, node_names, Test, TestOptions};
-use tidemark_nemesis::schedule::Schedule;
+use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
 use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
@@ -135,7 +135,12 @@ struct Faults {
 
 /// Builds the nemesis. Kinds that need something this machine lacks are an error when asked for
 /// and left out of the default mix (with a note); on SSH hosts nothing can be checked here.
-fn faults(args: &NemesisArgs, names: &[String], seed: u64, local: bool) -> Result<Faults, Problem> {
+fn faults(
+    args: &NemesisArgs,
+    clusters: &[ClusterNodes],
+    seed: u64,
+    local: bool,
+) -> Result<Faults, Problem> {
     let usage = |m: String| Problem::Usage(m);
     let interval = seconds("nemesis-interval", args.nemesis_interval)?;
     let explicit = args.nemesis.is_some();
@@ -169,7 +174,7 @@ fn faults(args: &NemesisArgs, names: &[String], seed: u64, local: bool) -> Resul
     };
     let nemesis = match &args.nemesis_schedule {
         Some(path) => {
-            let schedule = Schedule::load(path, names, &all_faults(&options)).map_err(usage)?;
+            let schedule = Schedule::load(path, clusters, &all_faults(&options)).map_err(usage)?;
             Nemeses::scripted(options, schedule)
         }
         None => {
@@ -342,9 +347,12 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
     });
-    // Faults act on the workload's cluster, the first.
-    let names = node_names(&clusters, &clusters[0], nodes);
-    let faults = faults(&args.faults, &names, seed, hosts.is_none())?;
+    // Faults act on the workload's cluster, the first, unless a scripted op names another.
+    let cluster_nodes: Vec<ClusterNodes> = clusters
+        .iter()
+        .map(|c| (c.clone(), node_names(&clusters, c, nodes)))
+        .collect();
+    let faults = faults(&args.faults, &cluster_nodes, seed, hosts.is_none())?;
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
     let final_timeout = seconds("final-timeout", args.final_timeout)?;

@@ -12,6 +12,9 @@
 //!
 //! Times are since the test started and must not decrease. Every op is checked against the fault
 //! kind that performs it; errors name the file, the op's index and the field.
+//!
+//! An op acts on the cluster its value names (`"cluster": "b"`), else on the cluster a history
+//! line records, else on the test's first cluster; its nodes are checked against that cluster's.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
@@ -40,16 +43,17 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Reads and checks the schedule at `path` for a test of `nodes`, routing each op to the
-    /// fault kind in `faults` that performs it.
-    pub fn load(path: &Path, nodes: &[String], faults: &Faults) -> Result<Self, String> {
+    /// Reads and checks the schedule at `path` for a test of `clusters` (each cluster's name and
+    /// node names, the first the default), routing each op to the fault kind in `faults` that
+    /// performs it.
+    pub fn load(path: &Path, clusters: &[ClusterNodes], faults: &Faults) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        Self::parse(&text, nodes, faults).map_err(|e| format!("{}: {e}", path.display()))
+        Self::parse(&text, clusters, faults).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Parses and checks schedule text (a JSON list or a history.jsonl).
-    pub fn parse(text: &str, nodes: &[String], faults: &Faults) -> Result<Self, String> {
+    pub fn parse(text: &str, clusters: &[ClusterNodes], faults: &Faults) -> Result<Self, String> {
         let trimmed = text.trim_start();
         let (entries, what) = if trimmed.starts_with('[') {
             let list: Vec<Value> =
@@ -75,7 +79,7 @@ impl Schedule {
         let mut last = 0u64;
         for (index, entry) in entries {
             let at = |e: String| format!("{what} {index}: {e}");
-            let op = parse_op(&entry, nodes, faults).map_err(at)?;
+            let op = parse_op(&entry, clusters, faults).map_err(at)?;
             if op.time < last {
                 return Err(at(format!(
                     "field `time`: {} ns is before the previous op's {last} ns; times must not \
@@ -144,8 +148,11 @@ fn history_entries(text: &str) -> Result<Vec<(usize, Value)>, String> {
     Ok(out)
 }
 
-/// One op, checked by the fault kind that performs it.
-fn parse_op(entry: &Value, nodes: &[String], faults: &Faults) -> Result<Timed, String> {
+/// A cluster's name and its nodes' names.
+pub type ClusterNodes = (String, Vec<String>);
+
+/// One op, checked by the fault kind that performs it against the nodes of its cluster.
+fn parse_op(entry: &Value, clusters: &[ClusterNodes], faults: &Faults) -> Result<Timed, String> {
     if !entry.is_object() {
         return Err(format!(
             "expected an object with `time`, `f` and `value`, got {entry}"
@@ -180,10 +187,37 @@ fn parse_op(entry: &Value, nodes: &[String], faults: &Faults) -> Result<Timed, S
                 known.join(", ")
             )
         })?;
-    let value = entry
+    let mut value = entry
         .get("value")
         .cloned()
         .unwrap_or(Value::Object(Default::default()));
+    let named = match (value.get("cluster"), entry.get("cluster")) {
+        (Some(Value::String(c)), _) => Some((c.clone(), "value.cluster")),
+        (Some(other), _) => {
+            return Err(format!(
+                "field `value.cluster`: expected a cluster name, got {other}"
+            ))
+        }
+        (None, Some(Value::String(c))) => Some((c.clone(), "cluster")),
+        (None, _) => None,
+    };
+    let (cluster, nodes) = match &named {
+        None => clusters.first().ok_or("the test has no cluster")?,
+        Some((name, field)) => clusters.iter().find(|(c, _)| c == name).ok_or_else(|| {
+            let known: Vec<&str> = clusters.iter().map(|(c, _)| c.as_str()).collect();
+            format!(
+                "field `{field}`: unknown cluster {name:?}; clusters: {}",
+                known.join(", ")
+            )
+        })?,
+    };
+    // An op for another cluster than the first says so in its value, which is what the engine
+    // reads when it performs the op.
+    if Some(cluster) != clusters.first().map(|c| &c.0) {
+        if let Some(map) = value.as_object_mut() {
+            map.insert("cluster".into(), Value::String(cluster.clone()));
+        }
+    }
     fault
         .parse(&f, &value, nodes)
         .map_err(|e| format!("{f}: {}", in_value(&e)))?;
@@ -225,8 +259,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn nodes() -> Vec<String> {
-        ["n1", "n2", "n3"].map(String::from).to_vec()
+    fn nodes() -> Vec<ClusterNodes> {
+        vec![("a".into(), ["n1", "n2", "n3"].map(String::from).to_vec())]
     }
 
     fn parse(text: &str) -> Result<Schedule, String> {
@@ -307,6 +341,38 @@ mod tests {
         let e =
             parse(r#"[{"time": 1, "f": "start-partition", "value": {"kind": "x"}}]"#).unwrap_err();
         assert!(e.contains("field `value.kind`"), "{e}");
+    }
+
+    #[test]
+    fn an_op_acts_on_the_cluster_it_names_and_is_checked_against_its_nodes() {
+        let clusters: Vec<ClusterNodes> = ["a", "b"]
+            .map(|c| (c.to_string(), (1..=3).map(|i| format!("{c}{i}")).collect()))
+            .to_vec();
+        let faults = crate::all_faults(&Default::default());
+        let parse = |text: &str| Schedule::parse(text, &clusters, &faults);
+        let s = parse(
+            r#"[{"time": 1, "f": "kill", "value": {"nodes": ["a2"]}},
+                {"time": 2, "f": "kill", "value": {"cluster": "b", "nodes": ["b2"]}},
+                {"time": 3, "process": "nemesis", "type": "info", "cluster": "b", "f": "start",
+                 "value": {"nodes": ["b2"]}}]"#,
+        )
+        .unwrap();
+        let values: Vec<&Value> = s.ops.iter().map(|t| &t.op.value).collect();
+        assert_eq!(
+            values,
+            [
+                &json!({"nodes": ["a2"]}),
+                &json!({"cluster": "b", "nodes": ["b2"]}),
+                &json!({"cluster": "b", "nodes": ["b2"]}),
+            ]
+        );
+        let e = parse(r#"[{"time": 1, "f": "kill", "value": {"nodes": ["b2"]}}]"#).unwrap_err();
+        assert!(e.starts_with("op 0: kill: field `value.nodes[0]`: unknown node \"b2\""), "{e}");
+        let e = parse(r#"[{"time": 1, "f": "kill", "value": {"cluster": "c", "nodes": ["c1"]}}]"#)
+            .unwrap_err();
+        assert_eq!(e, "op 0: field `value.cluster`: unknown cluster \"c\"; clusters: a, b");
+        let e = parse(r#"[{"time": 1, "cluster": "z", "f": "stop-partition"}]"#).unwrap_err();
+        assert!(e.starts_with("op 0: field `cluster`: unknown cluster \"z\""), "{e}");
     }
 
     #[test]
