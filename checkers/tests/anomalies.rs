@@ -267,6 +267,37 @@ fn divergence_is_never_allowed_by_unclean_elections() {
     assert_eq!(r.valid, Validity::Invalid);
 }
 
+/// Divergence is judged within each cluster: two clusters that each agree inside but hold
+/// different records (node names repeated across them) are not a divergence (comparing clusters
+/// is mirror-divergence's business), and a divergence inside one cluster names that cluster.
+#[test]
+fn divergence_is_judged_per_cluster_never_across_clusters() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("b"), 1, &[7], Ok, Some(0));
+    let (on_a, on_b) = ([(0, 1, 0)], [(0, 7, 0)]);
+    let mut replicas = vec![
+        replica("a", "n1", true, 1, &on_a),
+        replica("a", "n2", false, 1, &on_a),
+        replica("b", "n1", true, 1, &on_b),
+        replica("b", "n2", false, 1, &on_b),
+    ];
+    let r = run(&h, Some(&replicas));
+    assert!(
+        !r.anomaly_types.iter().any(|t| t == "divergence"),
+        "{}",
+        r.summary(5)
+    );
+    replicas[3].records[0].value = 8;
+    let r = run(&h, Some(&replicas));
+    let e = entries(&r, "divergence");
+    assert_eq!(e.len(), 1, "{}", r.summary(5));
+    assert_eq!(e[0]["cluster"], "b");
+    assert_eq!(e[0]["compared_replicas"], 2);
+    assert_eq!(e[0]["replicas"][0]["record"], json!([0, 7, 0]));
+    assert_eq!(e[0]["replicas"][1]["record"], json!([0, 8, 0]));
+}
+
 /// Two clusters, cluster b mirroring a: values 1 and 2 are written on a.
 fn mirrored() -> (Hist, Vec<ReplicaState>) {
     let mut h = Hist::new();

@@ -708,6 +708,28 @@ mod tests {
         assert_eq!(h.iter().filter(|o| o.kind == OpType::Ok).count(), 6);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_nemesis_op_is_recorded_with_the_cluster_its_value_names() {
+        let (mut interp, _) = interpreter(1, |_| Some((Outcome::Ok, MS)), true);
+        let mut gen = NemesisOnly(phases(vec![
+            Box::new(nemesis_once("kill", json!({"targets": "one"}))),
+            Box::new(nemesis_once("kill", json!({"cluster": "b", "targets": "one"}))),
+        ]));
+        assert!(run(&mut interp, &mut gen).await);
+        let h = interp.into_history();
+        let clusters: Vec<(OpType, Option<&str>)> =
+            h.iter().map(|o| (o.kind, o.cluster.as_deref())).collect();
+        assert_eq!(
+            clusters,
+            [
+                (OpType::Invoke, Some("a")),
+                (OpType::Info, Some("a")),
+                (OpType::Invoke, Some("b")),
+                (OpType::Info, Some("b")),
+            ]
+        );
+    }
+
     /// Plans its worker whether it is free or not.
     struct Stubborn(Worker);
 
