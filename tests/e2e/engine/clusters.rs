@@ -2,13 +2,11 @@
 //! one bridge, each with its own controller quorum, the workload and faults on the first, every
 //! op naming its cluster, and nothing left behind. Bad cluster options are usage errors.
 
-mod engine_support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use engine_support::*;
+use crate::support::engine::*;
 use serde_json::Value;
 
 fn tidemark_test(args: &[&str], store: &Path) -> Output {
