@@ -90,9 +90,13 @@ pub fn read_nodes_file(path: &Path) -> anyhow::Result<NodesFile> {
             let name = name.trim();
             // `[::1]:22` is a host, `[a]` a section: a section name is letters only.
             if !name.contains(':') {
-                crate::test::check_cluster_name(name).map_err(|e| anyhow::anyhow!("{}: {e}", at(n)))?;
+                crate::test::check_cluster_name(name)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", at(n)))?;
                 if let Some((_, first, _)) = clusters.iter().find(|(c, _, _)| c == name) {
-                    bail!("{}: cluster [{name}] already started on line {first}", at(n));
+                    bail!(
+                        "{}: cluster [{name}] already started on line {first}",
+                        at(n)
+                    );
                 }
                 if clusters.len() == 1 && clusters[0].1 == 0 {
                     bail!(
@@ -393,8 +397,14 @@ mod tests {
         )
         .unwrap();
         let file = read_nodes_file(&f).unwrap();
-        let a: Vec<SocketAddr> = vec!["10.0.0.1:22".parse().unwrap(), "10.0.0.2:22".parse().unwrap()];
-        let b: Vec<SocketAddr> = vec!["10.0.1.1:22".parse().unwrap(), "[::1]:2222".parse().unwrap()];
+        let a: Vec<SocketAddr> = vec![
+            "10.0.0.1:22".parse().unwrap(),
+            "10.0.0.2:22".parse().unwrap(),
+        ];
+        let b: Vec<SocketAddr> = vec![
+            "10.0.1.1:22".parse().unwrap(),
+            "[::1]:2222".parse().unwrap(),
+        ];
         assert_eq!(
             file.clusters,
             vec![("a".to_string(), a), ("b".to_string(), b)]
@@ -406,10 +416,16 @@ mod tests {
             assert!(err.starts_with(&at), "{err} does not start with {at}");
         };
         bad("[a]\n10.0.0.1\n[B]\n10.0.1.1\n", "3: cluster name \"B\"");
-        bad("[a]\n10.0.0.1\n[a]\n10.0.1.1\n", "3: cluster [a] already started on line 1");
+        bad(
+            "[a]\n10.0.0.1\n[a]\n10.0.1.1\n",
+            "3: cluster [a] already started on line 1",
+        );
         bad("10.0.0.1\n[b]\n10.0.1.1\n", "2: [b] follows hosts");
         bad("[a]\n10.0.0.1\n[b]\n", "3: cluster [b] lists no hosts");
-        bad("[a]\n10.0.0.1\n[b]\n10.0.0.1:22\n", "4: host 10.0.0.1:22 is already listed on line 2");
+        bad(
+            "[a]\n10.0.0.1\n[b]\n10.0.0.1:22\n",
+            "4: host 10.0.0.1:22 is already listed on line 2",
+        );
     }
 
     #[test]

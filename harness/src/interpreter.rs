@@ -640,7 +640,10 @@ mod tests {
             (h[1].node.as_deref(), h[1].cluster.as_deref()),
             (Some("n1"), Some("a"))
         );
-        assert!(h.iter().all(|o| o.cluster.as_deref() == Some("a")), "{h:#?}");
+        assert!(
+            h.iter().all(|o| o.cluster.as_deref() == Some("a")),
+            "{h:#?}"
+        );
         // One client per process: the first kept across its ok, a new one after the info.
         assert_eq!(*opened.lock().unwrap(), vec![0, 0]);
     }
@@ -713,7 +716,10 @@ mod tests {
         let (mut interp, _) = interpreter(1, |_| Some((Outcome::Ok, MS)), true);
         let mut gen = NemesisOnly(phases(vec![
             Box::new(nemesis_once("kill", json!({"targets": "one"}))),
-            Box::new(nemesis_once("kill", json!({"cluster": "b", "targets": "one"}))),
+            Box::new(nemesis_once(
+                "kill",
+                json!({"cluster": "b", "targets": "one"}),
+            )),
         ]));
         assert!(run(&mut interp, &mut gen).await);
         let h = interp.into_history();

@@ -189,7 +189,10 @@ impl Runtime for NetnsRuntime {
                      would be cluster {} with {} nodes (and the clusters before it have {:?})",
                     index + 1,
                     names.len(),
-                    self.clusters.iter().map(|(_, u)| u.len()).collect::<Vec<_>>()
+                    self.clusters
+                        .iter()
+                        .map(|(_, u)| u.len())
+                        .collect::<Vec<_>>()
                 );
             };
             ips.push(ip);

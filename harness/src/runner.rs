@@ -168,7 +168,14 @@ async fn run_phases(
         db.setup(n, members)
     })?;
     for c in &clusters {
-        await_serving(&c.client, &c.nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
+        await_serving(
+            &c.client,
+            &c.nodes,
+            test.db.as_ref(),
+            opts.ready_timeout,
+            cancel,
+        )
+        .await?;
     }
 
     let workload = test.workload.clone();
@@ -223,7 +230,14 @@ async fn run_phases(
     progress.phase("healing, restarting stopped nodes");
     heal(&mut interp, test.nemesis.as_deref(), &clusters)?;
     for c in &clusters {
-        await_serving(&c.client, &c.nodes, test.db.as_ref(), opts.ready_timeout, cancel).await?;
+        await_serving(
+            &c.client,
+            &c.nodes,
+            test.db.as_ref(),
+            opts.ready_timeout,
+            cancel,
+        )
+        .await?;
     }
     progress.phase("waiting for replicas to converge");
     for c in &clusters {
@@ -346,7 +360,11 @@ impl PerformFault for NemesisWorker {
             .iter()
             .find(|c| c.client.cluster == cluster)
             .cloned();
-        let names: Vec<String> = self.clusters.iter().map(|c| c.client.cluster.clone()).collect();
+        let names: Vec<String> = self
+            .clusters
+            .iter()
+            .map(|c| c.client.cluster.clone())
+            .collect();
         Box::pin(async move {
             let Some(parts) = parts else {
                 let mut c = Completion::new(Outcome::Info, op.value.clone());

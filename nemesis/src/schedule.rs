@@ -367,12 +367,21 @@ mod tests {
             ]
         );
         let e = parse(r#"[{"time": 1, "f": "kill", "value": {"nodes": ["b2"]}}]"#).unwrap_err();
-        assert!(e.starts_with("op 0: kill: field `value.nodes[0]`: unknown node \"b2\""), "{e}");
+        assert!(
+            e.starts_with("op 0: kill: field `value.nodes[0]`: unknown node \"b2\""),
+            "{e}"
+        );
         let e = parse(r#"[{"time": 1, "f": "kill", "value": {"cluster": "c", "nodes": ["c1"]}}]"#)
             .unwrap_err();
-        assert_eq!(e, "op 0: field `value.cluster`: unknown cluster \"c\"; clusters: a, b");
+        assert_eq!(
+            e,
+            "op 0: field `value.cluster`: unknown cluster \"c\"; clusters: a, b"
+        );
         let e = parse(r#"[{"time": 1, "cluster": "z", "f": "stop-partition"}]"#).unwrap_err();
-        assert!(e.starts_with("op 0: field `cluster`: unknown cluster \"z\""), "{e}");
+        assert!(
+            e.starts_with("op 0: field `cluster`: unknown cluster \"z\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -58,6 +58,33 @@ fn bad_cluster_options_are_usage_errors() {
         e.contains("--nodes must be 1 to 50 when there are several clusters"),
         "{e}"
     );
+
+    // A nodes file groups its hosts by cluster; its mistakes name the file and line.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nodes");
+    let hosts = |text: &str, extra: &[&str]| {
+        std::fs::write(&file, text).unwrap();
+        let path = file.display().to_string();
+        let mut args = vec!["--runtime", "hosts", "--nodes-file", path.as_str()];
+        args.extend_from_slice(extra);
+        usage_error(&args)
+    };
+    let path = file.display().to_string();
+    let e = hosts("[a]\n10.0.0.1\n[b]\n10.0.1.1\n10.0.1.2\n", &[]);
+    assert!(
+        e.contains("every cluster needs as many hosts as the others, but the nodes file lists [a] 1, [b] 2"),
+        "{e}"
+    );
+    let e = hosts("[a]\n10.0.0.1\n[b]\n10.0.1.1\n", &["--clusters", "3"]);
+    assert!(
+        e.contains("--clusters 3, but the nodes file lists 2 cluster(s)"),
+        "{e}"
+    );
+    let e = hosts("[a]\n10.0.0.1\n[Beta]\n10.0.1.1\n", &[]);
+    assert!(
+        e.contains(&format!("{path}:3: cluster name \"Beta\"")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -156,10 +183,8 @@ fn two_clusters_run_their_own_quorums_under_faults_on_the_first() {
     // Every op names its cluster: clients and faults the first; the final healing covers both.
     let history = json_lines(&run.join("history.jsonl"));
     let ops = &history[1..];
-    let node_cluster: BTreeMap<&str, &str> = nodes
-        .iter()
-        .map(|n| (n.0.as_str(), n.1.as_str()))
-        .collect();
+    let node_cluster: BTreeMap<&str, &str> =
+        nodes.iter().map(|n| (n.0.as_str(), n.1.as_str())).collect();
     for op in ops {
         let cluster = op["cluster"].as_str().unwrap_or_else(|| panic!("{op}"));
         if op["process"] != "nemesis" {
