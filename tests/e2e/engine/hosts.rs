@@ -3,7 +3,8 @@
 //! the hosts only over SSH (deploying, starting and dumping the broker there) and through the
 //! Kafka wire, and leaves nothing behind on them.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::support::engine::*;
@@ -11,20 +12,15 @@ use crate::support::sshd::{keygen, start_sshd};
 use serde_json::Value;
 use tidemark_harness::leftovers;
 use tidemark_harness::netns::NetnsRuntime;
-use tidemark_harness::runtime::Runtime;
+use tidemark_harness::runtime::{Node, Runtime};
 
-#[test]
-fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
-    if !root_or_skip("a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts") {
-        return;
-    }
-    broker();
-    let work = tempfile::tempdir().unwrap();
-    let mut machines = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
-    let record = serde_json::json!({"runtime": machines.describe()});
-    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+/// `n` "machines": namespaces running sshd that accept `client`'s key, reachable from the
+/// runtime's client namespace.
+fn machines(work: &Path, n: usize) -> (NetnsRuntime, Vec<Node>, PathBuf) {
+    let mut machines = NetnsRuntime::new(work, &leftovers::new_run_id()).unwrap();
+    let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
     let nodes = machines.create("a", &names).unwrap();
-    let client_key = work.path().join("client");
+    let client_key = work.join("client");
     keygen(&client_key);
     for n in &nodes {
         let dir = n.dir.join("ssh");
@@ -44,6 +40,40 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    (machines, nodes, client_key)
+}
+
+/// `tidemark test --runtime hosts` with `nodes_file`, run from the machines' client namespace.
+fn tidemark_on_hosts(
+    machines: &NetnsRuntime,
+    nodes_file: &Path,
+    client_key: &Path,
+    store: &Path,
+    extra: &[&str],
+) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", &machines.namespace("ctl")])
+        .arg(tidemark())
+        .args(["test", "--runtime", "hosts", "--nodes-file"])
+        .arg(nodes_file)
+        .arg("--ssh-key")
+        .arg(client_key)
+        .args(["--host-key-checking", "off", "--quiet", "--store"])
+        .arg(store)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
+    if !root_or_skip("a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts") {
+        return;
+    }
+    broker();
+    let work = tempfile::tempdir().unwrap();
+    let (mut machines, nodes, client_key) = machines(work.path(), 3);
+    let record = serde_json::json!({"runtime": machines.describe()});
     let nodes_file = work.path().join("nodes.txt");
     let listing: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
     std::fs::write(
@@ -53,20 +83,8 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
     .unwrap();
 
     let store = work.path().join("store");
-    let tidemark_on_hosts = |extra: &[&str]| {
-        Command::new("ip")
-            .args(["netns", "exec", &machines.namespace("ctl")])
-            .arg(tidemark())
-            .args(["test", "--runtime", "hosts", "--nodes-file"])
-            .arg(&nodes_file)
-            .arg("--ssh-key")
-            .arg(&client_key)
-            .args(["--host-key-checking", "off", "--quiet", "--store"])
-            .arg(&store)
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let tidemark_on_hosts =
+        |extra: &[&str]| tidemark_on_hosts(&machines, &nodes_file, &client_key, &store, extra);
     // The hosts are checked for what the run needs before anything is made on them.
     let refused = tidemark_on_hosts(&[
         "--nemesis",
@@ -114,6 +132,79 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
         assert!(!cmdline.contains(hosts_dir), "process left: {cmdline}");
     }
 
+    machines.destroy().unwrap();
+    assert_nothing_left(&record);
+}
+
+#[test]
+fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
+    if !root_or_skip("a_nodes_file_with_cluster_sections_runs_one_cluster_per_section") {
+        return;
+    }
+    broker();
+    let work = tempfile::tempdir().unwrap();
+    let (mut machines, nodes, client_key) = machines(work.path(), 2);
+    let record = serde_json::json!({"runtime": machines.describe()});
+    let nodes_file = work.path().join("nodes.txt");
+    std::fs::write(
+        &nodes_file,
+        format!(
+            "[a]\n{}\n\n[b]  # the other cluster\n{}\n",
+            nodes[0].ip, nodes[1].ip
+        ),
+    )
+    .unwrap();
+    let store = work.path().join("store");
+    let out = tidemark_on_hosts(
+        &machines,
+        &nodes_file,
+        &client_key,
+        &store,
+        &["--time-limit", "5", "--nemesis", "none"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    let run = store.join("latest");
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    assert_eq!(test["clusters"], serde_json::json!(["a", "b"]));
+    let placed: Vec<(&str, &str, &str)> = test["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap(),
+                n["cluster"].as_str().unwrap(),
+                n["ip"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let (ip1, ip2) = (nodes[0].ip.to_string(), nodes[1].ip.to_string());
+    assert_eq!(
+        placed,
+        [("a1", "a", ip1.as_str()), ("b1", "b", ip2.as_str())]
+    );
+    // Each host's broker is a quorum of one: itself.
+    for (name, _, ip) in &placed {
+        let props = std::fs::read_to_string(run.join("nodes").join(name).join("server.properties"))
+            .unwrap();
+        assert!(
+            props
+                .lines()
+                .any(|l| l.starts_with("controller.quorum.voters=1@")
+                    && l.contains(ip)
+                    && !l.contains(',')),
+            "{name}: {props}"
+        );
+    }
+    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap();
+    assert!(
+        !std::path::Path::new(hosts_dir).exists(),
+        "{hosts_dir} left"
+    );
     machines.destroy().unwrap();
     assert_nothing_left(&record);
 }
