@@ -235,3 +235,94 @@ fn two_clusters_run_their_own_quorums_under_faults_on_the_first() {
 
     assert_nothing_left(&test);
 }
+
+#[test]
+fn a_scripted_fault_acts_on_the_cluster_it_names() {
+    if !root_or_skip("a_scripted_fault_acts_on_the_cluster_it_names") {
+        return;
+    }
+    broker();
+    let at = |s: u64, f: &str, value: Value| serde_json::json!({"time": s * 1_000_000_000, "f": f, "value": value});
+    let schedule = serde_json::json!([
+        at(
+            1,
+            "kill",
+            serde_json::json!({"cluster": "b", "nodes": ["b2"]})
+        ),
+        at(
+            3,
+            "start",
+            serde_json::json!({"cluster": "b", "nodes": ["b2"]})
+        ),
+        at(4, "kill", serde_json::json!({"nodes": ["a3"]})),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("faults.json");
+    std::fs::write(&file, schedule.to_string()).unwrap();
+    let file = file.display().to_string();
+    // b's nodes are checked against b's names, and only a's against a's.
+    let e = usage_error(&[
+        "--clusters",
+        "2",
+        "--nemesis-schedule",
+        &file,
+        "--nodes",
+        "2",
+    ]);
+    assert!(
+        e.contains("op 2: kill: field `value.nodes[0]`: unknown node \"a3\""),
+        "{e}"
+    );
+    let store = tempfile::tempdir().unwrap();
+    let out = tidemark_test(
+        &[
+            "--clusters",
+            "2",
+            "--nemesis-schedule",
+            &file,
+            "--time-limit",
+            "6",
+            "--seed",
+            "3",
+        ],
+        store.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    let run = store.path().join("latest");
+    let history = json_lines(&run.join("history.jsonl"));
+    let faults: Vec<(&str, &str, Value)> = history[1..]
+        .iter()
+        .filter(|o| o["process"] == "nemesis" && o["type"] == "info")
+        .take(3)
+        .map(|o| {
+            assert!(o.get("error").is_none(), "{o}");
+            (
+                o["f"].as_str().unwrap(),
+                o["cluster"].as_str().unwrap(),
+                o["value"]["nodes"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        faults,
+        [
+            ("kill", "b", serde_json::json!(["b2"])),
+            ("start", "b", serde_json::json!(["b2"])),
+            ("kill", "a", serde_json::json!(["a3"])),
+        ]
+    );
+    // The kill really hit b2 (and not a2): its broker started twice.
+    let starts = |name: &str| {
+        std::fs::read_to_string(run.join("nodes").join(name).join("broker.log"))
+            .unwrap()
+            .matches("metadata quorum started")
+            .count()
+    };
+    assert_eq!((starts("b2"), starts("a2")), (2, 1));
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    assert_nothing_left(&test);
+}
