@@ -224,11 +224,17 @@ impl Runtime for HostsRuntime {
     }
 
     fn describe(&self) -> serde_json::Value {
+        let clusters: std::collections::BTreeMap<&str, &[SocketAddr]> = self
+            .hosts
+            .clusters
+            .iter()
+            .map(|(c, h)| (c.as_str(), h.as_slice()))
+            .collect();
         serde_json::json!({
             "name": "hosts",
             "run": self.run,
             "hosts": self.hosts.hosts(),
-            "clusters": self.hosts.clusters.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            "clusters": clusters,
             "user": self.login.user,
             "work_dir": self.run_dir(),
         })

@@ -2,11 +2,11 @@
 //! the [`interpreter`](crate::interpreter); waiting for the database is [`probe`](crate::probe)'s,
 //! and the evidence from the nodes is [`collect`](crate::collect)'s.
 //!
-//! A run: create each cluster's nodes -> write test.json and the history header -> deploy and start the
-//! broker -> wait until every node serves -> workload setup -> main phase (clients and nemesis under
-//! the time limit) -> heal everything, start what is down, wait for replicas to converge ->
-//! final reads with fresh clients -> stop brokers cleanly, dump every replica -> check (before
-//! teardown can fail) -> snarf node logs -> teardown. Teardown also runs after errors, on
+//! A run: create each cluster's nodes -> write test.json and the history header -> deploy and
+//! start the broker -> wait until every node serves -> workload setup -> main phase (clients and
+//! nemesis under the time limit) -> heal everything, start what is down, wait for replicas to
+//! converge -> final reads with fresh clients -> stop brokers cleanly, dump every replica -> check
+//! (before teardown can fail) -> snarf node logs -> teardown. Teardown also runs after errors, on
 //! cancellation (Ctrl-C) and, through the runtime's `Drop`, on panic.
 //!
 //! A test has one or more clusters, each its own quorum on its own nodes, all reached through

@@ -71,10 +71,9 @@ fn bad_cluster_options_are_usage_errors() {
     };
     let path = file.display().to_string();
     let e = hosts("[a]\n10.0.0.1\n[b]\n10.0.1.1\n10.0.1.2\n", &[]);
-    assert!(
-        e.contains("every cluster needs as many hosts as the others, but the nodes file lists [a] 1, [b] 2"),
-        "{e}"
-    );
+    let want =
+        "every cluster needs as many hosts as the others, but the nodes file lists [a] 1, [b] 2";
+    assert!(e.contains(want), "{e}");
     let e = hosts("[a]\n10.0.0.1\n[b]\n10.0.1.1\n", &["--clusters", "3"]);
     assert!(
         e.contains("--clusters 3, but the nodes file lists 2 cluster(s)"),
@@ -242,7 +241,10 @@ fn a_scripted_fault_acts_on_the_cluster_it_names() {
         return;
     }
     broker();
-    let at = |s: u64, f: &str, value: Value| serde_json::json!({"time": s * 1_000_000_000, "f": f, "value": value});
+    let at = |s: u64, f: &str, value: Value| {
+        let time = s * 1_000_000_000;
+        serde_json::json!({"time": time, "f": f, "value": value})
+    };
     let schedule = serde_json::json!([
         at(
             1,
