@@ -9,6 +9,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
 
+use crate::mirror::wire::{MirrorRequest, MirrorResponse};
 use crate::replica::client::KafkaConnection;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -79,4 +80,55 @@ pub async fn describe(bootstrap: &str, topic: Option<&str>) -> anyhow::Result<se
         }
     }
     Ok(json!({"controller": resp.controller_id.0, "brokers": brokers, "partitions": partitions}))
+}
+
+/// A mirror admin request (`tidemark-broker admin mirror ...`, named after
+/// `kafka-cluster-mirrors.sh`) sent to the destination cluster; prints its JSON answer. A
+/// describe asks every broker and keeps each partition's entry from its leader, which alone
+/// knows the offsets and lag.
+pub async fn mirror(
+    bootstrap: &str,
+    api_key_base: i16,
+    req: MirrorRequest,
+) -> anyhow::Result<(serde_json::Value, bool)> {
+    let mut conn = KafkaConnection::connect(bootstrap, TIMEOUT, "tidemark-admin").await?;
+    let mut resp = crate::mirror::service::call(&mut conn, api_key_base, &req).await?;
+    if matches!(req, MirrorRequest::Describe { .. }) && resp.error_code == 0 {
+        let md = crate::mirror::service::metadata(&mut conn, None).await?;
+        for b in &md.brokers {
+            let addr = format!("{}:{}", b.host.as_str(), b.port);
+            let Ok(mut c) = KafkaConnection::connect(&addr, TIMEOUT, "tidemark-admin").await else {
+                continue;
+            };
+            let Ok(other) = crate::mirror::service::call(&mut c, api_key_base, &req).await else {
+                continue;
+            };
+            merge_leader_views(&mut resp, &other);
+        }
+    }
+    let ok = resp.error_code == 0 && resp.topics.iter().all(|t| t.error_code == 0);
+    Ok((serde_json::to_value(&resp)?, ok))
+}
+
+/// Replaces partition entries of `into` by those of `from` that come from the leader.
+fn merge_leader_views(into: &mut MirrorResponse, from: &MirrorResponse) {
+    for m in &mut into.mirrors {
+        let Some(fm) = from.mirrors.iter().find(|x| x.name == m.name) else {
+            continue;
+        };
+        for t in &mut m.topics {
+            let Some(ft) = fm.topics.iter().find(|x| x.name == t.name) else {
+                continue;
+            };
+            for p in &mut t.partitions {
+                if let Some(fp) = ft
+                    .partitions
+                    .iter()
+                    .find(|x| x.partition == p.partition && x.destination_offset >= 0)
+                {
+                    *p = fp.clone();
+                }
+            }
+        }
+    }
 }

@@ -22,6 +22,7 @@ use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
     TopicRegistration,
 };
+use crate::mirror::runner::MirrorTasks;
 use crate::partition::{AckCheck, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
 use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
@@ -80,6 +81,8 @@ pub struct Broker {
     caught_up: AtomicBool,
     /// The last image this broker has acted on (its replicas opened, led, followed, deleted).
     applied: watch::Sender<Arc<MetadataImage>>,
+    /// The mirror tasks of the mirror partitions this broker leads.
+    pub mirrors: MirrorTasks,
 }
 
 impl std::fmt::Debug for Broker {
@@ -107,6 +110,7 @@ impl Broker {
             .advertised_client_listener()
             .ok_or_else(|| anyhow::anyhow!("no client listener in `listeners`"))?;
         let stored_hw = read_hw_checkpoint(&config.log_dir.join(HW_CHECKPOINT_FILE))?;
+        write_meta_properties(&config)?;
         let (tx, _) = watch::channel(0);
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
         Ok(Arc::new(Broker {
@@ -119,6 +123,7 @@ impl Broker {
             stored_hw,
             caught_up: AtomicBool::new(false),
             applied: watch::channel(Arc::default()).0,
+            mirrors: MirrorTasks::default(),
         }))
     }
 
@@ -189,6 +194,7 @@ impl Broker {
             deviations: Deviations {
                 no_strict_min_isr: self.faults.has(Bug::NoStrictMinIsr),
                 accept_stale_epoch: self.faults.has(Bug::AcceptStaleEpoch),
+                local_epoch_in_mirror_cache: self.faults.has(Bug::LocalEpochInMirrorCache),
             },
         }
     }
@@ -322,7 +328,18 @@ impl Broker {
                 if !p.has_config(&lc) {
                     p.set_config(lc.clone());
                 }
-                match p.apply_registration(reg.clone()) {
+                let mirror_state = image.mirror_state(&topic.name, index);
+                let change = p.apply_registration_with_mirror_state(reg.clone(), mirror_state);
+                let mirror_leader = reg.leader == me
+                    && mirror_state
+                        .is_some_and(|m| m != crate::mirror::rules::MirrorState::Stopped);
+                if !mirror_leader || matches!(change, Ok(RoleChange::BecameLeader)) {
+                    self.mirrors.stop(&p);
+                }
+                if mirror_leader {
+                    self.mirrors.ensure(self, &p);
+                }
+                match change {
                     Ok(RoleChange::None) => {}
                     Ok(RoleChange::BecameLeader) => {
                         stop_fetcher(&p);
@@ -562,6 +579,7 @@ impl Broker {
             },
             configs: configs.clone(),
             validate_only,
+            mirror: None,
         };
         let reply = self
             .submit_and_wait(cmd, |i| validate_only || i.topics.contains_key(name))
@@ -855,6 +873,44 @@ pub fn read_hw_checkpoint(path: &std::path::Path) -> anyhow::Result<BTreeMap<(St
         out.insert((t, p), o);
     }
     Ok(out)
+}
+
+/// Kafka's `meta.properties`: which cluster and node a log dir belongs to. A log dir of another
+/// cluster is refused rather than silently mixed into this one.
+fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<()> {
+    let path = config.log_dir.join(META_PROPERTIES_FILE);
+    if let Some(found) = read_cluster_id(&config.log_dir)? {
+        if found != config.cluster_id {
+            anyhow::bail!(
+                "{}: cluster.id={found}, but this broker is configured with cluster.id={}",
+                path.display(),
+                config.cluster_id
+            );
+        }
+        return Ok(());
+    }
+    let text = format!(
+        "version=1\ncluster.id={}\nnode.id={}\n",
+        config.cluster_id, config.node_id
+    );
+    std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Name of the file naming the cluster a log dir belongs to.
+pub const META_PROPERTIES_FILE: &str = "meta.properties";
+
+/// The `cluster.id` in a log dir's `meta.properties`, if there is one.
+pub fn read_cluster_id(log_dir: &std::path::Path) -> anyhow::Result<Option<String>> {
+    let path = log_dir.join(META_PROPERTIES_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow::anyhow!("{}: {e}", path.display())),
+    };
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster.id="))
+        .map(|v| v.trim().to_string()))
 }
 
 fn stop_fetcher(p: &Partition) {

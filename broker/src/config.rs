@@ -67,6 +67,9 @@ pub struct LogConfig {
     pub segment_bytes: u64,
     /// fsync after this many appended messages; 1 means before every acknowledgement.
     pub flush_interval_messages: u64,
+    /// KIP-1279: LMLE truncation waits for every replica, not just the ISR, so a later unclean
+    /// election cannot resurrect records beyond the LMLE.
+    pub mirror_support_unclean_leader_election: bool,
 }
 
 impl Default for LogConfig {
@@ -76,6 +79,7 @@ impl Default for LogConfig {
             unclean_leader_election_enable: false,
             segment_bytes: 1 << 30,
             flush_interval_messages: u64::MAX,
+            mirror_support_unclean_leader_election: false,
         }
     }
 }
@@ -89,6 +93,10 @@ pub const TOPIC_KEYS: &[(&str, &str)] = &[
     ),
     ("segment.bytes", "log.segment.bytes"),
     ("flush.messages", "log.flush.interval.messages"),
+    (
+        "mirror.support.unclean.leader.election",
+        "mirror.support.unclean.leader.election",
+    ),
 ];
 
 impl LogConfig {
@@ -108,6 +116,9 @@ impl LogConfig {
             }
             "flush.messages" => {
                 self.flush_interval_messages = parse_num(key, value, 1, i64::MAX, &origin)? as u64
+            }
+            "mirror.support.unclean.leader.election" => {
+                self.mirror_support_unclean_leader_election = parse_bool(key, value, &origin)?
             }
             _ => {
                 return Err(ConfigError::UnknownKey {
@@ -131,6 +142,9 @@ impl LogConfig {
                 } else {
                     self.flush_interval_messages.to_string()
                 }
+            }
+            "mirror.support.unclean.leader.election" => {
+                self.mirror_support_unclean_leader_election.to_string()
             }
             _ => return None,
         })
@@ -195,6 +209,11 @@ pub struct BrokerConfig {
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
     pub log: LogConfig,
+    /// This cluster's id, as Metadata reports it; mirrors tell clusters apart by it.
+    pub cluster_id: String,
+    /// API key of CreateClusterMirror; the other mirror APIs follow at the KIP's distances
+    /// (the KIP's keys are provisional, so they may be moved away from a clash).
+    pub mirror_api_key_base: i16,
     /// Every key as finally set, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -221,6 +240,9 @@ const BROKER_KEYS: &[&str] = &[
     "replica.lag.time.max.ms",
     "broker.heartbeat.interval.ms",
     "broker.session.timeout.ms",
+    "cluster.id",
+    "mirror.api.key.base",
+    "mirror.support.unclean.leader.election",
 ];
 
 impl BrokerConfig {
@@ -392,7 +414,35 @@ impl BrokerConfig {
             } else {
                 flush as u64
             },
+            mirror_support_unclean_leader_election: boolean(
+                "mirror.support.unclean.leader.election",
+                false,
+            )?,
         };
+        let cluster_id = match get("cluster.id") {
+            Some((v, o)) => {
+                if v.is_empty() || v.chars().any(|c| c.is_whitespace()) {
+                    return Err(bad(
+                        "cluster.id",
+                        v,
+                        "must be non-empty without whitespace",
+                        o,
+                    ));
+                }
+                v.to_string()
+            }
+            None => "tidemark".to_string(),
+        };
+        let mirror_api_key_base = num("mirror.api.key.base", 94, 0, i16::MAX as i64 - 16)? as i16;
+        if let Some(clash) = crate::mirror::wire::clashing_key(mirror_api_key_base) {
+            let (v, o) = get("mirror.api.key.base").expect("the default clashes with nothing");
+            return Err(bad(
+                "mirror.api.key.base",
+                v,
+                &format!("mirror API key {clash} is already a Kafka API this broker knows"),
+                o,
+            ));
+        }
         Ok(BrokerConfig {
             node_id,
             process_roles,
@@ -424,6 +474,8 @@ impl BrokerConfig {
                 i64::MAX,
             )? as u64),
             log,
+            cluster_id,
+            mirror_api_key_base,
             raw: set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
         })
     }
@@ -633,6 +685,40 @@ mod tests {
             err.contains("log.segmnt.bytes") && err.contains("s.properties:7"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn cluster_id_and_mirror_keys() {
+        let cfg = BrokerConfig::from_entries(entries(BASE)).unwrap();
+        assert_eq!(
+            (cfg.cluster_id.as_str(), cfg.mirror_api_key_base),
+            ("tidemark", 94)
+        );
+        let mut pairs = BASE.to_vec();
+        pairs.push(("cluster.id", "my cluster"));
+        let err = BrokerConfig::from_entries(entries(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cluster.id") && err.contains("`my cluster`"),
+            "{err}"
+        );
+        let mut pairs = BASE.to_vec();
+        pairs.push(("mirror.api.key.base", "1"));
+        let err = BrokerConfig::from_entries(entries(&pairs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("mirror.api.key.base") && err.contains("already a Kafka API"),
+            "{err}"
+        );
+        let mut lc = LogConfig::default();
+        lc.set_topic_key("mirror.support.unclean.leader.election", "true")
+            .unwrap();
+        assert!(lc.mirror_support_unclean_leader_election);
+        assert!(lc
+            .set_topic_key("mirror.support.unclean.leader.election", "yes")
+            .is_err());
     }
 
     #[test]

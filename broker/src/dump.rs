@@ -6,7 +6,9 @@
 //! read or looked wrong (a gap between segments, a batch that does not parse, a high watermark
 //! that is unknown). A high watermark is left out, never guessed, when the
 //! `replication-offset-checkpoint` cannot be read or has no entry for the replica: a checker
-//! would take a guessed 0 to mean that nothing was ever committed.
+//! would take a guessed 0 to mean that nothing was ever committed. Each row also carries
+//! `cluster_id` (from `meta.properties`) and, for mirror topics, `mirror_state`, so checkers can
+//! tell mirrored epochs from local ones.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,7 +19,7 @@ use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use serde_json::{json, Value};
 
-use crate::broker::{read_hw_checkpoint, HW_CHECKPOINT_FILE};
+use crate::broker::{read_cluster_id, read_hw_checkpoint, HW_CHECKPOINT_FILE};
 use crate::log::batch;
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
 use crate::partition::{PersistedState, STATE_FILE};
@@ -36,6 +38,7 @@ pub struct DumpOptions {
 pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
     let hws =
         read_hw_checkpoint(&opts.data_dir.join(HW_CHECKPOINT_FILE)).map_err(|e| format!("{e:#}"));
+    let cluster_id = read_cluster_id(&opts.data_dir)?;
     let mut replicas = BTreeMap::new();
     let entries = std::fs::read_dir(&opts.data_dir)
         .map_err(|e| anyhow::anyhow!("cannot read data dir {}: {e}", opts.data_dir.display()))?;
@@ -79,6 +82,9 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
         }
         if let Some(cluster) = &opts.cluster {
             obj.insert("cluster".into(), json!(cluster));
+        }
+        if let Some(id) = &cluster_id {
+            obj.insert("cluster_id".into(), json!(id));
         }
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")?;
@@ -192,6 +198,10 @@ fn replica_state(dir: &Path, hw: Result<i64, String>) -> anyhow::Result<Value> {
     if let Some(s) = state {
         v["leader_epoch"] = json!(s.leader_epoch);
         v["isr"] = json!(s.isr);
+        // Mirrored epochs came from the other cluster; a checker needs to know which is which.
+        if let Some(m) = s.mirror_state {
+            v["mirror_state"] = json!(m.name());
+        }
     }
     if !notes.is_empty() {
         v["notes"] = json!(notes);

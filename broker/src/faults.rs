@@ -27,14 +27,33 @@ pub enum Bug {
     /// rule undone). Breaks I4: records count as committed on fewer replicas than promised, so
     /// losing that replica loses them. Checkers report `lost-write`.
     NoStrictMinIsr,
+    /// A mirror partition starts mirroring without the LMLE truncation (kips.md §1.5). Breaks
+    /// M3/M4: records this cluster wrote under epochs the other cluster now owns stay, the
+    /// divergence check cannot see them, and after failback the two logs differ (`divergence`).
+    SkipLmleTruncation,
+    /// Failover makes the topic writable without bumping the leader epoch above the LMLE
+    /// (kips.md §1.6). Breaks M5: local writes carry an epoch the other cluster also wrote, so
+    /// failback keeps records of both under one epoch (`divergence`).
+    NoEpochBumpOnFailover,
+    /// The LMLE truncation waits for the ISR only, ignoring
+    /// `mirror.support.unclean.leader.election=true` (kips.md §1.10). Breaks M3/M4 under a later
+    /// unclean election: an out-of-ISR replica keeps records beyond the LMLE and can lead.
+    IsrOnlyLmleTruncation,
+    /// A mirror leader records its own leader epoch in its epoch cache (kips.md §1.1). Breaks
+    /// M11: the cache holds an epoch no mirrored batch has, so divergence answers are wrong.
+    LocalEpochInMirrorCache,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 8] = [
         Bug::HwTruncation,
         Bug::AckBeforeReplication,
         Bug::AcceptStaleEpoch,
         Bug::NoStrictMinIsr,
+        Bug::SkipLmleTruncation,
+        Bug::NoEpochBumpOnFailover,
+        Bug::IsrOnlyLmleTruncation,
+        Bug::LocalEpochInMirrorCache,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +62,10 @@ impl Bug {
             Bug::AckBeforeReplication => "ack-before-replication",
             Bug::AcceptStaleEpoch => "accept-stale-epoch",
             Bug::NoStrictMinIsr => "no-strict-min-isr",
+            Bug::SkipLmleTruncation => "skip-lmle-truncation",
+            Bug::NoEpochBumpOnFailover => "no-epoch-bump-on-failover",
+            Bug::IsrOnlyLmleTruncation => "isr-only-lmle-truncation",
+            Bug::LocalEpochInMirrorCache => "local-epoch-in-mirror-cache",
         }
     }
 }

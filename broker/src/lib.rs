@@ -12,6 +12,7 @@ pub mod faults;
 pub mod log;
 pub mod log_dir;
 pub mod metadata;
+pub mod mirror;
 pub mod partition;
 pub mod protocol;
 pub mod replica;

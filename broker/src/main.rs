@@ -15,6 +15,7 @@ use tidemark_broker::controller::MetadataQuorum;
 use tidemark_broker::dump::{dump, DumpOptions};
 use tidemark_broker::faults::{Bug, Faults};
 use tidemark_broker::log_dir::LogDirLock;
+use tidemark_broker::mirror::wire::MirrorRequest;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -86,6 +87,89 @@ enum AdminOp {
         #[arg(long)]
         topic: Option<String>,
     },
+    /// Cluster mirroring (KIP-1279), like `kafka-cluster-mirrors.sh`; sent to the destination.
+    Mirror {
+        #[command(subcommand)]
+        op: MirrorOp,
+        /// The destination cluster.
+        #[arg(long, global = true)]
+        bootstrap_server: Option<String>,
+        /// API key of CreateClusterMirror on the cluster (its `mirror.api.key.base`).
+        #[arg(long, global = true, default_value_t = 94)]
+        api_key_base: i16,
+    },
+}
+
+#[derive(Subcommand)]
+enum MirrorOp {
+    /// Create a mirror of the cluster at --source-bootstrap.
+    Create {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        source_bootstrap: String,
+    },
+    /// Start mirroring topics (creating them with the source's topic ids, or failing back).
+    Start {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+    },
+    /// Fail over: persist the LMLE, bump the epochs; returns once the topics are writable.
+    Stop {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+    },
+    Pause {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+    },
+    Resume {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+    },
+    /// Each partition's state, source and destination offsets, lag, LMLE and last error.
+    Describe {
+        #[arg(long)]
+        mirror: Option<String>,
+    },
+    List,
+    /// Delete a mirror whose topics are all stopped.
+    Delete {
+        #[arg(long)]
+        mirror: String,
+    },
+}
+
+impl MirrorOp {
+    fn request(self) -> MirrorRequest {
+        match self {
+            MirrorOp::Create {
+                mirror,
+                source_bootstrap,
+            } => MirrorRequest::Create {
+                mirror,
+                source_bootstrap,
+            },
+            MirrorOp::Start { mirror, topics } => MirrorRequest::Start { mirror, topics },
+            MirrorOp::Stop { mirror, topics } => MirrorRequest::Stop { mirror, topics },
+            MirrorOp::Pause { mirror, topics } => MirrorRequest::Pause { mirror, topics },
+            MirrorOp::Resume { mirror, topics } => MirrorRequest::Resume { mirror, topics },
+            MirrorOp::Describe { mirror } => MirrorRequest::Describe {
+                mirror,
+                lookup: None,
+            },
+            MirrorOp::List => MirrorRequest::List,
+            MirrorOp::Delete { mirror } => MirrorRequest::Delete { mirror },
+        }
+    }
 }
 
 fn admin(op: AdminOp) -> ExitCode {
@@ -110,6 +194,14 @@ fn admin(op: AdminOp) -> ExitCode {
             } => tidemark_broker::admin::describe(&bootstrap_server, topic.as_deref())
                 .await
                 .map(|v| (v, true)),
+            AdminOp::Mirror {
+                op,
+                bootstrap_server,
+                api_key_base,
+            } => match bootstrap_server {
+                Some(b) => tidemark_broker::admin::mirror(&b, api_key_base, op.request()).await,
+                None => Err(anyhow::anyhow!("--bootstrap-server is required")),
+            },
         }
     });
     match result {

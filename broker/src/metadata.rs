@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::mirror::rules::MirrorState;
+
 /// File holding the metadata image in the log directory.
 pub const METADATA_FILE: &str = "cluster-metadata.json";
 
@@ -40,6 +42,35 @@ pub struct TopicRegistration {
     pub partitions: Vec<PartitionRegistration>,
     /// Topic-level config overrides, by Kafka topic key.
     pub configs: BTreeMap<String, String>,
+    /// Set while the topic is (or was) a mirror of another cluster's topic of the same id.
+    #[serde(default)]
+    pub mirror: Option<Box<TopicMirror>>,
+}
+
+/// A mirror of another cluster: where to reach it and which cluster it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorRegistration {
+    pub name: String,
+    pub source_bootstrap: String,
+    pub source_cluster_id: String,
+}
+
+/// A topic's mirror and the mirror state of each of its partitions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMirror {
+    pub mirror: String,
+    pub partitions: Vec<PartitionMirror>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMirror {
+    pub state: MirrorState,
+    /// Failed attempts since the partition last mirrored.
+    pub retry_attempt: i32,
+    pub last_error: Option<String>,
+    /// The state a FAILED partition failed in; its retry resumes from there.
+    #[serde(default)]
+    pub failed_in: Option<MirrorState>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,11 +99,19 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, BrokerEndpoint>,
     #[serde(default)]
     pub defaults: ClusterDefaults,
+    #[serde(default)]
+    pub mirrors: BTreeMap<String, MirrorRegistration>,
 }
 
 impl MetadataImage {
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicRegistration> {
         self.topics.values().find(|t| t.id == id)
+    }
+
+    /// The mirror state of a partition, if its topic mirrors (or mirrored) another cluster.
+    pub fn mirror_state(&self, topic: &str, partition: i32) -> Option<MirrorState> {
+        let m = self.topics.get(topic)?.mirror.as_ref()?;
+        m.partitions.get(partition as usize).map(|p| p.state)
     }
 }
 

@@ -17,8 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::LogConfig;
+use crate::errors;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
+use crate::mirror::rules::{lmle_truncation_offset, truncation_wait, MirrorState, TruncationWait};
 
 /// Per-partition file recording the last registration this replica acted on, so that
 /// `dump-log` can tell roles and epochs without asking a running broker.
@@ -32,6 +34,9 @@ pub struct PersistedState {
     pub leader_epoch: i32,
     pub isr: Vec<i32>,
     pub replicas: Vec<i32>,
+    /// The partition's mirror state when its topic mirrors (or mirrored) another cluster.
+    #[serde(default)]
+    pub mirror_state: Option<MirrorState>,
 }
 
 /// What the leader knows of one follower.
@@ -65,6 +70,8 @@ pub struct Deviations {
     pub no_strict_min_isr: bool,
     /// Requests with a stale current leader epoch are served.
     pub accept_stale_epoch: bool,
+    /// A mirror leader records its own leader epoch in its epoch cache.
+    pub local_epoch_in_mirror_cache: bool,
 }
 
 /// What the hosting broker fixes for every replica it opens.
@@ -129,6 +136,11 @@ struct PartitionState {
     /// Set on becoming a follower: the log must be reconciled with the leader's by leader epoch
     /// before fetching.
     needs_truncation: bool,
+    /// Set when the topic mirrors (or mirrored) another cluster, from the metadata.
+    mirror_state: Option<MirrorState>,
+    /// While an LMLE truncation waits for the replicas: each follower's latest fetch offset
+    /// since the leader truncated (such a fetch passed the divergence check).
+    mirror_truncation_fetches: Option<BTreeMap<i32, i64>>,
 }
 
 impl PartitionState {
@@ -138,6 +150,37 @@ impl PartitionState {
 
     fn leader_epoch(&self) -> i32 {
         self.registration.leader_epoch
+    }
+
+    /// A mirror partition not yet STOPPED: read-only, and its epoch cache holds only epochs of
+    /// mirrored batches (M11).
+    fn is_mirroring(&self) -> bool {
+        self.mirror_state.is_some_and(|m| m.is_read_only())
+    }
+
+    fn persisted(&self) -> PersistedState {
+        PersistedState {
+            node_id: self.node_id,
+            leader: self.registration.leader,
+            leader_epoch: self.registration.leader_epoch,
+            isr: self.registration.isr.clone(),
+            replicas: self.registration.replicas.clone(),
+            mirror_state: self.mirror_state,
+        }
+    }
+
+    /// Whether the LMLE truncation is complete on the replicas that must take part.
+    fn lmle_truncation_wait(&self, all_replicas: bool) -> TruncationWait {
+        let none = BTreeMap::new();
+        truncation_wait(
+            self.node_id,
+            &self.registration.replicas,
+            &self.registration.isr,
+            self.effective_min_isr(),
+            all_replicas,
+            self.log.log_end_offset(),
+            self.mirror_truncation_fetches.as_ref().unwrap_or(&none),
+        )
     }
 
     /// KIP-320: compare a requester's view of the leader epoch with ours.
@@ -311,6 +354,8 @@ impl Partition {
             followers: BTreeMap::new(),
             leader_epoch_start_offset: 0,
             needs_truncation: false,
+            mirror_state: None,
+            mirror_truncation_fetches: None,
         };
         let (tx, _) = watch::channel(hw);
         let p = Partition {
@@ -354,15 +399,33 @@ impl Partition {
     /// start at its log end, as Kafka's `makeLeader` does; one that follows a new leader or epoch
     /// must truncate by epoch before fetching again.
     pub fn apply_registration(&self, reg: PartitionRegistration) -> Result<RoleChange, LogError> {
+        let mirror_state = self.with_state(|s| s.mirror_state);
+        self.apply_registration_with_mirror_state(reg, mirror_state)
+    }
+
+    /// Adopts a registration together with the partition's mirror state from the same image,
+    /// under one lock: a failover's epoch bump and the end of read-only take effect at once, so
+    /// no client write can land in the old epoch.
+    pub fn apply_registration_with_mirror_state(
+        &self,
+        reg: PartitionRegistration,
+        mirror_state: Option<MirrorState>,
+    ) -> Result<RoleChange, LogError> {
         let strict_min_isr = self.strict_min_isr();
         let (hw, change) = self.with_state(|s| -> Result<(i64, RoleChange), LogError> {
+            let mirror_changed = s.mirror_state != mirror_state;
+            s.mirror_state = mirror_state;
             let old = s.registration.clone();
             let me = s.node_id;
             let epoch_changed = reg.leader_epoch != old.leader_epoch || reg.leader != old.leader;
             s.registration = reg;
             let change = if s.registration.leader == me {
                 if epoch_changed {
-                    s.log.assign_epoch_start(s.registration.leader_epoch)?;
+                    // A mirror leader does not own its epoch (kips.md §1.1): the cache follows
+                    // the mirrored batches only.
+                    if !s.is_mirroring() || self.deviations.local_epoch_in_mirror_cache {
+                        s.log.assign_epoch_start(s.registration.leader_epoch)?;
+                    }
                     s.leader_epoch_start_offset = s.log.log_end_offset();
                     let now = Instant::now();
                     let hw = s.high_watermark;
@@ -396,17 +459,10 @@ impl Partition {
                     epoch: s.registration.leader_epoch,
                 }
             };
-            if epoch_changed || old.isr != s.registration.isr {
-                let st = PersistedState {
-                    node_id: s.node_id,
-                    leader: s.registration.leader,
-                    leader_epoch: s.registration.leader_epoch,
-                    isr: s.registration.isr.clone(),
-                    replicas: s.registration.replicas.clone(),
-                };
+            if epoch_changed || mirror_changed || old.isr != s.registration.isr {
                 let path = self.dir.join(STATE_FILE);
-                let bytes =
-                    serde_json::to_vec(&st).map_err(|e| LogError::Invalid(e.to_string()))?;
+                let bytes = serde_json::to_vec(&s.persisted())
+                    .map_err(|e| LogError::Invalid(e.to_string()))?;
                 std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
             }
             s.maybe_increment_high_watermark(strict_min_isr);
@@ -445,6 +501,15 @@ impl Partition {
                 return Err((
                     ResponseError::NotLeaderOrFollower.code(),
                     format!("{}-{}: not the leader", self.topic, self.index),
+                ));
+            }
+            if s.is_mirroring() {
+                return Err((
+                    errors::READ_ONLY_TOPIC,
+                    format!(
+                        "{}-{} is a mirror topic: it is read-only until stopped",
+                        self.topic, self.index
+                    ),
                 ));
             }
             if acks == -1 && s.registration.isr.len() < s.config.min_insync_replicas as usize {
@@ -566,16 +631,25 @@ impl Partition {
             }
             let (start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
             let follower = spec.replica_id >= 0;
-            if spec.fetch_offset < start || spec.fetch_offset > leo {
-                return FetchResult {
-                    error: ResponseError::OffsetOutOfRange.code(),
-                    high_watermark: s.high_watermark,
-                    log_start_offset: start,
-                    ..Default::default()
-                };
+            let out_of_range = FetchResult {
+                error: ResponseError::OffsetOutOfRange.code(),
+                high_watermark: s.high_watermark,
+                log_start_offset: start,
+                ..Default::default()
+            };
+            if spec.fetch_offset < start {
+                return out_of_range;
             }
-            if follower && spec.last_fetched_epoch >= 0 {
+            // Any fetcher that says which epoch it fetched last (followers, and the mirror
+            // fetchers of another cluster, which fetch as consumers) learns of a divergence
+            // before anything else, as in Kafka's `Partition.fetchRecords`.
+            if spec.last_fetched_epoch >= 0 {
                 let (epoch, end) = s.log.end_offset_for_epoch(spec.last_fetched_epoch);
+                // No epoch of ours is at or below the fetcher's: nothing to diverge from, so it
+                // must start over from our offsets (kips.md §3.4.2, step 1).
+                if end < 0 {
+                    return out_of_range;
+                }
                 if epoch < spec.last_fetched_epoch || end < spec.fetch_offset {
                     return FetchResult {
                         high_watermark: s.high_watermark,
@@ -585,8 +659,14 @@ impl Partition {
                     };
                 }
             }
+            if spec.fetch_offset > leo {
+                return out_of_range;
+            }
             if follower {
                 s.record_follower_fetch(spec.replica_id, spec.fetch_offset, Instant::now());
+                if let Some(fetches) = s.mirror_truncation_fetches.as_mut() {
+                    fetches.insert(spec.replica_id, spec.fetch_offset);
+                }
                 if s.may_join_isr(spec.replica_id) {
                     let mut isr = s.registration.isr.clone();
                     isr.push(spec.replica_id);
@@ -789,6 +869,96 @@ impl Partition {
             s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
             Ok(())
         })
+    }
+
+    /// Where a mirror leader fetches from the source: its log end, its latest epoch (the last
+    /// fetched one), and its own leader epoch (which a mirrored batch must not exceed).
+    pub fn mirror_fetch_position(&self) -> (i64, i32, i32) {
+        self.with_state(|s| {
+            (
+                s.log.log_end_offset(),
+                s.log.latest_epoch(),
+                s.leader_epoch(),
+            )
+        })
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.with_state(|s| s.log.log_end_offset())
+    }
+
+    /// Appends batches mirrored from the source as they are (offsets and epochs kept) on this
+    /// leader, still leading in `leader_epoch`; the high watermark follows the local ISR rule.
+    pub fn append_mirrored(&self, records: &[u8], leader_epoch: i32) -> Result<(), String> {
+        let strict = self.strict_min_isr();
+        let hw = self.with_state(|s| -> Result<i64, String> {
+            if !s.is_leader() || s.leader_epoch() != leader_epoch {
+                return Err("leadership changed during the mirror fetch".into());
+            }
+            s.log
+                .append_as_follower(records)
+                .map_err(|e| e.to_string())?;
+            s.maybe_increment_high_watermark(strict);
+            Ok(s.high_watermark)
+        })?;
+        self.publish_high_watermark(hw);
+        Ok(())
+    }
+
+    /// Phase 1 of the LMLE truncation (kips.md §1.5): once enough replicas are in the ISR to
+    /// take part (all of them when `all_replicas`), cuts the log at the end of epoch `lmle` and
+    /// starts watching the followers' fetches. Returns what it still waits for, if anything.
+    pub fn lmle_truncate(
+        &self,
+        lmle: i32,
+        all_replicas: bool,
+    ) -> Result<Option<TruncationWait>, LogError> {
+        let hw = self.with_state(|s| -> Result<Result<i64, TruncationWait>, LogError> {
+            let w = s.lmle_truncation_wait(all_replicas);
+            if matches!(
+                w,
+                TruncationWait::UnderMinIsr { .. } | TruncationWait::NotAllInIsr { .. }
+            ) {
+                return Ok(Err(w));
+            }
+            let entries: Vec<(i32, i64)> = s
+                .log
+                .epochs()
+                .entries()
+                .iter()
+                .map(|e| (e.epoch, e.start_offset))
+                .collect();
+            let leo = s.log.log_end_offset();
+            let to = lmle_truncation_offset(&entries, leo, lmle);
+            info!(topic = ?self.topic, partition = self.index, lmle, from = leo, to, "LMLE truncation");
+            s.log.truncate_to(to)?;
+            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+            s.mirror_truncation_fetches = Some(BTreeMap::new());
+            Ok(Ok(s.high_watermark))
+        })?;
+        match hw {
+            Ok(hw) => {
+                self.publish_high_watermark(hw);
+                Ok(None)
+            }
+            Err(w) => Ok(Some(w)),
+        }
+    }
+
+    /// Phase 2 of the LMLE truncation: what it still waits for; `Done` ends the watch.
+    pub fn lmle_truncation_progress(&self, all_replicas: bool) -> TruncationWait {
+        self.with_state(|s| {
+            let w = s.lmle_truncation_wait(all_replicas);
+            if w == TruncationWait::Done {
+                s.mirror_truncation_fetches = None;
+            }
+            w
+        })
+    }
+
+    /// Whether the topic config asks the LMLE truncation to wait for every replica.
+    pub fn mirror_support_unclean_leader_election(&self) -> bool {
+        self.with_state(|s| s.config.mirror_support_unclean_leader_election)
     }
 
     /// fsyncs the log (a replica still shared at shutdown).

@@ -186,6 +186,7 @@ fn create_topic(name: &str, partitions: i32, rf: i16) -> ControllerCommand {
         configs: BTreeMap::new(),
         validate_only: false,
         assignments: Vec::new(),
+        mirror: None,
     }
 }
 
@@ -193,6 +194,7 @@ fn bump(topic: &str, partition: i32) -> ControllerCommand {
     ControllerCommand::BumpLeaderEpoch {
         topic: topic.to_string(),
         partition,
+        min_epoch: -1,
     }
 }
 

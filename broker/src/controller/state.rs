@@ -13,8 +13,9 @@ use crate::config::LogConfig;
 use crate::errors;
 use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
-    PartitionRegistration, TopicRegistration,
+    MirrorRegistration, PartitionMirror, PartitionRegistration, TopicMirror, TopicRegistration,
 };
+use crate::mirror::rules::{bumped_epoch, MirrorState};
 
 /// Kafka's ElectLeaders election types (KIP-460).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +52,9 @@ pub enum ControllerCommand {
         /// Replicas per partition chosen by the client; empty for round-robin over live brokers.
         #[serde(default)]
         assignments: Vec<Vec<i32>>,
+        /// Created as a mirror topic of this mirror (its id is the source topic's).
+        #[serde(default)]
+        mirror: Option<String>,
     },
     DeleteTopic {
         name: String,
@@ -75,10 +79,45 @@ pub enum ControllerCommand {
         election: Election,
         partitions: Option<Vec<(String, i32)>>,
     },
-    /// Raise the leader epoch of a partition without changing its leader.
+    /// Raise the leader epoch of a partition without changing its leader, to at least
+    /// `min_epoch` (KIP-1279 needs explicit jumps: epochs are not contiguous).
     BumpLeaderEpoch {
         topic: String,
         partition: i32,
+        #[serde(default)]
+        min_epoch: i32,
+    },
+    CreateMirror {
+        mirror: MirrorRegistration,
+    },
+    /// Removes a mirror whose topics are all STOPPED; they become ordinary topics.
+    DeleteMirror {
+        name: String,
+    },
+    /// Makes an existing topic of the same id a mirror topic again (failback): PREPARING.
+    StartMirrorTopic {
+        mirror: String,
+        topic: String,
+        id: Uuid,
+        partitions: i32,
+    },
+    /// Moves partitions (`None`: all) of a mirror topic to `to`. With `from`, only partitions in
+    /// that state move (a leader's step); without it every named partition must be allowed to.
+    SetMirrorStates {
+        topic: String,
+        partitions: Option<Vec<i32>>,
+        from: Option<MirrorState>,
+        to: MirrorState,
+        error: Option<String>,
+    },
+    /// The last failover step of a STOPPING partition: STOPPED, and (unless `bump` is false) the
+    /// leader epoch raised to at least `min_epoch` in the same change, so no client write can
+    /// land before the bump.
+    CompleteMirrorStop {
+        topic: String,
+        partition: i32,
+        min_epoch: i32,
+        bump: bool,
     },
 }
 
@@ -292,9 +331,21 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             configs,
             validate_only,
             assignments,
+            mirror,
         } => {
             if let Err(m) = validate_topic_name(name) {
                 return error(errors::INVALID_TOPIC_EXCEPTION, m);
+            }
+            if let Some(other) = image.topic_by_id(*id) {
+                return error(
+                    errors::TOPIC_ALREADY_EXISTS,
+                    format!("topic id {id} is already used by topic {}", other.name),
+                );
+            }
+            if let Some(m) = mirror {
+                if !image.mirrors.contains_key(m) {
+                    return error(errors::UNKNOWN_CLUSTER_MIRROR, format!("no mirror {m}"));
+                }
             }
             if image.topics.contains_key(name) {
                 return error(
@@ -356,7 +407,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 }
                 assignments.clone()
             };
-            let parts = replica_sets
+            let parts: Vec<PartitionRegistration> = replica_sets
                 .into_iter()
                 .map(|replicas| PartitionRegistration {
                     leader: replicas[0],
@@ -367,11 +418,13 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                     leader_recovery_state: LeaderRecoveryState::Recovered,
                 })
                 .collect();
+            let count = parts.len();
             let topic = TopicRegistration {
                 name: name.clone(),
                 id: *id,
                 partitions: parts,
                 configs: configs.clone(),
+                mirror: mirror.as_ref().map(|m| Box::new(preparing(m, count))),
             };
             if !validate_only {
                 image.topics.insert(name.clone(), topic.clone());
@@ -556,15 +609,198 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             }
             ControllerReply::Elections(results)
         }
-        ControllerCommand::BumpLeaderEpoch { topic, partition } => {
+        ControllerCommand::BumpLeaderEpoch {
+            topic,
+            partition,
+            min_epoch,
+        } => {
             let p = match partition_mut(image, topic, *partition) {
                 Ok(p) => p,
                 Err(reply) => return reply,
             };
-            p.leader_epoch += 1;
+            p.leader_epoch = bumped_epoch(p.leader_epoch, *min_epoch);
             p.partition_epoch += 1;
             ControllerReply::Partition(p.clone())
         }
+        ControllerCommand::CreateMirror { mirror } => {
+            if image.mirrors.contains_key(&mirror.name) {
+                return error(
+                    errors::CLUSTER_MIRROR_ALREADY_EXISTS,
+                    format!("mirror {} already exists", mirror.name),
+                );
+            }
+            if let Err(m) = validate_topic_name(&mirror.name) {
+                return error(errors::INVALID_REQUEST, format!("mirror name: {m}"));
+            }
+            image.mirrors.insert(mirror.name.clone(), mirror.clone());
+            ControllerReply::Done
+        }
+        ControllerCommand::DeleteMirror { name } => {
+            if !image.mirrors.contains_key(name) {
+                return error(errors::UNKNOWN_CLUSTER_MIRROR, format!("no mirror {name}"));
+            }
+            let busy: Vec<&str> = image
+                .topics
+                .values()
+                .filter(|t| {
+                    t.mirror.as_ref().is_some_and(|m| {
+                        &m.mirror == name
+                            && m.partitions.iter().any(|p| p.state != MirrorState::Stopped)
+                    })
+                })
+                .map(|t| t.name.as_str())
+                .collect();
+            if !busy.is_empty() {
+                return error(
+                    errors::CLUSTER_MIRROR_NOT_EMPTY,
+                    format!("mirror {name} still has topics not STOPPED: {busy:?}"),
+                );
+            }
+            image.mirrors.remove(name);
+            for t in image.topics.values_mut() {
+                if t.mirror.as_ref().is_some_and(|m| &m.mirror == name) {
+                    t.mirror = None;
+                }
+            }
+            ControllerReply::Done
+        }
+        ControllerCommand::StartMirrorTopic {
+            mirror,
+            topic,
+            id,
+            partitions,
+        } => {
+            if !image.mirrors.contains_key(mirror) {
+                return error(
+                    errors::UNKNOWN_CLUSTER_MIRROR,
+                    format!("no mirror {mirror}"),
+                );
+            }
+            let Some(t) = image.topics.get_mut(topic) else {
+                return error(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("no topic {topic}"),
+                );
+            };
+            if t.id != *id || t.partitions.len() as i32 != *partitions {
+                return error(
+                    errors::INVALID_REQUEST,
+                    format!(
+                        "topic {topic} is {} with {} partition(s); the source is {id} with {partitions}",
+                        t.id,
+                        t.partitions.len()
+                    ),
+                );
+            }
+            if let Some(m) = &t.mirror {
+                if m.partitions.iter().any(|p| p.state != MirrorState::Stopped) {
+                    return error(
+                        errors::TOPIC_ALREADY_IN_CLUSTER_MIRROR,
+                        format!("topic {topic} is mirroring in mirror {}", m.mirror),
+                    );
+                }
+            }
+            t.mirror = Some(Box::new(preparing(mirror, t.partitions.len())));
+            ControllerReply::Done
+        }
+        ControllerCommand::SetMirrorStates {
+            topic,
+            partitions,
+            from,
+            to,
+            error: message,
+        } => {
+            let Some(m) = image.topics.get_mut(topic).and_then(|t| t.mirror.as_mut()) else {
+                return error(
+                    errors::TOPIC_NOT_IN_CLUSTER_MIRROR,
+                    format!("topic {topic} is not a mirror topic"),
+                );
+            };
+            let targets: Vec<i32> = match partitions {
+                Some(list) => list.clone(),
+                None => (0..m.partitions.len() as i32).collect(),
+            };
+            let mut next = m.partitions.clone();
+            for i in targets {
+                let Some(p) = next.get_mut(i as usize) else {
+                    return error(
+                        errors::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("no partition {topic}-{i}"),
+                    );
+                };
+                if from.is_some_and(|f| f != p.state) {
+                    continue;
+                }
+                if !p.state.may_become(*to) {
+                    return error(
+                        errors::INVALID_CLUSTER_MIRROR_STATES,
+                        format!(
+                            "{topic}-{i}: {} cannot become {}",
+                            p.state.name(),
+                            to.name()
+                        ),
+                    );
+                }
+                match to {
+                    MirrorState::Failed => {
+                        p.retry_attempt += 1;
+                        if p.state != MirrorState::Failed {
+                            p.failed_in = Some(p.state);
+                        }
+                    }
+                    MirrorState::Mirroring => {
+                        p.retry_attempt = 0;
+                        p.failed_in = None;
+                    }
+                    _ => {}
+                }
+                if message.is_some() || *to == MirrorState::Mirroring {
+                    p.last_error = message.clone();
+                }
+                p.state = *to;
+            }
+            m.partitions = next;
+            ControllerReply::Done
+        }
+        ControllerCommand::CompleteMirrorStop {
+            topic,
+            partition,
+            min_epoch,
+            bump,
+        } => {
+            let state = image.mirror_state(topic, *partition);
+            if state != Some(MirrorState::Stopping) {
+                return error(
+                    errors::INVALID_CLUSTER_MIRROR_STATES,
+                    format!("{topic}-{partition} is {state:?}, not STOPPING"),
+                );
+            }
+            let t = image.topics.get_mut(topic).expect("checked above");
+            if let Some(m) = t.mirror.as_mut() {
+                m.partitions[*partition as usize].state = MirrorState::Stopped;
+            }
+            let p = &mut t.partitions[*partition as usize];
+            if *bump {
+                p.leader_epoch = bumped_epoch(p.leader_epoch, *min_epoch);
+            }
+            p.partition_epoch += 1;
+            ControllerReply::Partition(p.clone())
+        }
+    }
+}
+
+fn preparing(mirror: &str, partitions: usize) -> TopicMirror {
+    TopicMirror {
+        mirror: mirror.to_string(),
+        partitions: vec![
+            PartitionMirror {
+                state: MirrorState::Preparing,
+                retry_attempt: 0,
+                last_error: None,
+                failed_in: None,
+            };
+            partitions
+        ],
     }
 }
 
@@ -614,6 +850,7 @@ mod tests {
             configs,
             validate_only: false,
             assignments: Vec::new(),
+            mirror: None,
         };
         assert!(matches!(apply(&mut image, &cmd), ControllerReply::Topic(_)));
         image
@@ -808,12 +1045,13 @@ mod tests {
         let mut image = cluster(false);
         let create = |name: &str, rf| ControllerCommand::CreateTopic {
             name: name.into(),
-            id: Uuid::nil(),
+            id: Uuid::new_v4(),
             partitions: 1,
             replication_factor: rf,
             configs: BTreeMap::new(),
             validate_only: false,
             assignments: Vec::new(),
+            mirror: None,
         };
         assert!(matches!(
             apply(&mut image, &create("t", 1)),
@@ -841,8 +1079,114 @@ mod tests {
             &ControllerCommand::BumpLeaderEpoch {
                 topic: "t".into(),
                 partition: 0,
+                min_epoch: -1,
             },
         );
         assert_eq!((part(&image).leader, part(&image).leader_epoch), (1, 1));
+        apply(
+            &mut image,
+            &ControllerCommand::BumpLeaderEpoch {
+                topic: "t".into(),
+                partition: 0,
+                min_epoch: 5,
+            },
+        );
+        assert_eq!(part(&image).leader_epoch, 5);
+    }
+
+    #[test]
+    fn mirror_topic_lifecycle() {
+        let mut image = cluster(false);
+        let code = |r: ControllerReply| match r {
+            ControllerReply::Error { code, .. } => code,
+            _ => errors::NONE,
+        };
+        let mirror = MirrorRegistration {
+            name: "a-to-b".into(),
+            source_bootstrap: "h:1".into(),
+            source_cluster_id: "A".into(),
+        };
+        let create = ControllerCommand::CreateMirror {
+            mirror: mirror.clone(),
+        };
+        assert_eq!(code(apply(&mut image, &create)), errors::NONE);
+        assert_eq!(
+            code(apply(&mut image, &create)),
+            errors::CLUSTER_MIRROR_ALREADY_EXISTS
+        );
+        let topic = |name: &str, id: u128| ControllerCommand::CreateTopic {
+            name: name.into(),
+            id: Uuid::from_u128(id),
+            partitions: 1,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+            validate_only: false,
+            assignments: Vec::new(),
+            mirror: Some("a-to-b".into()),
+        };
+        assert_eq!(code(apply(&mut image, &topic("m", 9))), errors::NONE);
+        // The source's topic id may not name two topics.
+        assert_eq!(
+            code(apply(&mut image, &topic("n", 9))),
+            errors::TOPIC_ALREADY_EXISTS
+        );
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Preparing));
+        let set = |from, to| ControllerCommand::SetMirrorStates {
+            topic: "m".into(),
+            partitions: None,
+            from,
+            to,
+            error: None,
+        };
+        assert_eq!(
+            code(apply(&mut image, &set(None, MirrorState::Stopped))),
+            errors::INVALID_CLUSTER_MIRROR_STATES
+        );
+        // A leader's step from a state the partition is not in changes nothing.
+        apply(
+            &mut image,
+            &set(Some(MirrorState::Paused), MirrorState::Mirroring),
+        );
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Preparing));
+        apply(&mut image, &set(None, MirrorState::Mirroring));
+        assert_eq!(
+            code(apply(
+                &mut image,
+                &ControllerCommand::DeleteMirror {
+                    name: "a-to-b".into()
+                }
+            )),
+            errors::CLUSTER_MIRROR_NOT_EMPTY
+        );
+        apply(&mut image, &set(None, MirrorState::Stopping));
+        let epoch = image.topics["m"].partitions[0].leader_epoch;
+        apply(
+            &mut image,
+            &ControllerCommand::CompleteMirrorStop {
+                topic: "m".into(),
+                partition: 0,
+                min_epoch: epoch + 4,
+                bump: true,
+            },
+        );
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Stopped));
+        assert_eq!(image.topics["m"].partitions[0].leader_epoch, epoch + 4);
+        // Failback onto the same topic needs the same id and partition count.
+        let start = |id: u128, partitions| ControllerCommand::StartMirrorTopic {
+            mirror: "a-to-b".into(),
+            topic: "m".into(),
+            id: Uuid::from_u128(id),
+            partitions,
+        };
+        assert_eq!(
+            code(apply(&mut image, &start(8, 1))),
+            errors::INVALID_REQUEST
+        );
+        assert_eq!(code(apply(&mut image, &start(9, 1))), errors::NONE);
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Preparing));
+        assert_eq!(
+            code(apply(&mut image, &start(9, 1))),
+            errors::TOPIC_ALREADY_IN_CLUSTER_MIRROR
+        );
     }
 }

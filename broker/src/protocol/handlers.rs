@@ -139,7 +139,7 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
     let leaders_known = broker.caught_up();
     let mut resp = MetadataResponse::default();
     if version >= 2 {
-        resp.cluster_id = Some(s("tidemark"));
+        resp.cluster_id = Some(s(broker.config.cluster_id.clone()));
     }
     resp.controller_id = BrokerId(image.brokers.keys().next().copied().unwrap_or(cfg.node_id));
     resp.brokers = image

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
+use crate::mirror::wire::{encode_body, MirrorApi};
 
 /// Largest request frame accepted (Kafka's `socket.request.max.bytes` default).
 pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
@@ -120,6 +121,20 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
     }
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
+    if let Some(api) = MirrorApi::from_key(broker.config.mirror_api_key_base, raw_key) {
+        if version != 0 {
+            anyhow::bail!("mirror API {api:?} (key {raw_key}) version {version} is not supported (supported 0..=0)");
+        }
+        let header = RequestHeader::decode(&mut frame, 2)
+            .map_err(|e| anyhow::anyhow!("bad request header: {e}"))?;
+        let body = crate::mirror::service::handle_frame(broker, api, &mut frame).await;
+        let mut out = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(header.correlation_id)
+            .encode(&mut out, 1)?;
+        encode_body(&body, &mut out)?;
+        return Ok(Some(out.freeze()));
+    }
     let api_key =
         ApiKey::try_from(raw_key).map_err(|_| anyhow::anyhow!("unknown API key {raw_key}"))?;
     let crate_range = api_key.valid_versions();

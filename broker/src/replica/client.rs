@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
@@ -91,6 +91,42 @@ impl KafkaConnection {
         tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| anyhow::anyhow!("{key:?} timed out after {timeout:?}"))?
+    }
+
+    /// Sends a request of an API the protocol crate does not know (the mirror APIs): request
+    /// header v2, then `body`; returns the response body after its v1 header.
+    pub async fn call_raw(&mut self, key: i16, version: i16, body: &[u8]) -> anyhow::Result<Bytes> {
+        let correlation = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())))
+            .encode(&mut buf, 2)?;
+        buf.extend_from_slice(body);
+        let timeout = self.timeout;
+        let exchange = async {
+            self.framed.send(buf.freeze()).await?;
+            let frame = self
+                .framed
+                .next()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("connection closed"))??;
+            let mut frame = frame.freeze();
+            let header = ResponseHeader::decode(&mut frame, 1)?;
+            if header.correlation_id != correlation {
+                anyhow::bail!(
+                    "correlation id {} does not match {correlation}",
+                    header.correlation_id
+                );
+            }
+            Ok(frame)
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| anyhow::anyhow!("API key {key} timed out after {timeout:?}"))?
     }
 }
 

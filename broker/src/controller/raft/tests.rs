@@ -115,6 +115,7 @@ async fn snapshot_restores_the_image() {
         configs: Default::default(),
         validate_only: false,
         assignments: Vec::new(),
+        mirror: None,
     };
     let image = {
         let (mut sm, image) = StateMachine::open(dir.path()).unwrap();

@@ -1,0 +1,558 @@
+//! The mirror task of one partition on its destination leader. It drives the partition through
+//! its mirror states as the metadata names them: PREPARING (LMLE lookup on the source, LMLE
+//! truncation, waiting for the ISR or all replicas to truncate too), MIRRORING (consumer fetches
+//! from the source leader with the source's leader epoch and the last fetched epoch, appending
+//! batches as they are, truncating on a diverging epoch), EPOCH_FENCING (raising the local leader
+//! epoch to a mirrored batch's before appending it), STOPPING (persisting the LMLE, then STOPPED
+//! with the epoch bumped above it in one metadata change) and FAILED (retry with backoff).
+//! Each step changes the state through the controller, so a new leader resumes where the old
+//! one was.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::rules::{epoch_fencing_target, LmleKey, LmleRecord, MirrorState, TruncationWait};
+use super::service::{call, connect_any, metadata, write_lmle};
+use super::wire::{LmleLookup, MirrorRequest};
+use crate::broker::Broker;
+use crate::controller::ControllerCommand;
+use crate::errors;
+use crate::faults::Bug;
+use crate::log::batch;
+use crate::metadata::{MirrorRegistration, TopicRegistration};
+use crate::partition::Partition;
+use crate::replica::client::KafkaConnection;
+
+const FETCH_MAX_WAIT_MS: i32 = 500;
+const FETCH_MAX_BYTES: i32 = 8 << 20;
+const POLL: Duration = Duration::from_millis(100);
+const RETRY_INITIAL: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What the describe API reports of a partition's mirroring, kept across task restarts.
+#[derive(Clone, Debug)]
+pub struct MirrorStatus {
+    /// The source high watermark at the last fetch, or -1.
+    pub source_high_watermark: i64,
+    /// The LMLE the last preparation used, or -1.
+    pub lmle: i32,
+    /// The epoch an EPOCH_FENCING partition must reach.
+    pub fencing_target: Option<i32>,
+    /// What a PREPARING partition waits for, if anything.
+    pub waiting_for: Option<String>,
+}
+
+impl Default for MirrorStatus {
+    fn default() -> Self {
+        MirrorStatus {
+            source_high_watermark: -1,
+            lmle: -1,
+            fencing_target: None,
+            waiting_for: None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Entry {
+    running: Option<(u64, CancellationToken)>,
+    status: MirrorStatus,
+}
+
+/// The running mirror tasks of this broker, by partition.
+#[derive(Default)]
+pub struct MirrorTasks {
+    entries: Mutex<BTreeMap<(String, i32), Entry>>,
+    next_id: Mutex<u64>,
+}
+
+impl MirrorTasks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the partition's task unless one runs.
+    pub fn ensure(&self, broker: &Arc<Broker>, p: &Arc<Partition>) {
+        let mut entries = self.lock();
+        let entry = entries.entry((p.topic.clone(), p.index)).or_default();
+        if entry.running.is_some() {
+            return;
+        }
+        let id = {
+            let mut n = self.next_id.lock().unwrap_or_else(|x| x.into_inner());
+            *n += 1;
+            *n
+        };
+        let cancel = CancellationToken::new();
+        entry.running = Some((id, cancel.clone()));
+        tokio::spawn(run(broker.clone(), p.clone(), cancel, id));
+    }
+
+    /// Stops the partition's task, if any.
+    pub fn stop(&self, p: &Partition) {
+        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
+            if let Some((_, cancel)) = e.running.take() {
+                cancel.cancel();
+            }
+        }
+    }
+
+    fn finished(&self, p: &Partition, id: u64) {
+        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
+            if e.running.as_ref().is_some_and(|(i, _)| *i == id) {
+                e.running = None;
+            }
+        }
+    }
+
+    pub fn status(&self, topic: &str, index: i32) -> Option<MirrorStatus> {
+        self.lock()
+            .get(&(topic.to_string(), index))
+            .map(|e| e.status.clone())
+    }
+
+    fn update(&self, p: &Partition, f: impl FnOnce(&mut MirrorStatus)) {
+        f(&mut self
+            .lock()
+            .entry((p.topic.clone(), p.index))
+            .or_default()
+            .status);
+    }
+}
+
+/// The source partition's leader, connected.
+struct SourceLeader {
+    conn: KafkaConnection,
+    leader_epoch: i32,
+}
+
+async fn run(broker: Arc<Broker>, p: Arc<Partition>, cancel: CancellationToken, id: u64) {
+    info!(topic = %p.topic, partition = p.index, "mirror task started");
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        _ = drive(&broker, &p, &cancel) => {}
+    }
+    broker.mirrors.finished(&p, id);
+    info!(topic = %p.topic, partition = p.index, "mirror task ended");
+}
+
+async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationToken) {
+    let mut source: Option<SourceLeader> = None;
+    loop {
+        let image = broker.metadata();
+        let Some(topic) = image.topics.get(&p.topic) else {
+            return;
+        };
+        let Some(tm) = topic.mirror.as_ref() else {
+            return;
+        };
+        let Some(mirror) = image.mirrors.get(&tm.mirror) else {
+            return;
+        };
+        let pm = &tm.partitions[p.index as usize];
+        if topic.partitions[p.index as usize].leader != broker.config.node_id {
+            return;
+        }
+        let state = pm.state;
+        let step = match state {
+            MirrorState::Preparing => prepare(broker, p, topic, mirror, cancel)
+                .await
+                .map(|()| Some(MirrorState::Mirroring)),
+            MirrorState::Mirroring => mirror_round(broker, p, mirror, &mut source).await,
+            MirrorState::EpochFencing => fence_epoch(broker, p)
+                .await
+                .map(|()| Some(MirrorState::Mirroring)),
+            MirrorState::Pausing => Ok(Some(MirrorState::Paused)),
+            MirrorState::Paused => {
+                wait_for_change(broker).await;
+                Ok(None)
+            }
+            MirrorState::Stopping => stop(broker, p, topic, mirror).await.map(|()| None),
+            MirrorState::Stopped => return,
+            MirrorState::Failed => {
+                let exp = pm.retry_attempt.clamp(1, 16) as u32 - 1;
+                let backoff = (RETRY_INITIAL * 2u32.pow(exp)).min(RETRY_MAX);
+                tokio::time::sleep(backoff).await;
+                Ok(Some(MirrorState::retry_from(pm.failed_in)))
+            }
+        };
+        let (to, message) = match step {
+            Ok(None) => continue,
+            Ok(Some(to)) => (to, None),
+            Err(e) => {
+                warn!(topic = %p.topic, partition = p.index, state = state.name(), "mirror step failed: {e:#}");
+                source = None;
+                (MirrorState::Failed, Some(format!("{e:#}")))
+            }
+        };
+        if cancel.is_cancelled() {
+            return;
+        }
+        let cmd = ControllerCommand::SetMirrorStates {
+            topic: p.topic.clone(),
+            partitions: Some(vec![p.index]),
+            from: Some(state),
+            to,
+            error: message,
+        };
+        let (topic_name, index) = (p.topic.clone(), p.index);
+        let moved = broker
+            .submit_and_wait(cmd, |i| i.mirror_state(&topic_name, index) != Some(state))
+            .await;
+        match moved {
+            Ok(_) => {
+                info!(topic = %p.topic, partition = p.index, from = state.name(), to = to.name(), "mirror state")
+            }
+            Err(e) => {
+                warn!(topic = %p.topic, partition = p.index, "mirror state change failed: {}", e.message);
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
+
+async fn wait_for_change(broker: &Broker) {
+    let mut rx = broker.quorum().image();
+    rx.borrow_and_update();
+    let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+}
+
+/// Asks the source cluster which of this cluster's epochs it recognises for the partition.
+async fn lookup_lmle(
+    broker: &Broker,
+    mirror: &MirrorRegistration,
+    topic: &TopicRegistration,
+    index: i32,
+) -> anyhow::Result<i32> {
+    let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
+    let req = MirrorRequest::Describe {
+        mirror: None,
+        lookup: Some(LmleLookup {
+            cluster_id: broker.config.cluster_id.clone(),
+            topic_id: topic.id,
+            partitions: vec![index],
+        }),
+    };
+    let resp = call(&mut conn, broker.config.mirror_api_key_base, &req).await?;
+    if resp.error_code != errors::NONE {
+        anyhow::bail!(
+            "LMLE lookup on {}: error {} {}",
+            mirror.source_cluster_id,
+            resp.error_code,
+            resp.error_message.unwrap_or_default()
+        );
+    }
+    if resp.cluster_id != mirror.source_cluster_id {
+        anyhow::bail!(
+            "{} now answers as cluster {}, not {}",
+            mirror.source_bootstrap,
+            resp.cluster_id,
+            mirror.source_cluster_id
+        );
+    }
+    Ok(resp
+        .lmle
+        .iter()
+        .find(|(p, _)| *p == index)
+        .map_or(-1, |(_, e)| *e))
+}
+
+/// PREPARING: the LMLE truncation of kips.md §1.5.
+async fn prepare(
+    broker: &Broker,
+    p: &Partition,
+    topic: &TopicRegistration,
+    mirror: &MirrorRegistration,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    let lmle = lookup_lmle(broker, mirror, topic, p.index).await?;
+    broker.mirrors.update(p, |s| {
+        s.lmle = lmle;
+        s.waiting_for = None;
+    });
+    if broker.faults.has(Bug::SkipLmleTruncation) {
+        warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
+        return Ok(());
+    }
+    let all_replicas = p.mirror_support_unclean_leader_election()
+        && !broker.faults.has(Bug::IsrOnlyLmleTruncation);
+    // Phase 1: truncate once enough replicas are in the ISR to take part.
+    let mut logged = None;
+    while let Some(w) = p.lmle_truncate(lmle, all_replicas)? {
+        note_wait(broker, p, &mut logged, w);
+        if sleep_or_cancel(cancel, POLL).await {
+            return Ok(());
+        }
+    }
+    broker.notify_data();
+    // Phase 2: wait until every replica that must take part has truncated too.
+    loop {
+        let w = p.lmle_truncation_progress(all_replicas);
+        if w == TruncationWait::Done {
+            break;
+        }
+        note_wait(broker, p, &mut logged, w);
+        if sleep_or_cancel(cancel, POLL).await {
+            return Ok(());
+        }
+    }
+    broker.mirrors.update(p, |s| s.waiting_for = None);
+    Ok(())
+}
+
+/// Logs and reports (through describe) what a preparing partition waits for, when it changes.
+fn note_wait(
+    broker: &Broker,
+    p: &Partition,
+    logged: &mut Option<TruncationWait>,
+    w: TruncationWait,
+) {
+    if logged.as_ref() != Some(&w) {
+        info!(topic = %p.topic, partition = p.index, "LMLE truncation waits: {w:?}");
+        let why = format!("{w:?}");
+        broker.mirrors.update(p, |s| s.waiting_for = Some(why));
+        *logged = Some(w);
+    }
+}
+
+async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+fn topic_name(p: &Partition) -> TopicName {
+    TopicName(StrBytes::from_string(p.topic.clone()))
+}
+
+/// Finds and connects to the source partition's leader through the mirror's bootstrap.
+async fn resolve_source(
+    mirror: &MirrorRegistration,
+    p: &Partition,
+) -> anyhow::Result<SourceLeader> {
+    let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
+    let md = metadata(&mut conn, Some(&p.topic)).await?;
+    let part = md
+        .topics
+        .first()
+        .filter(|t| t.error_code == errors::NONE)
+        .and_then(|t| t.partitions.iter().find(|x| x.partition_index == p.index))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "source {} has no partition {}-{}",
+                mirror.source_cluster_id,
+                p.topic,
+                p.index
+            )
+        })?;
+    let leader = part.leader_id.0;
+    let b = md
+        .brokers
+        .iter()
+        .find(|b| b.node_id.0 == leader)
+        .ok_or_else(|| anyhow::anyhow!("source partition {}-{} has no leader", p.topic, p.index))?;
+    let addr = format!("{}:{}", b.host.as_str(), b.port);
+    let conn = KafkaConnection::connect(&addr, Duration::from_secs(5), "tidemark-mirror").await?;
+    Ok(SourceLeader {
+        conn,
+        leader_epoch: part.leader_epoch,
+    })
+}
+
+/// One consumer fetch from the source leader and what follows from its answer. Returns the
+/// state to move to, if any.
+async fn mirror_round(
+    broker: &Broker,
+    p: &Partition,
+    mirror: &MirrorRegistration,
+    source: &mut Option<SourceLeader>,
+) -> anyhow::Result<Option<MirrorState>> {
+    if source.is_none() {
+        *source = Some(resolve_source(mirror, p).await?);
+    }
+    let src = source.as_mut().expect("just set");
+    let (fetch_offset, last_epoch, local_epoch) = p.mirror_fetch_position();
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(FETCH_MAX_BYTES)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(p))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(src.leader_epoch)
+                .with_fetch_offset(fetch_offset)
+                .with_last_fetched_epoch(last_epoch)
+                .with_partition_max_bytes(FETCH_MAX_BYTES)])]);
+    let resp = match src.conn.call(12, &req).await {
+        Ok(r) => r,
+        Err(e) => {
+            *source = None;
+            return Err(e.context("mirror fetch from the source leader"));
+        }
+    };
+    let Some(pd) = resp.responses.first().and_then(|t| t.partitions.first()) else {
+        anyhow::bail!("fetch response without the partition");
+    };
+    match pd.error_code {
+        errors::NONE => {}
+        errors::OFFSET_OUT_OF_RANGE => {
+            out_of_range(p, src).await?;
+            return Ok(None);
+        }
+        errors::FENCED_LEADER_EPOCH
+        | errors::UNKNOWN_LEADER_EPOCH
+        | errors::NOT_LEADER_OR_FOLLOWER
+        | errors::LEADER_NOT_AVAILABLE => {
+            // The source's leadership moved: follow it through its metadata.
+            *source = None;
+            tokio::time::sleep(POLL).await;
+            return Ok(None);
+        }
+        code => anyhow::bail!("source answered the mirror fetch with error {code}"),
+    }
+    broker
+        .mirrors
+        .update(p, |s| s.source_high_watermark = pd.high_watermark);
+    if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
+        broker.notify_data();
+        return Ok(None);
+    }
+    let records = pd.records.clone().unwrap_or_default();
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let batches = batch::split_batches(&records)?;
+    let highest = batches
+        .iter()
+        .map(|(_, h)| h.leader_epoch)
+        .max()
+        .unwrap_or(-1);
+    if let Some(target) = epoch_fencing_target(highest, local_epoch) {
+        info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, "mirrored batch is ahead of the local leader epoch");
+        broker
+            .mirrors
+            .update(p, |s| s.fencing_target = Some(target));
+        return Ok(Some(MirrorState::EpochFencing));
+    }
+    p.append_mirrored(&records, local_epoch)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    broker.notify_data();
+    Ok(None)
+}
+
+/// Kafka's `fetchOffsetAndTruncate` toward the source: restart at its log start when we are
+/// below it, cut back to its end when we are beyond it.
+async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<()> {
+    let mut offsets = Vec::new();
+    for ts in [-1i64, -2] {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(p))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(p.index)
+                    .with_current_leader_epoch(src.leader_epoch)
+                    .with_timestamp(ts)])]);
+        let resp = src.conn.call(4, &req).await?;
+        let r = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| anyhow::anyhow!("ListOffsets response without the partition"))?;
+        if r.error_code != errors::NONE {
+            anyhow::bail!("source ListOffsets failed with error {}", r.error_code);
+        }
+        offsets.push(r.offset);
+    }
+    let (source_end, source_start) = (offsets[0], offsets[1]);
+    info!(topic = %p.topic, partition = p.index, source_start, source_end, "out of the source's range: realigning");
+    p.truncate_out_of_range(source_end, source_start)?;
+    Ok(())
+}
+
+/// EPOCH_FENCING: raise the local leader epoch to the mirrored batch's (DLE ≥ SLE, M6).
+async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
+    let Some(target) = broker
+        .mirrors
+        .status(&p.topic, p.index)
+        .and_then(|s| s.fencing_target)
+    else {
+        return Ok(());
+    };
+    let (topic, index) = (p.topic.clone(), p.index);
+    let reached = |i: &crate::metadata::MetadataImage| {
+        i.topics
+            .get(&topic)
+            .and_then(|t| t.partitions.get(index as usize))
+            .is_some_and(|r| r.leader_epoch >= target)
+    };
+    if !reached(&broker.metadata()) {
+        broker
+            .submit_and_wait(
+                ControllerCommand::BumpLeaderEpoch {
+                    topic: topic.clone(),
+                    partition: index,
+                    min_epoch: target,
+                },
+                reached,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("epoch bump to {target}: {}", e.message))?;
+    }
+    broker.mirrors.update(p, |s| s.fencing_target = None);
+    Ok(())
+}
+
+/// STOPPING: persist the LMLE (the latest epoch of the log), then STOPPED with the epoch bumped
+/// above it (kips.md §1.7).
+async fn stop(
+    broker: &Broker,
+    p: &Partition,
+    topic: &TopicRegistration,
+    mirror: &MirrorRegistration,
+) -> anyhow::Result<()> {
+    let lmle = p.latest_epoch();
+    if lmle >= 0 {
+        let record = LmleRecord {
+            key: LmleKey {
+                mirror: mirror.name.clone(),
+                source_cluster_id: mirror.source_cluster_id.clone(),
+                topic_id: topic.id,
+                partition: p.index,
+            },
+            last_mirrored_epoch: lmle,
+        };
+        write_lmle(broker, &record).await?;
+        info!(topic = %p.topic, partition = p.index, lmle, "LMLE persisted");
+    }
+    let bump = !broker.faults.has(Bug::NoEpochBumpOnFailover);
+    if !bump {
+        warn!(topic = %p.topic, partition = p.index, "injected bug no-epoch-bump-on-failover: writable without an epoch bump");
+    }
+    let (name, index) = (p.topic.clone(), p.index);
+    broker
+        .submit_and_wait(
+            ControllerCommand::CompleteMirrorStop {
+                topic: name.clone(),
+                partition: index,
+                min_epoch: lmle + 1,
+                bump,
+            },
+            |i| i.mirror_state(&name, index) == Some(MirrorState::Stopped),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("completing the stop: {}", e.message))?;
+    Ok(())
+}

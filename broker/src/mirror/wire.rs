@@ -1,0 +1,277 @@
+//! The mirror admin APIs on the Kafka wire (kips.md §1.11). Each API has its own API key, at the
+//! KIP's distances from a configurable base (`mirror.api.key.base`, default 94 as in the
+//! prototype) because the KIP's numbers are provisional. Frames carry the ordinary Kafka
+//! request header (v2) and response header (v1); the body is one compact-bytes field holding the
+//! typed request or response as JSON, followed by an empty tagged-field section.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::rules::MirrorState;
+
+/// The mirror APIs, by their KIP names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MirrorApi {
+    CreateClusterMirror,
+    StartMirrorTopics,
+    StopMirrorTopics,
+    ListClusterMirrors,
+    DescribeClusterMirrors,
+    PauseMirrorTopics,
+    ResumeMirrorTopics,
+    DeleteClusterMirror,
+}
+
+impl MirrorApi {
+    pub const ALL: [MirrorApi; 8] = [
+        MirrorApi::CreateClusterMirror,
+        MirrorApi::StartMirrorTopics,
+        MirrorApi::StopMirrorTopics,
+        MirrorApi::ListClusterMirrors,
+        MirrorApi::DescribeClusterMirrors,
+        MirrorApi::PauseMirrorTopics,
+        MirrorApi::ResumeMirrorTopics,
+        MirrorApi::DeleteClusterMirror,
+    ];
+
+    /// Distance from the base: the prototype's keys 94, 95, 96, 98, 99, 102, 103, 104.
+    fn offset(self) -> i16 {
+        match self {
+            MirrorApi::CreateClusterMirror => 0,
+            MirrorApi::StartMirrorTopics => 1,
+            MirrorApi::StopMirrorTopics => 2,
+            MirrorApi::ListClusterMirrors => 4,
+            MirrorApi::DescribeClusterMirrors => 5,
+            MirrorApi::PauseMirrorTopics => 8,
+            MirrorApi::ResumeMirrorTopics => 9,
+            MirrorApi::DeleteClusterMirror => 10,
+        }
+    }
+
+    pub fn key(self, base: i16) -> i16 {
+        base + self.offset()
+    }
+
+    pub fn from_key(base: i16, key: i16) -> Option<MirrorApi> {
+        MirrorApi::ALL.into_iter().find(|a| a.key(base) == key)
+    }
+}
+
+/// The first mirror API key that would collide with a Kafka API the protocol crate knows.
+pub fn clashing_key(base: i16) -> Option<i16> {
+    MirrorApi::ALL
+        .into_iter()
+        .map(|a| a.key(base))
+        .find(|k| ApiKey::try_from(*k).is_ok())
+}
+
+/// A mirror admin request; its variant must match the API key it is sent with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MirrorRequest {
+    Create {
+        mirror: String,
+        source_bootstrap: String,
+    },
+    Start {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    Stop {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    List,
+    /// `mirror: None` describes every mirror. `lookup` asks for LMLEs this cluster holds for
+    /// the requesting cluster (failback, kips.md §1.4).
+    Describe {
+        mirror: Option<String>,
+        lookup: Option<LmleLookup>,
+    },
+    Pause {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    Resume {
+        mirror: String,
+        topics: Vec<String>,
+    },
+    Delete {
+        mirror: String,
+    },
+}
+
+impl MirrorRequest {
+    pub fn api(&self) -> MirrorApi {
+        match self {
+            MirrorRequest::Create { .. } => MirrorApi::CreateClusterMirror,
+            MirrorRequest::Start { .. } => MirrorApi::StartMirrorTopics,
+            MirrorRequest::Stop { .. } => MirrorApi::StopMirrorTopics,
+            MirrorRequest::List => MirrorApi::ListClusterMirrors,
+            MirrorRequest::Describe { .. } => MirrorApi::DescribeClusterMirrors,
+            MirrorRequest::Pause { .. } => MirrorApi::PauseMirrorTopics,
+            MirrorRequest::Resume { .. } => MirrorApi::ResumeMirrorTopics,
+            MirrorRequest::Delete { .. } => MirrorApi::DeleteClusterMirror,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LmleLookup {
+    /// The cluster asking: only mirrors whose source it was count.
+    pub cluster_id: String,
+    pub topic_id: Uuid,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorResponse {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    /// The answering cluster's id.
+    pub cluster_id: String,
+    #[serde(default)]
+    pub topics: Vec<TopicResult>,
+    #[serde(default)]
+    pub mirrors: Vec<MirrorDescription>,
+    /// (partition, LMLE) for a lookup; -1 when unknown.
+    #[serde(default)]
+    pub lmle: Vec<(i32, i32)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicResult {
+    pub topic: String,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorDescription {
+    pub name: String,
+    pub source_bootstrap: String,
+    pub source_cluster_id: String,
+    pub topics: Vec<TopicDescription>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicDescription {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: Vec<PartitionDescription>,
+}
+
+/// One partition as its destination leader sees it; offsets are -1 where the answering broker
+/// does not lead the partition (the admin command asks every broker and keeps the leader's).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionDescription {
+    pub partition: i32,
+    pub leader: i32,
+    pub state: MirrorState,
+    /// The source high watermark at the last mirror fetch.
+    pub source_offset: i64,
+    /// The destination log end offset.
+    pub destination_offset: i64,
+    pub lag: i64,
+    /// The LMLE the last truncation used (-1: none known or not yet looked up).
+    pub lmle: i32,
+    pub retry_attempt: i32,
+    pub last_error: Option<String>,
+    /// What a PREPARING partition waits for (e.g. replicas to join the ISR).
+    pub waiting_for: Option<String>,
+}
+
+/// Encodes a JSON body as compact bytes plus an empty tagged-field section.
+pub fn encode_body<T: Serialize>(value: &T, out: &mut BytesMut) -> anyhow::Result<()> {
+    let json = serde_json::to_vec(value)?;
+    put_uvarint(out, json.len() as u64 + 1);
+    out.put_slice(&json);
+    put_uvarint(out, 0);
+    Ok(())
+}
+
+/// Decodes what [`encode_body`] wrote, naming what was wrong.
+pub fn decode_body<T: for<'de> Deserialize<'de>>(buf: &mut Bytes) -> anyhow::Result<T> {
+    let len = get_uvarint(buf)?;
+    if len == 0 {
+        anyhow::bail!("mirror body is null");
+    }
+    let len = (len - 1) as usize;
+    if buf.remaining() < len {
+        anyhow::bail!(
+            "mirror body says {len} bytes but {} remain",
+            buf.remaining()
+        );
+    }
+    let json = buf.split_to(len);
+    let value = serde_json::from_slice(&json).map_err(|e| anyhow::anyhow!("mirror body: {e}"))?;
+    let tags = get_uvarint(buf)?;
+    if tags != 0 {
+        anyhow::bail!("mirror body has {tags} tagged fields; none are defined");
+    }
+    Ok(value)
+}
+
+fn put_uvarint(out: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        out.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
+}
+
+fn get_uvarint(buf: &mut Bytes) -> anyhow::Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        if !buf.has_remaining() {
+            anyhow::bail!("truncated varint in mirror body");
+        }
+        let b = buf.get_u8();
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    anyhow::bail!("varint in mirror body is too long")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_base_and_avoid_kafka_apis() {
+        assert_eq!(MirrorApi::StopMirrorTopics.key(94), 96);
+        assert_eq!(MirrorApi::DeleteClusterMirror.key(94), 104);
+        assert_eq!(
+            MirrorApi::from_key(94, 99),
+            Some(MirrorApi::DescribeClusterMirrors)
+        );
+        assert_eq!(MirrorApi::from_key(94, 97), None);
+        assert_eq!(clashing_key(94), None);
+        assert_eq!(clashing_key(0), Some(0));
+    }
+
+    #[test]
+    fn bodies_round_trip_and_bad_ones_are_named() {
+        let req = MirrorRequest::Stop {
+            mirror: "a-to-b".into(),
+            topics: vec!["t".into()],
+        };
+        let mut out = BytesMut::new();
+        encode_body(&req, &mut out).unwrap();
+        let mut bytes = out.freeze();
+        let back: MirrorRequest = decode_body(&mut bytes).unwrap();
+        assert_eq!(back, req);
+        assert!(bytes.is_empty());
+        let mut short = Bytes::from_static(&[10, b'{']);
+        let err = decode_body::<MirrorRequest>(&mut short).unwrap_err();
+        assert!(err.to_string().contains("9 bytes"), "{err}");
+        let mut bad = BytesMut::new();
+        encode_body(&serde_json::json!({"nope": 1}), &mut bad).unwrap();
+        let err = decode_body::<MirrorRequest>(&mut bad.freeze()).unwrap_err();
+        assert!(err.to_string().contains("mirror body"), "{err}");
+    }
+}

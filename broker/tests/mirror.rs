@@ -1,0 +1,816 @@
+//! Cluster mirroring (KIP-1279) on real broker processes: two clusters on loopback, each with its
+//! own controller quorum, cluster id and ports. The scenarios are kips.md §5.1's, scripted so
+//! every step is reached by polling a condition; each asserts the seed's outcome on the final
+//! logs and epoch caches of both clusters, offset by offset. Where an injectable bug targets a
+//! scenario, the same script runs with the bug on and must fail.
+
+mod common;
+
+use std::time::Duration;
+
+use common::client::{create_topic, create_topic_assigned, produce};
+use common::Cluster;
+use serde_json::Value;
+use tidemark_broker::mirror::rules::MirrorState;
+use tidemark_broker::mirror::wire::{MirrorRequest, MirrorResponse};
+
+const T: Duration = Duration::from_secs(40);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn cluster(id: &str, nodes: usize, props: &str, bug: Option<&str>) -> Cluster {
+    let args: Vec<&str> = bug.map(|b| vec!["--inject-bug", b]).unwrap_or_default();
+    Cluster::start(nodes, &format!("cluster.id={id}\n{props}"), &args)
+}
+
+/// Sends a mirror admin request to node `node` of `c`, as `admin mirror` does.
+fn admin_at(c: &Cluster, node: i32, req: MirrorRequest) -> MirrorResponse {
+    let (v, _) = rt()
+        .block_on(tidemark_broker::admin::mirror(&c.addr(node), 94, req))
+        .expect("mirror admin call");
+    serde_json::from_value(v).unwrap()
+}
+
+fn admin(c: &Cluster, req: MirrorRequest) -> MirrorResponse {
+    let node = c
+        .nodes
+        .iter()
+        .position(|n| !n.is_stopped())
+        .expect("a running node") as i32
+        + 1;
+    admin_at(c, node, req)
+}
+
+fn ok(what: &str, r: &MirrorResponse) -> Result<(), String> {
+    if r.error_code != 0 {
+        return Err(format!(
+            "{what}: error {} {:?}",
+            r.error_code, r.error_message
+        ));
+    }
+    if let Some(t) = r.topics.iter().find(|t| t.error_code != 0) {
+        return Err(format!(
+            "{what}: topic {}: error {} {:?}",
+            t.topic, t.error_code, t.error_message
+        ));
+    }
+    Ok(())
+}
+
+fn create_mirror(dst: &Cluster, name: &str, src: &Cluster) -> Result<(), String> {
+    let r = admin(
+        dst,
+        MirrorRequest::Create {
+            mirror: name.into(),
+            source_bootstrap: src.running().join(","),
+        },
+    );
+    ok(&format!("create mirror {name}"), &r)
+}
+
+fn topics_req(mirror: &str) -> (String, Vec<String>) {
+    (mirror.to_string(), vec!["t".to_string()])
+}
+
+fn start(dst: &Cluster, mirror: &str) -> Result<(), String> {
+    let (mirror, topics) = topics_req(mirror);
+    ok(
+        "start",
+        &admin(dst, MirrorRequest::Start { mirror, topics }),
+    )
+}
+
+fn stop(dst: &Cluster, mirror: &str) -> Result<(), String> {
+    let (mirror, topics) = topics_req(mirror);
+    ok("stop", &admin(dst, MirrorRequest::Stop { mirror, topics }))
+}
+
+/// Partition 0 of topic `t` as the cluster's describe reports it.
+fn describe_t(c: &Cluster) -> Option<tidemark_broker::mirror::wire::PartitionDescription> {
+    let r = admin(
+        c,
+        MirrorRequest::Describe {
+            mirror: None,
+            lookup: None,
+        },
+    );
+    r.mirrors
+        .iter()
+        .flat_map(|m| m.topics.iter())
+        .filter(|t| t.name == "t")
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition == 0 && p.state != MirrorState::Stopped)
+        .or_else(|| {
+            r.mirrors
+                .iter()
+                .flat_map(|m| m.topics.iter())
+                .filter(|t| t.name == "t")
+                .flat_map(|t| t.partitions.iter())
+                .find(|p| p.partition == 0)
+        })
+        .cloned()
+}
+
+/// Polls `cond` for up to `T`; a timeout is the scenario's failure, named by `what`.
+fn poll(c: &Cluster, what: &str, cond: impl Fn(&Cluster) -> bool) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + T;
+    while std::time::Instant::now() < deadline {
+        if cond(c) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("timed out: {what}"))
+}
+
+fn wait_state(c: &Cluster, what: &str, state: MirrorState) {
+    c.wait_for(what, T, |c| describe_t(c).is_some_and(|p| p.state == state));
+}
+
+/// Replica of `t`-0 on node `node`, from its data dir.
+fn replica(c: &Cluster, node: i32) -> Value {
+    c.dump(node)
+        .into_iter()
+        .find(|r| r["topic"] == "t" && r["partition"] == 0)
+        .unwrap_or(Value::Null)
+}
+
+/// (records as (offset, value, epoch), epoch cache as (epoch, start)) of a replica.
+type Log = (Vec<(i64, i64, i64)>, Vec<(i64, i64)>);
+
+fn log_of(c: &Cluster, node: i32) -> Log {
+    let r = replica(c, node);
+    let records = r["records"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| {
+                    (
+                        x[0].as_i64().unwrap(),
+                        x[1].as_i64().unwrap_or(-1),
+                        x[2].as_i64().unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let epochs = r["epochs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| (x[0].as_i64().unwrap(), x[1].as_i64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default();
+    (records, epochs)
+}
+
+fn leader_epoch(c: &Cluster, node: i32) -> i32 {
+    c.partition_state_at(node, "t", 0).map_or(-1, |s| s.1)
+}
+
+/// Produces to `t`-0 on the cluster's leader, retrying while the topic is still read-only or
+/// leaderless on its way to writable.
+fn write(c: &Cluster, values: &[i64]) -> Result<i64, String> {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let leader = c.partition_state("t", 0).map_or(-1, |s| s.0);
+        let r = if leader > 0 {
+            produce(&c.addr(leader), "t", 0, values, -1, Duration::from_secs(5))
+        } else {
+            Err(-1)
+        };
+        match r {
+            Ok(o) => return Ok(o),
+            Err(e) if std::time::Instant::now() > deadline => {
+                return Err(format!("write {values:?} kept failing: {e}"))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// How long two logs may take to agree once the mirror has caught up (an append and its epoch
+/// checkpoint are two writes, so a single reading may fall between them).
+const CONVERGE: Duration = Duration::from_secs(5);
+
+/// Waits until node 1 of both clusters holds the same records and epoch cache.
+fn same_logs(what: &str, a: &Cluster, b: &Cluster) -> Result<(), String> {
+    same_logs_at(what, a, 1, b, 1)
+}
+
+fn same_logs_at(what: &str, a: &Cluster, na: i32, b: &Cluster, nb: i32) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + CONVERGE;
+    loop {
+        let (la, lb) = (log_of(a, na), log_of(b, nb));
+        if la == lb {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{what}: logs differ\n  A: {la:?}\n  B: {lb:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Restarts node 1 (kill -9) and waits until it leads `t` again at a higher epoch.
+fn restart_leader(c: &mut Cluster) {
+    let before = leader_epoch(c, 1);
+    c.node(1).kill9();
+    c.node(1).restart();
+    // The replica itself (not just the metadata) must lead at the new epoch.
+    c.wait_for("a new leader epoch", T, |c| {
+        c.partition_state_at(1, "t", 0)
+            .is_some_and(|s| s.0 == 1 && s.1 > before)
+            && replica(c, 1)["leader_epoch"].as_i64() == Some(leader_epoch(c, 1) as i64)
+    });
+}
+
+/// The epoch of node 1's last record (its epoch cache is checkpointed just after the append,
+/// so a reading may miss it there).
+fn latest_log_epoch(c: &Cluster) -> i64 {
+    log_of(c, 1).0.last().map_or(-1, |r| r.2)
+}
+
+/// S-LMLE-1, then S-LMLE-2 from its end, then S-LMLE-3 from that (kips.md §5.1), on
+/// single-node clusters A and B.
+fn s_lmle(bug: Option<&str>) -> Result<(), String> {
+    let mut a = cluster("A", 1, "", None);
+    let mut b = cluster("B", 1, "", bug);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0])?;
+    write(&a, &[1])?;
+
+    // S-LMLE-1: B mirrors A; A knows no LMLE of B (-1), so B keeps nothing of its own.
+    create_mirror(&b, "a-to-b", &a)?;
+    start(&b, "a-to-b")?;
+    b.wait_for("B mirrors r0, r1", T, |b| log_of(b, 1).0.len() == 2);
+    let d = describe_t(&b).unwrap();
+    if d.lmle != -1 {
+        return Err(format!("first mirror: LMLE {} from A, expected -1", d.lmle));
+    }
+    // The operator's view through the command line: state, offsets, lag and LMLE.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+        .args([
+            "admin",
+            "mirror",
+            "describe",
+            "--bootstrap-server",
+            &b.addr(1),
+        ])
+        .output()
+        .unwrap();
+    let v: Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("describe output: {e}"))?;
+    let p = &v["mirrors"][0]["topics"][0]["partitions"][0];
+    if !out.status.success()
+        || p["state"] != "MIRRORING"
+        || p["destination_offset"] != 2
+        || p["lmle"] != -1
+    {
+        return Err(format!("admin mirror describe: {v}"));
+    }
+    // M2: the mirror topic is read-only.
+    match produce(&b.addr(1), "t", 0, &[99], -1, Duration::from_secs(5)) {
+        Err(134) => {}
+        other => {
+            return Err(format!(
+                "produce to B's mirror topic: {other:?}, expected READ_ONLY_TOPIC (134)"
+            ))
+        }
+    }
+    // S-LOOP: A may not mirror the same topic back from B while B mirrors it from A.
+    create_mirror(&a, "b-to-a", &b)?;
+    let looped = admin(
+        &a,
+        MirrorRequest::Start {
+            mirror: "b-to-a".into(),
+            topics: vec!["t".into()],
+        },
+    );
+    let msg = looped.topics[0].error_message.clone().unwrap_or_default();
+    if !msg.contains("Detected mirror loop") {
+        return Err(format!("reverse mirror while mirroring: {looped:?}"));
+    }
+    // A's leadership changes; B copies r2 in A's new epoch and bumps its own epoch to hold it.
+    restart_leader(&mut a);
+    let ea = leader_epoch(&a, 1);
+    write(&a, &[2])?;
+    b.wait_for("B mirrors r2", T, |b| log_of(b, 1).0.len() == 3);
+    same_logs("S-LMLE-1", &a, &b)?;
+    if leader_epoch(&b, 1) < ea {
+        return Err(format!("DLE {} < SLE {ea}", leader_epoch(&b, 1)));
+    }
+
+    // S-LMLE-2: fail over to B (LMLE = A's epoch, bump above it), write on both, fail back.
+    let lmle_b = latest_log_epoch(&b);
+    if lmle_b != ea as i64 {
+        return Err(format!("B's latest epoch {lmle_b} is not A's {ea}"));
+    }
+    stop(&b, "a-to-b")?;
+    let eb = leader_epoch(&b, 1);
+    if eb <= ea {
+        return Err(format!(
+            "B's epoch after failover {eb} is not above the LMLE {ea}"
+        ));
+    }
+    let at = write(&b, &[103])?;
+    if at != 3 {
+        return Err(format!("r3' landed at {at}, expected 3"));
+    }
+    if log_of(&b, 1).0.last().map(|r| r.2) != Some(eb as i64) {
+        return Err(format!(
+            "r3' not in B's bumped epoch {eb}: {:?}",
+            log_of(&b, 1)
+        ));
+    }
+    write(&a, &[3])?;
+    start(&a, "b-to-a")?;
+    a.wait_for("A fails back: r3 replaced by r3'", T, |a| {
+        log_of(a, 1).0.iter().any(|r| r.1 == 103)
+    });
+    wait_state(&a, "A mirroring", MirrorState::Mirroring);
+    if describe_t(&a).unwrap().lmle != ea {
+        return Err(format!(
+            "A looked up LMLE {}, B stored {ea}",
+            describe_t(&a).unwrap().lmle
+        ));
+    }
+    same_logs("S-LMLE-2", &a, &b)?;
+
+    // S-LMLE-3: B's epoch moves on; A copies r@4 but not r@5 (paused); A fails over and
+    // writes x@5; B fails back and its r@5 (same epoch as A's LMLE) goes by DivergingEpoch.
+    restart_leader(&mut b);
+    write(&b, &[104])?;
+    a.wait_for("A copies r@4", T, |a| log_of(a, 1).0.len() == 5);
+    let eb2 = latest_log_epoch(&a);
+    let pause = admin(
+        &a,
+        MirrorRequest::Pause {
+            mirror: "b-to-a".into(),
+            topics: vec!["t".into()],
+        },
+    );
+    ok("pause", &pause)?;
+    wait_state(&a, "A paused", MirrorState::Paused);
+    write(&b, &[105])?;
+    stop(&a, "b-to-a")?;
+    if leader_epoch(&a, 1) as i64 <= eb2 {
+        return Err(format!(
+            "A's epoch {} after failover is not above LMLE {eb2}",
+            leader_epoch(&a, 1)
+        ));
+    }
+    write(&a, &[205])?;
+    start(&b, "a-to-b")?;
+    b.wait_for("B fails back: r@5 replaced by x@5", T, |b| {
+        log_of(b, 1).0.iter().any(|r| r.1 == 205)
+    });
+    wait_state(&b, "B mirroring", MirrorState::Mirroring);
+    if describe_t(&b).unwrap().lmle as i64 != eb2 {
+        return Err(format!(
+            "B looked up LMLE {}, A stored {eb2}",
+            describe_t(&b).unwrap().lmle
+        ));
+    }
+    let (records, _) = log_of(&b, 1);
+    let values: Vec<i64> = records.iter().map(|r| r.1).collect();
+    if values != [0, 1, 2, 103, 104, 205] {
+        return Err(format!("S-LMLE-3: B holds {values:?}"));
+    }
+    same_logs("S-LMLE-3", &a, &b)?;
+
+    // B's own leadership changes while it mirrors: its epoch cache must not record B's epoch
+    // (M11). A fetch since the restart reports the source's offset.
+    restart_leader(&mut b);
+    poll(&b, "M11: B mirrors again after its restart", |b| {
+        describe_t(b).is_some_and(|d| d.source_offset >= 0 && d.lag == 0)
+    })?;
+    same_logs("M11 after B's restart", &a, &b)?;
+    if replica(&b, 1)["cluster_id"] != "B" || replica(&b, 1)["mirror_state"] != "MIRRORING" {
+        return Err(format!("dump-log of B: {}", replica(&b, 1)));
+    }
+    Ok(())
+}
+
+#[test]
+fn s_lmle_correct_broker() {
+    s_lmle(None).unwrap();
+}
+
+#[test]
+fn s_lmle_catches_no_epoch_bump_on_failover() {
+    let err = s_lmle(Some("no-epoch-bump-on-failover")).expect_err("the bug must break S-LMLE-2");
+    eprintln!("{err}");
+    assert!(err.contains("not above the LMLE"), "{err}");
+}
+
+#[test]
+fn s_lmle_catches_local_epoch_in_mirror_cache() {
+    let err = s_lmle(Some("local-epoch-in-mirror-cache")).expect_err("the bug must break M11");
+    eprintln!("{err}");
+    assert!(err.contains("M11"), "{err}");
+}
+
+/// Which node leads `t`-0, as node 3 of A (never a replica of `t`, never stopped) sees it.
+fn a_leader(a: &Cluster) -> i32 {
+    a.partition_state_at(3, "t", 0).map_or(-2, |s| s.0)
+}
+
+/// S-ULE-1 and S-ULE-2 (kips.md §5.1, the seed's "Case 1") on a 5-node A (two of them die, the
+/// quorum stays) with `t` on nodes 1 and 2, and a 1-node B. A's replica 2 takes records in an epoch B will later own; A's replica 1
+/// then leads uncleanly without them, writes in its own epoch, and A fails back from B. Returns
+/// the final records of A's leader after replica 1 is gone and replica 2 leads, and B's.
+type Records = Vec<(i64, i64, i64)>;
+
+fn s_ule(flag: bool, bug: Option<&str>) -> Result<(Records, Records), String> {
+    let (mut a, b) = ule_setup(flag, bug)?;
+    if flag {
+        // The LMLE truncation waits for every replica, so it waits for replica 2 (S-ULE-2).
+        poll(
+            &a,
+            "A's LMLE truncation waits for replica 2 to join the ISR",
+            |a| {
+                describe_t(a).is_some_and(|d| {
+                    d.state == MirrorState::Preparing
+                        && d.waiting_for
+                            .as_deref()
+                            .is_some_and(|w| w.contains("NotAllInIsr"))
+                })
+            },
+        )?;
+        a.node(2).restart();
+    }
+    poll(&a, "A mirroring", |a| {
+        describe_t(a).is_some_and(|d| d.state == MirrorState::Mirroring)
+    })?;
+    // S-ULE-1: the LMLE truncation removed r4, written in an epoch above the LMLE.
+    same_logs_at("S-ULE-1: A's leader against B", &a, 1, &b, 1)?;
+    if !flag {
+        a.node(2).restart();
+    }
+    poll(&a, "replica 2 back in the ISR", |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2.len() == 2)
+    })?;
+    // Later, replica 1 is lost and replica 2 leads.
+    a.node(1).kill9();
+    poll(&a, "replica 2 leads", |a| {
+        a_leader(a) == 2 && replica(a, 2)["role"] == "leader"
+    })?;
+    Ok((log_of(&a, 2).0, log_of(&b, 1).0))
+}
+
+/// The common start of the S-ULE scenarios, up to A starting to fail back from B (replica 2 of
+/// A is down, holding r1..r3 in the epoch B took at its failover).
+fn ule_setup(flag: bool, bug: Option<&str>) -> Result<(Cluster, Cluster), String> {
+    let mut a = cluster("A", 5, "", bug);
+    let b = cluster("B", 1, "", None);
+    let flag_value = if flag { "true" } else { "false" };
+    assert_eq!(
+        create_topic_assigned(
+            &a.addr(1),
+            "t",
+            1,
+            -1,
+            &[&[1, 2]],
+            &[("mirror.support.unclean.leader.election", flag_value)]
+        ),
+        0
+    );
+    poll(&a, "ISR [1, 2]", |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2 == vec![1, 2])
+    })?;
+    write(&a, &[0])?;
+    // B mirrors r0, then pauses: it sees nothing of what A does next.
+    create_mirror(&b, "a-to-b", &a)?;
+    start(&b, "a-to-b")?;
+    poll(&b, "B mirrors r0", |b| log_of(b, 1).0.len() == 1)?;
+    let pause = admin(
+        &b,
+        MirrorRequest::Pause {
+            mirror: "a-to-b".into(),
+            topics: vec!["t".into()],
+        },
+    );
+    ok("pause", &pause)?;
+    wait_state(&b, "B paused", MirrorState::Paused);
+    // Replica 1 dies; replica 2 leads cleanly and writes r1..r3 in its epoch.
+    a.node(1).kill9();
+    poll(&a, "replica 2 leads", |a| a_leader(a) == 2)?;
+    for v in [1, 2, 3] {
+        write(&a, &[v])?;
+    }
+    // Replica 2 dies; replica 1 comes back stale and is elected uncleanly; it writes r4.
+    a.node(2).kill9();
+    poll(&a, "t leaderless", |a| a_leader(a) == -1)?;
+    a.node(1).restart();
+    poll(&a, "an unclean election of replica 1", |a| {
+        rt().block_on(tidemark_broker::admin::elect_leaders(
+            &a.addr(3),
+            "t",
+            0,
+            true,
+        ))
+        .is_ok_and(|(_, ok)| ok)
+    })?;
+    poll(&a, "replica 1 leads", |a| {
+        a_leader(a) == 1 && replica(a, 1)["role"] == "leader"
+    })?;
+    write(&a, &[4])?;
+    // Failover to B: LMLE 0, B's epoch bumped to 1, the epoch replica 2 wrote r1..r3 in.
+    stop(&b, "a-to-b")?;
+    write(&b, &[100])?;
+    // Failback: A mirrors from B.
+    create_mirror(&a, "b-to-a", &b)?;
+    start(&a, "b-to-a")?;
+    Ok((a, b))
+}
+
+fn values_of(records: &Records) -> Vec<i64> {
+    records.iter().map(|r| r.1).collect()
+}
+
+#[test]
+fn s_ule_flag_true_converges_after_a_later_election() {
+    let (a, b) = s_ule(true, None).unwrap();
+    assert_eq!(values_of(&b), [0, 100]);
+    assert_eq!(a, b, "A's new leader against B");
+}
+
+/// The documented limitation with the flag false: replica 2 never took part in the LMLE
+/// truncation and keeps r1 in the epoch B owns; once it leads, A and B differ.
+#[test]
+fn s_ule_flag_false_shows_the_documented_limitation() {
+    let (a, b) = s_ule(false, None).unwrap();
+    assert_eq!(values_of(&b), [0, 100]);
+    assert_eq!(values_of(&a), [0, 1], "replica 2 kept r1 where B has 100");
+    assert_eq!(
+        a[1].2, b[1].2,
+        "same epoch, different cluster: undetectable"
+    );
+}
+
+#[test]
+fn s_ule_catches_skip_lmle_truncation() {
+    let err = s_ule(false, Some("skip-lmle-truncation")).expect_err("the bug must break S-ULE-1");
+    assert!(err.contains("S-ULE-1"), "{err}");
+}
+
+#[test]
+fn s_ule_catches_isr_only_lmle_truncation() {
+    let err =
+        s_ule(true, Some("isr-only-lmle-truncation")).expect_err("the bug must break S-ULE-2");
+    assert!(err.contains("waits for replica 2"), "{err}");
+}
+
+/// All values below the high watermark of `t`-0 on the cluster's leader.
+fn committed_values(c: &Cluster) -> Option<Vec<i64>> {
+    let leader = c.partition_state("t", 0)?.0;
+    if leader < 1 {
+        return None;
+    }
+    common::client::read_all(&c.addr(leader), "t", 0)
+        .ok()
+        .map(|(r, _)| r.iter().map(|x| x.1).collect())
+}
+
+/// Produces `values` to cluster `active` in batches with acks=all, killing (-9) and restarting
+/// the partition leader of cluster `victim` halfway; returns the values acknowledged.
+fn produce_phase(
+    clusters: &mut [Cluster; 2],
+    active: usize,
+    victim: usize,
+    values: &[i64],
+) -> Vec<i64> {
+    let mut acked = Vec::new();
+    let chunks: Vec<&[i64]> = values.chunks(500).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        if i == chunks.len() / 2 {
+            let c = &mut clusters[victim];
+            let l = c.partition_state("t", 0).map_or(1, |s| s.0.max(1));
+            c.node(l).kill9();
+            c.node(l).restart();
+        }
+        if write(&clusters[active], chunk).is_ok() {
+            acked.extend_from_slice(chunk);
+        }
+    }
+    acked
+}
+
+/// Two 3-node clusters; 100,000 records with acks=all in ten phases, failing over and back
+/// five times, with a leader killed (-9) in each phase (two phases on the producing cluster,
+/// then two on the mirroring one). Both clusters end identical on every replica (records and
+/// epoch caches, from dump-log), and every acknowledged record is there: failover waits for the
+/// mirror to catch up, so nothing acknowledged is abandoned (the count is printed).
+#[test]
+fn failover_and_failback_five_times_with_kills() {
+    const PHASES: usize = 10;
+    const PER_PHASE: i64 = 10_000;
+    let props = "min.insync.replicas=2\n";
+    let mut clusters = [cluster("A", 3, props, None), cluster("B", 3, props, None)];
+    assert_eq!(create_topic(&clusters[0].addr(1), "t", 1, 3, &[]), 0);
+    // The mirror each cluster runs: A's from B, B's from A.
+    let names = ["b-to-a", "a-to-b"];
+    let mut acked: Vec<i64> = Vec::new();
+    let mut abandoned = 0usize;
+    for phase in 0..PHASES {
+        let (x, y) = (phase % 2, 1 - phase % 2);
+        if phase < 2 {
+            create_mirror(&clusters[y], names[y], &clusters[x]).unwrap();
+        }
+        start(&clusters[y], names[y]).unwrap();
+        let first = phase as i64 * PER_PHASE;
+        let values: Vec<i64> = (first..first + PER_PHASE).collect();
+        let victim = if phase % 4 < 2 { x } else { y };
+        acked.extend(produce_phase(&mut clusters, x, victim, &values));
+        let want = committed_values(&clusters[x]).expect("the active cluster serves");
+        clusters[y].wait_for("the mirror catches up", Duration::from_secs(120), |p| {
+            committed_values(p).is_some_and(|v| v.len() == want.len())
+        });
+        let before = committed_values(&clusters[y]).unwrap();
+        stop(&clusters[y], names[y]).unwrap();
+        abandoned += want.len() - before.len();
+    }
+    // The last failover made A writable; B mirrors it once more to compare the two.
+    start(&clusters[1], names[1]).unwrap();
+    let want = committed_values(&clusters[0]).unwrap();
+    clusters[1].wait_for(
+        "the final mirror catches up",
+        Duration::from_secs(120),
+        |p| committed_values(p).is_some_and(|v| v == want),
+    );
+    // A leader records its epoch's start before any record of it; followers learn an epoch from
+    // its records. Epochs that hold no record are left out of the comparison.
+    let held = |c: &Cluster, n: i32| {
+        let (records, epochs) = log_of(c, n);
+        let end = records.last().map_or(0, |r| r.0 + 1);
+        let epochs: Vec<(i64, i64)> = epochs.into_iter().filter(|e| e.1 < end).collect();
+        (records, epochs)
+    };
+    let reference = held(&clusters[0], 1);
+    for (c, name) in clusters.iter().zip(["A", "B"]) {
+        for n in 1..=3 {
+            c.wait_for(
+                &format!("{name} replica {n} identical"),
+                Duration::from_secs(60),
+                |c| held(c, n) == reference,
+            );
+        }
+    }
+    let have: std::collections::BTreeSet<i64> = want.iter().copied().collect();
+    let lost: Vec<i64> = acked
+        .iter()
+        .copied()
+        .filter(|v| !have.contains(v))
+        .collect();
+    eprintln!(
+        "acknowledged {}, final log {} records, abandoned at failover {abandoned}, lost {}",
+        acked.len(),
+        want.len(),
+        lost.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged values lost: {:?}",
+        &lost[..lost.len().min(20)]
+    );
+}
+
+/// Sets a topic config of `t` on the cluster (IncrementalAlterConfigs).
+fn set_topic_config(c: &Cluster, key: &str, value: &str) -> Result<(), String> {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("t"))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.to_string())))]),
+    ]);
+    let addr = c.running()[0].clone();
+    let resp = rt()
+        .block_on(async {
+            let mut conn = tidemark_broker::replica::client::KafkaConnection::connect(
+                &addr,
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            conn.call(1, &req).await
+        })
+        .map_err(|e| format!("alter config: {e}"))?;
+    match resp.responses[0].error_code {
+        0 => Ok(()),
+        code => Err(format!("alter config {key}={value}: error {code}")),
+    }
+}
+
+/// After the S-ULE setup with the flag false, A mirrors from B (its first LMLE truncation ran on
+/// the ISR only), fails over, and B fails back. Then either (S-ULE-3) an unclean election in A
+/// elects replica 2, or (S-ULE-4) the flag is turned on, B fails over again and A fails back a
+/// second time before replica 2 leads. Returns A's and B's final records and, for S-ULE-4, the
+/// offset of the LMLE truncation run with the flag on.
+fn s_ule_3_4(enable_flag: bool) -> Result<(Records, Records, i64), String> {
+    let (mut a, b) = ule_setup(false, None)?;
+    poll(&a, "A mirroring", |a| {
+        describe_t(a).is_some_and(|d| d.state == MirrorState::Mirroring)
+    })?;
+    same_logs_at("A's leader against B", &a, 1, &b, 1)?;
+    stop(&a, "b-to-a")?;
+    write(&a, &[200])?;
+    start(&b, "a-to-b")?;
+    poll(&b, "B mirrors A's write", |b| {
+        log_of(b, 1).0.iter().any(|r| r.1 == 200)
+    })?;
+    if !enable_flag {
+        a.node(1).kill9();
+        a.node(2).restart();
+        poll(&a, "t leaderless", |a| a_leader(a) == -1)?;
+        poll(&a, "an unclean election of replica 2", |a| {
+            rt().block_on(tidemark_broker::admin::elect_leaders(
+                &a.addr(3),
+                "t",
+                0,
+                true,
+            ))
+            .is_ok_and(|(_, ok)| ok)
+        })?;
+        poll(&a, "replica 2 leads", |a| {
+            a_leader(a) == 2 && replica(a, 2)["role"] == "leader"
+        })?;
+        poll(&b, "B mirrors A's new leader", |b| {
+            describe_t(b).is_some_and(|d| d.source_offset >= 0 && d.lag == 0)
+        })?;
+        return Ok((log_of(&a, 2).0, log_of(&b, 1).0, 0));
+    }
+    set_topic_config(&a, "mirror.support.unclean.leader.election", "true")?;
+    stop(&b, "a-to-b")?;
+    let point = write(&b, &[300])?;
+    start(&a, "b-to-a")?;
+    poll(&a, "A's second LMLE truncation waits for replica 2", |a| {
+        describe_t(a).is_some_and(|d| {
+            d.state == MirrorState::Preparing
+                && d.waiting_for
+                    .as_deref()
+                    .is_some_and(|w| w.contains("NotAllInIsr"))
+        })
+    })?;
+    a.node(2).restart();
+    poll(&a, "A mirrors B's write", |a| {
+        log_of(a, 1).0.iter().any(|r| r.1 == 300)
+    })?;
+    poll(&a, "replica 2 back in the ISR", |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2.len() == 2)
+    })?;
+    a.node(1).kill9();
+    poll(&a, "replica 2 leads", |a| {
+        a_leader(a) == 2 && replica(a, 2)["role"] == "leader"
+    })?;
+    Ok((log_of(&a, 2).0, log_of(&b, 1).0, point))
+}
+
+/// S-ULE-3 (the seed's "Case 2"), flag false: after A failed back and then over again, an
+/// unclean election in A makes the replica that missed the LMLE truncation lead; it kept r1 in
+/// the epoch B owns, and the clusters differ there (the documented limitation).
+#[test]
+fn s_ule_3_flag_false_shows_the_documented_limitation() {
+    let (a, b, _) = s_ule_3_4(false).unwrap();
+    assert_eq!(values_of(&a)[..2], [0, 1], "replica 2 kept r1");
+    assert_eq!(values_of(&b)[1], 100, "B keeps its own write at offset 1");
+    assert_eq!(
+        a[1].2, b[1].2,
+        "same epoch, different cluster: undetectable"
+    );
+}
+
+/// S-ULE-4: the flag turned on mid-flight guarantees only what follows the next LMLE
+/// truncation: replica 2 still differs from B before that point and matches it from there on.
+#[test]
+fn s_ule_4_flag_enabled_mid_flight() {
+    let (a, b, point) = s_ule_3_4(true).unwrap();
+    let after = |r: &Records| -> Records { r.iter().filter(|x| x.0 >= point).cloned().collect() };
+    assert!(!after(&b).is_empty());
+    assert_eq!(
+        after(&a),
+        after(&b),
+        "from the flag-on truncation at {point}"
+    );
+    assert_ne!(
+        a[1], b[1],
+        "before it, replica 2's r1 survives (the weaker guarantee)"
+    );
+}
