@@ -956,6 +956,15 @@ impl Partition {
         })
     }
 
+    /// Starts watching the followers' fetches after this leader truncated while mirroring (a
+    /// source's unclean election), unless a watch runs already.
+    pub fn start_truncation_watch(&self) {
+        self.with_state(|s| {
+            s.mirror_truncation_fetches
+                .get_or_insert_with(BTreeMap::new);
+        });
+    }
+
     /// Whether the topic config asks the LMLE truncation to wait for every replica.
     pub fn mirror_support_unclean_leader_election(&self) -> bool {
         self.with_state(|s| s.config.mirror_support_unclean_leader_election)

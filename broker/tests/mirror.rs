@@ -814,3 +814,96 @@ fn s_ule_4_flag_enabled_mid_flight() {
         "before it, replica 2's r1 survives (the weaker guarantee)"
     );
 }
+
+/// kips.md §1.10, while MIRRORING: with `mirror.support.unclean.leader.election=true` on the
+/// destination, a truncation caused by an unclean election in the source (a diverging epoch)
+/// holds the partition in ULE_RECOVERY until every destination replica has followed it; then it
+/// mirrors again and every replica of B equals A's new leader.
+#[test]
+fn ule_in_the_source_while_mirroring_waits_for_every_replica() {
+    ule_while_mirroring(None);
+}
+
+/// The same with the flag ignored: B mirrors on without waiting for its follower.
+#[test]
+#[should_panic(expected = "B waits in ULE_RECOVERY")]
+fn ule_while_mirroring_catches_isr_only_lmle_truncation() {
+    ule_while_mirroring(Some("isr-only-lmle-truncation"));
+}
+
+fn ule_while_mirroring(bug: Option<&str>) {
+    let mut a = cluster("A", 5, "", None);
+    let mut b = cluster("B", 3, "", bug);
+    assert_eq!(
+        create_topic_assigned(&a.addr(1), "t", 1, -1, &[&[1, 2]], &[]),
+        0
+    );
+    a.wait_for("ISR [1, 2]", T, |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2 == vec![1, 2])
+    });
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| {
+        describe_t(b).is_some_and(|d| d.destination_offset == 1)
+    });
+    set_topic_config(&b, "mirror.support.unclean.leader.election", "true").unwrap();
+    // A's replica 2 falls out of the ISR; r1 and r2 reach B but not it.
+    a.node(2).kill9();
+    a.wait_for("A's ISR [1]", T, |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2 == vec![1])
+    });
+    write(&a, &[1]).unwrap();
+    write(&a, &[2]).unwrap();
+    b.wait_for("B mirrors r1, r2", T, |b| {
+        describe_t(b).is_some_and(|d| d.destination_offset == 3)
+    });
+    // One of B's followers of t goes down.
+    let (leader, _, isr) = b.partition_state("t", 0).unwrap();
+    let follower = isr
+        .iter()
+        .map(|r| *r as i32)
+        .find(|r| *r != leader)
+        .expect("a follower");
+    b.node(follower).kill9();
+    b.wait_for("B's ISR without the follower", T, |b| {
+        b.partition_state("t", 0)
+            .is_some_and(|s| s.2 == vec![leader as i64])
+    });
+    // Unclean election in A: replica 2 (only r0) leads and writes r3'.
+    a.node(1).kill9();
+    a.node(2).restart();
+    a.wait_for("t leaderless", T, |a| a_leader(a) == -1);
+    a.wait_for("an unclean election of replica 2", T, |a| {
+        rt().block_on(tidemark_broker::admin::elect_leaders(
+            &a.addr(3),
+            "t",
+            0,
+            true,
+        ))
+        .is_ok_and(|(_, ok)| ok)
+    });
+    write(&a, &[30]).unwrap();
+    b.wait_for("B waits in ULE_RECOVERY for its follower", T, |b| {
+        describe_t(b).is_some_and(|d| {
+            d.state == MirrorState::UleRecovery
+                && d.waiting_for
+                    .as_deref()
+                    .is_some_and(|w| w.contains("NotAllInIsr"))
+        })
+    });
+    b.node(follower).restart();
+    b.wait_for("B mirrors again", T, |b| {
+        describe_t(b)
+            .is_some_and(|d| d.state == MirrorState::Mirroring && d.destination_offset == 2)
+    });
+    let want: Vec<i64> = log_of(&a, 2).0.iter().map(|r| r.1).collect();
+    assert_eq!(want, [0, 30]);
+    for n in 1..=3 {
+        b.wait_for(&format!("B replica {n} holds A's log"), T, |b| {
+            b.dump(n).iter().all(|r| r["topic"] != "t") || log_of(b, n).0 == log_of(&a, 2).0
+        });
+    }
+}

@@ -18,6 +18,9 @@ pub enum MirrorState {
     /// A mirrored batch carries an epoch above the local leader epoch: bump first.
     EpochFencing,
     Mirroring,
+    /// The source's unclean election truncated this leader while mirroring, and
+    /// `mirror.support.unclean.leader.election` is on: wait for every replica to follow.
+    UleRecovery,
     Pausing,
     Paused,
     /// Failover in progress: persist the LMLE, bump the epoch.
@@ -28,10 +31,11 @@ pub enum MirrorState {
 }
 
 impl MirrorState {
-    pub const ALL: [MirrorState; 8] = [
+    pub const ALL: [MirrorState; 9] = [
         MirrorState::Preparing,
         MirrorState::EpochFencing,
         MirrorState::Mirroring,
+        MirrorState::UleRecovery,
         MirrorState::Pausing,
         MirrorState::Paused,
         MirrorState::Stopping,
@@ -48,12 +52,16 @@ impl MirrorState {
         match next {
             Preparing => matches!(self, Stopped | Failed),
             EpochFencing => self == Mirroring,
-            Mirroring => matches!(self, Preparing | EpochFencing | Paused | Failed),
+            UleRecovery => self == Mirroring,
+            Mirroring => matches!(
+                self,
+                Preparing | EpochFencing | UleRecovery | Paused | Failed
+            ),
             Pausing => self == Mirroring,
             Paused => self == Pausing,
             Stopping => matches!(
                 self,
-                Preparing | EpochFencing | Mirroring | Pausing | Paused | Failed
+                Preparing | EpochFencing | Mirroring | UleRecovery | Pausing | Paused | Failed
             ),
             Stopped => self == Stopping,
             Failed => true,
@@ -66,7 +74,8 @@ impl MirrorState {
     }
 
     /// Where a FAILED partition's retry goes (kips.md §1.3: back to the state it failed in):
-    /// a partition that had finished its LMLE truncation resumes mirroring without another.
+    /// a partition that had finished its LMLE truncation resumes mirroring without another; one
+    /// that failed waiting for its replicas after a source's unclean election starts over.
     pub fn retry_from(failed_in: Option<MirrorState>) -> MirrorState {
         use MirrorState::*;
         match failed_in {
@@ -81,6 +90,7 @@ impl MirrorState {
             MirrorState::Preparing => "PREPARING",
             MirrorState::EpochFencing => "EPOCH_FENCING",
             MirrorState::Mirroring => "MIRRORING",
+            MirrorState::UleRecovery => "ULE_RECOVERY",
             MirrorState::Pausing => "PAUSING",
             MirrorState::Paused => "PAUSED",
             MirrorState::Stopping => "STOPPING",
@@ -237,6 +247,9 @@ mod tests {
             (Stopped, Preparing),
             (Failed, Preparing),
             (Mirroring, EpochFencing),
+            (Mirroring, UleRecovery),
+            (UleRecovery, Mirroring),
+            (UleRecovery, Stopping),
             (Preparing, Mirroring),
             (EpochFencing, Mirroring),
             (Paused, Mirroring),
@@ -260,6 +273,8 @@ mod tests {
             (Stopped, Stopping),
             (Mirroring, Stopped),
             (Pausing, Mirroring),
+            (Preparing, UleRecovery),
+            (Failed, UleRecovery),
         ];
         for (a, b) in refused {
             assert!(!a.may_become(b), "{a:?} -> {b:?}");
@@ -278,6 +293,7 @@ mod tests {
         assert_eq!(MirrorState::retry_from(Some(Preparing)), Preparing);
         assert_eq!(MirrorState::retry_from(None), Preparing);
         assert_eq!(MirrorState::retry_from(Some(Stopping)), Stopping);
+        assert_eq!(MirrorState::retry_from(Some(UleRecovery)), Preparing);
     }
 
     #[test]

@@ -170,6 +170,10 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             MirrorState::EpochFencing => fence_epoch(broker, p)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
+            MirrorState::UleRecovery => {
+                ule_recovery(broker, p, cancel).await;
+                Ok(Some(MirrorState::Mirroring))
+            }
             MirrorState::Pausing => Ok(Some(MirrorState::Paused)),
             MirrorState::Paused => {
                 wait_for_change(broker).await;
@@ -282,8 +286,7 @@ async fn prepare(
         warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
         return Ok(());
     }
-    let all_replicas = p.mirror_support_unclean_leader_election()
-        && !broker.faults.has(Bug::IsrOnlyLmleTruncation);
+    let all_replicas = waits_for_all_replicas(broker, p);
     // Phase 1: truncate once enough replicas are in the ISR to take part.
     let mut logged = None;
     while let Some(w) = p.lmle_truncate(lmle, all_replicas)? {
@@ -306,6 +309,31 @@ async fn prepare(
     }
     broker.mirrors.update(p, |s| s.waiting_for = None);
     Ok(())
+}
+
+/// Whether truncations of this partition wait for every replica, not just the ISR
+/// (`mirror.support.unclean.leader.election`, unless the `isr-only-lmle-truncation` bug
+/// ignores it).
+fn waits_for_all_replicas(broker: &Broker, p: &Partition) -> bool {
+    p.mirror_support_unclean_leader_election() && !broker.faults.has(Bug::IsrOnlyLmleTruncation)
+}
+
+/// ULE_RECOVERY (kips.md §1.10): after a truncation caused by the source's unclean election,
+/// mirroring resumes only once every replica is in the ISR and has followed the truncation.
+async fn ule_recovery(broker: &Broker, p: &Partition, cancel: &CancellationToken) {
+    p.start_truncation_watch();
+    let mut logged = None;
+    loop {
+        let w = p.lmle_truncation_progress(true);
+        if w == TruncationWait::Done {
+            broker.mirrors.update(p, |s| s.waiting_for = None);
+            return;
+        }
+        note_wait(broker, p, &mut logged, w);
+        if sleep_or_cancel(cancel, POLL).await {
+            return;
+        }
+    }
 }
 
 /// Logs and reports (through describe) what a preparing partition waits for, when it changes.
@@ -425,8 +453,15 @@ async fn mirror_round(
         .mirrors
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        let before = p.log_end_offset();
         p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
         broker.notify_data();
+        let truncated = p.log_end_offset() < before;
+        if truncated && waits_for_all_replicas(broker, p) {
+            info!(topic = %p.topic, partition = p.index, "the source truncated this mirror (an unclean election there): waiting for every replica");
+            p.start_truncation_watch();
+            return Ok(Some(MirrorState::UleRecovery));
+        }
         return Ok(None);
     }
     let records = pd.records.clone().unwrap_or_default();
