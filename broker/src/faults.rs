@@ -35,7 +35,7 @@ pub enum Bug {
     /// (kips.md §1.6). Breaks M5: local writes carry an epoch the other cluster also wrote, so
     /// failback keeps records of both under one epoch (`divergence`).
     NoEpochBumpOnFailover,
-    /// The LMLE truncation waits for the ISR only, ignoring
+    /// The LMLE truncation (and ULE_RECOVERY) waits for the ISR only, ignoring
     /// `mirror.support.unclean.leader.election=true` (kips.md §1.10). Breaks M3/M4 under a later
     /// unclean election: an out-of-ISR replica keeps records beyond the LMLE and can lead.
     IsrOnlyLmleTruncation,

@@ -907,3 +907,47 @@ fn ule_while_mirroring(bug: Option<&str>) {
         });
     }
 }
+
+/// S-FAILED's variant (kips.md §5.1): the source topic is deleted while B mirrors it; the
+/// partition goes FAILED with RetryAttempt -1 and is not retried, and the operator can still
+/// fail over (STOPPED, writable).
+#[test]
+fn source_topic_deleted_is_a_terminal_failure() {
+    use kafka_protocol::messages::DeleteTopicsRequest;
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![kafka_protocol::messages::TopicName(
+            kafka_protocol::protocol::StrBytes::from_static_str("t"),
+        )])
+        .with_timeout_ms(15_000);
+    let resp = rt()
+        .block_on(async {
+            let mut c = tidemark_broker::replica::client::KafkaConnection::connect(
+                &a.addr(1),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            c.call(4, &req).await
+        })
+        .unwrap();
+    assert_eq!(resp.responses[0].error_code, 0);
+    b.wait_for("B's partition FAILED for good", T, |b| {
+        describe_t(b).is_some_and(|d| d.state == MirrorState::Failed && d.retry_attempt == -1)
+    });
+    let d = describe_t(&b).unwrap();
+    assert!(
+        d.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("has no partition t-0")),
+        "{d:?}"
+    );
+    stop(&b, "a-to-b").unwrap();
+    write(&b, &[1]).unwrap();
+}

@@ -109,6 +109,10 @@ pub enum ControllerCommand {
         from: Option<MirrorState>,
         to: MirrorState,
         error: Option<String>,
+        /// A FAILED that no retry can mend (the source topic is gone, retries exhausted):
+        /// RetryAttempt -1.
+        #[serde(default)]
+        terminal: bool,
     },
     /// The last failover step of a STOPPING partition: STOPPED, and (unless `bump` is false) the
     /// leader epoch raised to at least `min_epoch` in the same change, so no client write can
@@ -709,6 +713,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             from,
             to,
             error: message,
+            terminal,
         } => {
             let Some(m) = image.topics.get_mut(topic).and_then(|t| t.mirror.as_mut()) else {
                 return error(
@@ -742,6 +747,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                     );
                 }
                 match to {
+                    MirrorState::Failed if *terminal => p.retry_attempt = -1,
                     MirrorState::Failed => {
                         p.retry_attempt += 1;
                         if p.state != MirrorState::Failed {
@@ -1137,6 +1143,7 @@ mod tests {
             from,
             to,
             error: None,
+            terminal: false,
         };
         assert_eq!(
             code(apply(&mut image, &set(None, MirrorState::Stopped))),

@@ -36,6 +36,20 @@ const FETCH_MAX_BYTES: i32 = 8 << 20;
 const POLL: Duration = Duration::from_millis(100);
 const RETRY_INITIAL: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Failed attempts after which a partition stays FAILED (kips.md §1.3).
+const RETRY_MAX_ATTEMPTS: i32 = 100;
+
+/// The source partition no longer exists (its topic was deleted): no retry can mend that.
+#[derive(Debug)]
+struct SourceTopicGone(String);
+
+impl std::fmt::Display for SourceTopicGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SourceTopicGone {}
 
 /// What the describe API reports of a partition's mirroring, kept across task restarts.
 #[derive(Clone, Debug)]
@@ -181,6 +195,11 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             }
             MirrorState::Stopping => stop(broker, p, topic, mirror).await.map(|()| None),
             MirrorState::Stopped => return,
+            MirrorState::Failed if pm.retry_attempt < 0 => {
+                // Terminal: only an operator's stop moves it on.
+                wait_for_change(broker).await;
+                Ok(None)
+            }
             MirrorState::Failed => {
                 let exp = pm.retry_attempt.clamp(1, 16) as u32 - 1;
                 let backoff = (RETRY_INITIAL * 2u32.pow(exp)).min(RETRY_MAX);
@@ -188,13 +207,15 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
                 Ok(Some(MirrorState::retry_from(pm.failed_in)))
             }
         };
-        let (to, message) = match step {
+        let (to, message, terminal) = match step {
             Ok(None) => continue,
-            Ok(Some(to)) => (to, None),
+            Ok(Some(to)) => (to, None, false),
             Err(e) => {
                 warn!(topic = %p.topic, partition = p.index, state = state.name(), "mirror step failed: {e:#}");
                 source = None;
-                (MirrorState::Failed, Some(format!("{e:#}")))
+                let terminal = e.downcast_ref::<SourceTopicGone>().is_some()
+                    || pm.retry_attempt + 1 >= RETRY_MAX_ATTEMPTS;
+                (MirrorState::Failed, Some(format!("{e:#}")), terminal)
             }
         };
         if cancel.is_cancelled() {
@@ -206,6 +227,7 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             from: Some(state),
             to,
             error: message,
+            terminal,
         };
         let (topic_name, index) = (p.topic.clone(), p.index);
         let moved = broker
@@ -369,18 +391,24 @@ async fn resolve_source(
 ) -> anyhow::Result<SourceLeader> {
     let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
     let md = metadata(&mut conn, Some(&p.topic)).await?;
-    let part = md
-        .topics
-        .first()
+    let topic = md.topics.first();
+    // An image that knows the source's brokers but not the topic: the topic is gone (a broker
+    // still loading its metadata knows neither).
+    let gone = !md.brokers.is_empty()
+        && topic.is_some_and(|t| t.error_code == errors::UNKNOWN_TOPIC_OR_PARTITION);
+    let part = topic
         .filter(|t| t.error_code == errors::NONE)
         .and_then(|t| t.partitions.iter().find(|x| x.partition_index == p.index))
         .ok_or_else(|| {
-            anyhow::anyhow!(
+            let what = format!(
                 "source {} has no partition {}-{}",
-                mirror.source_cluster_id,
-                p.topic,
-                p.index
-            )
+                mirror.source_cluster_id, p.topic, p.index
+            );
+            if gone {
+                anyhow::Error::new(SourceTopicGone(what))
+            } else {
+                anyhow::anyhow!(what)
+            }
         })?;
     let leader = part.leader_id.0;
     let b = md
@@ -445,6 +473,11 @@ async fn mirror_round(
             // The source's leadership moved: follow it through its metadata.
             *source = None;
             tokio::time::sleep(POLL).await;
+            return Ok(None);
+        }
+        errors::UNKNOWN_TOPIC_OR_PARTITION | errors::UNKNOWN_TOPIC_ID => {
+            // Deleted, or a restarted leader not hosting it yet: the source's metadata decides.
+            *source = Some(resolve_source(mirror, p).await?);
             return Ok(None);
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),

@@ -367,6 +367,7 @@ async fn set_states(
         from: None,
         to,
         error: None,
+        terminal: false,
     };
     broker.submit_and_wait(cmd, |_| true).await.map(|_| ())
 }
