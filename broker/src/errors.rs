@@ -29,7 +29,7 @@ pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const INELIGIBLE_REPLICA: i16 = 107;
 
-// KIP-1279's codes; provisional like its API keys (kips.md §1.11).
+// KIP-1279's codes, provisional like its API keys.
 pub const READ_ONLY_TOPIC: i16 = 134;
 pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
 pub const UNKNOWN_CLUSTER_MIRROR: i16 = 137;

@@ -27,19 +27,19 @@ pub enum Bug {
     /// rule undone). Breaks I4: records count as committed on fewer replicas than promised, so
     /// losing that replica loses them. Checkers report `lost-write`.
     NoStrictMinIsr,
-    /// A mirror partition starts mirroring without the LMLE truncation (kips.md §1.5). Breaks
+    /// A mirror partition starts mirroring without the LMLE truncation (KIP-1279's LMLE truncation). Breaks
     /// M3/M4: records this cluster wrote under epochs the other cluster now owns stay, the
     /// divergence check cannot see them, and after failback the two logs differ (`divergence`).
     SkipLmleTruncation,
     /// Failover makes the topic writable without bumping the leader epoch above the LMLE
-    /// (kips.md §1.6). Breaks M5: local writes carry an epoch the other cluster also wrote, so
+    /// (KIP-1279's epoch bump). Breaks M5: local writes carry an epoch the other cluster also wrote, so
     /// failback keeps records of both under one epoch (`divergence`).
     NoEpochBumpOnFailover,
     /// The LMLE truncation (and ULE_RECOVERY) waits for the ISR only, ignoring
-    /// `mirror.support.unclean.leader.election=true` (kips.md §1.10). Breaks M3/M4 under a later
+    /// `mirror.support.unclean.leader.election=true` (KIP-1279). Breaks M3/M4 under a later
     /// unclean election: an out-of-ISR replica keeps records beyond the LMLE and can lead.
     IsrOnlyLmleTruncation,
-    /// A mirror leader records its own leader epoch in its epoch cache (kips.md §1.1). Breaks
+    /// A mirror leader records its own leader epoch in its epoch cache (KIP-1279). Breaks
     /// M11: the cache holds an epoch no mirrored batch has, so divergence answers are wrong.
     LocalEpochInMirrorCache,
 }

@@ -421,7 +421,7 @@ impl Partition {
             s.registration = reg;
             let change = if s.registration.leader == me {
                 if epoch_changed {
-                    // A mirror leader does not own its epoch (kips.md §1.1): the cache follows
+                    // A mirror leader does not own its epoch (KIP-1279): the cache follows
                     // the mirrored batches only.
                     if !s.is_mirroring() || self.deviations.local_epoch_in_mirror_cache {
                         s.log.assign_epoch_start(s.registration.leader_epoch)?;
@@ -646,7 +646,7 @@ impl Partition {
             if spec.last_fetched_epoch >= 0 {
                 let (epoch, end) = s.log.end_offset_for_epoch(spec.last_fetched_epoch);
                 // No epoch of ours is at or below the fetcher's: nothing to diverge from, so it
-                // must start over from our offsets (kips.md §3.4.2, step 1).
+                // must start over from our offsets (KIP-595).
                 if end < 0 {
                     return out_of_range;
                 }
@@ -905,7 +905,7 @@ impl Partition {
         Ok(())
     }
 
-    /// Phase 1 of the LMLE truncation (kips.md §1.5): once enough replicas are in the ISR to
+    /// Phase 1 of the LMLE truncation (KIP-1279): once enough replicas are in the ISR to
     /// take part (all of them when `all_replicas`), cuts the log at the end of epoch `lmle` and
     /// starts watching the followers' fetches. Returns what it still waits for, if anything.
     pub fn lmle_truncate(

@@ -1,6 +1,6 @@
 //! Cluster mirroring (KIP-1279) on real broker processes: two clusters on loopback, each with its
-//! own controller quorum, cluster id and ports. The scenarios are kips.md §5.1's, scripted so
-//! every step is reached by polling a condition; each asserts the seed's outcome on the final
+//! own controller quorum, cluster id and ports. The scenarios are KIP-1279's, scripted so
+//! every step is reached by polling a condition; each asserts the KIP's outcome on the final
 //! logs and epoch caches of both clusters, offset by offset. Where an injectable bug targets a
 //! scenario, the same script runs with the bug on and must fail.
 
@@ -237,7 +237,7 @@ fn latest_log_epoch(c: &Cluster) -> i64 {
     log_of(c, 1).0.last().map_or(-1, |r| r.2)
 }
 
-/// S-LMLE-1, then S-LMLE-2 from its end, then S-LMLE-3 from that (kips.md §5.1), on
+/// S-LMLE-1, then S-LMLE-2 from its end, then S-LMLE-3 from that (KIP-1279's unclean-leader-election page), on
 /// single-node clusters A and B.
 fn s_lmle(bug: Option<&str>) -> Result<(), String> {
     let mut a = cluster("A", 1, "", None);
@@ -422,7 +422,7 @@ fn a_leader(a: &Cluster) -> i32 {
     a.partition_state_at(3, "t", 0).map_or(-2, |s| s.0)
 }
 
-/// S-ULE-1 and S-ULE-2 (kips.md §5.1, the seed's "Case 1") on a 5-node A (two of them die, the
+/// S-ULE-1 and S-ULE-2 (KIP-1279's unclean-leader-election page, the KIP page's "Case 1") on a 5-node A (two of them die, the
 /// quorum stays) with `t` on nodes 1 and 2, and a 1-node B. A's replica 2 takes records in an epoch B will later own; A's replica 1
 /// then leads uncleanly without them, writes in its own epoch, and A fails back from B. Returns
 /// the final records of A's leader after replica 1 is gone and replica 2 leads, and B's.
@@ -783,7 +783,7 @@ fn s_ule_3_4(enable_flag: bool) -> Result<(Records, Records, i64), String> {
     Ok((log_of(&a, 2).0, log_of(&b, 1).0, point))
 }
 
-/// S-ULE-3 (the seed's "Case 2"), flag false: after A failed back and then over again, an
+/// S-ULE-3 (the KIP page's "Case 2"), flag false: after A failed back and then over again, an
 /// unclean election in A makes the replica that missed the LMLE truncation lead; it kept r1 in
 /// the epoch B owns, and the clusters differ there (the documented limitation).
 #[test]
@@ -815,7 +815,7 @@ fn s_ule_4_flag_enabled_mid_flight() {
     );
 }
 
-/// kips.md §1.10, while MIRRORING: with `mirror.support.unclean.leader.election=true` on the
+/// KIP-1279, while MIRRORING: with `mirror.support.unclean.leader.election=true` on the
 /// destination, a truncation caused by an unclean election in the source (a diverging epoch)
 /// holds the partition in ULE_RECOVERY until every destination replica has followed it; then it
 /// mirrors again and every replica of B equals A's new leader.
@@ -908,7 +908,7 @@ fn ule_while_mirroring(bug: Option<&str>) {
     }
 }
 
-/// S-FAILED's variant (kips.md §5.1): the source topic is deleted while B mirrors it; the
+/// KIP-1279's failed-source case: the source topic is deleted while B mirrors it; the
 /// partition goes FAILED with RetryAttempt -1 and is not retried, and the operator can still
 /// fail over (STOPPED, writable).
 #[test]

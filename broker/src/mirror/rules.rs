@@ -1,4 +1,4 @@
-//! The pure rules of cluster mirroring (kips.md §1.3–1.6, §1.10): which partition mirror state
+//! The pure rules of cluster mirroring (KIP-1279): which partition mirror state
 //! may follow which, where the Last Mirrored Leader Epoch (LMLE) truncation cuts a log, when that
 //! truncation counts as done on the replicas, which epoch a mirrored batch or a failover needs,
 //! and how LMLE records found in the internal topic answer a lookup. No I/O here, so every rule is
@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The state of one partition of a mirror topic (the semantic states of kips.md §1.3).
+/// The state of one partition of a mirror topic (KIP-1279's semantic states).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum MirrorState {
@@ -43,7 +43,7 @@ impl MirrorState {
         MirrorState::Failed,
     ];
 
-    /// The valid transitions of kips.md §1.3; staying in a state is always allowed.
+    /// KIP-1279's valid transitions; staying in a state is always allowed.
     pub fn may_become(self, next: MirrorState) -> bool {
         use MirrorState::*;
         if self == next {
@@ -73,7 +73,7 @@ impl MirrorState {
         self != MirrorState::Stopped
     }
 
-    /// Where a FAILED partition's retry goes (kips.md §1.3: back to the state it failed in):
+    /// Where a FAILED partition's retry goes (KIP-1279: back to the state it failed in):
     /// a partition that had finished its LMLE truncation resumes mirroring without another; one
     /// that failed waiting for its replicas after a source's unclean election starts over.
     pub fn retry_from(failed_in: Option<MirrorState>) -> MirrorState {
@@ -215,7 +215,7 @@ pub struct LmleRecord {
 
 /// Answers "which epoch of `requester` (a cluster id) does this cluster recognise for the
 /// partition": the latest record per key (records in log order), then the greatest over every
-/// mirror whose source was `requester`; -1 when there is none (kips.md §1.4).
+/// mirror whose source was `requester`; -1 when there is none (KIP-1279's LMLE lookup).
 pub fn lookup_lmle<'a>(
     records: impl IntoIterator<Item = &'a LmleRecord>,
     requester: &str,

@@ -36,7 +36,7 @@ const FETCH_MAX_BYTES: i32 = 8 << 20;
 const POLL: Duration = Duration::from_millis(100);
 const RETRY_INITIAL: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
-/// Failed attempts after which a partition stays FAILED (kips.md §1.3).
+/// Failed attempts after which a partition stays FAILED (KIP-1279).
 const RETRY_MAX_ATTEMPTS: i32 = 100;
 
 /// The source partition no longer exists (its topic was deleted): no retry can mend that.
@@ -291,7 +291,7 @@ async fn lookup_lmle(
         .map_or(-1, |(_, e)| *e))
 }
 
-/// PREPARING: the LMLE truncation of kips.md §1.5.
+/// PREPARING: KIP-1279's LMLE truncation.
 async fn prepare(
     broker: &Broker,
     p: &Partition,
@@ -340,7 +340,7 @@ fn waits_for_all_replicas(broker: &Broker, p: &Partition) -> bool {
     p.mirror_support_unclean_leader_election() && !broker.faults.has(Bug::IsrOnlyLmleTruncation)
 }
 
-/// ULE_RECOVERY (kips.md §1.10): after a truncation caused by the source's unclean election,
+/// ULE_RECOVERY (KIP-1279, `mirror.support.unclean.leader.election`): after a truncation caused by the source's unclean election,
 /// mirroring resumes only once every replica is in the ISR and has followed the truncation.
 async fn ule_recovery(broker: &Broker, p: &Partition, cancel: &CancellationToken) {
     p.start_truncation_watch();
@@ -584,7 +584,7 @@ async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
 }
 
 /// STOPPING: persist the LMLE (the latest epoch of the log), then STOPPED with the epoch bumped
-/// above it (kips.md §1.7).
+/// above it (KIP-1279's failover).
 async fn stop(
     broker: &Broker,
     p: &Partition,

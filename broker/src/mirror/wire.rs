@@ -1,4 +1,4 @@
-//! The mirror admin APIs on the Kafka wire (kips.md §1.11). Each API has its own API key, at the
+//! The mirror admin APIs on the Kafka wire (KIP-1279's admin APIs). Each API has its own API key, at the
 //! KIP's distances from a configurable base (`mirror.api.key.base`, default 94 as in the
 //! prototype) because the KIP's numbers are provisional. Frames carry the ordinary Kafka
 //! request header (v2) and response header (v1); the body is one compact-bytes field holding the
@@ -85,7 +85,7 @@ pub enum MirrorRequest {
     },
     List,
     /// `mirror: None` describes every mirror. `lookup` asks for LMLEs this cluster holds for
-    /// the requesting cluster (failback, kips.md §1.4).
+    /// the requesting cluster (failback, KIP-1279's LMLE lookup).
     Describe {
         mirror: Option<String>,
         lookup: Option<LmleLookup>,
