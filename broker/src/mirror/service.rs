@@ -36,6 +36,8 @@ use crate::replica::client::KafkaConnection;
 pub const LMLE_TOPIC: &str = "__mirror_state";
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping partition keeps trying to persist its LMLE before it counts as failed.
+const LMLE_WRITE_WAIT: Duration = Duration::from_secs(30);
 /// How long a stop waits for its partitions to become writable before answering.
 const STOP_WAIT: Duration = Duration::from_secs(30);
 
@@ -472,34 +474,32 @@ async fn lmle_leader(broker: &Broker) -> anyhow::Result<Option<KafkaConnection>>
     ))
 }
 
-/// Persists one LMLE record (acks=all), creating the internal topic on first use.
+/// Persists one LMLE record (acks=all), creating the internal topic on first use. Partitions
+/// stopping together race to create the topic and to reach its leader; each retries until the
+/// write lands or `LMLE_WRITE_WAIT` passes.
 pub async fn write_lmle(broker: &Broker, record: &LmleRecord) -> anyhow::Result<()> {
-    if !broker.metadata().topics.contains_key(LMLE_TOPIC) {
-        let live = broker
-            .metadata()
-            .brokers
-            .values()
-            .filter(|b| !b.fenced)
-            .count();
-        let rf = live.clamp(1, 3) as i16;
-        match broker
-            .create_topic(LMLE_TOPIC, 1, rf, &BTreeMap::new(), false, Vec::new())
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.code == errors::TOPIC_ALREADY_EXISTS => {}
-            Err(e) => anyhow::bail!("cannot create {LMLE_TOPIC}: {}", e.message),
-        }
-    }
     let value = serde_json::to_vec(record)?;
     let key = serde_json::to_vec(&record.key)?;
     let batch = encode_record(&key, &value)?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + LMLE_WRITE_WAIT;
     loop {
         let attempt = async {
+            if !broker.metadata().topics.contains_key(LMLE_TOPIC) {
+                let image = broker.metadata();
+                let live = image.brokers.values().filter(|b| !b.fenced).count();
+                let rf = live.clamp(1, 3) as i16;
+                match broker
+                    .create_topic(LMLE_TOPIC, 1, rf, &BTreeMap::new(), false, Vec::new())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.code == errors::TOPIC_ALREADY_EXISTS => {}
+                    Err(e) => anyhow::bail!("cannot create {LMLE_TOPIC}: {}", e.message),
+                }
+            }
             let mut conn = lmle_leader(broker)
                 .await?
-                .ok_or_else(|| anyhow::anyhow!("{LMLE_TOPIC} vanished"))?;
+                .ok_or_else(|| anyhow::anyhow!("{LMLE_TOPIC} is not in this broker's image yet"))?;
             let req = ProduceRequest::default()
                 .with_acks(-1)
                 .with_timeout_ms(RPC_TIMEOUT.as_millis() as i32)
