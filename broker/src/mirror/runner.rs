@@ -32,7 +32,7 @@ use crate::partition::Partition;
 use crate::replica::client::KafkaConnection;
 
 const FETCH_MAX_WAIT_MS: i32 = 500;
-const FETCH_MAX_BYTES: i32 = 8 << 20;
+const FETCH_MAX_BYTES: i32 = 32 << 20;
 const POLL: Duration = Duration::from_millis(100);
 const RETRY_INITIAL: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
