@@ -206,12 +206,13 @@ impl HostsRuntime {
         let dir = run_dir.display().to_string();
         let pattern = format!("[{}]{}/", &dir[..1], &dir[1..]);
         format!(
-            "pkill -KILL -f {pat}; \
+            "{unmount}; pkill -KILL -f {pat}; \
              if command -v iptables >/dev/null; then \
              iptables -w -D INPUT -j {CHAIN} 2>/dev/null; iptables -w -F {CHAIN} 2>/dev/null; \
              iptables -w -X {CHAIN} 2>/dev/null; fi; \
              if command -v nft >/dev/null; then nft delete table inet {NFT_TABLE} 2>/dev/null; fi; \
              rm -rf {dir}",
+            unmount = crate::leftovers::unmount_script(run_dir),
             pat = escape(&pattern),
             dir = escape(&dir),
         )

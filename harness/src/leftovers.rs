@@ -297,8 +297,22 @@ pub fn namespace_pids(ns: &str) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// A shell line that lazily unmounts every mount at or below `dir` (deepest first): the
+/// power-loss filesystems of a run whose owner died. Their processes, started outside any
+/// namespace, exit once unmounted, and the directory can then be removed.
+pub fn unmount_script(dir: &Path) -> String {
+    let dir = dir.display().to_string();
+    format!(
+        "awk -v d={d} '$5 == d || index($5, d \"/\") == 1 {{ print $5 }}' /proc/self/mountinfo \
+         | sort -r | while read -r m; do fusermount3 -u -z \"$m\" 2>/dev/null \
+         || umount -l \"$m\"; done",
+        d = crate::remote::escape(dir.trim_end_matches('/')),
+    )
+}
+
 /// Kills every process inside the namespaces, deletes them (which removes their interfaces,
-/// bridges and iptables rules) and removes the work directory. Tries every step; returns the
+/// bridges and iptables rules), unmounts what is mounted below the work directory and removes
+/// it. Tries every step; returns the
 /// first error.
 pub fn remove(namespaces: &[String], work_dir: Option<&Path>) -> anyhow::Result<()> {
     let mut first_err: Option<anyhow::Error> = None;
@@ -324,6 +338,22 @@ pub fn remove(namespaces: &[String], work_dir: Option<&Path>) -> anyhow::Result<
         }
     }
     if let Some(dir) = work_dir {
+        match Command::new("sh")
+            .args(["-c", &unmount_script(dir)])
+            .output()
+        {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                first_err.get_or_insert(anyhow::anyhow!(
+                    "unmounting below {}: {}",
+                    dir.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+            }
+            Err(e) => {
+                first_err.get_or_insert(anyhow::anyhow!("unmounting below {}: {e}", dir.display()));
+            }
+        }
         if let Err(e) = std::fs::remove_dir_all(dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 first_err.get_or_insert(anyhow::anyhow!("removing {}: {e}", dir.display()));
