@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::client::{ClientContext, NodeAddr};
-use crate::db::{DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, PowerLoss, Probe, ReplicaDump};
+use crate::db::{
+    DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, PowerLoss, Probe, ReplicaDump,
+};
 use crate::prerequisites::Requirement;
 use crate::probe;
 use crate::remote::{self, command_line, escape};

@@ -14,22 +14,22 @@ use rand::RngExt as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::fault::{Env, Failed, Fault};
-use crate::targets::Targets;
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{NodeSpec, TargetFields, Targets};
 
-/// The `power-loss` op.
+/// The `power-loss` fault.
 pub struct Power;
 
 /// A `power-loss` value: a schedule's spec or a recorded `info`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PowerValue {
-    /// A node spec (`one`, `all`, ...), read by [`Targets`].
-    #[serde(default)]
-    targets: Option<String>,
-    /// Explicit node names, read by [`Targets`].
+    /// Explicit node names (win over `targets`).
     #[serde(default)]
     nodes: Option<Vec<String>>,
+    /// A node spec (`one`, `all`, ...).
+    #[serde(default)]
+    targets: Option<NodeSpec>,
     /// Where last writes tear; drawn from the nemesis's RNG when absent.
     #[serde(default)]
     seed: Option<u64>,
@@ -41,18 +41,26 @@ struct PowerValue {
     _dropped: Option<BTreeMap<String, Value>>,
 }
 
-fn parse(value: &Value, nodes: &[String]) -> Result<(PowerValue, Targets), String> {
-    let v: PowerValue = match value {
-        Value::Null => serde_json::from_value(json!({})),
-        other => serde_json::from_value(other.clone()),
+/// A parsed `power-loss` op.
+#[derive(Debug, PartialEq)]
+struct PowerOp {
+    targets: Targets,
+    seed: Option<u64>,
+}
+
+impl PowerOp {
+    fn parse(value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: PowerValue = parse(value)?;
+        let targets = TargetFields {
+            nodes: v.nodes,
+            targets: v.targets,
+        }
+        .targets(nodes, None)?;
+        Ok(PowerOp {
+            targets,
+            seed: v.seed,
+        })
     }
-    .map_err(|e| e.to_string())?;
-    let targets = match (&v.nodes, &v.targets) {
-        (Some(list), _) => Targets::from_value(&json!({ "nodes": list }), nodes, None)?,
-        (None, Some(spec)) => Targets::from_value(&json!({ "targets": spec }), nodes, None)?,
-        (None, None) => return Err("needs `nodes` (a list of node names) or `targets`".to_string()),
-    };
-    Ok((v, targets))
 }
 
 impl Fault for Power {
@@ -60,38 +68,45 @@ impl Fault for Power {
         &["power-loss"]
     }
 
-    fn check(&self, _f: &str, value: &Value, nodes: &[String]) -> Result<(), String> {
-        parse(value, nodes).map(drop)
+    fn parse<'a>(
+        &'a self,
+        _f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(PowerOp::parse(value, nodes)?))
     }
+}
 
-    fn invoke(&self, env: &mut Env<'_>, _f: &str, value: &Value) -> Result<Value, Failed> {
+impl FaultOp for PowerOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         let names = env.names();
-        let (v, targets) = parse(value, &names).map_err(Failed::nothing)?;
         let db = env.cx.db;
         let (Some(kill), Some(power)) = (db.as_kill(), db.as_power_loss()) else {
             return Err(Failed::nothing(
                 "the database's data is not on tidemark-powerfs, so it cannot lose power",
             ));
         };
-        let nodes = env.resolve(&targets)?;
-        let seed = v.seed.unwrap_or_else(|| env.rng.random());
+        let nodes = env.resolve(&self.targets)?;
+        let seed = self.seed.unwrap_or_else(|| env.rng.random());
         let mut sorted = nodes.clone();
         sorted.sort();
-        let cluster_wide = env.cx.nodes.iter().map(|n| n.cluster.as_str()).any(|c| {
+        let cluster_wide = env.cx.nodes.iter().any(|c| {
             env.cx
                 .nodes
                 .iter()
-                .filter(|n| n.cluster == c)
+                .filter(|n| n.cluster == c.cluster)
                 .all(|n| nodes.contains(&n.name))
         });
         let mut record = json!({"nodes": sorted, "seed": seed, "cluster_wide": cluster_wide});
-        if let Some(spec) = targets.spec_name() {
+        if let Some(spec) = self.targets.spec_name() {
             record["targets"] = json!(spec);
         }
+        // Every target is killed before any loses power, so none takes writes the others lost.
         let (_, mut errors) = env.on_each(&nodes, |n| kill.kill(n));
         if !errors.is_empty() {
             return Err(Failed {
-                done: json!({"nodes": sorted, "killed_only": true}),
+                done: json!({"killed": sorted}),
                 error: errors.join("; "),
             });
         }
@@ -121,28 +136,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checks_name_the_bad_field_and_accept_recorded_infos() {
+    fn parsing_names_the_bad_field_and_accepts_recorded_infos() {
         let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
-        let p = Power;
-        assert!(p
-            .check("power-loss", &json!({"targets": "all"}), &nodes)
-            .is_ok());
-        let info = json!({"nodes": ["n1", "n2"], "seed": 7, "cluster_wide": false,
+        let parse = |v: Value| PowerOp::parse(&v, &nodes);
+        assert_eq!(
+            parse(json!({"targets": "all"})),
+            Ok(PowerOp {
+                targets: Targets::Spec(NodeSpec::All),
+                seed: None
+            })
+        );
+        let info = json!({"nodes": ["n2", "n1"], "seed": 7, "cluster_wide": false,
                           "targets": "majority",
                           "dropped": {"n1": {"seed": 1, "bytes_dropped": 3}}});
-        assert!(p.check("power-loss", &info, &nodes).is_ok());
-        let e = p
-            .check("power-loss", &json!({"targets": "all", "sed": 1}), &nodes)
-            .unwrap_err();
+        assert_eq!(
+            parse(info),
+            Ok(PowerOp {
+                targets: Targets::Nodes(vec!["n1".into(), "n2".into()]),
+                seed: Some(7)
+            })
+        );
+        let e = parse(json!({"targets": "all", "sed": 1})).unwrap_err();
         assert!(e.contains("sed"), "{e}");
-        let e = p
-            .check("power-loss", &json!({"targets": "all", "seed": -1}), &nodes)
-            .unwrap_err();
-        assert!(e.contains("-1"), "{e}");
-        let e = p
-            .check("power-loss", &json!({"nodes": ["n9"]}), &nodes)
-            .unwrap_err();
+        let e = parse(json!({"targets": "all", "seed": -1})).unwrap_err();
+        assert!(e.contains("seed"), "{e}");
+        let e = parse(json!({"nodes": ["n9"]})).unwrap_err();
         assert!(e.contains("n9"), "{e}");
-        assert!(p.check("power-loss", &json!({}), &nodes).is_err());
+        assert!(parse(json!({})).is_err());
     }
 }
