@@ -169,3 +169,80 @@ fn ten_runs_of_each_flush_policy() {
         per_message_flush_loses_nothing(seed);
     }
 }
+
+fn mounted_below(dir: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(dir))
+}
+
+#[test]
+fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
+    if !root_or_skip("teardown after kill -9 with power faults") {
+        return;
+    }
+    broker();
+    powerfs();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let store = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tidemark())
+        .args([
+            "test",
+            "--nemesis",
+            "power",
+            "--time-limit",
+            "60",
+            "--quiet",
+        ])
+        .arg("--store")
+        .arg(store.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let run = store.path().join("latest");
+    let started = std::time::Instant::now();
+    let test = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the run never mounted its data directories"
+        );
+        let test: Option<Value> = std::fs::read(run.join("test.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(t) = test {
+            let work_dir = t["runtime"]["work_dir"].as_str().unwrap().to_string();
+            let lines = std::fs::read_to_string(run.join("history.jsonl"))
+                .map(|h| h.lines().count())
+                .unwrap_or(0);
+            if mounted_below(&work_dir) && lines > 50 {
+                break t;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let work_dir = test["runtime"]["work_dir"].as_str().unwrap();
+    assert!(
+        mounted_below(work_dir),
+        "the killed run left no mount to clean"
+    );
+    let teardown = Command::new(tidemark())
+        .args([
+            "teardown",
+            "--run",
+            test["runtime"]["run"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        teardown.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&teardown.stderr)
+    );
+    assert_no_mount_below(Path::new(work_dir));
+    assert_nothing_left(&test);
+}
