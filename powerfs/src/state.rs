@@ -64,7 +64,7 @@ pub struct FileBody {
     pub data: Vec<u8>,
     /// The content at the last fsync (what the backing files at its durable paths hold).
     durable: Vec<u8>,
-    /// The first byte that may differ from `durable`.
+    /// The first byte that may differ from `durable` (never beyond `durable`'s end).
     dirty_from: usize,
     /// The last write since the last fsync: where, and its bytes.
     last_write: Option<(u64, Vec<u8>)>,
@@ -457,7 +457,9 @@ impl State {
                 for (path, _) in &paths {
                     write_from(path, &f.data, f.dirty_from).map_err(|e| io_errno(&e))?;
                 }
-                f.durable = f.data.clone();
+                // Below `dirty_from` the two agree, so only the tail is copied.
+                f.durable.truncate(f.dirty_from);
+                f.durable.extend_from_slice(&f.data[f.dirty_from..]);
                 f.dirty_from = f.data.len();
                 f.last_write = None;
                 f.unsynced = 0;
