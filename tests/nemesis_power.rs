@@ -177,16 +177,10 @@ fn mounted_below(dir: &str) -> bool {
         .any(|l| l.contains(dir))
 }
 
-#[test]
-fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
-    if !root_or_skip("teardown after kill -9 with power faults") {
-        return;
-    }
-    broker();
-    powerfs();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let store = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tidemark())
+/// Starts a 60 s `--nemesis power` run and returns once its data directories are mounted and
+/// clients are busy, with its `test.json`.
+fn start_power_run(store: &Path) -> (std::process::Child, Value) {
+    let child = Command::new(tidemark())
         .args([
             "test",
             "--nemesis",
@@ -196,14 +190,14 @@ fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
             "--quiet",
         ])
         .arg("--store")
-        .arg(store.path())
+        .arg(store)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let run = store.path().join("latest");
+    let run = store.join("latest");
     let started = std::time::Instant::now();
-    let test = loop {
+    loop {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(60),
             "the run never mounted its data directories"
@@ -217,11 +211,44 @@ fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
                 .map(|h| h.lines().count())
                 .unwrap_or(0);
             if mounted_below(&work_dir) && lines > 50 {
-                break t;
+                return (child, t);
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    }
+}
+
+#[test]
+fn ctrl_c_leaves_no_mount_behind() {
+    if !root_or_skip("ctrl-c with power faults") {
+        return;
+    }
+    broker();
+    powerfs();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let store = tempfile::tempdir().unwrap();
+    let (mut child, test) = start_power_run(store.path());
+    let sent = Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    assert_eq!(child.wait().unwrap().code(), Some(255));
+    assert_no_mount_below(Path::new(test["runtime"]["work_dir"].as_str().unwrap()));
+    assert_nothing_left(&test);
+}
+
+#[test]
+fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
+    if !root_or_skip("teardown after kill -9 with power faults") {
+        return;
+    }
+    broker();
+    powerfs();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let store = tempfile::tempdir().unwrap();
+    let (mut child, test) = start_power_run(store.path());
     child.kill().unwrap();
     child.wait().unwrap();
     let work_dir = test["runtime"]["work_dir"].as_str().unwrap();
