@@ -3,15 +3,14 @@
 //! writes. With Kafka's default flush policy acknowledged writes are lost and the policy excuses
 //! it; with per-message flush nothing is lost and the run is valid. The 10-run repetitions the
 //! issue asks for are `#[ignore]`d (several minutes); run them with
-//! `cargo test --test nemesis_power -- --ignored --test-threads 1`.
-
-mod engine_support;
+//! `cargo test --test e2e power -- --ignored --test-threads 1`. Teardown after Ctrl-C and
+//! after kill -9 leaves no mount behind.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use engine_support::*;
+use crate::support::engine::{assert_nothing_left, broker, root_or_skip, tidemark};
 use serde_json::{json, Value};
 
 static TURN: Mutex<()> = Mutex::new(());
