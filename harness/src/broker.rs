@@ -768,4 +768,38 @@ mod tests {
             PathBuf::from("/w/n2/faketime")
         );
     }
+
+    #[test]
+    fn with_powerfs_the_data_directory_is_a_mount_over_data_disk_and_needs_fuse() {
+        use crate::prerequisites::Need;
+        let plain = TidemarkBroker::new("/x".into(), BrokerConfig::for_replication(1), vec![]);
+        assert!(plain.as_power_loss().is_none());
+        assert!(!plain
+            .requirements()
+            .iter()
+            .any(|r| r.need == Need::Program("fusermount3")));
+        let broker = plain.with_powerfs("/p".into());
+        assert!(broker.as_power_loss().is_some());
+        let reqs = broker.requirements();
+        assert!(reqs
+            .iter()
+            .any(|r| r.need == Need::Program("fusermount3") && r.package == "fuse3"));
+        assert!(reqs
+            .iter()
+            .any(|r| r.need == Need::Device("/dev/fuse".into())));
+        let mount = TidemarkBroker::mount_command(&node(1));
+        assert!(
+            mount.contains(
+                "/w/n1/bin/tidemark-powerfs mount --backing /w/n1/data.disk \
+                 --mountpoint /w/n1/data --control /w/n1/powerfs.sock"
+            ),
+            "{mount}"
+        );
+        assert!(TidemarkBroker::unmount_command(&node(1), true).contains("fusermount3 -u -z"));
+        assert_eq!(
+            broker.describe()["powerfs"],
+            serde_json::json!("/p"),
+            "test.json records the filesystem"
+        );
+    }
 }
