@@ -1,7 +1,8 @@
 //! Power loss end to end: `tidemark test` with every node's data directory on tidemark-powerfs
 //! and a schedule that cuts power to the whole cluster at once after a burst of acknowledged
 //! writes. With Kafka's default flush policy acknowledged writes are lost and the policy excuses
-//! it; with per-message flush nothing is lost and the run is valid. The 10-run repetitions the
+//! it; with per-message flush nothing is lost and the run is valid, and so is a run where one node
+//! alone loses power under the default policy (its peers keep what it lost). The 10-run repetitions the
 //! issue asks for are `#[ignore]`d (several minutes); run them with
 //! `cargo test --test e2e power -- --ignored --test-threads 1`. Teardown after Ctrl-C and
 //! after kill -9 leaves no mount behind.
@@ -35,13 +36,18 @@ struct Run {
 
 /// Runs 14 s of the queue workload with the whole cluster losing power at 7 s.
 fn run(seed: u64, extra: &[&str]) -> Run {
+    run_with(seed, "all", extra)
+}
+
+/// Runs 14 s of the queue workload with the `targets` nodes losing power at 7 s.
+fn run_with(seed: u64, targets: &str, extra: &[&str]) -> Run {
     broker();
     powerfs();
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("power.json");
     std::fs::write(
         &schedule,
-        json!([{"time_s": 7, "f": "power-loss", "value": {"targets": "all"}}]).to_string(),
+        json!([{"time_s": 7, "f": "power-loss", "value": {"targets": targets}}]).to_string(),
     )
     .unwrap();
     let store = tempfile::tempdir().unwrap();
@@ -154,6 +160,28 @@ fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing() {
     }
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     per_message_flush_loses_nothing(1);
+}
+
+#[test]
+fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
+    if !root_or_skip("one node power loss") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let r = run_with(2, "one", &[]);
+    let info = r
+        .ops
+        .iter()
+        .find(|o| o["process"] == "nemesis" && o["f"] == "power-loss" && o["type"] == "info")
+        .expect("a power-loss info");
+    assert_eq!(
+        info["value"]["nodes"].as_array().unwrap().len(),
+        1,
+        "{info}"
+    );
+    assert_eq!(info["value"]["cluster_wide"], false, "{info}");
+    assert_eq!(r.results["allowed"], json!({}), "{}", r.results);
+    assert_eq!(r.results["valid"], true, "{}", r.results);
 }
 
 #[test]
