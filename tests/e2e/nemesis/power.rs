@@ -1,11 +1,11 @@
 //! Power loss end to end: `tidemark test` with every node's data directory on tidemark-powerfs
 //! and a schedule that cuts power to the whole cluster at once after a burst of acknowledged
 //! writes. With Kafka's default flush policy acknowledged writes are lost and the policy excuses
-//! it; with per-message flush nothing is lost and the run is valid, and so is a run where one node
-//! alone loses power under the default policy (its peers keep what it lost). The 10-run repetitions the
-//! issue asks for are `#[ignore]`d (several minutes); run them with
-//! `cargo test --test e2e power -- --ignored --test-threads 1`. Teardown after Ctrl-C and
-//! after kill -9 leaves no mount behind.
+//! it; with per-message flush nothing is lost and the run is valid, and so is a run where one
+//! node alone loses power under the default policy (its peers keep what it lost). The 10-run
+//! repetitions the issue asks for are `#[ignore]`d (several minutes); run them with
+//! `cargo test --test e2e power -- --ignored --test-threads 1`. Teardown after Ctrl-C and after
+//! kill -9 leaves no mount behind.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
