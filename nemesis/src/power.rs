@@ -30,6 +30,9 @@ struct PowerValue {
     /// A node spec (`one`, `all`, ...).
     #[serde(default)]
     targets: Option<NodeSpec>,
+    /// The cluster the op acts on (the engine reads it; the nodes are that cluster's).
+    #[serde(default, rename = "cluster")]
+    _cluster: Option<String>,
     /// Where last writes tear; drawn from the nemesis's RNG when absent.
     #[serde(default)]
     seed: Option<u64>,
@@ -156,6 +159,7 @@ mod tests {
                 seed: Some(7)
             })
         );
+        assert!(parse(json!({"targets": "all", "cluster": "b"})).is_ok());
         let e = parse(json!({"targets": "all", "sed": 1})).unwrap_err();
         assert!(e.contains("sed"), "{e}");
         let e = parse(json!({"targets": "all", "seed": -1})).unwrap_err();
