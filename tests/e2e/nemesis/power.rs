@@ -204,10 +204,9 @@ fn mounted_below(dir: &str) -> bool {
         .any(|l| l.contains(dir))
 }
 
-/// Starts a 60 s `--nemesis power` run and returns once its data directories are mounted and
-/// clients are busy, with its `test.json`.
-fn start_power_run(store: &Path) -> (std::process::Child, Value) {
-    let child = Command::new(tidemark())
+/// Starts a 60 s `--nemesis power` run.
+fn spawn_power_run(store: &Path) -> std::process::Child {
+    Command::new(tidemark())
         .args([
             "test",
             "--nemesis",
@@ -221,7 +220,12 @@ fn start_power_run(store: &Path) -> (std::process::Child, Value) {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Returns the `test.json` of the run in `store` once its data directories are mounted and its
+/// clients are busy.
+fn wait_until_mounted(store: &Path) -> Value {
     let run = store.join("latest");
     let started = std::time::Instant::now();
     loop {
@@ -238,7 +242,7 @@ fn start_power_run(store: &Path) -> (std::process::Child, Value) {
                 .map(|h| h.lines().count())
                 .unwrap_or(0);
             if mounted_below(&work_dir) && lines > 50 {
-                return (child, t);
+                return t;
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -254,7 +258,8 @@ fn ctrl_c_leaves_no_mount_behind() {
     powerfs();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let store = tempfile::tempdir().unwrap();
-    let (mut child, test) = start_power_run(store.path());
+    let mut child = spawn_power_run(store.path());
+    let test = wait_until_mounted(store.path());
     let sent = Command::new("kill")
         .arg("-INT")
         .arg(child.id().to_string())
@@ -275,7 +280,8 @@ fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
     powerfs();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let store = tempfile::tempdir().unwrap();
-    let (mut child, test) = start_power_run(store.path());
+    let mut child = spawn_power_run(store.path());
+    let test = wait_until_mounted(store.path());
     child.kill().unwrap();
     child.wait().unwrap();
     let work_dir = test["runtime"]["work_dir"].as_str().unwrap();
