@@ -73,9 +73,14 @@ pub struct Args {
     /// never use them).
     #[command(flatten)]
     hosts: Box<HostsArgs>,
-    /// The tidemark-broker binary to deploy (default: beside this executable).
+    /// The tidemark-broker binary to deploy (default: beside this executable). Power faults
+    /// also deploy tidemark-powerfs from beside it.
     #[arg(long, value_name = "PATH")]
     broker_binary: Option<PathBuf>,
+    /// Set a broker property on every node (repeatable), e.g.
+    /// `--broker-config log.flush.interval.messages=1`; wins over tidemark's settings.
+    #[arg(long, value_name = "KEY=VALUE")]
+    broker_config: Vec<String>,
     /// Milliseconds one client op may take before it ends `info`.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     op_timeout_ms: u64,
@@ -101,7 +106,8 @@ pub struct Args {
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = "Faults")]
 struct NemesisArgs {
-    /// Fault kinds, comma separated: partition, kill, pause, clock, loss, corrupt, unclean; or
+    /// Fault kinds, comma separated: partition, kill, pause, clock, loss, corrupt, unclean,
+    /// power; or
     /// `all`, or `none` [default: partition,kill,pause,clock,loss]
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
@@ -131,6 +137,7 @@ struct Faults {
     nemesis: Option<Arc<dyn Nemesis>>,
     kinds: Vec<String>,
     faketime: Option<PathBuf>,
+    powerfs: bool,
 }
 
 /// Builds the nemesis. Kinds that need something this machine lacks are an error when asked for
@@ -209,10 +216,12 @@ fn faults(
         .kinds()
         .contains(&Kind::Clock)
         .then(|| args.faketime_library.clone());
+    let powerfs = nemesis.kinds().contains(&Kind::Power);
     Ok(Faults {
         nemesis: (!kinds.is_empty()).then(|| Arc::new(nemesis) as Arc<dyn Nemesis>),
         kinds,
         faketime,
+        powerfs,
     })
 }
 
@@ -374,9 +383,35 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     }
     let broker = std::fs::canonicalize(&broker).unwrap_or(broker);
 
-    let mut db = TidemarkBroker::new(broker, BrokerConfig::for_replication(rf), args.inject_bug);
+    let mut config = BrokerConfig::for_replication(rf);
+    for setting in &args.broker_config {
+        match setting.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                config
+                    .overrides
+                    .insert(k.trim().to_string(), v.trim().to_string());
+            }
+            _ => {
+                return Err(Problem::Usage(format!(
+                    "--broker-config {setting:?}: expected KEY=VALUE"
+                )))
+            }
+        }
+    }
+    let powerfs = broker.with_file_name("tidemark-powerfs");
+    let mut db = TidemarkBroker::new(broker, config, args.inject_bug);
     if let Some(lib) = faults.faketime {
         db = db.with_faketime(lib);
+    }
+    if faults.powerfs {
+        if !powerfs.is_file() {
+            return Err(Problem::Usage(format!(
+                "power faults need tidemark-powerfs beside the broker, at {}; build it with \
+                 `cargo build -p tidemark-powerfs`",
+                powerfs.display()
+            )));
+        }
+        db = db.with_powerfs(powerfs);
     }
     // What the nodes need; on the netns runtime the nodes are this machine, checked now, and
     // SSH hosts are checked when the runtime first connects, before anything is made there.

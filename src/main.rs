@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a test: deploy brokers to fresh nodes, drive a workload under faults, check, report.
-    Test(cmd_test::Args),
+    Test(Box<cmd_test::Args>),
     /// Check a recorded run (a run directory or a history.jsonl) and write results.json.
     Check(cmd_check::Args),
     /// Remove what killed runs left behind, here and on SSH hosts: namespaces, rules, processes.
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Test(args) => cmd_test::run(args),
+        Command::Test(args) => cmd_test::run(*args),
         Command::Check(args) => cmd_check::run(args),
         Command::Teardown(args) => cmd_teardown::run(args),
         Command::Report(args) => cmd_report::run(args),

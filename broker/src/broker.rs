@@ -812,15 +812,19 @@ impl Broker {
         }
         let path = self.config.log_dir.join(HW_CHECKPOINT_FILE);
         let tmp = path.with_extension("tmp");
-        std::fs::write(
-            &tmp,
+        let mut file = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(
+            &mut file,
             format!(
                 "0\n{}\n{}",
                 lines.len(),
                 lines.iter().map(|l| format!("{l}\n")).collect::<String>()
-            ),
+            )
+            .as_bytes(),
         )?;
+        file.sync_data()?;
         std::fs::rename(&tmp, &path)?;
+        crate::log::sync_dir(&self.config.log_dir)?;
         Ok(())
     }
 

@@ -163,6 +163,9 @@ impl MetadataFile {
         std::fs::write(&tmp, bytes)?;
         std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            crate::log::sync_dir(dir)?;
+        }
         Ok(())
     }
 }

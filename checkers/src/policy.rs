@@ -21,6 +21,19 @@
 //!   static configuration, a non-ISR replica can keep records above the last mirrored epoch, so
 //!   `mirror-divergence` and `epoch-ownership` are allowed. Turning the flag on mid-run (a
 //!   `config` op) only protects records after the next truncation, so it does not count.
+//! - **Cluster-wide power loss** (a `power-loss` op whose value says `"cluster_wide": true`: every
+//!   node of a cluster lost what it had not fsynced, at once) with a flush policy other than
+//!   per-message (`log.flush.interval.messages` in `broker_config` anything but 1, or unset, as in
+//!   Kafka's default): an acknowledged record may be in no replica's durable log, so `lost-write`
+//!   is allowed, and `inconsistent-offsets` (the lost offsets are written again with other
+//!   values). So is `divergence`: replicas flush independently, so each comes back with a
+//!   different durable prefix plus a torn tail, while the leader-epoch checkpoint is flushed on its
+//!   own schedule and can name an epoch whose records were lost; epoch-based truncation then
+//!   compares histories that no longer match the logs, which is KIP-101's "replica divergence
+//!   after multiple hard failures" and which KIP-279 narrows but cannot close without flushing
+//!   the log with every record. With per-message flush every acknowledged record was durable on
+//!   every in-sync replica before the acknowledgement, so nothing is excused; a single node
+//!   losing power excuses nothing either, since its peers kept what it lost.
 //! - **Never allowed** unless listed explicitly: `divergence` (replicas of one cluster disagree
 //!   below their high watermarks after convergence), and every other anomaly.
 
@@ -32,6 +45,7 @@ use crate::results::AnomalyKind;
 
 const UNCLEAN_KEY: &str = "unclean.leader.election.enable";
 const MIRROR_UNCLEAN_KEY: &str = "mirror.support.unclean.leader.election";
+const FLUSH_MESSAGES_KEY: &str = "log.flush.interval.messages";
 
 /// The verdict policy read from a test map; see the module docs for the rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,6 +54,7 @@ pub struct Policy {
     unclean_configured: bool,
     mirror_unclean_support: bool,
     mirror_workload: bool,
+    flush_per_message: bool,
 }
 
 /// What the history itself says about the policy, gathered while it streams past.
@@ -51,6 +66,8 @@ pub struct HistoryFacts {
     pub failover: bool,
     /// How many clusters the ops and replicas name.
     pub clusters: usize,
+    /// A `power-loss` op that cut every node of a cluster at once.
+    pub cluster_power_loss: bool,
 }
 
 impl Policy {
@@ -79,6 +96,14 @@ impl Policy {
                 || nemesis_unclean,
             mirror_unclean_support: config_flag(test, MIRROR_UNCLEAN_KEY),
             mirror_workload: test.get("workload").and_then(Value::as_str) == Some("mirror"),
+            flush_per_message: test
+                .get("broker_config")
+                .and_then(|c| c.get(FLUSH_MESSAGES_KEY))
+                .is_some_and(|v| match v {
+                    Value::String(s) => s.trim() == "1",
+                    Value::Number(n) => n.as_u64() == Some(1),
+                    _ => false,
+                }),
         }
     }
 
@@ -106,6 +131,12 @@ impl Policy {
             let why = "failover abandons acknowledged writes not yet mirrored";
             allow(AnomalyKind::LostWrite, why);
             allow(AnomalyKind::InconsistentOffsets, why);
+        }
+        if facts.cluster_power_loss && !self.flush_per_message {
+            let why = "every replica lost power at once, and the flush policy is not per-message";
+            allow(AnomalyKind::LostWrite, why);
+            allow(AnomalyKind::InconsistentOffsets, why);
+            allow(AnomalyKind::Divergence, why);
         }
         let mirroring = self.mirror_workload || facts.clusters > 1;
         if mirroring && unclean && !self.mirror_unclean_support {
@@ -212,6 +243,33 @@ mod tests {
             facts,
         );
         assert!(!supported.contains(&"mirror-divergence".to_owned()));
+    }
+
+    #[test]
+    fn a_cluster_wide_power_loss_excuses_lost_writes_and_divergence_unless_flushing_each_message() {
+        let power = HistoryFacts {
+            cluster_power_loss: true,
+            ..HistoryFacts::default()
+        };
+        let excused = vec!["divergence", "inconsistent-offsets", "lost-write"];
+        for config in [
+            json!({}),
+            json!({"broker_config": {"log.flush.interval.messages": "10000"}}),
+            json!({"broker_config": {"log.flush.interval.messages": 2}}),
+        ] {
+            assert_eq!(allowed(config.clone(), power.clone()), excused, "{config}");
+        }
+        for config in [
+            json!({"broker_config": {"log.flush.interval.messages": "1"}}),
+            json!({"broker_config": {"log.flush.interval.messages": 1}}),
+        ] {
+            assert!(
+                allowed(config.clone(), power.clone()).is_empty(),
+                "{config}"
+            );
+        }
+        // A power loss of some nodes only excuses nothing, whatever the flush policy.
+        assert!(allowed(json!({}), HistoryFacts::default()).is_empty());
     }
 
     #[test]

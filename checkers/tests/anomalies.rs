@@ -928,3 +928,35 @@ fn the_header_workload_picks_the_checker() {
         r.warnings
     );
 }
+
+#[test]
+fn a_cluster_wide_power_loss_allows_lost_writes_unless_every_message_is_flushed() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(1));
+    h.nemesis(
+        "power-loss",
+        json!({"nodes": ["n1", "n2", "n3"], "seed": 3, "cluster_wide": true, "dropped": {}}),
+    );
+    let replicas = vec![replica("a", "n1", true, 1, &[(0, 1, 0)])];
+    let r = check(&json!({}), h.ops.clone(), Some(&replicas));
+    assert_eq!(r.anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid);
+    assert!(r.allowed["lost-write"].contains("lost power"));
+
+    let per_message = json!({"broker_config": {"log.flush.interval.messages": "1"}});
+    let r = check(&per_message, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Invalid);
+
+    // One node losing power excuses nothing: its peers kept what it lost.
+    let mut one = Hist::new();
+    one.send(0, &[1], Ok, Some(0));
+    one.send(0, &[2], Ok, Some(1));
+    one.nemesis(
+        "power-loss",
+        json!({"nodes": ["n1"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    let r = check(&json!({}), one.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+}

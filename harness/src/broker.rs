@@ -5,6 +5,12 @@
 //! Files on a node, under its directory: `bin/tidemark-broker`, `server.properties`, `data/`,
 //! `broker.log` (the broker's stderr), `broker.pid` and, when it runs under libfaketime,
 //! `faketime` (its wall-clock offset).
+//!
+//! With power loss on ([`TidemarkBroker::with_powerfs`]), `data/` is a tidemark-powerfs mount
+//! over `data.disk/` (the durable state), served by `bin/tidemark-powerfs` (pid in
+//! `powerfs.pid`, log in `powerfs.log`, control socket `powerfs.sock`). It is mounted before the
+//! broker starts and unmounted (cleanly, so everything becomes durable) when the broker stops;
+//! a crash (`kill`) leaves it mounted, as a process crash leaves the page cache.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::client::{ClientContext, NodeAddr};
-use crate::db::{DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, Probe, ReplicaDump};
+use crate::db::{
+    DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, PowerLoss, Probe, ReplicaDump,
+};
 use crate::prerequisites::Requirement;
 use crate::probe;
 use crate::remote::{self, command_line, escape};
@@ -174,6 +182,7 @@ pub struct TidemarkBroker {
     config: BrokerConfig,
     inject_bugs: Vec<String>,
     faketime: Option<PathBuf>,
+    powerfs: Option<PathBuf>,
 }
 
 /// A shell function that tells whether a pid is a live (non-zombie) process.
@@ -189,7 +198,15 @@ impl TidemarkBroker {
             config,
             inject_bugs,
             faketime: None,
+            powerfs: None,
         }
+    }
+
+    /// Puts every node's data directory on tidemark-powerfs, deploying the binary at `binary`
+    /// (on this machine), so the nodes can lose power.
+    pub fn with_powerfs(mut self, binary: PathBuf) -> Self {
+        self.powerfs = Some(binary);
+        self
     }
 
     /// Starts every broker under the libfaketime library at `library` (on the nodes), with the
@@ -210,7 +227,72 @@ impl TidemarkBroker {
         if let Some(lib) = &self.faketime {
             reqs.push(Requirement::file(lib, "faketime", "clock faults"));
         }
+        if self.powerfs.is_some() {
+            reqs.push(Requirement::program("fusermount3", "fuse3", "power faults"));
+            reqs.push(Requirement::program(
+                "mountpoint",
+                "util-linux",
+                "power faults",
+            ));
+            reqs.push(Requirement::device(
+                Path::new("/dev/fuse"),
+                "fuse3",
+                "power faults",
+            ));
+        }
         reqs
+    }
+
+    fn powerfs_bin(node: &Node) -> PathBuf {
+        node.dir.join("bin").join("tidemark-powerfs")
+    }
+
+    fn disk_dir(node: &Node) -> PathBuf {
+        node.dir.join("data.disk")
+    }
+
+    fn powerfs_pid_file(node: &Node) -> PathBuf {
+        node.dir.join("powerfs.pid")
+    }
+
+    fn powerfs_socket(node: &Node) -> PathBuf {
+        node.dir.join("powerfs.sock")
+    }
+
+    /// Mounts the data directory unless it is mounted, and returns once it is (or the
+    /// filesystem has exited, with its log's tail as the error).
+    fn mount_command(node: &Node) -> String {
+        let log = node.dir.join("powerfs.log");
+        format!(
+            "{ALIVE}; mountpoint -q {mp} && exit 0; mkdir -p {disk} {mp} || exit 1; \
+             nohup setsid {bin} mount --backing {disk} --mountpoint {mp} --control {sock} \
+             >> {log} 2>&1 < /dev/null & p=$!; echo $p > {pid}; \
+             while ! mountpoint -q {mp}; do \
+             if ! alive $p; then echo 'tidemark-powerfs exited:' >&2; tail -n 5 {log} >&2; \
+             exit 1; fi; sleep 0.05; done",
+            mp = Self::path_arg(&Self::data_dir(node)),
+            disk = Self::path_arg(&Self::disk_dir(node)),
+            bin = Self::path_arg(&Self::powerfs_bin(node)),
+            sock = Self::path_arg(&Self::powerfs_socket(node)),
+            log = Self::path_arg(&log),
+            pid = Self::path_arg(&Self::powerfs_pid_file(node)),
+        )
+    }
+
+    /// Unmounts the data directory (`lazy` after a power loss, when the filesystem has already
+    /// dropped what it had; otherwise cleanly, so it writes everything back) and waits for the
+    /// filesystem process to exit, killing it after 10 s.
+    fn unmount_command(node: &Node, lazy: bool) -> String {
+        format!(
+            "{ALIVE}; mp={mp}; if mountpoint -q $mp; then \
+             fusermount3 -u {flags} $mp || fusermount3 -u -z $mp; fi; \
+             p=$(cat {pid} 2>/dev/null) || exit 0; i=0; \
+             while alive $p && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+             if alive $p; then kill -KILL $p; fi; rm -f {pid}",
+            mp = Self::path_arg(&Self::data_dir(node)),
+            flags = if lazy { "-z" } else { "" },
+            pid = Self::path_arg(&Self::powerfs_pid_file(node)),
+        )
     }
 
     fn faketime_file(node: &Node) -> PathBuf {
@@ -330,6 +412,15 @@ impl Db for TidemarkBroker {
             r,
             &command_line(&["chmod", "755", &bin.display().to_string()]),
         )?;
+        if let Some(powerfs) = &self.powerfs {
+            let target = Self::powerfs_bin(node);
+            r.upload(powerfs, &target)
+                .with_context(|| format!("uploading {}", powerfs.display()))?;
+            remote::run(
+                r,
+                &command_line(&["chmod", "755", &target.display().to_string()]),
+            )?;
+        }
         let props = render_properties(&self.config, node, cluster, &Self::data_dir(node));
         let local = tempfile_with(&props)?;
         r.upload(local.path(), &Self::props_file(node))?;
@@ -339,13 +430,24 @@ impl Db for TidemarkBroker {
     fn stop(&self, node: &Node) -> anyhow::Result<()> {
         // SIGTERM, then SIGKILL after 10 s.
         remote::run(node.remote.as_ref(), &Self::stop_command(node, 10_000))?;
+        if self.powerfs.is_some() {
+            remote::run_in_host_mounts(node.remote.as_ref(), &Self::unmount_command(node, false))?;
+        }
         Ok(())
     }
 
     fn wipe(&self, node: &Node) -> anyhow::Result<()> {
+        if self.powerfs.is_some() {
+            remote::run_in_host_mounts(node.remote.as_ref(), &Self::unmount_command(node, false))?;
+        }
         remote::run(
             node.remote.as_ref(),
-            &command_line(&["rm", "-rf", &Self::data_dir(node).display().to_string()]),
+            &command_line(&[
+                "rm",
+                "-rf",
+                &Self::data_dir(node).display().to_string(),
+                &Self::disk_dir(node).display().to_string(),
+            ]),
         )?;
         Ok(())
     }
@@ -368,6 +470,7 @@ impl Db for TidemarkBroker {
             "properties": self.config.properties(),
             "inject_bugs": self.inject_bugs,
             "faketime": self.faketime,
+            "powerfs": self.powerfs,
         })
     }
 
@@ -398,6 +501,36 @@ impl Db for TidemarkBroker {
     fn as_data_dir(&self) -> Option<&dyn DataDir> {
         Some(self)
     }
+
+    fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
+        self.powerfs.is_some().then_some(self as &dyn PowerLoss)
+    }
+}
+
+impl PowerLoss for TidemarkBroker {
+    fn power_off(&self, node: &Node, seed: u64) -> anyhow::Result<Value> {
+        let r = node.remote.as_ref();
+        remote::run(r, &Self::kill_command(node))?;
+        let out = remote::run_in_host_mounts(
+            r,
+            &command_line(&[
+                &Self::powerfs_bin(node).display().to_string(),
+                "lose-power",
+                "--control",
+                &Self::powerfs_socket(node).display().to_string(),
+                "--seed",
+                &seed.to_string(),
+            ]),
+        )?;
+        let report: Value = serde_json::from_str(&out)
+            .with_context(|| format!("{}: bad lose-power report {out:?}", node.name))?;
+        remote::run_in_host_mounts(r, &Self::unmount_command(node, true))?;
+        Ok(report)
+    }
+
+    fn power_on(&self, node: &Node) -> anyhow::Result<()> {
+        self.start(node)
+    }
 }
 
 impl FakeClock for TidemarkBroker {
@@ -419,6 +552,9 @@ impl Kill for TidemarkBroker {
     }
 
     fn start(&self, node: &Node) -> anyhow::Result<()> {
+        if self.powerfs.is_some() {
+            remote::run_in_host_mounts(node.remote.as_ref(), &Self::mount_command(node))?;
+        }
         remote::run(node.remote.as_ref(), &self.start_command(node))?;
         Ok(())
     }
@@ -449,7 +585,11 @@ impl Pause for TidemarkBroker {
 
 impl LogFiles for TidemarkBroker {
     fn log_files(&self, node: &Node) -> Vec<PathBuf> {
-        vec![Self::log_file(node), Self::props_file(node)]
+        let mut files = vec![Self::log_file(node), Self::props_file(node)];
+        if self.powerfs.is_some() {
+            files.push(node.dir.join("powerfs.log"));
+        }
+        files
     }
 }
 
@@ -469,19 +609,26 @@ impl Probe for TidemarkBroker {
 
 impl ReplicaDump for TidemarkBroker {
     fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<DumpedReplica>> {
-        let out = remote::run(
-            node.remote.as_ref(),
-            &command_line(&[
-                &Self::bin(node).display().to_string(),
-                "dump-log",
-                "--data-dir",
-                &Self::data_dir(node).display().to_string(),
-                "--node",
-                &node.name,
-                "--cluster",
-                &node.cluster,
-            ]),
-        )?;
+        let dump = command_line(&[
+            &Self::bin(node).display().to_string(),
+            "dump-log",
+            "--node",
+            &node.name,
+            "--cluster",
+            &node.cluster,
+            "--data-dir",
+        ]);
+        // A stopped node's power-loss filesystem is unmounted and all its data is on the disk.
+        let cmd = if self.powerfs.is_some() {
+            format!(
+                "d={data}; mountpoint -q $d || d={disk}; {dump} \"$d\"",
+                data = Self::path_arg(&Self::data_dir(node)),
+                disk = Self::path_arg(&Self::disk_dir(node)),
+            )
+        } else {
+            format!("{dump} {}", Self::path_arg(&Self::data_dir(node)))
+        };
+        let out = remote::run(node.remote.as_ref(), &cmd)?;
         let mut replicas = Vec::new();
         for line in out.lines().filter(|l| !l.trim().is_empty()) {
             let r: DumpedReplica = serde_json::from_str(line)
@@ -619,6 +766,40 @@ mod tests {
         assert_eq!(
             broker.as_fake_clock().unwrap().offset_file(&node(2)),
             PathBuf::from("/w/n2/faketime")
+        );
+    }
+
+    #[test]
+    fn with_powerfs_the_data_directory_is_a_mount_over_data_disk_and_needs_fuse() {
+        use crate::prerequisites::Need;
+        let plain = TidemarkBroker::new("/x".into(), BrokerConfig::for_replication(1), vec![]);
+        assert!(plain.as_power_loss().is_none());
+        assert!(!plain
+            .requirements()
+            .iter()
+            .any(|r| r.need == Need::Program("fusermount3")));
+        let broker = plain.with_powerfs("/p".into());
+        assert!(broker.as_power_loss().is_some());
+        let reqs = broker.requirements();
+        assert!(reqs
+            .iter()
+            .any(|r| r.need == Need::Program("fusermount3") && r.package == "fuse3"));
+        assert!(reqs
+            .iter()
+            .any(|r| r.need == Need::Device("/dev/fuse".into())));
+        let mount = TidemarkBroker::mount_command(&node(1));
+        assert!(
+            mount.contains(
+                "/w/n1/bin/tidemark-powerfs mount --backing /w/n1/data.disk \
+                 --mountpoint /w/n1/data --control /w/n1/powerfs.sock"
+            ),
+            "{mount}"
+        );
+        assert!(TidemarkBroker::unmount_command(&node(1), true).contains("fusermount3 -u -z"));
+        assert_eq!(
+            broker.describe()["powerfs"],
+            serde_json::json!("/p"),
+            "test.json records the filesystem"
         );
     }
 }

@@ -84,6 +84,11 @@ pub trait Db: Send + Sync {
     fn as_probe(&self) -> Option<&dyn Probe> {
         None
     }
+
+    /// The power-loss ability, when this database has it (its data sits on tidemark-powerfs).
+    fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
+        None
+    }
 }
 
 /// Asks whether the database serves and whether its replicas agree. The runner repeats these
@@ -214,6 +219,21 @@ pub trait FakeClock: Send + Sync {
 pub trait DataDir: Send + Sync {
     /// The data directory on `node`.
     fn data_dir(&self, node: &Node) -> PathBuf;
+}
+
+/// Power loss: the node's data directory is on a filesystem that keeps writes in memory until
+/// fsync (tidemark-powerfs), and power can be cut under it.
+///
+/// Contract: [`power_off`](PowerLoss::power_off) kills the process (SIGKILL), then drops every
+/// write to the data directory not yet durable, tearing each file's last unsynced write at a byte
+/// `seed` chooses, and leaves the node off; it returns what was dropped (the filesystem's report)
+/// once the node is off. [`power_on`](PowerLoss::power_on) mounts what survived and starts the
+/// process. Powering off an off node fails; powering on a running node does nothing.
+pub trait PowerLoss: Send + Sync {
+    /// Cuts power to `node`.
+    fn power_off(&self, node: &Node, seed: u64) -> anyhow::Result<Value>;
+    /// Boots `node` again on what survived.
+    fn power_on(&self, node: &Node) -> anyhow::Result<()>;
 }
 
 #[cfg(test)]

@@ -199,19 +199,20 @@ impl HostsRuntime {
         Ok(())
     }
 
-    /// The script that kills what the run started on a host, removes its iptables chain and its
-    /// directory. Processes are recognised by the run directory in their command line; the
+    /// The script that kills what the run started on a host, unmounts what it mounted below its
+    /// directory (power-loss filesystems), removes its iptables chain and its directory. Processes are recognised by the run directory in their command line; the
     /// bracket keeps the pattern from matching the shell that runs it.
     pub fn cleanup_script(run_dir: &Path) -> String {
         let dir = run_dir.display().to_string();
         let pattern = format!("[{}]{}/", &dir[..1], &dir[1..]);
         format!(
-            "pkill -KILL -f {pat}; \
+            "pkill -KILL -f {pat}; {unmount}; \
              if command -v iptables >/dev/null; then \
              iptables -w -D INPUT -j {CHAIN} 2>/dev/null; iptables -w -F {CHAIN} 2>/dev/null; \
              iptables -w -X {CHAIN} 2>/dev/null; fi; \
              if command -v nft >/dev/null; then nft delete table inet {NFT_TABLE} 2>/dev/null; fi; \
              rm -rf {dir}",
+            unmount = crate::leftovers::unmount_script(run_dir),
             pat = escape(&pattern),
             dir = escape(&dir),
         )

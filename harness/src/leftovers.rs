@@ -297,8 +297,63 @@ pub fn namespace_pids(ns: &str) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// A shell line that lazily unmounts every mount at or below `dir` (deepest first): the
+/// power-loss filesystems of a run whose owner died. Their processes, started outside any
+/// namespace, exit once unmounted, and the directory can then be removed.
+pub fn unmount_script(dir: &Path) -> String {
+    let dir = dir.display().to_string();
+    format!(
+        "awk -v d={d} '$5 == d || index($5, d \"/\") == 1 {{ print $5 }}' /proc/self/mountinfo \
+         | sort -r | while read -r m; do fusermount3 -u -z \"$m\" 2>/dev/null \
+         || umount -l \"$m\"; done",
+        d = crate::remote::escape(dir.trim_end_matches('/')),
+    )
+}
+
+/// The processes whose command line names a path inside `dir`, other than this one.
+fn started_from(dir: &Path) -> Vec<i32> {
+    let needle = format!("{}/", dir.display().to_string().trim_end_matches('/'));
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .collect()
+}
+
+/// Kills what a run started outside its namespaces from its work directory (the power-loss
+/// filesystems, which exit by themselves once unmounted, but not at once) and waits up to 10 s
+/// for them to be gone.
+fn kill_started_from(dir: &Path) -> anyhow::Result<()> {
+    for pid in started_from(dir) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left = started_from(dir);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "processes started from {} outlived SIGKILL: {left:?}",
+                dir.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Kills every process inside the namespaces, deletes them (which removes their interfaces,
-/// bridges and iptables rules) and removes the work directory. Tries every step; returns the
+/// bridges and iptables rules), unmounts what is mounted below the work directory and removes
+/// it. Tries every step; returns the
 /// first error.
 pub fn remove(namespaces: &[String], work_dir: Option<&Path>) -> anyhow::Result<()> {
     let mut first_err: Option<anyhow::Error> = None;
@@ -324,6 +379,25 @@ pub fn remove(namespaces: &[String], work_dir: Option<&Path>) -> anyhow::Result<
         }
     }
     if let Some(dir) = work_dir {
+        match Command::new("sh")
+            .args(["-c", &unmount_script(dir)])
+            .output()
+        {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                first_err.get_or_insert(anyhow::anyhow!(
+                    "unmounting below {}: {}",
+                    dir.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+            }
+            Err(e) => {
+                first_err.get_or_insert(anyhow::anyhow!("unmounting below {}: {e}", dir.display()));
+            }
+        }
+        if let Err(e) = kill_started_from(dir) {
+            first_err.get_or_insert(e);
+        }
         if let Err(e) = std::fs::remove_dir_all(dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 first_err.get_or_insert(anyhow::anyhow!("removing {}: {e}", dir.display()));

@@ -26,6 +26,8 @@ pub enum Need {
     Program(&'static str),
     /// A file that must exist.
     File(PathBuf),
+    /// A character device that must exist (`/dev/fuse`).
+    Device(PathBuf),
 }
 
 impl Requirement {
@@ -47,6 +49,15 @@ impl Requirement {
         }
     }
 
+    /// The character device `path` from `package`, needed by `needed_by`.
+    pub fn device(path: &Path, package: &'static str, needed_by: &str) -> Self {
+        Requirement {
+            need: Need::Device(path.to_path_buf()),
+            package,
+            needed_by: needed_by.to_string(),
+        }
+    }
+
     /// Whether this machine has it, looking programs up in `path` (a PATH value).
     pub fn is_met_with(&self, path: Option<&std::ffi::OsStr>) -> bool {
         match &self.need {
@@ -54,6 +65,10 @@ impl Requirement {
                 std::env::split_paths(p).any(|dir| is_executable(&dir.join(name)))
             }),
             Need::File(file) => file.is_file(),
+            Need::Device(dev) => {
+                use std::os::unix::fs::FileTypeExt as _;
+                dev.metadata().is_ok_and(|m| m.file_type().is_char_device())
+            }
         }
     }
 
@@ -73,7 +88,7 @@ impl fmt::Display for Requirement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.need {
             Need::Program(name) => write!(f, "the `{name}` command")?,
-            Need::File(path) => write!(f, "{}", path.display())?,
+            Need::File(path) | Need::Device(path) => write!(f, "{}", path.display())?,
         }
         write!(
             f,
@@ -124,6 +139,7 @@ fn probe_script(requirements: &[Requirement]) -> String {
         let test = match &r.need {
             Need::Program(name) => format!("command -v {} >/dev/null", escape(name)),
             Need::File(path) => format!("test -f {}", escape(&path.display().to_string())),
+            Need::Device(path) => format!("test -c {}", escape(&path.display().to_string())),
         };
         script.push_str(&format!("{test} || echo {i}; "));
     }

@@ -76,6 +76,14 @@ pub trait Remote: Send + Sync {
     /// Runs a shell command line and returns its output.
     fn exec(&self, cmd: &str) -> Result<Output, RemoteError>;
 
+    /// Runs a shell command line where mounts it makes are seen by every later command on the
+    /// node. That is [`exec`](Remote::exec) except for a node in a network namespace on this
+    /// machine: `ip netns exec` gives each command a mount namespace of its own, so a mount made
+    /// there would be seen by nothing else; this runs outside it (mounts need no network).
+    fn exec_in_host_mounts(&self, cmd: &str) -> Result<Output, RemoteError> {
+        self.exec(cmd)
+    }
+
     /// Copies a local file to `remote` on the node.
     fn upload(&self, local: &Path, remote: &Path) -> Result<(), RemoteError>;
 
@@ -83,9 +91,17 @@ pub trait Remote: Send + Sync {
     fn download(&self, remote: &Path, local: &Path) -> Result<(), RemoteError>;
 }
 
+/// [`run`], through [`Remote::exec_in_host_mounts`].
+pub fn run_in_host_mounts(remote: &dyn Remote, cmd: &str) -> Result<String, RemoteError> {
+    checked(remote, cmd, remote.exec_in_host_mounts(cmd)?)
+}
+
 /// Runs `cmd` and returns its trimmed stdout, or a [`RemoteError::NonZero`].
 pub fn run(remote: &dyn Remote, cmd: &str) -> Result<String, RemoteError> {
-    let out = remote.exec(cmd)?;
+    checked(remote, cmd, remote.exec(cmd)?)
+}
+
+fn checked(remote: &dyn Remote, cmd: &str, out: Output) -> Result<String, RemoteError> {
     if out.exit != 0 {
         return Err(RemoteError::NonZero {
             node: remote.describe(),
@@ -187,8 +203,27 @@ impl Remote for Local {
     }
 
     fn exec(&self, cmd: &str) -> Result<Output, RemoteError> {
-        let out = self
-            .command(cmd)
+        self.exec_command(self.command(cmd), cmd)
+    }
+
+    fn exec_in_host_mounts(&self, cmd: &str) -> Result<Output, RemoteError> {
+        let mut c = Command::new("sh");
+        c.args(["-c", cmd]);
+        self.exec_command(c, cmd)
+    }
+
+    fn upload(&self, local: &Path, remote: &Path) -> Result<(), RemoteError> {
+        self.copy(local, remote)
+    }
+
+    fn download(&self, remote: &Path, local: &Path) -> Result<(), RemoteError> {
+        self.copy(remote, local)
+    }
+}
+
+impl Local {
+    fn exec_command(&self, mut command: Command, cmd: &str) -> Result<Output, RemoteError> {
+        let out = command
             .stdin(Stdio::null())
             .output()
             .map_err(|e| RemoteError::Transport {
@@ -201,14 +236,6 @@ impl Remote for Local {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
-    }
-
-    fn upload(&self, local: &Path, remote: &Path) -> Result<(), RemoteError> {
-        self.copy(local, remote)
-    }
-
-    fn download(&self, remote: &Path, local: &Path) -> Result<(), RemoteError> {
-        self.copy(remote, local)
     }
 }
 

@@ -5,7 +5,8 @@
 //!   leader handoff onto a frozen successor),
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
-//!   unclean leader election). Every op's `info` records what was actually done, in a form the
+//!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
+//!   what was not fsynced). Every op's `info` records what was actually done, in a form the
 //!   same op accepts again, so histories replay.
 //! - [`targets`] and [`grudge`] are the pure parts: which nodes, which cuts.
 //! - [`cluster`] reads leaders and ISRs from Metadata and asks for elections.
@@ -23,6 +24,7 @@ pub mod grudge;
 pub mod loss;
 pub mod package;
 pub mod partition;
+pub mod power;
 pub mod process;
 pub mod schedule;
 pub mod targets;
@@ -62,11 +64,13 @@ pub enum Kind {
     Corrupt,
     /// Forced unclean leader elections.
     Unclean,
+    /// Power loss under the data directories.
+    Power,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
@@ -74,6 +78,7 @@ impl Kind {
         Kind::Loss,
         Kind::Corrupt,
         Kind::Unclean,
+        Kind::Power,
     ];
 
     /// The default mix: everything that loses no data by design.
@@ -95,6 +100,7 @@ impl Kind {
             Kind::Loss => "loss",
             Kind::Corrupt => "corrupt",
             Kind::Unclean => "unclean",
+            Kind::Power => "power",
         }
     }
 
@@ -113,6 +119,7 @@ impl Kind {
             "start-loss" | "stop-loss" => Kind::Loss,
             "corrupt-file" => Kind::Corrupt,
             "unclean-election" => Kind::Unclean,
+            "power-loss" => Kind::Power,
             _ => return None,
         })
     }
@@ -125,7 +132,7 @@ impl Kind {
                 v.push("minority");
                 v
             }
-            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss => {
+            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss | Kind::Power => {
                 NodeSpec::ALL.map(NodeSpec::name).to_vec()
             }
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
@@ -141,6 +148,10 @@ impl Kind {
                 let by = format!("{} faults", self.name());
                 vec![Requirement::program("nft", "nftables", &by)]
             }
+            Kind::Power => vec![
+                Requirement::program("fusermount3", "fuse3", "power faults"),
+                Requirement::device(std::path::Path::new("/dev/fuse"), "fuse3", "power faults"),
+            ],
             Kind::Partition | Kind::Kill | Kind::Pause | Kind::Clock | Kind::Corrupt => Vec::new(),
         }
     }
@@ -155,6 +166,9 @@ impl Kind {
             Kind::Clock | Kind::Loss => vec!["one", "minority", "majority", "all"],
             Kind::Corrupt => vec!["one", "minority"],
             Kind::Unclean => Vec::new(),
+            // One node (Kafka's replication must cover it) or the whole cluster at once (only
+            // per-message flush covers that).
+            Kind::Power => vec!["one", "all"],
         }
     }
 }
@@ -290,6 +304,7 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
         Arc::new(loss::Loss),
         Arc::new(corrupt::Corrupt),
         Arc::new(options.unclean.clone()),
+        Arc::new(power::Power),
     ]
 }
 

@@ -237,6 +237,20 @@ pub fn package(kind: Kind, targets: Vec<String>) -> Package {
             Vec::new(),
             perf("unclean election", &["unclean-election"], &[], "#E9A0CF"),
         ),
+        // A power loss boots its nodes again itself: nothing to undo or heal.
+        Kind::Power => (
+            flip_flop(
+                move |rng| {
+                    (
+                        op("power-loss", json!({"targets": pick(&targets, rng)})),
+                        false,
+                    )
+                },
+                undo("start"),
+            ),
+            Vec::new(),
+            perf("power loss", &["power-loss"], &[], "#B0B0B0"),
+        ),
     };
     Package {
         kind,

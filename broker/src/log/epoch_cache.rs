@@ -150,7 +150,11 @@ impl LeaderEpochCache {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(text.as_bytes())?;
             f.sync_data()?;
-            std::fs::rename(&tmp, &self.path)
+            std::fs::rename(&tmp, &self.path)?;
+            match self.path.parent() {
+                Some(dir) => super::sync_dir(dir),
+                None => Ok(()),
+            }
         };
         write().map_err(|e| LogError::io(&self.path, e))
     }

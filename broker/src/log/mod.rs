@@ -16,6 +16,12 @@ use batch::BatchHeader;
 use epoch_cache::LeaderEpochCache;
 use segment::Segment;
 
+/// Makes a directory's entries durable: a file created, renamed or removed in it survives a power
+/// loss only after this (Kafka flushes the directory on segment roll and log creation too).
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// Marker written on clean shutdown; its absence at start means a crash, so every segment is
 /// CRC-scanned instead of only the newest.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
@@ -81,7 +87,12 @@ impl PartitionLog {
     /// Opens (or creates) the log in `dir`, recovering after a crash. Returns the log and a
     /// description of anything recovery had to cut.
     pub fn open(dir: &Path, settings: LogSettings) -> Result<(Self, Vec<String>), LogError> {
-        std::fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(|e| LogError::io(dir, e))?;
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent).map_err(|e| LogError::io(parent, e))?;
+            }
+        }
         let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = clean_marker.exists();
         if clean {

@@ -45,6 +45,7 @@ impl Segment {
             .open(&log_path)
             .map_err(|e| LogError::io(&log_path, e))?;
         let index = OffsetIndex::create(&dir.join(file_name(base_offset, "index")), base_offset)?;
+        super::sync_dir(dir).map_err(|e| LogError::io(dir, e))?;
         Ok(Segment {
             base_offset,
             log_path,

@@ -408,6 +408,11 @@ impl<'r> QueueAnalysis<'r> {
                 self.mirror_event = MirrorEvent::Failover;
             }
             "failback" => self.mirror_event = MirrorEvent::Failback,
+            "power-loss"
+                if ev.value.json().get("cluster_wide").and_then(Value::as_bool) == Some(true) =>
+            {
+                self.facts.cluster_power_loss = true
+            }
             _ => {}
         }
     }

@@ -1,4 +1,6 @@
-//! Fault kinds against real brokers, and scripted schedules through the command line.
+//! Fault kinds against real brokers, scripted schedules through the command line, and power
+//! loss under the data directories.
 
 mod cli;
 mod faults;
+mod power;

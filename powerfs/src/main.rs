@@ -1,0 +1,61 @@
+//! `tidemark-powerfs`: mount a power-loss filesystem, or make one lose power.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::{Parser, Subcommand};
+use tidemark_powerfs::control::{self, Reply, Request};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "A FUSE filesystem that keeps writes in memory until fsync"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Mount BACKING at MOUNTPOINT and serve it until unmounted (runs in the foreground).
+    Mount {
+        /// The directory holding the durable state.
+        #[arg(long)]
+        backing: PathBuf,
+        /// Where to mount.
+        #[arg(long)]
+        mountpoint: PathBuf,
+        /// The control socket to create.
+        #[arg(long)]
+        control: PathBuf,
+    },
+    /// Make the filesystem behind CONTROL lose power; prints what was dropped as JSON.
+    LosePower {
+        /// The mount's control socket.
+        #[arg(long)]
+        control: PathBuf,
+        /// Chooses where the last unsynced writes tear.
+        #[arg(long)]
+        seed: u64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Mount {
+            backing,
+            mountpoint,
+            control,
+        } => tidemark_powerfs::mount(&backing, &mountpoint, &control),
+        Command::LosePower { control, seed } => {
+            match control::call(&control, &Request::LosePower { seed })? {
+                Reply::PowerLost(report) => {
+                    println!("{}", serde_json::to_string(&report)?);
+                    Ok(())
+                }
+                Reply::Error(e) => bail!("{}: {e}", control.display()),
+            }
+        }
+    }
+}
