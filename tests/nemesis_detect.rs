@@ -8,6 +8,8 @@
 //! of minutes, so they are `#[ignore]`d; run them with
 //! `cargo test --test nemesis_detect -- --ignored --nocapture --test-threads 1`.
 
+// Shared with the e2e crate, which uses all of it; this binary only some.
+#[allow(dead_code)]
 #[path = "e2e/support/engine.rs"]
 mod engine_support;
 

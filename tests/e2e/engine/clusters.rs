@@ -4,29 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use crate::support::engine::*;
 use serde_json::Value;
-
-fn tidemark_test(args: &[&str], store: &Path) -> Output {
-    Command::new(tidemark())
-        .arg("test")
-        .args(args)
-        .arg("--quiet")
-        .arg("--store")
-        .arg(store)
-        .output()
-        .unwrap()
-}
-
-fn usage_error(args: &[&str]) -> String {
-    let store = tempfile::tempdir().unwrap();
-    let out = tidemark_test(args, store.path());
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(254), "{args:?}: {stderr}");
-    stderr
-}
 
 fn json_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)

@@ -4,7 +4,7 @@
 //! nothing behind; and a recorded history replays its faults exactly.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
 use std::sync::Mutex;
 
 use crate::support::engine::*;
@@ -13,25 +13,6 @@ use serde_json::{json, Value};
 /// The runs take turns: two clusters with three-second failure detection on two cores should
 /// not compete.
 static TURN: Mutex<()> = Mutex::new(());
-
-fn tidemark_test(args: &[&str], store: &Path) -> Output {
-    Command::new(tidemark())
-        .arg("test")
-        .args(args)
-        .arg("--quiet")
-        .arg("--store")
-        .arg(store)
-        .output()
-        .unwrap()
-}
-
-fn usage_error(args: &[&str]) -> String {
-    let store = tempfile::tempdir().unwrap();
-    let out = tidemark_test(args, store.path());
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(254), "{args:?}: {stderr}");
-    stderr
-}
 
 /// The history's ops (header dropped).
 fn ops(run: &Path) -> Vec<Value> {

@@ -2,9 +2,30 @@
 //! namespaces, and how to tell that a run left nothing behind.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use serde_json::Value;
+
+/// `tidemark test ARGS --quiet --store STORE`, run to its end.
+pub fn tidemark_test(args: &[&str], store: &Path) -> Output {
+    Command::new(tidemark())
+        .arg("test")
+        .args(args)
+        .arg("--quiet")
+        .arg("--store")
+        .arg(store)
+        .output()
+        .unwrap()
+}
+
+/// The stderr of a `tidemark test` that must refuse its arguments as bad input (exit 254).
+pub fn usage_error(args: &[&str]) -> String {
+    let store = tempfile::tempdir().unwrap();
+    let out = tidemark_test(args, store.path());
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(254), "{args:?}: {stderr}");
+    stderr
+}
 
 /// The `tidemark` binary under test.
 pub fn tidemark() -> PathBuf {
