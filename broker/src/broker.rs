@@ -25,6 +25,7 @@ use crate::metadata::{
 use crate::mirror::runner::MirrorTasks;
 use crate::partition::{AckCheck, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
+use crate::pause::sleep_or_cancel;
 use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
@@ -920,12 +921,5 @@ pub fn read_cluster_id(log_dir: &std::path::Path) -> anyhow::Result<Option<Strin
 fn stop_fetcher(p: &Partition) {
     if let Some(cancel) = p.fetcher.lock().unwrap_or_else(|x| x.into_inner()).take() {
         cancel.cancel();
-    }
-}
-
-async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
     }
 }

@@ -14,5 +14,6 @@ pub mod log_dir;
 pub mod metadata;
 pub mod mirror;
 pub mod partition;
+pub mod pause;
 pub mod protocol;
 pub mod replica;

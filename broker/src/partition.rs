@@ -321,6 +321,13 @@ fn report_bad_state_file(dir: &Path, node_id: i32) {
 }
 
 impl Partition {
+    /// The topic's name as the wire carries it.
+    pub fn topic_name(&self) -> kafka_protocol::messages::TopicName {
+        kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
+            self.topic.clone(),
+        ))
+    }
+
     /// Opens the replica's log (recovering it) and adopts `registration`.
     pub fn open(
         log_dir: &Path,

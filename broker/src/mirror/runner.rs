@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -29,6 +28,7 @@ use crate::faults::Bug;
 use crate::log::batch;
 use crate::metadata::{MirrorRegistration, TopicRegistration};
 use crate::partition::Partition;
+use crate::pause::sleep_or_cancel;
 use crate::replica::client::KafkaConnection;
 
 const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -373,17 +373,6 @@ fn note_wait(
     }
 }
 
-async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
-    }
-}
-
-fn topic_name(p: &Partition) -> TopicName {
-    TopicName(StrBytes::from_string(p.topic.clone()))
-}
-
 /// Finds and connects to the source partition's leader through the mirror's bootstrap.
 async fn resolve_source(
     mirror: &MirrorRegistration,
@@ -443,7 +432,7 @@ async fn mirror_round(
         .with_min_bytes(1)
         .with_max_bytes(FETCH_MAX_BYTES)
         .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(p))
+            .with_topic(p.topic_name())
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(src.leader_epoch)
@@ -528,7 +517,7 @@ async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<(
         let req = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name(p))
+                .with_name(p.topic_name())
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(p.index)
                     .with_current_leader_epoch(src.leader_epoch)

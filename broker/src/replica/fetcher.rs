@@ -13,9 +13,8 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
+    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest,
 };
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +22,7 @@ use tracing::{debug, info};
 
 use super::client::KafkaConnection;
 use crate::partition::Partition;
+use crate::pause::sleep_or_cancel;
 
 /// What a follower fetcher needs of its broker, and nothing more.
 #[derive(Clone, Debug)]
@@ -101,17 +101,6 @@ pub async fn run(
     }
 }
 
-async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => true,
-        _ = tokio::time::sleep(d) => false,
-    }
-}
-
-fn topic_name(p: &Partition) -> TopicName {
-    TopicName(StrBytes::from_string(p.topic.clone()))
-}
-
 async fn one_round(
     ctx: &FollowerContext,
     p: &Partition,
@@ -128,7 +117,7 @@ async fn one_round(
         .with_min_bytes(1)
         .with_max_bytes(FETCH_MAX_BYTES)
         .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(p))
+            .with_topic(p.topic_name())
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(target.leader_epoch)
@@ -184,7 +173,7 @@ async fn reconcile(
     let req = OffsetForLeaderEpochRequest::default()
         .with_replica_id(BrokerId(ctx.node_id))
         .with_topics(vec![OffsetForLeaderTopic::default()
-            .with_topic(topic_name(p))
+            .with_topic(p.topic_name())
             .with_partitions(vec![OffsetForLeaderPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(target.leader_epoch)
@@ -216,7 +205,7 @@ async fn out_of_range(
         let req = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(ctx.node_id))
             .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name(p))
+                .with_name(p.topic_name())
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(p.index)
                     .with_current_leader_epoch(target.leader_epoch)
