@@ -363,9 +363,15 @@ impl TidemarkBroker {
         )
     }
 
-    fn signal_command(node: &Node, signal: &str) -> String {
+    /// Sends SIGSTOP or SIGCONT and returns once the kernel shows the process stopped or running:
+    /// the signal is delivered asynchronously, and a fault that says "paused" must be in effect.
+    fn freeze_command(node: &Node, freeze: bool) -> String {
+        let (signal, test) = if freeze { ("STOP", "!") } else { ("CONT", "") };
         format!(
-            "{ALIVE}; if [ -f {pid} ] && alive $(cat {pid}); then kill -{signal} $(cat {pid}); fi; true",
+            "{ALIVE}; p=$(cat {pid} 2>/dev/null) || exit 0; \
+             if alive $p; then kill -{signal} $p; i=0; \
+             while alive $p && {test} grep -q '^State:[[:space:]]*T' /proc/$p/status && [ $i -lt 100 ]; \
+             do sleep 0.02; i=$((i+1)); done; fi; true",
             pid = Self::path_arg(&Self::pid_file(node)),
         )
     }
@@ -573,12 +579,12 @@ impl Kill for TidemarkBroker {
 
 impl Pause for TidemarkBroker {
     fn pause(&self, node: &Node) -> anyhow::Result<()> {
-        remote::run(node.remote.as_ref(), &Self::signal_command(node, "STOP"))?;
+        remote::run(node.remote.as_ref(), &Self::freeze_command(node, true))?;
         Ok(())
     }
 
     fn resume(&self, node: &Node) -> anyhow::Result<()> {
-        remote::run(node.remote.as_ref(), &Self::signal_command(node, "CONT"))?;
+        remote::run(node.remote.as_ref(), &Self::freeze_command(node, false))?;
         Ok(())
     }
 }
