@@ -183,14 +183,29 @@ impl Local {
         }
     }
 
+    /// Copies in a `cp` process, never through a file this process opens for writing: a
+    /// thread that forks while such a file is open hands the write descriptor to its child
+    /// until that child execs, and starting the copied binary meanwhile fails with "Text file
+    /// busy" (ETXTBSY).
     fn copy(&self, from: &Path, to: &Path) -> Result<(), RemoteError> {
-        std::fs::copy(from, to)
-            .map(drop)
-            .map_err(|e| RemoteError::Transfer {
-                node: self.describe(),
-                path: format!("{} -> {}", from.display(), to.display()),
-                reason: e.to_string(),
-            })
+        let failed = |reason: String| RemoteError::Transfer {
+            node: self.describe(),
+            path: format!("{} -> {}", from.display(), to.display()),
+            reason,
+        };
+        let out = Command::new("cp")
+            .arg("--preserve=mode")
+            .arg("--")
+            .arg(from)
+            .arg(to)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(failed(String::from_utf8_lossy(&out.stderr).trim().to_string()))
+        }
     }
 }
 

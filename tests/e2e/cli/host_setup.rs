@@ -38,7 +38,7 @@ fn setup_host_names_what_it_cannot_install_without_root() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = dir.path().join("setup-host");
-    std::fs::copy(checkout().join("scripts/setup-host"), &script).unwrap();
+    crate::support::copy_executable(&checkout().join("scripts/setup-host"), &script);
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let list = dir.path().join("packages.txt");
     std::fs::write(

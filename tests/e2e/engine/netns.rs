@@ -184,7 +184,7 @@ fn a_panic_while_nodes_exist_still_removes_them() {
         let nodes = runtime.create("a", &["n1".to_string()]).unwrap();
         // A process started from the run's directory, so the leftover check can see it.
         let sleeper = nodes[0].dir.join("sleeper");
-        std::fs::copy("/bin/sleep", &sleeper).unwrap();
+        crate::support::copy_executable(std::path::Path::new("/bin/sleep"), &sleeper);
         remote::run(
             nodes[0].remote.as_ref(),
             &format!(

@@ -64,7 +64,7 @@ fn a_live_run_survives_teardown_under_another_tmpdir() {
     let record = serde_json::json!({"runtime": runtime.describe()});
     let nodes = runtime.create("a", &["n1".to_string()]).unwrap();
     let sleeper = nodes[0].dir.join("sleeper");
-    std::fs::copy("/bin/sleep", &sleeper).unwrap();
+    crate::support::copy_executable(std::path::Path::new("/bin/sleep"), &sleeper);
     remote::run(
         nodes[0].remote.as_ref(),
         &format!(
