@@ -204,7 +204,9 @@ impl Local {
         if out.status.success() {
             Ok(())
         } else {
-            Err(failed(String::from_utf8_lossy(&out.stderr).trim().to_string()))
+            Err(failed(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ))
         }
     }
 }
