@@ -427,7 +427,7 @@ mod tests {
             "unclean-election",
             json!({"cluster": "a", "topic": "t", "partition": 0}),
         );
-        let m = mirror(&test, &[unclean.clone()]);
+        let m = mirror(&test, std::slice::from_ref(&unclean));
         let why = excuse(&test, &m, AnomalyKind::MirrorDivergence, 5).unwrap();
         assert!(why.contains("source cluster a (op 0)"), "{why}");
         assert!(excuse(&test, &m, AnomalyKind::Divergence, 5).is_none());
@@ -445,7 +445,7 @@ mod tests {
         .is_none());
         // The flag on from the start guards every offset.
         let flagged = json!({"clusters": ["a", "b"], "mirror_unclean": true});
-        let m = mirror(&flagged, &[unclean.clone()]);
+        let m = mirror(&flagged, std::slice::from_ref(&unclean));
         assert!(excuse(&flagged, &m, AnomalyKind::MirrorDivergence, 0).is_none());
         // Turned on mid-run, it guards from the first truncation run with it on.
         let set = json!({"cluster": "a", "topic": "t", "set": {MIRROR_UNCLEAN_KEY: "true"}});

@@ -1113,6 +1113,7 @@ impl<'r> QueueAnalysis<'r> {
             return;
         };
         replicas::epoch_regression(replicas, &mut self.anomalies);
+        self.check_mirror_epochs(replicas);
         for i in replicas::divergence(replicas, &self.finals, &mut self.anomalies) {
             let r = &replicas[i];
             self.skipped.push(SkippedCheck {
@@ -1157,7 +1158,6 @@ impl<'r> QueueAnalysis<'r> {
             })
         };
         replicas::epoch_ownership(replicas, &origin, &judge, &mut self.anomalies);
-        self.check_mirror_epochs(replicas);
     }
 
     /// What the failovers and failbacks promise about epochs, checked on each committed record

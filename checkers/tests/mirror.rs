@@ -1,0 +1,320 @@
+//! Two clusters, failed over and back: one tiny literal history per mirroring anomaly, the
+//! verdict policy's judgement of each, and one clean history that must pass.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{entries, replica, Hist};
+use tidemark_checkers::{check, OpType, Process, ReplicaState, Results, Validity};
+
+use OpType::{Info, Ok};
+
+/// The header of a mirror run: clusters a (writable first) and b.
+fn test() -> Value {
+    json!({"workload": "mirror", "clusters": ["a", "b"], "workload_cluster": "a"})
+}
+
+fn run(test: &Value, h: &Hist, replicas: &[ReplicaState]) -> Results {
+    check(test, h.ops.clone(), Some(replicas))
+}
+
+/// A poll of t/0 on `cluster` from `from`, served under `leader_epoch`.
+fn poll(h: &mut Hist, cluster: &str, p: u64, from: i64, recs: &[(i64, i64, i64)], le: i64) -> u64 {
+    let done = h.poll_on(Some(cluster), p, from, recs, Some(from + recs.len() as i64));
+    h.ops[done as usize].value["leader_epoch"] = json!(le);
+    done
+}
+
+/// What a failover or failback recorded for t/0.
+fn change(from: &str, to: &str, lmle: i64, mirrored: i64, epoch: i64) -> Value {
+    json!({"from": from, "to": to, "topics": ["t"], "partitions": [
+        {"topic": "t", "partition": 0, "lmle": lmle, "mirrored_offset": mirrored, "epoch": epoch}]})
+}
+
+/// A nemesis op recorded on `cluster`.
+fn nemesis_on(h: &mut Hist, f: &str, cluster: &str, value: Value) -> u64 {
+    h.push(
+        Process::Nemesis,
+        OpType::Invoke,
+        f,
+        json!({}),
+        Some(cluster),
+    );
+    h.push(Process::Nemesis, OpType::Info, f, value, Some(cluster))
+}
+
+/// Both clusters' replicas of t/0 holding `a` and `b`.
+fn both(a: &[(i64, i64, i64)], b: &[(i64, i64, i64)]) -> Vec<ReplicaState> {
+    vec![
+        replica("a", "a1", true, a.len() as i64, a),
+        replica("a", "a2", false, a.len() as i64, a),
+        replica("b", "b1", true, b.len() as i64, b),
+        replica("b", "b2", false, b.len() as i64, b),
+    ]
+}
+
+/// a takes 1 and 2 under epoch 0, b mirrors them; failover to b (LMLE 0, bumped to 1); b takes
+/// 3 under epoch 1; failback: a mirrors b. Both end with the same log.
+fn round_trip() -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    poll(&mut h, "b", 1, 0, &[(0, 1, 0), (1, 2, 0)], 0);
+    h.send_on(Some("b"), 0, &[9], OpType::Fail, None);
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 2, 1));
+    h.send_on(Some("b"), 0, &[3], Ok, Some(2));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 2, 1));
+    poll(&mut h, "a", 2, 1, &[(1, 2, 0), (2, 3, 1)], 1);
+    let log = [(0, 1, 0), (1, 2, 0), (2, 3, 1)];
+    (h, both(&log, &log))
+}
+
+#[test]
+fn a_clean_round_trip_is_valid() {
+    let (h, replicas) = round_trip();
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    let skipped: Vec<&str> = r.skipped_checks.iter().map(|s| s.check.as_str()).collect();
+    assert!(skipped.is_empty(), "every mirror check ran: {skipped:?}");
+    assert_eq!(r.stats["send"].fail, 1, "the read-only refusal");
+}
+
+#[test]
+fn a_write_the_failover_had_not_mirrored_is_abandoned_not_lost() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    let acked = h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let over = nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 1, 1));
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 1, 1));
+    let log = [(0, 1, 0), (1, 3, 1)];
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(
+        r.anomaly_types,
+        ["abandoned-write", "inconsistent-offsets"],
+        "{}",
+        r.summary(5)
+    );
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "abandoned-write")[0];
+    assert_eq!(
+        (e["value"].clone(), e["op_index"].clone()),
+        (json!(2), json!(acked))
+    );
+    assert_eq!(e["failover"]["op_index"], over);
+    assert_eq!(e["failover"]["mirrored_offset"], 1);
+    // a's acknowledgement of 2 at offset 1 against its final log's 3: excused one by one.
+    let inc = &entries(&r, "inconsistent-offsets")[0];
+    assert!(
+        inc["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("had not mirrored offset 1"),
+        "{inc}"
+    );
+    assert!(r.allowed["abandoned-write"].contains("not yet mirrored"));
+
+    // Had b mirrored offset 1, losing 2 is a lost write, which a failover does not excuse.
+    h.ops[over as usize].value = change("a", "b", 0, 2, 1);
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert_eq!(r.bad_anomaly_types, ["lost-write", "inconsistent-offsets"]);
+}
+
+/// A history whose failover records no partitions cannot tell abandoned from lost: lost-write is
+/// allowed as before, and the results say what could not be judged.
+#[test]
+fn a_failover_without_marks_allows_lost_writes_and_says_so() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    nemesis_on(
+        &mut h,
+        "failover",
+        "b",
+        json!({"from": "a", "to": "b", "topics": ["t"]}),
+    );
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(
+        &mut h,
+        "failback",
+        "a",
+        json!({"from": "b", "to": "a", "topics": ["t"]}),
+    );
+    let log = [(0, 1, 0), (1, 3, 1)];
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert_eq!(r.anomaly_types, ["lost-write", "inconsistent-offsets"]);
+    let skipped = r
+        .skipped_checks
+        .iter()
+        .find(|s| s.check == "abandoned-write")
+        .expect("abandoned-write is listed as unjudged");
+    assert!(
+        skipped.reason.contains("recorded no partitions"),
+        "{}",
+        skipped.reason
+    );
+}
+
+/// a wrote 2 under epoch 2 after the failover (LMLE 0); the failback truncated above epoch 0
+/// everywhere but a kept 2: M3 is broken, and the clusters disagree at offset 1.
+/// With `unclean`, an unclean election struck a (then abandoned, so a source) before the
+/// failback.
+fn kept_above_lmle(unclean: bool) -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 1, 1));
+    h.send_on(Some("a"), 1, &[2], Ok, Some(1));
+    if unclean {
+        let value = json!({"cluster": "a", "topic": "t", "partition": 0, "leader": "a2"});
+        nemesis_on(&mut h, "unclean-election", "a", value);
+    }
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 1, 1));
+    let replicas = both(&[(0, 1, 0), (1, 2, 2)], &[(0, 1, 0), (1, 3, 1)]);
+    (h, replicas)
+}
+
+#[test]
+fn a_record_above_the_lmle_surviving_the_failback_is_lmle_truncation() {
+    let (h, replicas) = kept_above_lmle(false);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert!(r.bad_anomaly_types.contains(&"lmle-truncation".to_owned()));
+    assert!(r
+        .bad_anomaly_types
+        .contains(&"mirror-divergence".to_owned()));
+    let e = &entries(&r, "lmle-truncation")[0];
+    assert_eq!(
+        (e["cluster"].clone(), e["node"].clone()),
+        (json!("a"), json!("a1"))
+    );
+    assert_eq!(e["record"], json!([1, 2, 2]));
+    assert_eq!(e["failback"]["lmle"], 0);
+    // The flag was off: only the final log's leader is sure to have taken part.
+    assert_eq!(entries(&r, "lmle-truncation").len(), 1);
+    assert_eq!(e["failback"]["all_replicas"], false);
+}
+
+/// With the flag off, an unclean election in the source excuses the clusters' disagreement
+/// and the surviving record; with the flag on from the start nothing does.
+#[test]
+fn an_unclean_election_in_the_source_excuses_only_without_the_flag() {
+    let (h, replicas) = kept_above_lmle(true);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    for kind in ["lmle-truncation", "mirror-divergence"] {
+        let e = &entries(&r, kind)[0];
+        assert!(
+            e["allowed"].as_str().unwrap().contains("source cluster a"),
+            "{e}"
+        );
+        assert!(
+            r.allowed[kind].contains("allowed on its own"),
+            "{:?}",
+            r.allowed
+        );
+    }
+    let mut flagged = test();
+    flagged["mirror_unclean"] = json!(true);
+    let r = run(&flagged, &h, &replicas);
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert!(r
+        .bad_anomaly_types
+        .contains(&"mirror-divergence".to_owned()));
+    // With the flag every replica took part in the truncation: both of a's are judged.
+    assert_eq!(entries(&r, "lmle-truncation").len(), 2, "{}", r.summary(5));
+    // An unclean election in a while it mirrors from b excuses nothing.
+    let (mut h, replicas) = kept_above_lmle(false);
+    let late = json!({"cluster": "a", "topic": "t", "partition": 0});
+    nemesis_on(&mut h, "unclean-election", "a", late);
+    let r = run(&test(), &h, &replicas);
+    assert!(r
+        .bad_anomaly_types
+        .contains(&"mirror-divergence".to_owned()));
+}
+
+/// The flag turned on mid-run guards the offsets from the first truncation run with it on:
+/// an older disagreement below them is still excused, one above them is not.
+#[test]
+fn the_flag_turned_on_mid_run_guards_from_its_first_truncation() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let unclean = json!({"cluster": "a", "topic": "t", "partition": 0});
+    nemesis_on(&mut h, "unclean-election", "a", unclean);
+    let flag = json!({"cluster": "a", "topic": "t", "set": {"mirror.support.unclean.leader.election": "true"}});
+    nemesis_on(&mut h, "config", "a", flag);
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 2, 1));
+    h.send_on(Some("b"), 0, &[3], Ok, Some(2));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 2, 1));
+    // Offset 0 disagrees (below the guard at 2); then offset 2 too.
+    let a = [(0, 1, 0), (1, 2, 0), (2, 3, 1)];
+    let b = [(0, 7, 0), (1, 2, 0), (2, 3, 1)];
+    h.send_on(Some("a"), 0, &[7], Info, None);
+    let r = run(&test(), &h, &both(&a, &b));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "mirror-divergence")[0];
+    assert!(
+        e["allowed"].as_str().unwrap().contains("below offset 2"),
+        "{e}"
+    );
+    let b = [(0, 7, 0), (1, 2, 0), (2, 8, 1)];
+    h.send_on(Some("b"), 0, &[8], Info, None);
+    let r = run(&test(), &h, &both(&a, &b));
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["mirror-divergence"],
+        "{}",
+        r.summary(5)
+    );
+    let judged: Vec<bool> = entries(&r, "mirror-divergence")
+        .iter()
+        .map(|e| e.get("allowed").is_some())
+        .collect();
+    assert_eq!(judged, [true, false]);
+}
+
+#[test]
+fn a_write_after_failover_at_or_below_the_lmle_is_an_unbumped_epoch() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    let over = nemesis_on(&mut h, "failover", "b", change("a", "b", 3, 1, 4));
+    let acked = h.send_on(Some("b"), 0, &[2], Ok, Some(1));
+    let log = [(0, 1, 3), (1, 2, 3)];
+    let mut replicas = both(&log, &log);
+    replicas.retain(|r| r.cluster == "b");
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["unbumped-epoch"], "{}", r.summary(5));
+    let e = &entries(&r, "unbumped-epoch")[0];
+    assert_eq!(
+        (e["value"].clone(), e["epoch"].clone()),
+        (json!(2), json!(3))
+    );
+    assert_eq!(e["op_index"], acked);
+    assert_eq!(
+        e["failover"],
+        json!({"op_index": over, "lmle": 3, "epoch": 4})
+    );
+}
+
+#[test]
+fn a_poll_returning_an_epoch_above_its_leaders_is_epoch_above_leader() {
+    let (mut h, replicas) = round_trip();
+    let bad = poll(&mut h, "b", 3, 0, &[(0, 1, 0), (1, 2, 0), (2, 3, 1)], 0);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["epoch-above-leader"],
+        "{}",
+        r.summary(5)
+    );
+    let e = &entries(&r, "epoch-above-leader")[0];
+    assert_eq!(e["op_index"], bad);
+    assert_eq!(
+        (e["leader_epoch"].clone(), e["record"].clone()),
+        (json!(0), json!([2, 3, 1]))
+    );
+}
