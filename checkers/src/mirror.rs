@@ -9,7 +9,7 @@
 //! Points of the history are op indices: a change counts from the index of the `info` that
 //! recorded it (what was done), so a send invoked after that index was certainly made after it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -60,7 +60,6 @@ pub(crate) struct Change {
     /// The index of the `info` that recorded it.
     pub index: u64,
     pub kind: ChangeKind,
-    pub from: String,
     pub to: String,
     /// The topics it acted on; empty: every topic.
     topics: Vec<String>,
@@ -128,10 +127,20 @@ pub(crate) struct Guard {
     pub failback: Option<u64>,
 }
 
+/// The changes that concern one cluster, as positions in [`MirrorHistory::changes`] (so in
+/// history order): every question about a cluster is a binary search in one of these.
+#[derive(Debug, Clone, Default)]
+struct Roles {
+    failovers_to: Vec<usize>,
+    failovers_from: Vec<usize>,
+    failbacks_to: Vec<usize>,
+}
+
 /// The mirroring topology of one run; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MirrorHistory {
     pub changes: Vec<Change>,
+    roles: BTreeMap<String, Roles>,
     pub uncleans: Vec<Unclean>,
     flag_initial: bool,
     flag_sets: Vec<FlagSet>,
@@ -288,12 +297,10 @@ impl MirrorHistory {
                     // The truncation rewrote the log from where the two clusters parted: what
                     // the failback recorded, else what the failover it ends recorded.
                     let from = m.mirrored_offset.or_else(|| {
-                        self.changes
-                            .iter()
-                            .rev()
-                            .find(|c| c.kind == ChangeKind::Failover && c.from == to)
-                            .and_then(|c| c.mark(&m.topic, m.partition))
-                            .and_then(|(_, fm)| fm.mirrored_offset)
+                        self.last_failover_from(&to, index)?
+                            .mark(&m.topic, m.partition)?
+                            .1
+                            .mirrored_offset
                     });
                     match from {
                         Some(from) => self.guards.push(Guard {
@@ -309,16 +316,61 @@ impl MirrorHistory {
                 }
             }
         }
+        let at = self.changes.len();
+        match kind {
+            ChangeKind::Failover => {
+                self.roles
+                    .entry(to.clone())
+                    .or_default()
+                    .failovers_to
+                    .push(at);
+                self.roles
+                    .entry(from.clone())
+                    .or_default()
+                    .failovers_from
+                    .push(at);
+            }
+            ChangeKind::Failback => self
+                .roles
+                .entry(to.clone())
+                .or_default()
+                .failbacks_to
+                .push(at),
+        }
         self.changes.push(Change {
             index,
             kind,
-            from,
             to,
             topics: v.topics,
             parts,
             flag_on,
         });
         Ok(())
+    }
+
+    /// The changes in `list` recorded before op `index` (`inclusive`: at or before), and those
+    /// after.
+    fn split<'a>(
+        &'a self,
+        list: &'a [usize],
+        index: u64,
+        inclusive: bool,
+    ) -> (&'a [usize], &'a [usize]) {
+        let n = list.partition_point(|&at| {
+            let i = self.changes[at].index;
+            i < index || (inclusive && i == index)
+        });
+        list.split_at(n)
+    }
+
+    fn roles(&self, cluster: &str) -> Option<&Roles> {
+        self.roles.get(cluster)
+    }
+
+    /// The last failover from `cluster` recorded before op `index`.
+    fn last_failover_from(&self, cluster: &str, index: u64) -> Option<&Change> {
+        let (before, _) = self.split(&self.roles(cluster)?.failovers_from, index, false);
+        before.last().map(|&at| &self.changes[at])
     }
 
     /// The flag on `cluster`'s `topic` now: the last `config` op that set it there, else its
@@ -346,23 +398,19 @@ impl MirrorHistory {
         invoke: u64,
         offset: i64,
     ) -> Option<(&Change, &PartMark)> {
-        let since = self
-            .changes
+        let roles = self.roles(cluster)?;
+        let (before, _) = self.split(&roles.failbacks_to, invoke, false);
+        let since = before
             .iter()
             .rev()
-            .find(|c| {
-                c.kind == ChangeKind::Failback
-                    && c.to == cluster
-                    && c.index < invoke
-                    && c.covers(topic)
-            })
+            .map(|&at| &self.changes[at])
+            .find(|c| c.covers(topic))
             .map_or(0, |c| c.index);
-        let failover = self.changes.iter().find(|c| {
-            c.kind == ChangeKind::Failover
-                && c.from == cluster
-                && c.index > since
-                && c.covers(topic)
-        })?;
+        let (_, after) = self.split(&roles.failovers_from, since, true);
+        let failover = after
+            .iter()
+            .map(|&at| &self.changes[at])
+            .find(|c| c.covers(topic))?;
         let (_, mark) = failover.mark(topic, partition)?;
         (mark.mirrored_offset? <= offset).then_some((failover, mark))
     }
@@ -376,13 +424,15 @@ impl MirrorHistory {
         partition: i64,
         offset: i64,
     ) -> Option<&Change> {
-        self.changes.iter().find(|c| {
-            c.kind == ChangeKind::Failover
-                && c.from == cluster
-                && c.mark(topic, partition)
+        self.roles(cluster)?
+            .failovers_from
+            .iter()
+            .map(|&at| &self.changes[at])
+            .find(|c| {
+                c.mark(topic, partition)
                     .and_then(|(_, m)| m.mirrored_offset)
                     .is_some_and(|m| m <= offset)
-        })
+            })
     }
 
     /// The last failover to `cluster` recorded before op `invoke`, with its mark for the
@@ -394,11 +444,11 @@ impl MirrorHistory {
         partition: i64,
         invoke: u64,
     ) -> Option<(&Change, &PartMark)> {
-        let n = self.changes.partition_point(|c| c.index < invoke);
-        self.changes[..n]
+        let (before, _) = self.split(&self.roles(cluster)?.failovers_to, invoke, false);
+        before
             .iter()
             .rev()
-            .filter(|c| c.kind == ChangeKind::Failover && c.to == cluster)
+            .map(|&at| &self.changes[at])
             .find_map(|c| c.mark(topic, partition).map(|(_, m)| (c, m)))
     }
 
@@ -412,10 +462,11 @@ impl MirrorHistory {
         partition: i64,
         invoke: u64,
     ) -> Option<(&Change, &PartMark, bool)> {
-        let n = self.changes.partition_point(|c| c.index <= invoke);
-        let c = self.changes[n..]
+        let (_, after) = self.split(&self.roles(cluster)?.failbacks_to, invoke, true);
+        let c = after
             .iter()
-            .find(|c| c.kind == ChangeKind::Failback && c.to == cluster && c.covers(topic))?;
+            .map(|&at| &self.changes[at])
+            .find(|c| c.covers(topic))?;
         let (i, m) = c.mark(topic, partition)?;
         Some((c, m, c.flag_on(i)))
     }
@@ -428,11 +479,7 @@ impl MirrorHistory {
         topic: &str,
         partition: i64,
     ) -> Option<i64> {
-        let n = self.changes.partition_point(|c| c.index < failback.index);
-        self.changes[..n]
-            .iter()
-            .rev()
-            .find(|c| c.kind == ChangeKind::Failover && c.from == failback.to)?
+        self.last_failover_from(&failback.to, failback.index)?
             .mark(topic, partition)?
             .1
             .lmle
