@@ -445,11 +445,12 @@ impl MirrorHistory {
         invoke: u64,
     ) -> Option<(&Change, &PartMark)> {
         let (before, _) = self.split(&self.roles(cluster)?.failovers_to, invoke, false);
-        before
+        let c = before
             .iter()
             .rev()
             .map(|&at| &self.changes[at])
-            .find_map(|c| c.mark(topic, partition).map(|(_, m)| (c, m)))
+            .find(|c| c.covers(topic))?;
+        c.mark(topic, partition).map(|(_, m)| (c, m))
     }
 
     /// The first failback into `cluster` recorded after op `invoke`, with its mark for the
