@@ -472,6 +472,34 @@ impl MirrorHistory {
         Some((c, m, c.flag_on(i)))
     }
 
+    /// A failback into `cluster` run with the flag off, from where its log was rewritten at or
+    /// below `offset`: its LMLE truncation waited for the ISR only, so a replica out of the ISR
+    /// then may keep records above the LMLE at `offset` (KIP-1279 §1.10).
+    pub fn flagless_failback_at(
+        &self,
+        cluster: &str,
+        topic: &str,
+        partition: i64,
+        offset: i64,
+    ) -> Option<&Change> {
+        self.roles(cluster)?
+            .failbacks_to
+            .iter()
+            .map(|&at| &self.changes[at])
+            .find(|c| {
+                let Some((i, m)) = c.mark(topic, partition) else {
+                    return false;
+                };
+                let from = m.mirrored_offset.or_else(|| {
+                    self.last_failover_from(cluster, c.index)?
+                        .mark(topic, partition)?
+                        .1
+                        .mirrored_offset
+                });
+                !c.flag_on(i) && from.is_some_and(|f| f <= offset)
+            })
+    }
+
     /// The LMLE recorded by the failover a failback ends: the last failover from the cluster
     /// the failback makes mirror again, before it.
     pub fn lmle_of_failover_into(

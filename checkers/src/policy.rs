@@ -33,6 +33,10 @@
 //!   (offset 0 when it was on from the start: `mirror_unclean` in the test map or its
 //!   `workload_options`, or the topic config; the failback's `mirrored_offset`, else the
 //!   failover's, when a `config` op turned it on mid-run). Below that, nothing is promised.
+//! - **A failback without the flag**, entry by entry: its LMLE truncation waited for the ISR
+//!   only, so a replica out of it may keep records above the LMLE under epoch numbers the other
+//!   cluster also wrote, which followers' truncation cannot tell apart: `divergence` in that
+//!   cluster at or above where the failback rewrote its log is allowed.
 //! - **Cluster-wide power loss** (a `power-loss` op whose value says `"cluster_wide": true`: every
 //!   node of a cluster lost what it had not fsynced, at once) with a flush policy other than
 //!   per-message (`log.flush.interval.messages` in `broker_config` anything but 1, or unset, as in
@@ -46,8 +50,8 @@
 //!   the log with every record. With per-message flush every acknowledged record was durable on
 //!   every in-sync replica before the acknowledgement, so nothing is excused; a single node
 //!   losing power excuses nothing either, since its peers kept what it lost.
-//! - **Never allowed** unless listed explicitly: `divergence` (replicas of one cluster disagree
-//!   below their high watermarks after convergence), and every other anomaly.
+//! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
+//!   disagree below their high watermarks after convergence), and every other anomaly.
 
 use std::collections::BTreeMap;
 
@@ -123,6 +127,11 @@ pub enum Excuse {
     /// `mirror.support.unclean.leader.election` guarantee starts: the first LMLE truncation run
     /// with the flag on (offset 0 when it was on from the start; nowhere when never on).
     UncleanSourceUnguarded,
+    /// The entry's cluster failed back with the flag off, and the entry's offset is at or above
+    /// where that failback rewrote its log: the LMLE truncation waited for the ISR only, so a
+    /// replica out of it may keep records above the LMLE under an epoch the other cluster also
+    /// wrote, which the replication protocol cannot tell apart.
+    FlaglessFailback,
 }
 
 /// A rule that allows the entries of some types one by one.
@@ -139,6 +148,10 @@ pub const ENTRY_RULES: &[EntryRule] = &[
     EntryRule {
         excuse: Excuse::Unmirrored,
         allows: &[AnomalyKind::InconsistentOffsets],
+    },
+    EntryRule {
+        excuse: Excuse::FlaglessFailback,
+        allows: &[AnomalyKind::Divergence],
     },
     EntryRule {
         excuse: Excuse::UncleanSourceUnguarded,
@@ -282,6 +295,14 @@ impl Policy {
                 Some(format!(
                     "{cluster} had not mirrored offset {offset} to {} at the failover (op {})",
                     c.to, c.index
+                ))
+            }
+            Excuse::FlaglessFailback => {
+                let (cluster, offset) = (place.cluster?, place.offset?);
+                let c = mirror.flagless_failback_at(cluster, place.topic, place.partition, offset)?;
+                Some(format!(
+                    "{cluster} failed back (op {}) with {MIRROR_UNCLEAN_KEY} off: its LMLE truncation waited for the ISR only",
+                    c.index
                 ))
             }
             Excuse::UncleanSourceUnguarded => {
@@ -466,6 +487,23 @@ mod tests {
         // An explicit list leaves nothing to the entry-level rules.
         let listed = json!({"allowed_anomalies": []});
         assert!(excuse(&listed, &m, AnomalyKind::MirrorDivergence, 1).is_none());
+    }
+
+    #[test]
+    fn a_failback_without_the_flag_excuses_divergence_in_the_cluster_it_truncated() {
+        let over = json!({"from": "a", "to": "b", "partitions": [{"topic": "t", "partition": 0, "mirrored_offset": 4}]});
+        let back = json!({"from": "b", "to": "a", "partitions": [{"topic": "t", "partition": 0, "lmle": 1}]});
+        let test = json!({"clusters": ["a", "b"]});
+        let m = mirror(
+            &test,
+            &[("failover", over.clone()), ("failback", back.clone())],
+        );
+        let why = excuse(&test, &m, AnomalyKind::Divergence, 4).unwrap();
+        assert!(why.contains("failed back (op 1)"), "{why}");
+        assert!(excuse(&test, &m, AnomalyKind::Divergence, 3).is_none());
+        let flagged = json!({"clusters": ["a", "b"], "mirror_unclean": true});
+        let m = mirror(&flagged, &[("failover", over), ("failback", back)]);
+        assert!(excuse(&flagged, &m, AnomalyKind::Divergence, 4).is_none());
     }
 
     #[test]

@@ -309,6 +309,21 @@ impl Anomalies {
         self.push_with(kind, || entry);
     }
 
+    /// [`Self::push_judged`], building the entry only when it will be kept.
+    pub(crate) fn push_judged_with(
+        &mut self,
+        kind: AnomalyKind,
+        excuse: Option<String>,
+        entry: impl FnOnce() -> Value,
+    ) {
+        if excuse.is_none() {
+            return self.push_with(kind, entry);
+        }
+        let kept = self.entries.get(&kind).map_or(0, Vec::len) < MAX_ENTRIES;
+        let entry = if kept { entry() } else { Value::Null };
+        self.push_judged(kind, entry, excuse);
+    }
+
     /// Counts one anomaly that the policy judged on its own: `excuse` is why it is allowed
     /// (written into the entry as `allowed`), `None` when it is not.
     pub(crate) fn push_judged(

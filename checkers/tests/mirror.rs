@@ -318,3 +318,37 @@ fn a_poll_returning_an_epoch_above_its_leaders_is_epoch_above_leader() {
         (json!(0), json!([2, 3, 1]))
     );
 }
+
+/// A failback without the flag truncates the ISR only: a replica out of it may keep a record
+/// above the LMLE that the protocol cannot tell from the other cluster's, so divergence inside
+/// the cluster that failed back is allowed there; with the flag, every replica truncated.
+#[test]
+fn divergence_after_a_failback_without_the_flag_is_allowed_only_there() {
+    let (h, mut replicas) = round_trip();
+    // a2 kept a record of a's own at offset 2 that b's epoch 1 also covers.
+    replicas[1].records[2] = tidemark_checkers::Record::new(2, 9, 1);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "divergence")[0];
+    assert!(
+        e["allowed"].as_str().unwrap().contains("failed back (op"),
+        "{e}"
+    );
+    let mut flagged = test();
+    flagged["mirror_unclean"] = json!(true);
+    let r = run(&flagged, &h, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"divergence".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    // Below where the failback rewrote a's log, nothing is excused.
+    let (h, mut replicas) = round_trip();
+    replicas[1].records[1] = tidemark_checkers::Record::new(1, 9, 0);
+    let r = run(&test(), &h, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"divergence".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+}

@@ -1114,7 +1114,10 @@ impl<'r> QueueAnalysis<'r> {
         };
         replicas::epoch_regression(replicas, &mut self.anomalies);
         self.check_mirror_epochs(replicas);
-        for i in replicas::divergence(replicas, &self.finals, &mut self.anomalies) {
+        let judge = |kind: AnomalyKind, place: Place<'_>| {
+            self.policy.excuse(kind, place, &self.facts, &self.mirror)
+        };
+        for i in replicas::divergence(replicas, &self.finals, &judge, &mut self.anomalies) {
             let r = &replicas[i];
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::Divergence.name().into(),

@@ -199,6 +199,7 @@ const MAX_DIFFERING_LISTED: usize = 8;
 pub(crate) fn divergence(
     replicas: &[ReplicaState],
     finals: &FinalLogs<'_>,
+    judge: &Judge<'_>,
     out: &mut Anomalies,
 ) -> Vec<usize> {
     let mut unknown = Vec::new();
@@ -208,7 +209,7 @@ pub(crate) fn divergence(
             .partition(|&&i| replicas[i].high_watermark.is_some());
         unknown.extend(unknown_hw);
         if members.len() > 1 {
-            diverging_offsets(replicas, &members, out);
+            diverging_offsets(replicas, &members, judge, out);
         }
     }
     unknown
@@ -223,7 +224,12 @@ fn range(r: &ReplicaState) -> (i64, i64) {
 }
 
 /// [`divergence`] within one group; `members[0]` is the final log's replica when it has one.
-fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Anomalies) {
+fn diverging_offsets(
+    replicas: &[ReplicaState],
+    members: &[usize],
+    judge: &Judge<'_>,
+    out: &mut Anomalies,
+) {
     let ranges: Vec<(i64, i64)> = members.iter().map(|&i| range(&replicas[i])).collect();
     let mut lows: Vec<i64> = ranges.iter().map(|r| r.0).collect();
     let mut highs: Vec<i64> = ranges.iter().map(|r| r.1.max(r.0)).collect();
@@ -263,7 +269,14 @@ fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Ano
         if differing == 0 {
             continue;
         }
-        out.push_with(AnomalyKind::Divergence, || {
+        let place = Place {
+            cluster: Some(&first.cluster),
+            topic: &first.topic,
+            partition: first.partition,
+            offset: Some(offset),
+        };
+        let excuse = judge(AnomalyKind::Divergence, place);
+        out.push_judged_with(AnomalyKind::Divergence, excuse, || {
             let side = |m: usize, rec: Option<&Record>| {
                 let r = &replicas[members[m]];
                 json!({"node": r.node, "high_watermark": r.high_watermark, "record": record_json(rec)})
