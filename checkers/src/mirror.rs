@@ -475,14 +475,33 @@ impl MirrorHistory {
     /// A failback into `cluster` run with the flag off, from where its log was rewritten at or
     /// below `offset`: its LMLE truncation waited for the ISR only, so a replica out of the ISR
     /// then may keep records above the LMLE at `offset` (KIP-1279 §1.10).
+    /// With no `cluster`, any cluster's.
     pub fn flagless_failback_at(
         &self,
+        cluster: Option<&str>,
+        topic: &str,
+        partition: i64,
+        offset: i64,
+    ) -> Option<(&str, &Change)> {
+        let clusters = self
+            .roles
+            .iter()
+            .filter(|(c, _)| cluster.is_none_or(|x| x == c.as_str()));
+        clusters.into_iter().find_map(|(cluster, roles)| {
+            let c = self.flagless_failback_of(cluster, roles, topic, partition, offset)?;
+            Some((cluster.as_str(), c))
+        })
+    }
+
+    fn flagless_failback_of(
+        &self,
         cluster: &str,
+        roles: &Roles,
         topic: &str,
         partition: i64,
         offset: i64,
     ) -> Option<&Change> {
-        self.roles(cluster)?
+        roles
             .failbacks_to
             .iter()
             .map(|&at| &self.changes[at])

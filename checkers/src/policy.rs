@@ -36,7 +36,8 @@
 //! - **A failback without the flag**, entry by entry: its LMLE truncation waited for the ISR
 //!   only, so a replica out of it may keep records above the LMLE under epoch numbers the other
 //!   cluster also wrote, which followers' truncation cannot tell apart: `divergence` in that
-//!   cluster at or above where the failback rewrote its log is allowed.
+//!   cluster, and `epoch-ownership` (M4 holds for the ISR only then), at or above where the
+//!   failback rewrote its log are allowed.
 //! - **Cluster-wide power loss** (a `power-loss` op whose value says `"cluster_wide": true`: every
 //!   node of a cluster lost what it had not fsynced, at once) with a flush policy other than
 //!   per-message (`log.flush.interval.messages` in `broker_config` anything but 1, or unset, as in
@@ -127,10 +128,11 @@ pub enum Excuse {
     /// `mirror.support.unclean.leader.election` guarantee starts: the first LMLE truncation run
     /// with the flag on (offset 0 when it was on from the start; nowhere when never on).
     UncleanSourceUnguarded,
-    /// The entry's cluster failed back with the flag off, and the entry's offset is at or above
-    /// where that failback rewrote its log: the LMLE truncation waited for the ISR only, so a
-    /// replica out of it may keep records above the LMLE under an epoch the other cluster also
-    /// wrote, which the replication protocol cannot tell apart.
+    /// The entry's cluster (any, for an entry about both) failed back with the flag off, and the
+    /// entry's offset is at or above where that failback rewrote its log: the LMLE truncation
+    /// waited for the ISR only, so a replica out of it may keep records above the LMLE under an
+    /// epoch the other cluster also wrote, which the replication protocol cannot tell apart (M4
+    /// holds for the ISR only then).
     FlaglessFailback,
 }
 
@@ -151,7 +153,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
     },
     EntryRule {
         excuse: Excuse::FlaglessFailback,
-        allows: &[AnomalyKind::Divergence],
+        allows: &[AnomalyKind::Divergence, AnomalyKind::EpochOwnership],
     },
     EntryRule {
         excuse: Excuse::UncleanSourceUnguarded,
@@ -298,8 +300,13 @@ impl Policy {
                 ))
             }
             Excuse::FlaglessFailback => {
-                let (cluster, offset) = (place.cluster?, place.offset?);
-                let c = mirror.flagless_failback_at(cluster, place.topic, place.partition, offset)?;
+                let offset = place.offset?;
+                let (cluster, c) = mirror.flagless_failback_at(
+                    place.cluster,
+                    place.topic,
+                    place.partition,
+                    offset,
+                )?;
                 Some(format!(
                     "{cluster} failed back (op {}) with {MIRROR_UNCLEAN_KEY} off: its LMLE truncation waited for the ISR only",
                     c.index
