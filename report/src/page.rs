@@ -354,8 +354,11 @@ fn entry(run: &Run, e: &Entry, ids: &BTreeMap<u64, u64>) -> Markup {
         .iter()
         .filter_map(|(k, _)| view_index(run, k))
         .collect();
+    // The policy may allow an entry on its own, by where it is.
+    let allowed = e.json.get("allowed").and_then(Value::as_str);
     html! {
         (e.headline())
+        @if let Some(why) = allowed { " " span.allowed { "(allowed: " (clip(why, 300)) ")" } }
         @if !e.ops.is_empty() {
             " — proof: "
             @for (i, op) in e.ops.iter().enumerate() {

@@ -96,6 +96,11 @@ fn two_clusters_side_by_side_with_the_mirror_direction_over_time() {
     );
     assert_eq!(results["anomaly_counts"]["abandoned-write"], 1);
     let html = std::fs::read_to_string(write_report(&dir).unwrap()).unwrap();
+    // a's acknowledgement at the offset b never mirrored: allowed on its own, and says why.
+    assert!(
+        html.contains("(allowed: a had not mirrored offset 9 to b at the failover"),
+        "entry-level judgement shown"
+    );
 
     // The direction over time, as bands on both plots and as a table.
     let svgs: Vec<&str> = html.split("<svg").skip(1).collect();
