@@ -1170,9 +1170,10 @@ impl<'r> QueueAnalysis<'r> {
     /// - M5: a value written on a cluster after a failover to it carries an epoch above the LMLE
     ///   that failover recorded (checked on the final log of the cluster it was written on).
     /// - M3: a value written on a cluster before a failback into it, under an epoch above the
-    ///   LMLE that failback truncated to, is in none of its replicas that took part in the
-    ///   truncation: every replica when it ran with the flag on, else the ISR, of which only the
-    ///   final log's leader is certain.
+    ///   LMLE that failback truncated to (the higher of the failback's and its failover's
+    ///   record, so a wrong record cannot make a false alarm), is in none of its replicas that
+    ///   took part in the truncation: every replica when it ran with the flag on, else the ISR,
+    ///   of which only the final log's leader is certain.
     fn check_mirror_epochs(&mut self, replicas: &[ReplicaState]) {
         if self.mirror.is_empty() {
             return;
@@ -1220,9 +1221,10 @@ impl<'r> QueueAnalysis<'r> {
                     .failback_after(&r.cluster, topic, r.partition, info.invoke)
                     .filter(|&(_, _, all)| all || leader)
                     .and_then(|(c, m, all)| {
-                        let lmle = m
-                            .lmle
-                            .or_else(|| self.mirror.lmle_of_failover_into(c, topic, r.partition))?;
+                        // The LMLE the truncating cluster looked up is the one its failover
+                        // recorded; of the two records, the higher truncates less.
+                        let recorded = self.mirror.lmle_of_failover_into(c, topic, r.partition);
+                        let lmle = m.lmle.max(recorded)?;
                         Some((c.index, lmle, all))
                     })
                     .filter(|&(_, lmle, _)| epoch > lmle);
