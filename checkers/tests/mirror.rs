@@ -352,3 +352,109 @@ fn divergence_after_a_failback_without_the_flag_is_allowed_only_there() {
         r.summary(5)
     );
 }
+
+fn sim_config(seed: u64, ops: usize) -> support::sim::SimConfig {
+    support::sim::SimConfig {
+        seed,
+        ops,
+        partitions: 2,
+        workers: 4,
+        max_poll: 6,
+        send_percent: 50,
+    }
+}
+
+/// Acknowledged values of a history, as (partition, offset).
+fn acked_at(ops: &[tidemark_checkers::Op]) -> Vec<(i64, i64)> {
+    ops.iter()
+        .filter(|o| o.f == "send" && o.kind == Ok)
+        .filter_map(|o| {
+            let first = o.value.get("offset")?.as_i64()?;
+            let n = o.value["values"].as_array()?.len() as i64;
+            let p = o.value["partition"].as_i64()?;
+            Some((first..first + n).map(move |off| (p, off)))
+        })
+        .flatten()
+        .collect()
+}
+
+/// Values acknowledged without an offset: where they are cannot be compared with a mark.
+fn acked_nowhere(ops: &[tidemark_checkers::Op]) -> Vec<i64> {
+    ops.iter()
+        .filter(|o| o.f == "send" && o.kind == Ok && o.value.get("offset").is_none())
+        .flat_map(|o| o.value["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_i64())
+        .collect()
+}
+
+/// A simulated run on a, mirrored onto b, then failed over to b and back, b having mirrored
+/// each partition up to `mirrored[p]` while the final logs of both clusters end at `kept[p]`
+/// (a truncated what b lacked), but for values acknowledged without an offset, which stay.
+/// Marks carry LMLEs no record reaches, so only the abandoned and lost writes are at stake.
+fn failed_over(
+    seed: u64,
+    ops: usize,
+    mirrored: &[i64; 2],
+    kept: &[i64; 2],
+) -> (Vec<tidemark_checkers::Op>, Vec<ReplicaState>) {
+    let sim = support::sim::simulate(sim_config(seed, ops));
+    let mut h = Hist { ops: sim.ops };
+    for op in &mut h.ops {
+        op.cluster = Some("a".into());
+    }
+    let marks: Vec<Value> = (0..2)
+        .map(|p| json!({"topic": "t", "partition": p, "lmle": 1i64 << 40, "mirrored_offset": mirrored[p as usize], "epoch": 1i64 << 40}))
+        .collect();
+    let value = |from: &str, to: &str| json!({"from": from, "to": to, "topics": ["t"], "partitions": marks});
+    nemesis_on(&mut h, "failover", "b", value("a", "b"));
+    nemesis_on(&mut h, "failback", "a", value("b", "a"));
+    let nowhere = acked_nowhere(&h.ops);
+    let mut replicas = Vec::new();
+    for cluster in ["a", "b"] {
+        for r in &sim.replicas {
+            let mut r = r.clone();
+            let end = kept[r.partition as usize];
+            r.cluster = cluster.into();
+            r.node = format!("{cluster}-{}", r.node);
+            r.records
+                .retain(|x| x.offset < end || nowhere.contains(&x.value));
+            let end = r.records.last().map_or(end, |x| end.max(x.offset + 1));
+            r.epochs
+                .retain(|e| r.records.iter().any(|x| x.offset >= e.start_offset));
+            r.high_watermark = Some(end);
+            r.log_end_offset = Some(end);
+            replicas.push(r);
+        }
+    }
+    (h.ops, replicas)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// Whatever a failover had not mirrored is abandoned, never lost; what it had mirrored and
+    /// is gone is lost.
+    #[test]
+    fn unmirrored_writes_are_abandoned_and_mirrored_ones_lost(
+        seed in proptest::prelude::any::<u64>(),
+        ops in 40usize..300,
+        cut in proptest::prelude::any::<u64>(),
+    ) {
+        let (ops0, _) = failed_over(seed, ops, &[0, 0], &[0, 0]);
+        let ends: Vec<i64> = (0..2)
+            .map(|p| acked_at(&ops0).iter().filter(|a| a.0 == p).map(|a| a.1 + 1).max().unwrap_or(0))
+            .collect();
+        let m = [(cut % (ends[0] as u64 + 1)) as i64, ((cut >> 32) % (ends[1] as u64 + 1)) as i64];
+        let (h, replicas) = failed_over(seed, ops, &m, &m);
+        let r = check(&test(), h.clone(), Some(&replicas));
+        proptest::prop_assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+        let cut_off = acked_at(&h).iter().filter(|a| a.1 >= m[a.0 as usize]).count() as u64;
+        proptest::prop_assert_eq!(r.anomaly_counts.get("abandoned-write").copied().unwrap_or(0), cut_off);
+        proptest::prop_assert!(!r.anomaly_types.contains(&"lost-write".to_owned()));
+        // Had b mirrored everything, the same missing writes are lost.
+        let (h, replicas) = failed_over(seed, ops, &[ends[0], ends[1]], &m);
+        let r = check(&test(), h, Some(&replicas));
+        proptest::prop_assert_eq!(r.anomaly_counts.get("lost-write").copied().unwrap_or(0), cut_off);
+        proptest::prop_assert_eq!(r.valid == Validity::Invalid, cut_off > 0, "{}", r.summary(5));
+    }
+}
