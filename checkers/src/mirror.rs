@@ -146,6 +146,10 @@ pub(crate) struct MirrorHistory {
     flag_sets: Vec<FlagSet>,
     /// Clusters mirroring from another right now.
     destinations: BTreeSet<String>,
+    /// Clusters mirroring from another when the test started.
+    initial_destinations: BTreeSet<String>,
+    /// Every failover invocation, by index: from then on its target may take writes.
+    failover_invokes: Vec<u64>,
     guards: Vec<Guard>,
     /// Failovers invoked whose `info` has not been seen yet.
     open_failovers: u64,
@@ -178,7 +182,7 @@ impl MirrorHistory {
             .get("workload_cluster")
             .and_then(Value::as_str)
             .or(clusters.first().copied());
-        let destinations = clusters
+        let destinations: BTreeSet<String> = clusters
             .iter()
             .filter(|c| Some(**c) != writable)
             .map(|c| (*c).to_owned())
@@ -196,6 +200,7 @@ impl MirrorHistory {
         };
         MirrorHistory {
             flag_initial,
+            initial_destinations: destinations.clone(),
             destinations,
             guards,
             ..MirrorHistory::default()
@@ -205,6 +210,11 @@ impl MirrorHistory {
     /// Whether any failover or failback was recorded.
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
+    }
+
+    /// Whether some cluster mirrored from another at some point.
+    pub fn mirrors(&self) -> bool {
+        !self.changes.is_empty() || !self.initial_destinations.is_empty()
     }
 
     /// Failovers whose effect on each partition is unknown: recorded without marks, or invoked
@@ -224,7 +234,10 @@ impl MirrorHistory {
         value: &Value,
     ) -> Result<(), String> {
         match (f, invoke) {
-            ("failover", true) => self.open_failovers += 1,
+            ("failover", true) => {
+                self.open_failovers += 1;
+                self.failover_invokes.push(index);
+            }
             ("failover", false) => {
                 self.open_failovers = self.open_failovers.saturating_sub(1);
                 self.change(index, ChangeKind::Failover, value)?;
@@ -533,6 +546,31 @@ impl MirrorHistory {
             .lmle
     }
 
+    /// Whether `cluster` was certainly mirroring from another (so read-only) for the whole of a
+    /// send invoked at op `invoke` and completed at op `done`: a failback into it was recorded
+    /// before the send (or it mirrored from the start), no failover to it was recorded since,
+    /// and no failover at all was invoked before the send completed. Returns the failback's
+    /// index, or `None` inside for the mirroring set up before the test (M2).
+    pub fn read_only_during(&self, cluster: &str, invoke: u64, done: u64) -> Option<Option<u64>> {
+        let last = |list: &[usize]| {
+            let (before, _) = self.split(list, invoke, false);
+            before.last().map(|&at| self.changes[at].index)
+        };
+        let roles = self.roles(cluster);
+        let failback = roles.and_then(|r| last(&r.failbacks_to));
+        let failover = roles.and_then(|r| last(&r.failovers_to));
+        let since = match (failback, failover) {
+            (Some(b), Some(o)) if b > o => Some(b),
+            (Some(b), None) => Some(b),
+            (None, None) if self.initial_destinations.contains(cluster) => None,
+            _ => return None,
+        };
+        let from = since.unwrap_or(0);
+        let n = self.failover_invokes.partition_point(|&i| i <= from);
+        let moved = self.failover_invokes.get(n).is_some_and(|&i| i < done);
+        (!moved).then_some(since)
+    }
+
     /// The run ended failed over: the last change was a failover, or a failover was invoked
     /// and never recorded.
     pub fn ended_failed_over(&self) -> bool {
@@ -664,6 +702,32 @@ mod tests {
         assert_eq!((g.from, g.failback), (7, Some(3)));
         let from_start = MirrorHistory::new(&json!({"mirror_unclean": true}), false);
         assert_eq!(from_start.guard("t", 0).unwrap().from, 0);
+    }
+
+    #[test]
+    fn a_cluster_is_read_only_while_it_mirrors() {
+        let m = history();
+        assert_eq!(
+            m.read_only_during("b", 0, 1),
+            Some(None),
+            "b mirrored from the start"
+        );
+        assert_eq!(
+            m.read_only_during("b", 0, 2),
+            None,
+            "a failover was invoked at op 1"
+        );
+        assert_eq!(m.read_only_during("a", 0, 1), None, "a took writes first");
+        assert_eq!(
+            m.read_only_during("a", 9, 12),
+            Some(Some(8)),
+            "a mirrors b after op 8"
+        );
+        assert_eq!(
+            m.read_only_during("b", 9, 12),
+            None,
+            "b took writes since op 2"
+        );
     }
 
     #[test]

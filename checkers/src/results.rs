@@ -51,6 +51,8 @@ pub enum AnomalyKind {
     /// A poll served under one leader epoch returned a record of a higher epoch: the leader
     /// appended a batch from an epoch above its own (M6, DLE ≥ SLE).
     EpochAboveLeader,
+    /// A send acknowledged by a cluster while it mirrored from another (M2: read-only).
+    ReadOnlyWrite,
     /// Two polls served under one leader epoch, one after the other, saw the high watermark go
     /// down.
     HwRegression,
@@ -58,7 +60,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 16] = [
+    pub const ALL: [AnomalyKind; 17] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -74,6 +76,7 @@ impl AnomalyKind {
         AnomalyKind::LmleTruncation,
         AnomalyKind::UnbumpedEpoch,
         AnomalyKind::EpochAboveLeader,
+        AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
     ];
 
@@ -95,6 +98,7 @@ impl AnomalyKind {
             AnomalyKind::LmleTruncation => "lmle-truncation",
             AnomalyKind::UnbumpedEpoch => "unbumped-epoch",
             AnomalyKind::EpochAboveLeader => "epoch-above-leader",
+            AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
         }
     }

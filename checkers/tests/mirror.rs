@@ -458,3 +458,35 @@ proptest::proptest! {
         proptest::prop_assert_eq!(r.valid == Validity::Invalid, cut_off > 0, "{}", r.summary(5));
     }
 }
+
+#[test]
+fn a_write_acknowledged_by_a_mirroring_cluster_is_read_only_write() {
+    let (mut h, replicas) = round_trip();
+    // b mirrors a from the start: it must refuse this send.
+    let mut pre = Hist::new();
+    let acked = pre.send_on(Some("b"), 7, &[40], Ok, Some(5));
+    let shift = pre.ops.len() as u64;
+    for op in &mut h.ops {
+        op.index += shift;
+    }
+    pre.ops.append(&mut h.ops);
+    let r = run(&test(), &pre, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"read-only-write".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    let e = &entries(&r, "read-only-write")[0];
+    assert_eq!(
+        (e["op_index"].clone(), e["cluster"].clone()),
+        (json!(acked), json!("b"))
+    );
+    assert_eq!(e["mirroring_since"], Value::Null);
+    // After the failback a mirrors b: a send a acknowledges then is read-only-write too.
+    let (mut h, replicas) = round_trip();
+    let late = h.send_on(Some("a"), 7, &[41], Ok, Some(3));
+    let r = run(&test(), &h, &replicas);
+    let e = &entries(&r, "read-only-write")[0];
+    assert_eq!(e["op_index"], late);
+    assert!(e["mirroring_since"]["op_index"].is_u64());
+}

@@ -909,6 +909,7 @@ impl<'r> QueueAnalysis<'r> {
             self.anomalies.push(AnomalyKind::UnexpectedValue, entry);
         }
         self.lost_by_polls(by_polls);
+        self.read_only_writes();
         if self.replicas.is_none() {
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::LostWrite.name().into(),
@@ -922,6 +923,45 @@ impl<'r> QueueAnalysis<'r> {
                 check: AnomalyKind::LostWrite.name().into(),
                 reason: format!("no readable replica of {cluster}/{topic}/{partition}: a write there is proven lost only where a later poll read past its acknowledged offset"),
             });
+        }
+    }
+
+    /// M2: a send acknowledged by a cluster that mirrored from another all the while it was
+    /// open (a failback into it recorded before the send, no failover invoked before it
+    /// completed): a mirror topic is read-only. One entry per send, in history order.
+    fn read_only_writes(&mut self) {
+        if !self.mirror.mirrors() {
+            return;
+        }
+        let mut sends: BTreeMap<u64, (i64, ValueInfo)> = BTreeMap::new();
+        for (v, &info) in self.values.iter() {
+            if info.outcome != Outcome::Ok || info.send_pk == NO_PK {
+                continue;
+            }
+            let cluster = &self.clusters[self.parts[info.send_pk as usize].cluster as usize];
+            if sends.contains_key(&info.completion) {
+                continue;
+            }
+            if self
+                .mirror
+                .read_only_during(cluster, info.invoke, info.completion)
+                .is_some()
+            {
+                sends.insert(info.completion, (v, info));
+            }
+        }
+        for (completion, (v, info)) in sends {
+            let (cluster, topic, partition) = self.place(info.send_pk);
+            let since = self
+                .mirror
+                .read_only_during(&cluster, info.invoke, completion)
+                .flatten();
+            let entry = json!({
+                "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+                "offset": info.acked(), "op_index": completion, "invoke_index": info.invoke,
+                "mirroring_since": since.map(|op| json!({"op_index": op})),
+            });
+            self.anomalies.push(AnomalyKind::ReadOnlyWrite, entry);
         }
     }
 
