@@ -162,8 +162,8 @@ pub(crate) struct MirrorHistory {
 impl MirrorHistory {
     /// The starting topology from the test map: the flag's initial value (`mirror_unclean` in
     /// the test or its `workload_options`, or the topic config in `broker_config`/`topic_config`)
-    /// and which clusters mirror (every cluster of `clusters` but the `workload_cluster`, the
-    /// first by default).
+    /// and, for the `mirror` workload, which clusters mirror (every cluster of `clusters` but the
+    /// `workload_cluster`, the first by default).
     pub fn new(test: &Value, flag_in_config: bool) -> Self {
         let flag_initial = flag_in_config
             || [
@@ -182,9 +182,12 @@ impl MirrorHistory {
             .get("workload_cluster")
             .and_then(Value::as_str)
             .or(clusters.first().copied());
+        // Only the mirror workload mirrors from the start; other runs with several clusters
+        // write to the first and leave the others alone.
+        let mirror_workload = test.get("workload").and_then(Value::as_str) == Some("mirror");
         let destinations: BTreeSet<String> = clusters
             .iter()
-            .filter(|c| Some(**c) != writable)
+            .filter(|c| mirror_workload && Some(**c) != writable)
             .map(|c| (*c).to_owned())
             .collect();
         let guards = if flag_initial {
@@ -615,7 +618,10 @@ mod tests {
     use serde_json::json;
 
     fn history() -> MirrorHistory {
-        let mut m = MirrorHistory::new(&json!({"clusters": ["a", "b"]}), false);
+        let mut m = MirrorHistory::new(
+            &json!({"workload": "mirror", "clusters": ["a", "b"]}),
+            false,
+        );
         let mark = |off: i64| json!([{"topic": "t", "partition": 0, "lmle": 3, "mirrored_offset": off, "epoch": 4}]);
         m.observe(1, true, "failover", None, &json!({})).unwrap();
         m.observe(

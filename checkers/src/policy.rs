@@ -450,7 +450,7 @@ mod tests {
 
     #[test]
     fn an_unclean_election_in_the_source_excuses_mirror_divergence_unless_the_flag_guards_it() {
-        let test = json!({"clusters": ["a", "b"]});
+        let test = json!({"workload": "mirror", "clusters": ["a", "b"]});
         let unclean = (
             "unclean-election",
             json!({"cluster": "a", "topic": "t", "partition": 0}),
@@ -472,7 +472,7 @@ mod tests {
         )
         .is_none());
         // The flag on from the start guards every offset.
-        let flagged = json!({"clusters": ["a", "b"], "mirror_unclean": true});
+        let flagged = json!({"workload": "mirror", "clusters": ["a", "b"], "mirror_unclean": true});
         let m = mirror(&flagged, std::slice::from_ref(&unclean));
         assert!(excuse(&flagged, &m, AnomalyKind::MirrorDivergence, 0).is_none());
         // Turned on mid-run, it guards from the first truncation run with it on.
