@@ -125,9 +125,13 @@ struct Topology {
 }
 
 impl Topology {
-    /// The starting topology: with two or more `clusters`, the `workload_cluster` (else the
-    /// first) takes writes and the others mirror from it.
+    /// The starting topology: in the `mirror` workload with two or more `clusters`, the
+    /// `workload_cluster` (else the first) takes writes and the others mirror from it. Other
+    /// runs have no band until a failover or failback.
     fn new(test: &Value) -> Self {
+        if test.get("workload").and_then(Value::as_str) != Some("mirror") {
+            return Topology { open: None };
+        }
         let clusters: Vec<String> = test
             .get("clusters")
             .and_then(Value::as_array)
