@@ -490,3 +490,18 @@ fn a_write_acknowledged_by_a_mirroring_cluster_is_read_only_write() {
     assert_eq!(e["op_index"], late);
     assert!(e["mirroring_since"]["op_index"].is_u64());
 }
+
+/// `tidemark check` streams the history from its file: the mirroring ops read as raw lines
+/// give the same verdict as the ops held in memory.
+#[test]
+fn the_streamed_history_gives_the_same_verdict() {
+    let (mut h, replicas) = kept_above_lmle(true);
+    h.send_on(Some("b"), 7, &[50], Ok, Some(1));
+    let text = support::to_jsonl(&test(), &h.ops);
+    let history = tidemark_checkers::read_history(text.as_bytes()).unwrap();
+    let streamed = tidemark_checkers::check_history(history, Some(&replicas)).unwrap();
+    let held = run(&test(), &h, &replicas);
+    assert_eq!(streamed, held);
+    assert!(held.anomaly_types.contains(&"lmle-truncation".to_owned()));
+    assert!(held.allowed["lmle-truncation"].contains("source cluster a"));
+}
