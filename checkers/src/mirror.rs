@@ -402,18 +402,18 @@ impl MirrorHistory {
             .map_or(self.flag_initial, |s| s.on)
     }
 
-    /// The failover that abandoned a write acknowledged on `cluster` at `offset`, invoked at op
-    /// `invoke`, when it was not mirrored: the first failover from `cluster` after the last
-    /// failback into it before the write (the end of the stretch in which `cluster` took
-    /// writes), provided its mark says the new writer had mirrored less than `offset`.
+    /// The failover that ended the stretch in which `cluster` took a write invoked at op
+    /// `invoke` (the first failover from `cluster` after the last failback into it before the
+    /// write), with the offset up to which the new writer had mirrored the partition: `None`
+    /// when that failover recorded none for it. A write it acknowledged at or above that offset
+    /// was abandoned.
     pub fn abandoned_by(
         &self,
         cluster: &str,
         topic: &str,
         partition: i64,
         invoke: u64,
-        offset: i64,
-    ) -> Option<(&Change, &PartMark)> {
+    ) -> Option<(&Change, Option<i64>)> {
         let roles = self.roles(cluster)?;
         let (before, _) = self.split(&roles.failbacks_to, invoke, false);
         let since = before
@@ -427,12 +427,16 @@ impl MirrorHistory {
             .iter()
             .map(|&at| &self.changes[at])
             .find(|c| c.covers(topic))?;
-        let (_, mark) = failover.mark(topic, partition)?;
-        (mark.mirrored_offset? <= offset).then_some((failover, mark))
+        let mirrored = failover
+            .mark(topic, partition)
+            .and_then(|(_, m)| m.mirrored_offset);
+        Some((failover, mirrored))
     }
 
     /// A failover from `cluster` whose mark says offsets from `offset` down to its mirrored
-    /// offset were never mirrored (so the old source's records there were rewritten).
+    /// offset were never mirrored (so the old source's records there were rewritten), or that
+    /// covered the topic and recorded no mirrored offset for the partition (so they may not
+    /// have been).
     pub fn unmirrored_at(
         &self,
         cluster: &str,
@@ -445,9 +449,13 @@ impl MirrorHistory {
             .iter()
             .map(|&at| &self.changes[at])
             .find(|c| {
-                c.mark(topic, partition)
-                    .and_then(|(_, m)| m.mirrored_offset)
-                    .is_some_and(|m| m <= offset)
+                let mirrored = c
+                    .mark(topic, partition)
+                    .and_then(|(_, m)| m.mirrored_offset);
+                match mirrored {
+                    Some(m) => m <= offset,
+                    None => c.covers(topic),
+                }
             })
     }
 
@@ -656,13 +664,18 @@ mod tests {
     #[test]
     fn writes_of_the_old_source_above_the_mirrored_offset_are_abandoned() {
         let m = history();
-        assert_eq!(m.abandoned_by("a", "t", 0, 0, 10).unwrap().0.index, 2);
-        assert!(m.abandoned_by("a", "t", 0, 0, 9).is_none());
+        let (f, mirrored) = m.abandoned_by("a", "t", 0, 0).unwrap();
+        assert_eq!((f.index, mirrored), (2, Some(10)));
+        assert_eq!(
+            m.abandoned_by("a", "t", 1, 0).unwrap().1,
+            None,
+            "no mark for t/1"
+        );
         // Written on a while it was abandoned (after the failover, before the failback).
-        assert!(m.abandoned_by("a", "t", 0, 4, 12).is_some());
+        assert_eq!(m.abandoned_by("a", "t", 0, 4).unwrap().0.index, 2);
         // After the failback a mirrors again: no later failover from it abandons anything.
-        assert!(m.abandoned_by("a", "t", 0, 9, 12).is_none());
-        assert!(m.abandoned_by("b", "t", 0, 0, 12).is_none());
+        assert!(m.abandoned_by("a", "t", 0, 9).is_none());
+        assert!(m.abandoned_by("b", "t", 0, 0).is_none());
         assert!(!m.failovers_unmarked());
     }
 
@@ -750,7 +763,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.unmarked_failovers, [2]);
-        assert!(m.abandoned_by("a", "t", 0, 0, 100).is_none());
+        assert_eq!(m.abandoned_by("a", "t", 0, 0).unwrap().1, None);
         assert!(m
             .observe(3, false, "failback", None, &json!({"to": "a"}))
             .unwrap_err()

@@ -22,7 +22,8 @@
 //!   cluster failed over from is allowed entry by entry. A failover that recorded no
 //!   `partitions` (an older history), or was invoked and never recorded, leaves abandoned and
 //!   lost writes indistinguishable: then `lost-write` and `inconsistent-offsets` are allowed
-//!   wholesale, and `skipped_checks` says `abandoned-write` could not be judged.
+//!   wholesale, and `skipped_checks` says `abandoned-write` could not be judged. One that
+//!   recorded marks but none for a partition does the same for that partition, entry by entry.
 //! - **Mirroring with unclean elections** (KIP-1279 §1.10), entry by entry: a non-ISR replica
 //!   can keep records above the LMLE and, once uncleanly elected, make the clusters disagree.
 //!   `mirror-divergence`, `epoch-ownership` and `lmle-truncation` entries are allowed when an
@@ -294,8 +295,12 @@ impl Policy {
             Excuse::Unmirrored => {
                 let (cluster, offset) = (place.cluster?, place.offset?);
                 let c = mirror.unmirrored_at(cluster, place.topic, place.partition, offset)?;
+                let what = match c.mark(place.topic, place.partition) {
+                    Some((_, m)) if m.mirrored_offset.is_some() => "had not mirrored",
+                    _ => "may not have mirrored",
+                };
                 Some(format!(
-                    "{cluster} had not mirrored offset {offset} to {} at the failover (op {})",
+                    "{cluster} {what} offset {offset} to {} at the failover (op {})",
                     c.to, c.index
                 ))
             }

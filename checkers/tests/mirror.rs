@@ -505,3 +505,36 @@ fn the_streamed_history_gives_the_same_verdict() {
     assert!(held.anomaly_types.contains(&"lmle-truncation".to_owned()));
     assert!(held.allowed["lmle-truncation"].contains("source cluster a"));
 }
+
+/// A failover that recorded marks, but none for this partition, cannot tell an abandoned write
+/// from a lost one there: the lost write and the old source's disagreeing offsets are allowed
+/// one by one, and say why.
+#[test]
+fn a_partition_the_failover_left_unmarked_is_judged_conservatively() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let other = json!({"from": "a", "to": "b", "topics": ["t"], "partitions": [
+        {"topic": "t", "partition": 1, "lmle": 0, "mirrored_offset": 5, "epoch": 1}]});
+    let over = nemesis_on(&mut h, "failover", "b", other.clone());
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", other);
+    let log = [(0, 1, 0), (1, 3, 1)];
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = &entries(&r, "lost-write")[0];
+    assert!(
+        lost["allowed"].as_str().unwrap().contains(&format!(
+            "failover op {over} recorded no mirrored_offset for t/0"
+        )),
+        "{lost}"
+    );
+    let inc = &entries(&r, "inconsistent-offsets")[0];
+    assert!(
+        inc["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("may not have mirrored offset 1"),
+        "{inc}"
+    );
+}

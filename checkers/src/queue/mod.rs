@@ -974,7 +974,8 @@ impl<'r> QueueAnalysis<'r> {
 
     /// A missing acknowledged write: `abandoned-write` when a failover from its cluster had not
     /// mirrored its offset, else `lost-write`. Without an acknowledged offset it cannot be shown
-    /// unmirrored, so it is lost.
+    /// unmirrored, so it is lost; when that failover recorded nothing for its partition, it is
+    /// a `lost-write` allowed on its own.
     fn lost_write(&mut self, v: i64, info: &ValueInfo, proof: Value) {
         let (cluster, topic, partition) = self.place(info.send_pk);
         let seen_by = (info.first_poll != NONE).then_some(info.first_poll);
@@ -986,19 +987,30 @@ impl<'r> QueueAnalysis<'r> {
         if let (Value::Object(e), Value::Object(p)) = (&mut entry, proof) {
             e.extend(p);
         }
-        let abandoned = info.acked().and_then(|offset| {
-            self.mirror
-                .abandoned_by(&cluster, &topic, partition, info.invoke, offset)
+        let failover = self
+            .mirror
+            .abandoned_by(&cluster, &topic, partition, info.invoke);
+        let Some((failover, mirrored)) = failover else {
+            return self.anomalies.push(AnomalyKind::LostWrite, entry);
+        };
+        entry["failover"] = json!({
+            "op_index": failover.index, "to": failover.to, "mirrored_offset": mirrored,
         });
-        match abandoned {
-            Some((failover, mark)) => {
-                entry["failover"] = json!({
-                    "op_index": failover.index, "to": failover.to,
-                    "mirrored_offset": mark.mirrored_offset,
-                });
-                self.anomalies.push(AnomalyKind::AbandonedWrite, entry);
+        match (mirrored, info.acked()) {
+            (Some(m), Some(offset)) if offset >= m => {
+                self.anomalies.push(AnomalyKind::AbandonedWrite, entry)
             }
-            None => self.anomalies.push(AnomalyKind::LostWrite, entry),
+            // What that failover mirrored of this partition is unknown: the write cannot be
+            // told from an abandoned one.
+            (None, _) => {
+                let why = format!(
+                    "failover op {} recorded no mirrored_offset for {topic}/{partition}: an abandoned write cannot be told from a lost one",
+                    failover.index
+                );
+                self.anomalies
+                    .push_judged(AnomalyKind::LostWrite, entry, Some(why));
+            }
+            _ => self.anomalies.push(AnomalyKind::LostWrite, entry),
         }
     }
 
