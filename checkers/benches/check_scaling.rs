@@ -20,6 +20,20 @@
 //!
 //! time(2M)/time(1M) = 2.02, time(4M)/time(2M) = 2.04; the same 2M ops with a fifth of the
 //! values need a quarter of the memory.
+//!
+//! The mirrored rows check the same runs as mirror runs: ops on cluster a, every replica copied
+//! onto cluster b, a failover or failback every 1000 lines, so every mirror check (abandoned
+//! writes, M3, M5, mirror divergence, epoch ownership) runs on every record. Measured side by
+//! side with the one-cluster rows, on a busier machine (best of 3 runs per child, CPU s):
+//!
+//! | ops | one cluster, before the mirror checks | one cluster, with them | mirrored |
+//! |---|---|---|---|
+//! | 1M | 2.65 | 2.85 | 4.69 |
+//! | 2M | 5.84 | 5.75 | 9.54 |
+//!
+//! One cluster: no slower within the machine's noise (each figure is the best of two rounds
+//! of the two binaries alternated). Mirrored: time(2M)/time(1M) = 2.03, 1.66× the one-cluster
+//! time with twice the replicas to read and compare.
 
 #[path = "../tests/support/sim.rs"]
 mod sim;
@@ -34,20 +48,27 @@ use tidemark_checkers::{check_history, read_history, read_replicas, Validity};
 /// Read + check runs per scenario; the fastest is reported.
 const RUNS: usize = 3;
 
-/// (ops, percent of client ops that are sends)
-const SCENARIOS: [(usize, u64); 4] = [
-    (1_000_000, 50),
-    (2_000_000, 50),
-    (4_000_000, 50),
-    (2_000_000, 10),
+/// (ops, percent of client ops that are sends, mirrored onto a second cluster)
+const SCENARIOS: [(usize, u64, bool); 6] = [
+    (1_000_000, 50, false),
+    (2_000_000, 50, false),
+    (4_000_000, 50, false),
+    (2_000_000, 10, false),
+    (1_000_000, 50, true),
+    (2_000_000, 50, true),
 ];
+/// Partitions of the simulated topic.
+const PARTITIONS: i64 = 8;
+/// History lines between a mirrored run's failovers and failbacks.
+const CHANGE_EVERY: u64 = 1000;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let ops = args[i + 1].parse().expect("ops");
         let send_percent = args[i + 2].parse().expect("send percent");
-        child(ops, send_percent);
+        let mirrored = args.get(i + 3).is_some_and(|m| m == "mirrored");
+        child(ops, send_percent, mirrored);
         return;
     }
     if !args.iter().any(|a| a == "--bench") {
@@ -58,12 +79,21 @@ fn main() {
     let exe = std::env::current_exe().expect("own path");
     let mut rows = Vec::new();
     println!(
-        "{:>9} {:>6} {:>10} {:>8} {:>8} {:>9} {:>10} {:>12}",
-        "ops", "sends%", "values", "cpu s", "wall s", "µs/op", "check MB", "bytes/value"
+        "{:>9} {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>10} {:>12}",
+        "ops",
+        "sends%",
+        "clusters",
+        "values",
+        "cpu s",
+        "wall s",
+        "µs/op",
+        "check MB",
+        "bytes/value"
     );
-    for (ops, send_percent) in SCENARIOS {
+    for (ops, send_percent, mirrored) in SCENARIOS {
         let out = Command::new(&exe)
             .args(["--child", &ops.to_string(), &send_percent.to_string()])
+            .args(mirrored.then_some("mirrored"))
             .output()
             .expect("run child");
         assert!(
@@ -77,9 +107,10 @@ fn main() {
         let values = row["values"].as_u64().unwrap();
         let mem = row["check_bytes"].as_u64().unwrap();
         println!(
-            "{:>9} {:>6} {:>10} {:>8.2} {:>8.2} {:>9.2} {:>10.1} {:>12.0}",
+            "{:>9} {:>6} {:>8} {:>10} {:>8.2} {:>8.2} {:>9.2} {:>10.1} {:>12.0}",
             ops,
             send_percent,
+            if mirrored { 2 } else { 1 },
             values,
             secs,
             wall,
@@ -99,13 +130,46 @@ fn main() {
         rows[1].3 as f64 / 1e6,
         rows[3].3 as f64 / 1e6
     );
+    println!(
+        "mirrored (a failover or failback every {CHANGE_EVERY} lines): cpu time(2M)/time(1M) = {:.2}; at 2M, {:.2}× the one-cluster time",
+        rows[5].2 / rows[4].2,
+        rows[5].2 / rows[1].2
+    );
 }
 
-fn child(ops: usize, send_percent: u64) {
+/// The simulated run as a mirror run: its ops on cluster a, its replicas copied onto cluster b,
+/// and a failover to b or a failback into a every [`CHANGE_EVERY`] lines (marks that abandon
+/// nothing, so the verdict stays valid), so every mirror check runs on every record.
+fn mirror(op: &mut tidemark_checkers::Op, history: &mut Vec<u8>, next: &mut u64) {
+    op.cluster = Some("a".into());
+    if op.index < CHANGE_EVERY * (*next + 1) {
+        return;
+    }
+    let (f, from, to) = if next.is_multiple_of(2) {
+        ("failover", "a", "b")
+    } else {
+        ("failback", "b", "a")
+    };
+    *next += 1;
+    let far = i64::MAX / 2;
+    let marks: Vec<_> = (0..PARTITIONS)
+        .map(|p| json!({"topic": "t", "partition": p, "lmle": far, "mirrored_offset": far, "epoch": 0}))
+        .collect();
+    let mark = json!({"from": from, "to": to, "topics": [], "partitions": marks});
+    for (kind, value) in [("invoke", json!({})), ("info", mark)] {
+        let line = json!({"index": op.index, "time": op.time, "process": "nemesis",
+                          "type": kind, "f": f, "value": value, "cluster": to});
+        serde_json::to_writer(&mut *history, &line).unwrap();
+        history.push(b'\n');
+        op.index += 1;
+    }
+}
+
+fn child(ops: usize, send_percent: u64, mirrored: bool) {
     let cfg = SimConfig {
         seed: 42,
         ops,
-        partitions: 8,
+        partitions: PARTITIONS,
         workers: 16,
         max_poll: 10,
         send_percent,
@@ -114,13 +178,35 @@ fn child(ops: usize, send_percent: u64) {
         serde_json::to_vec(&json!({"tidemark_history": 1, "test": {"workload": "queue"}})).unwrap();
     history.push(b'\n');
     let mut values = 0u64;
-    let replicas = simulate_into(cfg, &mut |op| {
+    let (mut shift, mut changes) = (0u64, 0u64);
+    let mut replicas = simulate_into(cfg, &mut |mut op| {
         if op.f == "send" && op.kind == tidemark_checkers::OpType::Invoke {
             values += op.value["values"].as_array().map_or(0, |v| v.len() as u64);
+        }
+        op.index += shift;
+        if mirrored {
+            let before = op.index;
+            mirror(&mut op, &mut history, &mut changes);
+            shift += op.index - before;
         }
         serde_json::to_writer(&mut history, &op).unwrap();
         history.push(b'\n');
     });
+    if mirrored {
+        let copies: Vec<_> = replicas
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r.cluster = "b".into();
+                r.node = format!("b-{}", r.node);
+                r
+            })
+            .collect();
+        for r in &mut replicas {
+            r.cluster = "a".into();
+        }
+        replicas.extend(copies);
+    }
     let mut replicas_text = Vec::new();
     for r in &replicas {
         serde_json::to_writer(&mut replicas_text, r).unwrap();

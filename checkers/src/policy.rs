@@ -13,14 +13,32 @@
 //!   become leader and truncate acknowledged records, so `lost-write` is allowed, and so is
 //!   `inconsistent-offsets` (the truncated offsets are written again with other values, so an old
 //!   acknowledgement or poll disagrees with the final log).
-//! - **Failover** (a `failover` op): mirroring is asynchronous, so acknowledged writes not yet
-//!   mirrored when the source is abandoned are truncated on failback. `lost-write` and
-//!   `inconsistent-offsets` are allowed for the same reason as above.
-//! - **Mirroring with unclean elections**: with two or more clusters (or `"workload": "mirror"`),
-//!   an unclean election, and `mirror.support.unclean.leader.election` not true in the test's
-//!   static configuration, a non-ISR replica can keep records above the last mirrored epoch, so
-//!   `mirror-divergence` and `epoch-ownership` are allowed. Turning the flag on mid-run (a
-//!   `config` op) only protects records after the next truncation, so it does not count.
+//! - **Failover** (a `failover` op): mirroring is asynchronous, so acknowledged writes the new
+//!   writable cluster had not mirrored when the old source was abandoned are truncated on
+//!   failback. The checker tells them apart by the failover's `mirrored_offset` and reports them
+//!   as `abandoned-write`, always allowed; a write it had mirrored and that is missing is still a
+//!   `lost-write`. The old source's acknowledgements and polls at those offsets disagree with its
+//!   final log, so `inconsistent-offsets` at or above a failover's `mirrored_offset` on the
+//!   cluster failed over from is allowed entry by entry. A failover that recorded no
+//!   `partitions` (an older history), or was invoked and never recorded, leaves abandoned and
+//!   lost writes indistinguishable: then `lost-write` and `inconsistent-offsets` are allowed
+//!   wholesale, and `skipped_checks` says `abandoned-write` could not be judged. One that
+//!   recorded marks but none for a partition does the same for that partition, entry by entry.
+//! - **Mirroring with unclean elections** (KIP-1279 §1.10), entry by entry: a non-ISR replica
+//!   can keep records above the LMLE and, once uncleanly elected, make the clusters disagree.
+//!   `mirror-divergence`, `epoch-ownership` and `lmle-truncation` entries are allowed when an
+//!   unclean election struck the partition in a source cluster (one not mirroring from another
+//!   at the time), or unclean elections are enabled by configuration, unless
+//!   `mirror.support.unclean.leader.election` guards the entry's offset: the flag guarantees
+//!   consistency at or above where the first LMLE truncation run with it on started rewriting
+//!   (offset 0 when it was on from the start: `mirror_unclean` in the test map or its
+//!   `workload_options`, or the topic config; the failback's `mirrored_offset`, else the
+//!   failover's, when a `config` op turned it on mid-run). Below that, nothing is promised.
+//! - **A failback without the flag**, entry by entry: its LMLE truncation waited for the ISR
+//!   only, so a replica out of it may keep records above the LMLE under epoch numbers the other
+//!   cluster also wrote, which followers' truncation cannot tell apart: `divergence` in that
+//!   cluster, and `epoch-ownership` (M4 holds for the ISR only then), at or above where the
+//!   failback rewrote its log are allowed.
 //! - **Cluster-wide power loss** (a `power-loss` op whose value says `"cluster_wide": true`: every
 //!   node of a cluster lost what it had not fsynced, at once) with a flush policy other than
 //!   per-message (`log.flush.interval.messages` in `broker_config` anything but 1, or unset, as in
@@ -34,26 +52,141 @@
 //!   the log with every record. With per-message flush every acknowledged record was durable on
 //!   every in-sync replica before the acknowledgement, so nothing is excused; a single node
 //!   losing power excuses nothing either, since its peers kept what it lost.
-//! - **Never allowed** unless listed explicitly: `divergence` (replicas of one cluster disagree
-//!   below their high watermarks after convergence), and every other anomaly.
+//! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
+//!   disagree below their high watermarks after convergence), and every other anomaly.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::mirror::{truthy, MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::results::AnomalyKind;
 
 const UNCLEAN_KEY: &str = "unclean.leader.election.enable";
-const MIRROR_UNCLEAN_KEY: &str = "mirror.support.unclean.leader.election";
 const FLUSH_MESSAGES_KEY: &str = "log.flush.interval.messages";
+
+/// What must hold for a [`Rule`] to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// A failover was recorded.
+    Failover,
+    /// Unclean leader election configured, or forced by the history.
+    Unclean,
+    /// A failover whose per-partition mirrored offsets are unknown (an older history, or one
+    /// cut short before the failover's `info`).
+    UnmarkedFailover,
+    /// Every node of a cluster lost power at once, and not every message is flushed.
+    UnflushedPowerLoss,
+}
+
+/// A rule that allows whole anomaly types.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    /// When it applies.
+    pub when: Condition,
+    /// The types it allows.
+    pub allows: &'static [AnomalyKind],
+    /// Why, as `results.json`'s `allowed` says.
+    pub why: &'static str,
+}
+
+/// The type-level rules, in the order their reasons are given.
+pub const RULES: &[Rule] = &[
+    Rule {
+        when: Condition::Failover,
+        allows: &[AnomalyKind::AbandonedWrite],
+        why: "failover abandons acknowledged writes not yet mirrored (mirroring is asynchronous)",
+    },
+    Rule {
+        when: Condition::Unclean,
+        allows: &[AnomalyKind::LostWrite, AnomalyKind::InconsistentOffsets],
+        why: "unclean leader election may truncate acknowledged records",
+    },
+    Rule {
+        when: Condition::UnmarkedFailover,
+        allows: &[AnomalyKind::LostWrite, AnomalyKind::InconsistentOffsets],
+        why: "failover abandons acknowledged writes not yet mirrored, and this history does not record what was mirrored",
+    },
+    Rule {
+        when: Condition::UnflushedPowerLoss,
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
+            AnomalyKind::Divergence,
+        ],
+        why: "every replica lost power at once, and the flush policy is not per-message",
+    },
+];
+
+/// What excuses one anomaly entry by where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Excuse {
+    /// A failover from the entry's cluster had mirrored less than the entry's offset: the old
+    /// source's records there were rewritten when it failed back.
+    Unmirrored,
+    /// An unclean election struck a source cluster's copy of the partition (or unclean
+    /// elections are enabled by configuration), and the entry's offset is below where the
+    /// `mirror.support.unclean.leader.election` guarantee starts: the first LMLE truncation run
+    /// with the flag on (offset 0 when it was on from the start; nowhere when never on).
+    UncleanSourceUnguarded,
+    /// The entry's cluster (any, for an entry about both) failed back with the flag off, and the
+    /// entry's offset is at or above where that failback rewrote its log: the LMLE truncation
+    /// waited for the ISR only, so a replica out of it may keep records above the LMLE under an
+    /// epoch the other cluster also wrote, which the replication protocol cannot tell apart (M4
+    /// holds for the ISR only then).
+    FlaglessFailback,
+}
+
+/// A rule that allows the entries of some types one by one.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryRule {
+    /// What excuses an entry.
+    pub excuse: Excuse,
+    /// The types whose entries it judges.
+    pub allows: &'static [AnomalyKind],
+}
+
+/// The entry-level rules.
+pub const ENTRY_RULES: &[EntryRule] = &[
+    EntryRule {
+        excuse: Excuse::Unmirrored,
+        allows: &[AnomalyKind::InconsistentOffsets],
+    },
+    EntryRule {
+        excuse: Excuse::FlaglessFailback,
+        allows: &[AnomalyKind::Divergence, AnomalyKind::EpochOwnership],
+    },
+    EntryRule {
+        excuse: Excuse::UncleanSourceUnguarded,
+        allows: &[
+            AnomalyKind::MirrorDivergence,
+            AnomalyKind::EpochOwnership,
+            AnomalyKind::LmleTruncation,
+        ],
+    },
+];
+
+/// Where an anomaly entry is, for the entry-level rules.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// The cluster, when the entry is about one.
+    pub cluster: Option<&'a str>,
+    /// The topic.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: i64,
+    /// The offset, when the entry names one.
+    pub offset: Option<i64>,
+}
 
 /// The verdict policy read from a test map; see the module docs for the rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     explicit: Option<Vec<String>>,
-    unclean_configured: bool,
+    /// Unclean elections enabled by the test's configuration (not only forced by a nemesis).
+    unclean_enabled: bool,
+    unclean_nemesis: bool,
     mirror_unclean_support: bool,
-    mirror_workload: bool,
     flush_per_message: bool,
 }
 
@@ -62,8 +195,12 @@ pub struct Policy {
 pub struct HistoryFacts {
     /// An `unclean-election` op, or a `config` op enabling unclean elections.
     pub forced_unclean: bool,
+    /// A `config` op enabling unclean elections.
+    pub unclean_config_op: bool,
     /// A `failover` op.
     pub failover: bool,
+    /// A failover whose per-partition mirrored offsets are unknown.
+    pub unmarked_failover: bool,
     /// How many clusters the ops and replicas name.
     pub clusters: usize,
     /// A `power-loss` op that cut every node of a cluster at once.
@@ -82,7 +219,7 @@ impl Policy {
                     .map(str::to_owned)
                     .collect()
             });
-        let nemesis_unclean = match test.get("nemesis") {
+        let unclean_nemesis = match test.get("nemesis") {
             Some(Value::String(s)) => s.contains("unclean"),
             Some(Value::Array(kinds)) => kinds
                 .iter()
@@ -91,11 +228,10 @@ impl Policy {
         };
         Policy {
             explicit,
-            unclean_configured: test.get("unclean_leader_election").is_some_and(truthy)
-                || config_flag(test, UNCLEAN_KEY)
-                || nemesis_unclean,
+            unclean_enabled: test.get("unclean_leader_election").is_some_and(truthy)
+                || config_flag(test, UNCLEAN_KEY),
+            unclean_nemesis,
             mirror_unclean_support: config_flag(test, MIRROR_UNCLEAN_KEY),
-            mirror_workload: test.get("workload").and_then(Value::as_str) == Some("mirror"),
             flush_per_message: test
                 .get("broker_config")
                 .and_then(|c| c.get(FLUSH_MESSAGES_KEY))
@@ -104,6 +240,22 @@ impl Policy {
                     Value::Number(n) => n.as_u64() == Some(1),
                     _ => false,
                 }),
+        }
+    }
+
+    /// `mirror.support.unclean.leader.election` is true in the test's static configuration.
+    pub fn mirror_unclean_support(&self) -> bool {
+        self.mirror_unclean_support
+    }
+
+    fn holds(&self, when: Condition, facts: &HistoryFacts) -> bool {
+        match when {
+            Condition::Failover => facts.failover,
+            Condition::Unclean => {
+                self.unclean_enabled || self.unclean_nemesis || facts.forced_unclean
+            }
+            Condition::UnmarkedFailover => facts.unmarked_failover,
+            Condition::UnflushedPowerLoss => facts.cluster_power_loss && !self.flush_per_message,
         }
     }
 
@@ -116,35 +268,82 @@ impl Policy {
             }
             return allowed;
         }
-        let unclean = self.unclean_configured || facts.forced_unclean;
-        let mut allow = |kind: AnomalyKind, why: &str| {
-            allowed
-                .entry(kind.name().to_owned())
-                .or_insert_with(|| why.to_owned());
-        };
-        if unclean {
-            let why = "unclean leader election may truncate acknowledged records";
-            allow(AnomalyKind::LostWrite, why);
-            allow(AnomalyKind::InconsistentOffsets, why);
-        }
-        if facts.failover {
-            let why = "failover abandons acknowledged writes not yet mirrored";
-            allow(AnomalyKind::LostWrite, why);
-            allow(AnomalyKind::InconsistentOffsets, why);
-        }
-        if facts.cluster_power_loss && !self.flush_per_message {
-            let why = "every replica lost power at once, and the flush policy is not per-message";
-            allow(AnomalyKind::LostWrite, why);
-            allow(AnomalyKind::InconsistentOffsets, why);
-            allow(AnomalyKind::Divergence, why);
-        }
-        let mirroring = self.mirror_workload || facts.clusters > 1;
-        if mirroring && unclean && !self.mirror_unclean_support {
-            let why = "unclean election with mirror.support.unclean.leader.election off";
-            allow(AnomalyKind::MirrorDivergence, why);
-            allow(AnomalyKind::EpochOwnership, why);
+        for rule in RULES.iter().filter(|r| self.holds(r.when, facts)) {
+            for kind in rule.allows {
+                allowed
+                    .entry(kind.name().to_owned())
+                    .or_insert_with(|| rule.why.to_owned());
+            }
         }
         allowed
+    }
+
+    /// Why one entry of `kind` at `place` is allowed by the entry-level rules, if it is. An
+    /// explicit `allowed_anomalies` list leaves nothing to them.
+    pub(crate) fn excuse(
+        &self,
+        kind: AnomalyKind,
+        place: Place<'_>,
+        facts: &HistoryFacts,
+        mirror: &MirrorHistory,
+    ) -> Option<String> {
+        if self.explicit.is_some() {
+            return None;
+        }
+        let rules = ENTRY_RULES.iter().filter(|r| r.allows.contains(&kind));
+        rules.into_iter().find_map(|rule| match rule.excuse {
+            Excuse::Unmirrored => {
+                let (cluster, offset) = (place.cluster?, place.offset?);
+                let c = mirror.unmirrored_at(cluster, place.topic, place.partition, offset)?;
+                let what = match c.mark(place.topic, place.partition) {
+                    Some((_, m)) if m.mirrored_offset.is_some() => "had not mirrored",
+                    _ => "may not have mirrored",
+                };
+                Some(format!(
+                    "{cluster} {what} offset {offset} to {} at the failover (op {})",
+                    c.to, c.index
+                ))
+            }
+            Excuse::FlaglessFailback => {
+                let offset = place.offset?;
+                let (cluster, c) = mirror.flagless_failback_at(
+                    place.cluster,
+                    place.topic,
+                    place.partition,
+                    offset,
+                )?;
+                Some(format!(
+                    "{cluster} failed back (op {}) with {MIRROR_UNCLEAN_KEY} off: its LMLE truncation waited for the ISR only",
+                    c.index
+                ))
+            }
+            Excuse::UncleanSourceUnguarded => {
+                let offset = place.offset.unwrap_or(0);
+                if let Some(g) = mirror.guard(place.topic, place.partition) {
+                    if offset >= g.from {
+                        return None;
+                    }
+                }
+                let below = match mirror.guard(place.topic, place.partition) {
+                    Some(g) => format!(
+                        ", below offset {} where the first truncation with the flag on (failback op {}) started",
+                        g.from,
+                        g.failback.map_or_else(|| "?".to_owned(), |op| op.to_string())
+                    ),
+                    None => String::new(),
+                };
+                if let Some(u) = mirror.unclean_in_source(place.topic, place.partition) {
+                    let cluster = u.cluster.as_deref().unwrap_or("?");
+                    return Some(format!(
+                        "unclean election in source cluster {cluster} (op {}) with {MIRROR_UNCLEAN_KEY} off{below}",
+                        u.index
+                    ));
+                }
+                (self.unclean_enabled || facts.unclean_config_op).then(|| {
+                    format!("unclean leader election is enabled, with {MIRROR_UNCLEAN_KEY} off{below}")
+                })
+            }
+        })
     }
 }
 
@@ -167,14 +366,6 @@ fn config_flag(test: &Value, key: &str) -> bool {
                 .values()
                 .any(|per_topic| per_topic.get(key).is_some_and(truthy))
     })
-}
-
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Bool(b) => *b,
-        Value::String(s) => s.eq_ignore_ascii_case("true"),
-        _ => false,
-    }
 }
 
 #[cfg(test)]
@@ -228,21 +419,113 @@ mod tests {
     }
 
     #[test]
-    fn mirroring_without_support_allows_mirror_anomalies_under_unclean() {
-        let facts = HistoryFacts {
-            forced_unclean: true,
-            clusters: 2,
+    fn failovers_allow_abandoned_writes_and_lost_ones_only_when_unmarked() {
+        let marked = HistoryFacts {
+            failover: true,
             ..HistoryFacts::default()
         };
-        let got = allowed(json!({}), facts.clone());
-        assert!(got.contains(&"mirror-divergence".to_owned()));
-        assert!(got.contains(&"epoch-ownership".to_owned()));
-        assert!(!got.contains(&"divergence".to_owned()));
-        let supported = allowed(
-            json!({"topic_config": {"mirror.support.unclean.leader.election": "true"}}),
-            facts,
+        assert_eq!(allowed(json!({}), marked.clone()), ["abandoned-write"]);
+        let unmarked = HistoryFacts {
+            unmarked_failover: true,
+            ..marked
+        };
+        assert_eq!(
+            allowed(json!({}), unmarked),
+            ["abandoned-write", "inconsistent-offsets", "lost-write"]
         );
-        assert!(!supported.contains(&"mirror-divergence".to_owned()));
+    }
+
+    fn mirror(test: &Value, ops: &[(&str, Value)]) -> MirrorHistory {
+        let mut m = MirrorHistory::new(test, config_flag(test, MIRROR_UNCLEAN_KEY));
+        for (i, (f, v)) in ops.iter().enumerate() {
+            m.observe(i as u64, false, f, None, v).unwrap();
+        }
+        m
+    }
+
+    fn excuse(test: &Value, m: &MirrorHistory, kind: AnomalyKind, offset: i64) -> Option<String> {
+        let place = Place {
+            cluster: Some("a"),
+            topic: "t",
+            partition: 0,
+            offset: Some(offset),
+        };
+        Policy::from_test(test).excuse(kind, place, &HistoryFacts::default(), m)
+    }
+
+    #[test]
+    fn an_unclean_election_in_the_source_excuses_mirror_divergence_unless_the_flag_guards_it() {
+        let test = json!({"workload": "mirror", "clusters": ["a", "b"]});
+        let unclean = (
+            "unclean-election",
+            json!({"cluster": "a", "topic": "t", "partition": 0}),
+        );
+        let m = mirror(&test, std::slice::from_ref(&unclean));
+        let why = excuse(&test, &m, AnomalyKind::MirrorDivergence, 5).unwrap();
+        assert!(why.contains("source cluster a (op 0)"), "{why}");
+        assert!(excuse(&test, &m, AnomalyKind::Divergence, 5).is_none());
+        // In the mirroring cluster, an unclean election excuses nothing.
+        let dest = (
+            "unclean-election",
+            json!({"cluster": "b", "topic": "t", "partition": 0}),
+        );
+        assert!(excuse(
+            &test,
+            &mirror(&test, &[dest]),
+            AnomalyKind::MirrorDivergence,
+            5
+        )
+        .is_none());
+        // The flag on from the start guards every offset.
+        let flagged = json!({"workload": "mirror", "clusters": ["a", "b"], "mirror_unclean": true});
+        let m = mirror(&flagged, std::slice::from_ref(&unclean));
+        assert!(excuse(&flagged, &m, AnomalyKind::MirrorDivergence, 0).is_none());
+        // Turned on mid-run, it guards from the first truncation run with it on.
+        let set = json!({"cluster": "a", "topic": "t", "set": {MIRROR_UNCLEAN_KEY: "true"}});
+        let over = json!({"from": "a", "to": "b", "partitions": [{"topic": "t", "partition": 0, "mirrored_offset": 40}]});
+        let back = json!({"from": "b", "to": "a", "partitions": [{"topic": "t", "partition": 0, "lmle": 3}]});
+        let m = mirror(
+            &test,
+            &[
+                unclean,
+                ("config", set),
+                ("failover", over),
+                ("failback", back),
+            ],
+        );
+        let why = excuse(&test, &m, AnomalyKind::EpochOwnership, 39).unwrap();
+        assert!(why.contains("below offset 40"), "{why}");
+        assert!(excuse(&test, &m, AnomalyKind::MirrorDivergence, 40).is_none());
+        // An explicit list leaves nothing to the entry-level rules.
+        let listed = json!({"allowed_anomalies": []});
+        assert!(excuse(&listed, &m, AnomalyKind::MirrorDivergence, 1).is_none());
+    }
+
+    #[test]
+    fn a_failback_without_the_flag_excuses_divergence_in_the_cluster_it_truncated() {
+        let over = json!({"from": "a", "to": "b", "partitions": [{"topic": "t", "partition": 0, "mirrored_offset": 4}]});
+        let back = json!({"from": "b", "to": "a", "partitions": [{"topic": "t", "partition": 0, "lmle": 1}]});
+        let test = json!({"clusters": ["a", "b"]});
+        let m = mirror(
+            &test,
+            &[("failover", over.clone()), ("failback", back.clone())],
+        );
+        let why = excuse(&test, &m, AnomalyKind::Divergence, 4).unwrap();
+        assert!(why.contains("failed back (op 1)"), "{why}");
+        assert!(excuse(&test, &m, AnomalyKind::Divergence, 3).is_none());
+        let flagged = json!({"clusters": ["a", "b"], "mirror_unclean": true});
+        let m = mirror(&flagged, &[("failover", over), ("failback", back)]);
+        assert!(excuse(&flagged, &m, AnomalyKind::Divergence, 4).is_none());
+    }
+
+    #[test]
+    fn offsets_a_failover_had_not_mirrored_excuse_inconsistent_offsets_on_the_old_source() {
+        let test = json!({"clusters": ["a", "b"]});
+        let over = json!({"from": "a", "to": "b", "partitions": [{"topic": "t", "partition": 0, "mirrored_offset": 4}]});
+        let m = mirror(&test, &[("failover", over)]);
+        assert!(excuse(&test, &m, AnomalyKind::InconsistentOffsets, 4).is_some());
+        assert!(excuse(&test, &m, AnomalyKind::InconsistentOffsets, 3).is_none());
+        assert!(excuse(&test, &m, AnomalyKind::LostWrite, 4).is_none());
     }
 
     #[test]

@@ -18,6 +18,10 @@ pub const MAX_WARNINGS: usize = 100;
 pub enum AnomalyKind {
     /// An `ok` send whose value is absent from the final committed log.
     LostWrite,
+    /// An `ok` send on a cluster that was then failed over from, at or above the offset the new
+    /// writable cluster had mirrored, absent from the final committed log: abandoned by the
+    /// failover, as mirroring is asynchronous.
+    AbandonedWrite,
     /// Two replicas of one partition in one cluster disagree below both high watermarks.
     Divergence,
     /// Two clusters disagree at one offset of a mirrored partition below both committed logs.
@@ -38,6 +42,17 @@ pub enum AnomalyKind {
     EpochRegression,
     /// One leader epoch holds records first written on two clusters.
     EpochOwnership,
+    /// A record written on a cluster before it failed back, under a leader epoch above the LMLE
+    /// its failback truncated to, is still in its log (M3).
+    LmleTruncation,
+    /// A record written on a cluster after a failover to it carries a leader epoch at or below
+    /// the LMLE recorded at that failover (M5).
+    UnbumpedEpoch,
+    /// A poll served under one leader epoch returned a record of a higher epoch: the leader
+    /// appended a batch from an epoch above its own (M6, DLE ≥ SLE).
+    EpochAboveLeader,
+    /// A send acknowledged by a cluster while it mirrored from another (M2: read-only).
+    ReadOnlyWrite,
     /// Two polls served under one leader epoch, one after the other, saw the high watermark go
     /// down.
     HwRegression,
@@ -45,8 +60,9 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 12] = [
+    pub const ALL: [AnomalyKind; 17] = [
         AnomalyKind::LostWrite,
+        AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
         AnomalyKind::MirrorDivergence,
         AnomalyKind::InconsistentOffsets,
@@ -57,6 +73,10 @@ impl AnomalyKind {
         AnomalyKind::NonmonotonicPoll,
         AnomalyKind::EpochRegression,
         AnomalyKind::EpochOwnership,
+        AnomalyKind::LmleTruncation,
+        AnomalyKind::UnbumpedEpoch,
+        AnomalyKind::EpochAboveLeader,
+        AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
     ];
 
@@ -64,6 +84,7 @@ impl AnomalyKind {
     pub fn name(self) -> &'static str {
         match self {
             AnomalyKind::LostWrite => "lost-write",
+            AnomalyKind::AbandonedWrite => "abandoned-write",
             AnomalyKind::Divergence => "divergence",
             AnomalyKind::MirrorDivergence => "mirror-divergence",
             AnomalyKind::InconsistentOffsets => "inconsistent-offsets",
@@ -74,6 +95,10 @@ impl AnomalyKind {
             AnomalyKind::NonmonotonicPoll => "nonmonotonic-poll",
             AnomalyKind::EpochRegression => "epoch-regression",
             AnomalyKind::EpochOwnership => "epoch-ownership",
+            AnomalyKind::LmleTruncation => "lmle-truncation",
+            AnomalyKind::UnbumpedEpoch => "unbumped-epoch",
+            AnomalyKind::EpochAboveLeader => "epoch-above-leader",
+            AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
         }
     }
@@ -279,11 +304,46 @@ pub(crate) fn push_warning(warnings: &mut Vec<String>, warning: String) {
 pub(crate) struct Anomalies {
     entries: BTreeMap<AnomalyKind, Vec<Value>>,
     counts: BTreeMap<AnomalyKind, u64>,
+    /// Per type, how many entries the policy allowed one by one, and the first reason.
+    excused: BTreeMap<AnomalyKind, (u64, String)>,
 }
 
 impl Anomalies {
     pub(crate) fn push(&mut self, kind: AnomalyKind, entry: Value) {
         self.push_with(kind, || entry);
+    }
+
+    /// [`Self::push_judged`], building the entry only when it will be kept.
+    pub(crate) fn push_judged_with(
+        &mut self,
+        kind: AnomalyKind,
+        excuse: Option<String>,
+        entry: impl FnOnce() -> Value,
+    ) {
+        if excuse.is_none() {
+            return self.push_with(kind, entry);
+        }
+        let kept = self.entries.get(&kind).map_or(0, Vec::len) < MAX_ENTRIES;
+        let entry = if kept { entry() } else { Value::Null };
+        self.push_judged(kind, entry, excuse);
+    }
+
+    /// Counts one anomaly that the policy judged on its own: `excuse` is why it is allowed
+    /// (written into the entry as `allowed`), `None` when it is not.
+    pub(crate) fn push_judged(
+        &mut self,
+        kind: AnomalyKind,
+        mut entry: Value,
+        excuse: Option<String>,
+    ) {
+        if let Some(why) = excuse {
+            let e = self.excused.entry(kind).or_insert_with(|| (0, why.clone()));
+            e.0 += 1;
+            if let Value::Object(m) = &mut entry {
+                m.insert("allowed".into(), Value::String(why));
+            }
+        }
+        self.push(kind, entry);
     }
 
     /// Counts one anomaly, building its entry only when it will be kept.
@@ -295,10 +355,11 @@ impl Anomalies {
         }
     }
 
-    /// Judges the collected anomalies against the allowed set and builds the results.
+    /// Judges the collected anomalies against the allowed set and builds the results. A type
+    /// whose every entry was excused one by one is allowed, with the first entry's reason.
     pub(crate) fn into_results(
         self,
-        allowed: BTreeMap<String, String>,
+        mut allowed: BTreeMap<String, String>,
         no_evidence: bool,
         stats: BTreeMap<String, OpStats>,
         skipped_checks: Vec<SkippedCheck>,
@@ -314,6 +375,10 @@ impl Anomalies {
             let count = self.counts[&kind];
             if count > entries.len() as u64 {
                 truncated.insert(name.clone(), count - entries.len() as u64);
+            }
+            if let Some((n, why)) = self.excused.get(&kind).filter(|e| e.0 == count) {
+                let why = format!("each of the {n} allowed on its own; the first: {why}");
+                allowed.entry(name.clone()).or_insert(why);
             }
             if !allowed.contains_key(&name) {
                 bad_anomaly_types.push(name.clone());

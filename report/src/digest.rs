@@ -76,7 +76,8 @@ impl OpRow {
 }
 
 /// A fault the nemesis injected: an interval (start-partition..stop-partition, kill..start,
-/// pause..resume, clock-skew..clock-reset, failover..failback) or an instant (anything else).
+/// pause..resume, clock-skew..clock-reset) or an instant (anything else, failovers and failbacks
+/// among them, labelled with their direction).
 pub struct Fault {
     pub label: String,
     /// Which kind of fault, for its colour: an index into [`FAULT_KINDS`], or its length.
@@ -89,13 +90,117 @@ pub struct Fault {
 }
 
 /// The fault intervals: the op that opens one, the op that closes it, and its name.
-pub const FAULT_KINDS: [(&str, &str, &str); 5] = [
+pub const FAULT_KINDS: [(&str, &str, &str); 4] = [
     ("start-partition", "stop-partition", "partition"),
     ("kill", "start", "kill"),
     ("pause", "resume", "pause"),
     ("clock-skew", "clock-reset", "clock skew"),
-    ("failover", "failback", "failover"),
 ];
+
+/// A stretch of the run with one mirroring topology: which cluster took writes and which
+/// mirrored from it, from the test's clusters and each `failover` and `failback`.
+pub struct Band {
+    pub start: u64,
+    pub end: u64,
+    /// The cluster taking writes.
+    pub writable: String,
+    /// The clusters mirroring from it (none between a failover and its failback).
+    pub mirrors: Vec<String>,
+}
+
+impl Band {
+    /// `a → b`, or `b writable, not mirrored`.
+    pub fn label(&self) -> String {
+        if self.mirrors.is_empty() {
+            format!("{} writable, not mirrored", self.writable)
+        } else {
+            format!("{} → {}", self.writable, self.mirrors.join(", "))
+        }
+    }
+}
+
+/// The mirroring topology as the run goes: the open band, closed as each change arrives.
+struct Topology {
+    open: Option<Band>,
+}
+
+impl Topology {
+    /// The starting topology: in the `mirror` workload with two or more `clusters`, the
+    /// `workload_cluster` (else the first) takes writes and the others mirror from it. Other
+    /// runs have no band until a failover or failback.
+    fn new(test: &Value) -> Self {
+        if test.get("workload").and_then(Value::as_str) != Some("mirror") {
+            return Topology { open: None };
+        }
+        let clusters: Vec<String> = test
+            .get("clusters")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let writable = test
+            .get("workload_cluster")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| clusters.first().cloned());
+        let open = writable.filter(|_| clusters.len() > 1).map(|w| Band {
+            start: 0,
+            end: 0,
+            mirrors: clusters.iter().filter(|c| **c != w).cloned().collect(),
+            writable: w,
+        });
+        Topology { open }
+    }
+
+    /// A failover makes `to` writable and stops its mirroring; a failback makes `to` mirror
+    /// from `from` again.
+    fn change(&mut self, bands: &mut Vec<Band>, f: &str, value: &Value, at: u64) {
+        let name = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (Some(from), Some(to)) = (name("from"), name("to")) else {
+            return;
+        };
+        let prev = self.open.take();
+        let mut next = match (f, &prev) {
+            ("failover", _) => Band {
+                start: at,
+                end: at,
+                writable: to,
+                mirrors: Vec::new(),
+            },
+            (_, Some(b)) if b.writable == from => Band {
+                start: at,
+                end: at,
+                mirrors: b.mirrors.iter().cloned().chain([to]).collect(),
+                writable: from,
+            },
+            _ => Band {
+                start: at,
+                end: at,
+                writable: from,
+                mirrors: vec![to],
+            },
+        };
+        next.mirrors.sort();
+        next.mirrors.dedup();
+        if let Some(mut b) = prev {
+            b.end = at;
+            bands.push(b);
+        }
+        self.open = Some(next);
+    }
+
+    /// Closes the open band at the end of the history.
+    fn finish(&mut self, bands: &mut Vec<Band>, end: u64) {
+        if let Some(mut b) = self.open.take() {
+            b.end = end.max(b.start);
+            bands.push(b);
+        }
+    }
+}
 
 /// The full lines of an op an anomaly names.
 pub struct Evidence {
@@ -133,6 +238,8 @@ pub struct Digest {
     /// The latest time in the history.
     pub end: u64,
     pub faults: Vec<Fault>,
+    /// The mirroring topology over time, in order; empty for a run of one cluster.
+    pub bands: Vec<Band>,
     /// Ops named by anomalies, by the index of their row.
     pub evidence: BTreeMap<u64, Evidence>,
     /// Watched offsets and what sends and polls saw there.
@@ -175,6 +282,7 @@ pub fn read(path: &Path, watch: &Watch<'_>) -> anyhow::Result<Digest> {
         lines: 0,
         end: 0,
         faults: Vec::new(),
+        bands: Vec::new(),
         evidence: BTreeMap::new(),
         seen: BTreeMap::new(),
         warnings: Vec::new(),
@@ -182,6 +290,7 @@ pub fn read(path: &Path, watch: &Watch<'_>) -> anyhow::Result<Digest> {
     let mut f_ids: HashMap<String, u16> = HashMap::new();
     let mut pending: HashMap<Process, Op> = HashMap::new();
     let mut open: Vec<Open> = Vec::new();
+    let mut topology = Topology::new(&d.test);
     for op in reader.by_ref() {
         let op = match op {
             Ok(op) => op,
@@ -194,6 +303,12 @@ pub fn read(path: &Path, watch: &Watch<'_>) -> anyhow::Result<Digest> {
         };
         d.lines += 1;
         d.end = d.end.max(op.time);
+        if op.process == Process::Nemesis
+            && op.kind != OpType::Invoke
+            && matches!(op.f.as_str(), "failover" | "failback")
+        {
+            topology.change(&mut d.bands, &op.f, &op.value, op.time);
+        }
         if op.kind == OpType::Invoke {
             if let Some(prev) = pending.insert(op.process, op) {
                 d.finish(prev, None, &mut f_ids, &mut open, watch);
@@ -214,6 +329,7 @@ pub fn read(path: &Path, watch: &Watch<'_>) -> anyhow::Result<Digest> {
         f.end = Some(d.end.max(f.start));
         f.open_ended = true;
     }
+    topology.finish(&mut d.bands, d.end);
     Ok(d)
 }
 
@@ -319,7 +435,7 @@ impl Digest {
             .map_or(&Value::Null, |o| &o.value);
         let Some(kind) = FAULT_KINDS.iter().position(|k| k.0 == op.f) else {
             self.faults.push(Fault {
-                label: clip(&one_line(&op.f), 40),
+                label: clip(&one_line(&instant_label(&op.f, value)), 40),
                 kind: FAULT_KINDS.len(),
                 start: at_end,
                 end: None,
@@ -400,6 +516,16 @@ impl Digest {
     }
 }
 
+/// An instantaneous fault's name; a failover or failback also says its direction.
+fn instant_label(f: &str, value: &Value) -> String {
+    match (f, value.get("from"), value.get("to")) {
+        ("failover" | "failback", Some(Value::String(a)), Some(Value::String(b))) => {
+            format!("{f} {a}→{b}")
+        }
+        _ => f.to_owned(),
+    }
+}
+
 fn fault_label(kind: usize, value: &Value) -> String {
     let name = FAULT_KINDS[kind].2;
     let nodes = value.get("nodes").and_then(Value::as_array).map(|n| {
@@ -410,10 +536,6 @@ fn fault_label(kind: usize, value: &Value) -> String {
     });
     let detail = match kind {
         0 => value.get("kind").and_then(Value::as_str).map(str::to_owned),
-        4 => match (value.get("from"), value.get("to")) {
-            (Some(Value::String(a)), Some(Value::String(b))) => Some(format!("{a}→{b}")),
-            _ => None,
-        },
         _ => nodes,
     };
     one_line(&match detail {

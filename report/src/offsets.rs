@@ -161,6 +161,34 @@ pub fn build(
     out
 }
 
+/// With several clusters, a partition under scrutiny in one is shown in every cluster that
+/// holds it, over the same offsets, so the clusters' views line up side by side.
+pub fn side_by_side(
+    focus: &mut BTreeMap<PartKey, BTreeSet<i64>>,
+    replicas: Option<&[ReplicaState]>,
+) {
+    let held: BTreeSet<PartKey> = replicas
+        .unwrap_or_default()
+        .iter()
+        .map(|r| (r.cluster.clone(), r.topic.clone(), r.partition))
+        .collect();
+    let clusters: BTreeSet<&str> = held.iter().map(|k| k.0.as_str()).collect();
+    if clusters.len() < 2 {
+        return;
+    }
+    let mut by_part: BTreeMap<(String, i64), BTreeSet<i64>> = BTreeMap::new();
+    for ((_, t, p), offsets) in focus.iter() {
+        by_part.entry((t.clone(), *p)).or_default().extend(offsets);
+    }
+    for ((t, p), offsets) in by_part {
+        for key in held.iter().filter(|k| k.1 == t && k.2 == p) {
+            focus.entry(key.clone()).or_default().extend(&offsets);
+        }
+    }
+    // An entry that named no cluster is now shown in each cluster that holds the partition.
+    focus.retain(|(c, t, p), _| !c.is_empty() || !held.iter().any(|k| k.1 == *t && k.2 == *p));
+}
+
 const MISSING_COMMITTED: &str = "no record below its high watermark";
 const PAST_END: &str = "past log end";
 

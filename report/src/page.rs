@@ -60,6 +60,8 @@ td.ok{background:#e2edf9}td.fail{background:#fbdcdc}td.info,td.pending{backgroun
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:middle;margin-right:4px}
 svg{max-width:100%;height:auto;background:#fff;border:1px solid #ddd}
 ol.entries>li{margin:6px 0}
+.side{display:flex;gap:16px;align-items:flex-start;overflow-x:auto}
+.side>div{flex:0 0 auto}
 details>summary{cursor:pointer;color:#555}
 "#;
 
@@ -210,6 +212,7 @@ pub fn report(run: &Run) -> Markup {
                     a href="#anomalies" { "anomalies" }
                     a href="#parameters" { "parameters" }
                     a href="#perf" { "latency & throughput" }
+                    @if is_mirrored(run) { a href="#clusters" { "clusters" } }
                     @if !run.offsets.is_empty() { a href="#offsets" { "offsets" } }
                     a href="#evidence" { "ops named" }
                     a href="#timeline" { "timeline" }
@@ -222,6 +225,7 @@ pub fn report(run: &Run) -> Markup {
                     (anomalies(run))
                     (parameters(run))
                     (perf(run))
+                    (clusters(run))
                     (offset_views(run))
                     (evidence(run))
                     (timeline(run))
@@ -350,8 +354,11 @@ fn entry(run: &Run, e: &Entry, ids: &BTreeMap<u64, u64>) -> Markup {
         .iter()
         .filter_map(|(k, _)| view_index(run, k))
         .collect();
+    // The policy may allow an entry on its own, by where it is.
+    let allowed = e.json.get("allowed").and_then(Value::as_str);
     html! {
         (e.headline())
+        @if let Some(why) = allowed { " " span.allowed { "(allowed: " (clip(why, 300)) ")" } }
         @if !e.ops.is_empty() {
             " — proof: "
             @for (i, op) in e.ops.iter().enumerate() {
@@ -401,6 +408,7 @@ fn perf(run: &Run) -> Markup {
                             "Points: " (p.drawn) " of " (p.total) " completed client ops, sampled evenly (failed and indeterminate ones first). "
                         } @else { "Points: every completed client op (" (p.total) "). " }
                         "Quantile lines use every ok op. Shaded: faults."
+                        @if !run.digest.bands.is_empty() { " The strip along the bottom: the mirror direction (see clusters)." }
                     }
                 }
                 Err(e) => { p.bad { "The latency plot failed: " (e) } }
@@ -434,19 +442,121 @@ fn perf(run: &Run) -> Markup {
     }
 }
 
+/// The run has two or more clusters (in its replicas or its mirroring ops).
+fn is_mirrored(run: &Run) -> bool {
+    !run.digest.bands.is_empty() || replica_clusters(run).len() > 1
+}
+
+fn replica_clusters(run: &Run) -> BTreeSet<&str> {
+    run.replicas
+        .iter()
+        .flatten()
+        .map(|r| r.cluster.as_str())
+        .collect()
+}
+
+/// Both clusters side by side: the mirror direction over time (the bands of the plots) with
+/// each failover and failback, and each partition's final offsets in every cluster.
+fn clusters(run: &Run) -> Markup {
+    if !is_mirrored(run) {
+        return html! {};
+    }
+    let names: Vec<&str> = replica_clusters(run).into_iter().collect();
+    let mut parts: BTreeMap<(&str, i64), BTreeMap<&str, &ReplicaState>> = BTreeMap::new();
+    for r in run.replicas.iter().flatten().filter(|r| r.error.is_none()) {
+        let slot = parts
+            .entry((r.topic.as_str(), r.partition))
+            .or_default()
+            .entry(r.cluster.as_str())
+            .or_insert(r);
+        // The final log's replica: the leader, else the highest high watermark.
+        let leads = |x: &ReplicaState| (x.role.as_deref() == Some("leader"), x.high_watermark);
+        if leads(r) > leads(slot) {
+            *slot = r;
+        }
+    }
+    let changes = run
+        .digest
+        .faults
+        .iter()
+        .filter(|f| f.label.starts_with("failover") || f.label.starts_with("failback"));
+    html! {
+        section #clusters {
+            h2 { "Clusters" }
+            h3 { "Mirror direction" }
+            @if run.digest.bands.is_empty() { p.note { "The history records no mirroring topology." } }
+            @else {
+                p.note { "The writable cluster and those mirroring from it, as the plots' bottom strip shows; "
+                    "each band starts at a failover or failback." }
+                table {
+                    tr { th { "from (s)" } th { "to (s)" } th { "direction" } }
+                    @for b in &run.digest.bands {
+                        tr {
+                            td.num { (secs(b.start)) } td.num { (secs(b.end)) }
+                            td { span.swatch style=(format!("background:{}", plot::band_css(&run.digest.bands, b))) {} (b.label()) }
+                        }
+                    }
+                }
+                h3 { "Failovers and failbacks" }
+                ul { @for f in changes { li { (secs(f.start)) " s: " (f.label) } } }
+            }
+            @if !parts.is_empty() {
+                h3 { "Final offsets per cluster" }
+                p.note { "Each partition's final log in each cluster (its leader, else the replica with the highest high watermark): "
+                    "log start, high watermark, log end, and the latest epoch of its cache." }
+                table {
+                    tr { th { "partition" } @for c in &names { th { "cluster " (c) } } }
+                    @for ((topic, partition), by_cluster) in &parts {
+                        tr {
+                            td { (topic) "/" (partition) }
+                            @for c in &names {
+                                @match by_cluster.get(c) {
+                                    Some(r) => td.num {
+                                        (r.node) " · start " (opt(r.log_start_offset)) " · hw " (opt(r.high_watermark))
+                                        " · end " (opt(r.log_end_offset)) " · epoch " (opt(r.epochs.last().map(|e| e.epoch)))
+                                    },
+                                    None => td.missing { "—" },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn offset_views(run: &Run) -> Markup {
     if run.offsets.is_empty() {
         return html! {};
     }
     let ids = evidence_ids(run);
+    // The clusters' views of one partition go side by side, their rows aligned by offset.
+    let mut groups: BTreeMap<(&str, i64), Vec<usize>> = BTreeMap::new();
+    for (i, v) in run.offsets.iter().enumerate() {
+        groups
+            .entry((v.key.1.as_str(), v.key.2))
+            .or_default()
+            .push(i);
+    }
+    let mut order: Vec<&Vec<usize>> = groups.values().collect();
+    order.sort_by_key(|g| g[0]);
     html! {
         section #offsets {
             h2 { "Offsets" }
             p.note { "For each partition with anomalies: the offsets within " (WINDOW)
                 " of each anomalous offset (underlined), and the value each acknowledged send, each poll "
                 "and each final replica holds there. Contested offsets are highlighted; at them each "
-                "value has its own colour." }
-            @for (i, v) in run.offsets.iter().enumerate() { (view(i, v, &ids)) }
+                "value has its own colour. With several clusters, each cluster's view of a partition "
+                "stands beside the others, over the same offsets." }
+            @for g in order {
+                @if g.len() == 1 { (view(g[0], &run.offsets[g[0]], &ids)) }
+                @else {
+                    h3 { (run.offsets[g[0]].key.1) "/" (run.offsets[g[0]].key.2) " in clusters "
+                        (g.iter().map(|&i| run.offsets[i].key.0.as_str()).collect::<Vec<_>>().join(", ")) }
+                    div.side { @for &i in g { div { (view(i, &run.offsets[i], &ids)) } } }
+                }
+            }
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The latency and throughput plots, as inline SVG drawn by plotters with its SVG backend only
 //! (no fonts, no system libraries). Both shade the nemesis's fault intervals, as Jepsen's perf
-//! plots do, so a latency spike or a throughput gap lines up with the fault that caused it.
-//! Points are sampled to a fixed budget; the quantile and rate lines use every op.
+//! plots do, so a latency spike or a throughput gap lines up with the fault that caused it; with
+//! two clusters, a strip along the bottom shows the mirror direction over time in bands, so a
+//! gap lines up with the failover that caused it too. Points are sampled to a fixed budget; the
+//! quantile and rate lines use every op.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::digest::{Digest, Fault, OpRow, Outcome, FAULT_KINDS};
+use crate::digest::{Band, Digest, Fault, OpRow, Outcome, FAULT_KINDS};
 
 /// Points drawn in the latency plot at most; the caption says when ops were sampled.
 pub const MAX_POINTS: usize = 4000;
@@ -20,14 +22,39 @@ fn buckets(ops: usize) -> usize {
 const OK: RGBColor = RGBColor(48, 112, 176);
 const FAIL: RGBColor = RGBColor(208, 48, 48);
 const INFO: RGBColor = RGBColor(224, 144, 32);
-const FAULT_COLORS: [RGBColor; 6] = [
+const FAULT_COLORS: [RGBColor; 5] = [
     RGBColor(150, 90, 200),
     RGBColor(200, 70, 50),
     RGBColor(40, 150, 150),
     RGBColor(150, 150, 40),
-    RGBColor(70, 70, 200),
     RGBColor(110, 110, 110),
 ];
+/// Mirror direction bands, by the writable cluster's position among the clusters named.
+const BAND_COLORS: [RGBColor; 4] = [
+    RGBColor(60, 130, 200),
+    RGBColor(60, 170, 90),
+    RGBColor(220, 140, 40),
+    RGBColor(170, 80, 160),
+];
+/// The direction strip's height in pixels.
+const BAND_PX: i32 = 14;
+
+/// The colour of a band, as CSS, so the direction table matches the plots.
+pub fn band_css(bands: &[Band], band: &Band) -> String {
+    let RGBColor(r, g, b) = band_color(bands, band);
+    format!("rgb({r},{g},{b})")
+}
+
+fn band_color(bands: &[Band], band: &Band) -> RGBColor {
+    let mut writers: Vec<&str> = bands.iter().map(|b| b.writable.as_str()).collect();
+    writers.sort_unstable();
+    writers.dedup();
+    let i = writers
+        .iter()
+        .position(|w| *w == band.writable)
+        .unwrap_or(0);
+    BAND_COLORS[i % BAND_COLORS.len()]
+}
 
 /// The colour of a fault kind, as CSS, so the fault table matches the plots.
 pub fn fault_css(kind: usize) -> String {
@@ -96,6 +123,7 @@ pub fn latency(d: &Digest) -> anyhow::Result<Plot> {
             .light_line_style(WHITE)
             .draw()?;
         shade(&root, &mut chart, &d.faults, lo, hi)?;
+        bands(&root, &chart, &d.bands, lo)?;
         for points in [&good, &bad] {
             chart.draw_series(points.iter().map(|op| {
                 let c = color(op.outcome);
@@ -186,6 +214,7 @@ pub fn throughput(d: &Digest) -> anyhow::Result<Plot> {
             .light_line_style(WHITE)
             .draw()?;
         shade(&root, &mut chart, &d.faults, 0.0, max)?;
+        bands(&root, &chart, &d.bands, 0.0)?;
         for (k, (name, c)) in [("ok", OK), ("fail", FAIL), ("info", INFO)]
             .into_iter()
             .enumerate()
@@ -252,6 +281,32 @@ where
         let row = f.kind.min(kinds - 1) as i32 % 3;
         let style = ("sans-serif", 11).into_font().color(&c);
         root.draw(&Text::new(f.label.clone(), (px + 2, 4 + row * 11), style))?;
+    }
+    Ok(())
+}
+
+/// The mirror direction over time: one band per topology along the bottom of the plot area,
+/// coloured by the writable cluster (paler while nothing mirrors) and labelled with it.
+fn bands<Y>(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    chart: &Chart<'_, '_, Y>,
+    bands: &[Band],
+    lo: f64,
+) -> anyhow::Result<()>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    for b in bands {
+        let (x0, bottom) = chart.backend_coord(&(secs(b.start), lo));
+        let (x1, _) = chart.backend_coord(&(secs(b.end), lo));
+        let c = band_color(bands, b);
+        let alpha = if b.mirrors.is_empty() { 0.25 } else { 0.55 };
+        root.draw(&Rectangle::new(
+            [(x0, bottom - BAND_PX), (x1.max(x0 + 1), bottom)],
+            c.mix(alpha).filled(),
+        ))?;
+        let style = ("sans-serif", 10).into_font().color(&BLACK);
+        root.draw(&Text::new(b.label(), (x0 + 3, bottom - BAND_PX + 2), style))?;
     }
     Ok(())
 }

@@ -87,7 +87,8 @@ impl Run {
             .map(|r| anomalies::shown(r, &default_cluster))
             .unwrap_or_default();
         let refs = anomalies::referenced_ops(&kinds);
-        let focus = anomalies::focus(&kinds);
+        let mut focus = anomalies::focus(&kinds);
+        offsets::side_by_side(&mut focus, replicas.as_deref());
         let windows = windows(&focus);
         let watch = Watch {
             ops: &refs,

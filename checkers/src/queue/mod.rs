@@ -20,8 +20,9 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::dense::DenseMap;
-use crate::op::{Op, OpType, Process, ReplicaState};
-use crate::policy::{config_op_enables_unclean, HistoryFacts, Policy};
+use crate::mirror::MirrorHistory;
+use crate::op::{Op, OpType, Process, Record, ReplicaState};
+use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
 use crate::Checker;
 
@@ -213,14 +214,6 @@ impl HwSteps {
     }
 }
 
-/// How the mirroring topology last changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MirrorEvent {
-    None,
-    Failover,
-    Failback,
-}
-
 /// The streaming queue analysis behind [`QueueChecker`]: feed it every op in history order with
 /// [`observe`](Self::observe), then [`finish`](Self::finish).
 pub struct QueueAnalysis<'r> {
@@ -243,7 +236,7 @@ pub struct QueueAnalysis<'r> {
     hws: FxHashMap<u32, HwSteps>,
     /// Per partition and leader epoch, the high watermarks polls served under it saw.
     epoch_hws: FxHashMap<(u32, i64), HwSteps>,
-    mirror_event: MirrorEvent,
+    mirror: MirrorHistory,
     stats: BTreeMap<String, OpStats>,
     anomalies: Anomalies,
     warnings: Vec<String>,
@@ -264,8 +257,9 @@ impl<'r> QueueAnalysis<'r> {
             Some(c) if replica_clusters.len() == 1 => (*c).to_owned(),
             _ => String::new(),
         };
+        let policy = Policy::from_test(test);
         let mut a = QueueAnalysis {
-            policy: Policy::from_test(test),
+            policy: policy.clone(),
             facts: HistoryFacts::default(),
             replicas,
             finals: FinalLogs::default(),
@@ -282,7 +276,7 @@ impl<'r> QueueAnalysis<'r> {
             pending: FxHashMap::default(),
             hws: FxHashMap::default(),
             epoch_hws: FxHashMap::default(),
-            mirror_event: MirrorEvent::None,
+            mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             stats: BTreeMap::new(),
             anomalies: Anomalies::default(),
             warnings: Vec::new(),
@@ -399,15 +393,25 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     fn nemesis(&mut self, ev: Event<'_>) {
+        if matches!(
+            ev.f,
+            "failover" | "failback" | "unclean-election" | "config"
+        ) {
+            let value = ev.value.json();
+            let invoke = ev.kind == OpType::Invoke;
+            if let Err(problem) = self
+                .mirror
+                .observe(ev.index, invoke, ev.f, ev.cluster, &value)
+            {
+                self.warn(format!("op {}: {problem}", ev.index));
+            }
+        }
         match ev.f {
             "config" if config_op_enables_unclean(&ev.value.json()) => {
-                self.facts.forced_unclean = true
+                self.facts.forced_unclean = true;
+                self.facts.unclean_config_op = true;
             }
-            "failover" => {
-                self.facts.failover = true;
-                self.mirror_event = MirrorEvent::Failover;
-            }
-            "failback" => self.mirror_event = MirrorEvent::Failback,
+            "failover" => self.facts.failover = true,
             "power-loss"
                 if ev.value.json().get("cluster_wide").and_then(Value::as_bool) == Some(true) =>
             {
@@ -583,6 +587,8 @@ impl<'r> QueueAnalysis<'r> {
         let cluster = self.cluster_id(ev.cluster);
         let pk = self.pk(cluster, &topic, partition);
         let from = body.from;
+        let leader_epoch = body.leader_epoch.filter(|_| ev.kind == OpType::Ok);
+        let mut above_leader: Option<(Record, u64)> = None;
         let mut prev: Option<(i64, Option<i64>)> = None;
         let mut furthest = None;
         // Gaps count only in a poll whose offsets increase: one that went backwards is reported
@@ -620,9 +626,23 @@ impl<'r> QueueAnalysis<'r> {
                     self.anomalies.push(AnomalyKind::EpochRegression, entry);
                 }
             }
+            if let (Some(le), Some(e)) = (leader_epoch, epoch) {
+                if e > le {
+                    let first = above_leader.get_or_insert((r, 0));
+                    first.1 += 1;
+                }
+            }
             prev = Some((offset, epoch.or(prev.and_then(|(_, e)| e))));
             furthest = Some(furthest.map_or(offset, |f: i64| f.max(offset)));
             self.observe_record(pk, offset, value, Proof::Poll(ev.index));
+        }
+        if let (Some(le), Some((first, n))) = (leader_epoch, above_leader) {
+            let entry = json!({
+                "cluster": self.clusters[cluster as usize], "topic": topic,
+                "partition": partition, "op_index": ev.index, "leader_epoch": le,
+                "record": first, "records_above": n,
+            });
+            self.anomalies.push(AnomalyKind::EpochAboveLeader, entry);
         }
         if monotonic {
             for (lo, hi, after) in gaps {
@@ -779,6 +799,8 @@ impl<'r> QueueAnalysis<'r> {
             }
         }
         self.facts.clusters = self.clusters.len();
+        self.facts.unmarked_failover = self.mirror.failovers_unmarked();
+        self.note_unjudged_mirroring();
         self.check_values();
         self.check_conflicts();
         self.check_duplicates();
@@ -788,6 +810,34 @@ impl<'r> QueueAnalysis<'r> {
         let evidence = self.stats.values().any(|s| s.ok > 0) || !self.finals.logs.is_empty();
         self.anomalies
             .into_results(allowed, !evidence, self.stats, self.skipped, self.warnings)
+    }
+
+    /// What the mirroring ops did not record well enough to judge: failovers without
+    /// per-partition mirrored offsets (abandoned writes cannot be told from lost ones), and
+    /// failbacks run with the flag on but without an offset to guard from.
+    fn note_unjudged_mirroring(&mut self) {
+        if self.mirror.failovers_unmarked() {
+            let ops: Vec<String> = self
+                .mirror
+                .unmarked_failovers
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            let which = match ops.len() {
+                0 => "a failover was invoked and never recorded".to_owned(),
+                _ => format!("failover ops {} recorded no partitions", ops.join(", ")),
+            };
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::AbandonedWrite.name().into(),
+                reason: format!("{which} (mirrored_offset): writes abandoned there cannot be told from lost ones, so lost-write is allowed"),
+            });
+        }
+        for (op, part) in &self.mirror.unguarded {
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::MirrorDivergence.name().into(),
+                reason: format!("failback op {op} ran with mirror.support.unclean.leader.election on but recorded no mirrored_offset for {part}: the flag's guarantee is not checked there"),
+            });
+        }
     }
 
     /// Lost writes, aborted reads and unexpected values: judged per value once every send has
@@ -859,6 +909,7 @@ impl<'r> QueueAnalysis<'r> {
             self.anomalies.push(AnomalyKind::UnexpectedValue, entry);
         }
         self.lost_by_polls(by_polls);
+        self.read_only_writes();
         if self.replicas.is_none() {
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::LostWrite.name().into(),
@@ -875,6 +926,45 @@ impl<'r> QueueAnalysis<'r> {
         }
     }
 
+    /// M2: a send acknowledged by a cluster that mirrored from another all the while it was
+    /// open (a failback into it recorded before the send, no failover invoked before it
+    /// completed): a mirror topic is read-only. One entry per send, in history order.
+    fn read_only_writes(&mut self) {
+        if !self.mirror.mirrors() {
+            return;
+        }
+        let mut sends: BTreeMap<u64, (i64, ValueInfo)> = BTreeMap::new();
+        for (v, &info) in self.values.iter() {
+            if info.outcome != Outcome::Ok || info.send_pk == NO_PK {
+                continue;
+            }
+            let cluster = &self.clusters[self.parts[info.send_pk as usize].cluster as usize];
+            if sends.contains_key(&info.completion) {
+                continue;
+            }
+            if self
+                .mirror
+                .read_only_during(cluster, info.invoke, info.completion)
+                .is_some()
+            {
+                sends.insert(info.completion, (v, info));
+            }
+        }
+        for (completion, (v, info)) in sends {
+            let (cluster, topic, partition) = self.place(info.send_pk);
+            let since = self
+                .mirror
+                .read_only_during(&cluster, info.invoke, completion)
+                .flatten();
+            let entry = json!({
+                "value": v, "cluster": cluster, "topic": topic, "partition": partition,
+                "offset": info.acked(), "op_index": completion, "invoke_index": info.invoke,
+                "mirroring_since": since.map(|op| json!({"op_index": op})),
+            });
+            self.anomalies.push(AnomalyKind::ReadOnlyWrite, entry);
+        }
+    }
+
     /// The leader and high watermark of the final committed log of `pk`, if it has one.
     fn final_log_of(&self, pk: u32) -> Option<Value> {
         let log = &self.finals.logs[self.parts[pk as usize].final_log? as usize];
@@ -882,6 +972,10 @@ impl<'r> QueueAnalysis<'r> {
         Some(json!({"node": leader.node, "high_watermark": log.hw}))
     }
 
+    /// A missing acknowledged write: `abandoned-write` when a failover from its cluster had not
+    /// mirrored its offset, else `lost-write`. Without an acknowledged offset it cannot be shown
+    /// unmirrored, so it is lost; when that failover recorded nothing for its partition, it is
+    /// a `lost-write` allowed on its own.
     fn lost_write(&mut self, v: i64, info: &ValueInfo, proof: Value) {
         let (cluster, topic, partition) = self.place(info.send_pk);
         let seen_by = (info.first_poll != NONE).then_some(info.first_poll);
@@ -893,7 +987,31 @@ impl<'r> QueueAnalysis<'r> {
         if let (Value::Object(e), Value::Object(p)) = (&mut entry, proof) {
             e.extend(p);
         }
-        self.anomalies.push(AnomalyKind::LostWrite, entry);
+        let failover = self
+            .mirror
+            .abandoned_by(&cluster, &topic, partition, info.invoke);
+        let Some((failover, mirrored)) = failover else {
+            return self.anomalies.push(AnomalyKind::LostWrite, entry);
+        };
+        entry["failover"] = json!({
+            "op_index": failover.index, "to": failover.to, "mirrored_offset": mirrored,
+        });
+        match (mirrored, info.acked()) {
+            (Some(m), Some(offset)) if offset >= m => {
+                self.anomalies.push(AnomalyKind::AbandonedWrite, entry)
+            }
+            // What that failover mirrored of this partition is unknown: the write cannot be
+            // told from an abandoned one.
+            (None, _) => {
+                let why = format!(
+                    "failover op {} recorded no mirrored_offset for {topic}/{partition}: an abandoned write cannot be told from a lost one",
+                    failover.index
+                );
+                self.anomalies
+                    .push_judged(AnomalyKind::LostWrite, entry, Some(why));
+            }
+            _ => self.anomalies.push(AnomalyKind::LostWrite, entry),
+        }
     }
 
     /// Without a final log, an acknowledged value is proven lost when no poll ever returned it
@@ -937,11 +1055,19 @@ impl<'r> QueueAnalysis<'r> {
                 .iter()
                 .map(|&(v, p)| json!({"value": v, "seen_by": self.proof_json(p)}))
                 .collect();
+            let kind = AnomalyKind::InconsistentOffsets;
+            let place = Place {
+                cluster: Some(&cluster),
+                topic: &topic,
+                partition,
+                offset: Some(offset),
+            };
+            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
             let entry = json!({
                 "cluster": cluster, "topic": topic, "partition": partition, "offset": offset,
                 "values": values,
             });
-            self.anomalies.push(AnomalyKind::InconsistentOffsets, entry);
+            self.anomalies.push_judged(kind, entry, excuse);
         }
     }
 
@@ -1039,7 +1165,11 @@ impl<'r> QueueAnalysis<'r> {
             return;
         };
         replicas::epoch_regression(replicas, &mut self.anomalies);
-        for i in replicas::divergence(replicas, &self.finals, &mut self.anomalies) {
+        self.check_mirror_epochs(replicas);
+        let judge = |kind: AnomalyKind, place: Place<'_>| {
+            self.policy.excuse(kind, place, &self.facts, &self.mirror)
+        };
+        for i in replicas::divergence(replicas, &self.finals, &judge, &mut self.anomalies) {
             let r = &replicas[i];
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::Divergence.name().into(),
@@ -1064,13 +1194,16 @@ impl<'r> QueueAnalysis<'r> {
             }
             return;
         }
-        if self.mirror_event == MirrorEvent::Failover {
+        let judge = |kind: AnomalyKind, place: Place<'_>| {
+            self.policy.excuse(kind, place, &self.facts, &self.mirror)
+        };
+        if self.mirror.ended_failed_over() {
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::MirrorDivergence.name().into(),
                 reason: "the run ended failed over (no failback after the last failover), so the clusters need not converge".into(),
             });
         } else {
-            replicas::mirror_divergence(replicas, &self.finals, &mut self.anomalies);
+            replicas::mirror_divergence(replicas, &self.finals, &judge, &mut self.anomalies);
         }
         let origin = |v: i64| -> Option<&str> {
             let info = self.values.get(v)?;
@@ -1079,7 +1212,93 @@ impl<'r> QueueAnalysis<'r> {
                 self.clusters[part.cluster as usize].as_str()
             })
         };
-        replicas::epoch_ownership(replicas, &origin, &mut self.anomalies);
+        replicas::epoch_ownership(replicas, &origin, &judge, &mut self.anomalies);
+    }
+
+    /// What the failovers and failbacks promise about epochs, checked on each committed record
+    /// against the send that wrote its value (one binary search among the changes per record,
+    /// and nothing at all without a change):
+    ///
+    /// - M5: a value written on a cluster after a failover to it carries an epoch above the LMLE
+    ///   that failover recorded (checked on the final log of the cluster it was written on).
+    /// - M3: a value written on a cluster before a failback into it, under an epoch above the
+    ///   LMLE that failback truncated to (the higher of the failback's and its failover's
+    ///   record, so a wrong record cannot make a false alarm), is in none of its replicas that
+    ///   took part in the truncation: every replica when it ran with the flag on, else the ISR,
+    ///   of which only the final log's leader is certain.
+    fn check_mirror_epochs(&mut self, replicas: &[ReplicaState]) {
+        if self.mirror.is_empty() {
+            return;
+        }
+        let leaders: rustc_hash::FxHashSet<usize> =
+            self.finals.logs.iter().map(|l| l.leader).collect();
+        for (i, r) in replicas.iter().enumerate() {
+            if r.error.is_some() || r.high_watermark.is_none() {
+                continue;
+            }
+            let Some(&cluster) = self.cluster_ids.get(r.cluster.as_str()) else {
+                continue;
+            };
+            let leader = leaders.contains(&i);
+            for rec in replicas::committed(r).iter() {
+                let Some(epoch) = rec.epoch else { continue };
+                let Some(info) = self.values.get(rec.value).copied() else {
+                    continue;
+                };
+                if info.send_pk == NO_PK {
+                    continue;
+                }
+                let part = &self.parts[info.send_pk as usize];
+                let topic = &self.topics[part.topic as usize];
+                if part.cluster != cluster || *topic != r.topic || part.partition != r.partition {
+                    continue;
+                }
+                let failover = self
+                    .mirror
+                    .failover_before(&r.cluster, topic, r.partition, info.invoke)
+                    .filter(|_| leader)
+                    .and_then(|(c, m)| Some((c.index, m.lmle?, m.epoch)))
+                    .filter(|&(_, lmle, _)| epoch <= lmle);
+                if let Some((op, lmle, bumped)) = failover {
+                    let entry = json!({
+                        "value": rec.value, "cluster": r.cluster, "node": r.node,
+                        "topic": r.topic, "partition": r.partition, "offset": rec.offset,
+                        "epoch": epoch, "invoke_index": info.invoke, "op_index": info.completion,
+                        "failover": {"op_index": op, "lmle": lmle, "epoch": bumped},
+                    });
+                    self.anomalies.push(AnomalyKind::UnbumpedEpoch, entry);
+                }
+                let failback = self
+                    .mirror
+                    .failback_after(&r.cluster, topic, r.partition, info.invoke)
+                    .filter(|&(_, _, all)| all || leader)
+                    .and_then(|(c, m, all)| {
+                        // The LMLE the truncating cluster looked up is the one its failover
+                        // recorded; of the two records, the higher truncates less.
+                        let recorded = self.mirror.lmle_of_failover_into(c, topic, r.partition);
+                        let lmle = m.lmle.max(recorded)?;
+                        Some((c.index, lmle, all))
+                    })
+                    .filter(|&(_, lmle, _)| epoch > lmle);
+                if let Some((op, lmle, all)) = failback {
+                    let place = Place {
+                        cluster: Some(&r.cluster),
+                        topic: &r.topic,
+                        partition: r.partition,
+                        offset: Some(rec.offset),
+                    };
+                    let kind = AnomalyKind::LmleTruncation;
+                    let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+                    let entry = json!({
+                        "value": rec.value, "cluster": r.cluster, "node": r.node,
+                        "topic": r.topic, "partition": r.partition, "record": rec,
+                        "invoke_index": info.invoke,
+                        "failback": {"op_index": op, "lmle": lmle, "all_replicas": all},
+                    });
+                    self.anomalies.push_judged(kind, entry, excuse);
+                }
+            }
+        }
     }
 }
 

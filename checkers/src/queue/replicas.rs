@@ -9,7 +9,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::op::{Record, ReplicaState};
+use crate::policy::Place;
 use crate::results::{Anomalies, AnomalyKind};
+
+/// Why the policy allows one entry of a kind at a place, if it does.
+pub(crate) type Judge<'j> = dyn Fn(AnomalyKind, Place<'_>) -> Option<String> + 'j;
 
 /// The final committed log of one partition of one cluster: the leader replica's records below
 /// its high watermark. Without a replica marked leader, the one with the highest watermark.
@@ -103,7 +107,7 @@ impl<'r> FinalLogs<'r> {
 
 /// A replica's records by offset, from its log start offset up to its high watermark (its log
 /// end when the high watermark is unknown).
-fn committed(r: &ReplicaState) -> Cow<'_, [Record]> {
+pub(crate) fn committed(r: &ReplicaState) -> Cow<'_, [Record]> {
     let records = sorted(r);
     let low = r.log_start_offset.unwrap_or(i64::MIN);
     let high = r.high_watermark.unwrap_or(i64::MAX);
@@ -195,6 +199,7 @@ const MAX_DIFFERING_LISTED: usize = 8;
 pub(crate) fn divergence(
     replicas: &[ReplicaState],
     finals: &FinalLogs<'_>,
+    judge: &Judge<'_>,
     out: &mut Anomalies,
 ) -> Vec<usize> {
     let mut unknown = Vec::new();
@@ -204,7 +209,7 @@ pub(crate) fn divergence(
             .partition(|&&i| replicas[i].high_watermark.is_some());
         unknown.extend(unknown_hw);
         if members.len() > 1 {
-            diverging_offsets(replicas, &members, out);
+            diverging_offsets(replicas, &members, judge, out);
         }
     }
     unknown
@@ -219,7 +224,12 @@ fn range(r: &ReplicaState) -> (i64, i64) {
 }
 
 /// [`divergence`] within one group; `members[0]` is the final log's replica when it has one.
-fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Anomalies) {
+fn diverging_offsets(
+    replicas: &[ReplicaState],
+    members: &[usize],
+    judge: &Judge<'_>,
+    out: &mut Anomalies,
+) {
     let ranges: Vec<(i64, i64)> = members.iter().map(|&i| range(&replicas[i])).collect();
     let mut lows: Vec<i64> = ranges.iter().map(|r| r.0).collect();
     let mut highs: Vec<i64> = ranges.iter().map(|r| r.1.max(r.0)).collect();
@@ -259,7 +269,14 @@ fn diverging_offsets(replicas: &[ReplicaState], members: &[usize], out: &mut Ano
         if differing == 0 {
             continue;
         }
-        out.push_with(AnomalyKind::Divergence, || {
+        let place = Place {
+            cluster: Some(&first.cluster),
+            topic: &first.topic,
+            partition: first.partition,
+            offset: Some(offset),
+        };
+        let excuse = judge(AnomalyKind::Divergence, place);
+        out.push_judged_with(AnomalyKind::Divergence, excuse, || {
             let side = |m: usize, rec: Option<&Record>| {
                 let r = &replicas[members[m]];
                 json!({"node": r.node, "high_watermark": r.high_watermark, "record": record_json(rec)})
@@ -311,10 +328,11 @@ fn majority(here: &[(i64, usize, Record)], covering: usize) -> Option<Record> {
 }
 
 /// The final committed logs of one topic partition on two clusters hold different values (or a
-/// value against none) at an offset below both high watermarks.
+/// value against none) at an offset below both high watermarks. Each entry is judged on its own.
 pub(crate) fn mirror_divergence(
     replicas: &[ReplicaState],
     finals: &FinalLogs<'_>,
+    judge: &Judge<'_>,
     out: &mut Anomalies,
 ) {
     let mut by_tp: BTreeMap<(&str, i64), Vec<&FinalLog<'_>>> = BTreeMap::new();
@@ -338,7 +356,13 @@ pub(crate) fn mirror_divergence(
                 let diffs =
                     differences(&a.records, &b.records, low, high, |x, y| x.value == y.value);
                 for (offset, x, y) in diffs {
-                    out.push(
+                    let place = Place {
+                        cluster: None,
+                        topic,
+                        partition,
+                        offset: Some(offset),
+                    };
+                    out.push_judged(
                         AnomalyKind::MirrorDivergence,
                         json!({
                             "topic": topic, "partition": partition, "offset": offset,
@@ -347,6 +371,7 @@ pub(crate) fn mirror_divergence(
                                 {"cluster": rb.cluster, "node": rb.node, "high_watermark": b.hw, "record": record_json(y)},
                             ],
                         }),
+                        judge(AnomalyKind::MirrorDivergence, place),
                     );
                 }
             }
@@ -389,6 +414,7 @@ pub(crate) fn epoch_regression(replicas: &[ReplicaState], out: &mut Anomalies) {
 pub(crate) fn epoch_ownership<'a>(
     replicas: &[ReplicaState],
     origin: &dyn Fn(i64) -> Option<&'a str>,
+    judge: &Judge<'_>,
     out: &mut Anomalies,
 ) {
     type Witness<'r> = (&'r ReplicaState, Record);
@@ -416,9 +442,16 @@ pub(crate) fn epoch_ownership<'a>(
                 json!({"origin": origin, "cluster": r.cluster, "node": r.node, "record": rec})
             })
             .collect();
-        out.push(
+        let place = Place {
+            cluster: None,
+            topic,
+            partition,
+            offset: origins.values().map(|(_, rec)| rec.offset).min(),
+        };
+        out.push_judged(
             AnomalyKind::EpochOwnership,
             json!({"topic": topic, "partition": partition, "epoch": epoch, "records": records}),
+            judge(AnomalyKind::EpochOwnership, place),
         );
     }
 }

@@ -1,0 +1,540 @@
+//! Two clusters, failed over and back: one tiny literal history per mirroring anomaly, the
+//! verdict policy's judgement of each, and one clean history that must pass.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{entries, replica, Hist};
+use tidemark_checkers::{check, OpType, Process, ReplicaState, Results, Validity};
+
+use OpType::{Info, Ok};
+
+/// The header of a mirror run: clusters a (writable first) and b.
+fn test() -> Value {
+    json!({"workload": "mirror", "clusters": ["a", "b"], "workload_cluster": "a"})
+}
+
+fn run(test: &Value, h: &Hist, replicas: &[ReplicaState]) -> Results {
+    check(test, h.ops.clone(), Some(replicas))
+}
+
+/// A poll of t/0 on `cluster` from `from`, served under `leader_epoch`.
+fn poll(h: &mut Hist, cluster: &str, p: u64, from: i64, recs: &[(i64, i64, i64)], le: i64) -> u64 {
+    let done = h.poll_on(Some(cluster), p, from, recs, Some(from + recs.len() as i64));
+    h.ops[done as usize].value["leader_epoch"] = json!(le);
+    done
+}
+
+/// What a failover or failback recorded for t/0.
+fn change(from: &str, to: &str, lmle: i64, mirrored: i64, epoch: i64) -> Value {
+    json!({"from": from, "to": to, "topics": ["t"], "partitions": [
+        {"topic": "t", "partition": 0, "lmle": lmle, "mirrored_offset": mirrored, "epoch": epoch}]})
+}
+
+/// A nemesis op recorded on `cluster`.
+fn nemesis_on(h: &mut Hist, f: &str, cluster: &str, value: Value) -> u64 {
+    h.push(
+        Process::Nemesis,
+        OpType::Invoke,
+        f,
+        json!({}),
+        Some(cluster),
+    );
+    h.push(Process::Nemesis, OpType::Info, f, value, Some(cluster))
+}
+
+/// Both clusters' replicas of t/0 holding `a` and `b`.
+fn both(a: &[(i64, i64, i64)], b: &[(i64, i64, i64)]) -> Vec<ReplicaState> {
+    vec![
+        replica("a", "a1", true, a.len() as i64, a),
+        replica("a", "a2", false, a.len() as i64, a),
+        replica("b", "b1", true, b.len() as i64, b),
+        replica("b", "b2", false, b.len() as i64, b),
+    ]
+}
+
+/// a takes 1 and 2 under epoch 0, b mirrors them; failover to b (LMLE 0, bumped to 1); b takes
+/// 3 under epoch 1; failback: a mirrors b. Both end with the same log.
+fn round_trip() -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    poll(&mut h, "b", 1, 0, &[(0, 1, 0), (1, 2, 0)], 0);
+    h.send_on(Some("b"), 0, &[9], OpType::Fail, None);
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 2, 1));
+    h.send_on(Some("b"), 0, &[3], Ok, Some(2));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 2, 1));
+    poll(&mut h, "a", 2, 1, &[(1, 2, 0), (2, 3, 1)], 1);
+    let log = [(0, 1, 0), (1, 2, 0), (2, 3, 1)];
+    (h, both(&log, &log))
+}
+
+#[test]
+fn a_clean_round_trip_is_valid() {
+    let (h, replicas) = round_trip();
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    let skipped: Vec<&str> = r.skipped_checks.iter().map(|s| s.check.as_str()).collect();
+    assert!(skipped.is_empty(), "every mirror check ran: {skipped:?}");
+    assert_eq!(r.stats["send"].fail, 1, "the read-only refusal");
+}
+
+#[test]
+fn a_write_the_failover_had_not_mirrored_is_abandoned_not_lost() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    let acked = h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let over = nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 1, 1));
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 1, 1));
+    let log = [(0, 1, 0), (1, 3, 1)];
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(
+        r.anomaly_types,
+        ["abandoned-write", "inconsistent-offsets"],
+        "{}",
+        r.summary(5)
+    );
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "abandoned-write")[0];
+    assert_eq!(
+        (e["value"].clone(), e["op_index"].clone()),
+        (json!(2), json!(acked))
+    );
+    assert_eq!(e["failover"]["op_index"], over);
+    assert_eq!(e["failover"]["mirrored_offset"], 1);
+    // a's acknowledgement of 2 at offset 1 against its final log's 3: excused one by one.
+    let inc = &entries(&r, "inconsistent-offsets")[0];
+    assert!(
+        inc["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("had not mirrored offset 1"),
+        "{inc}"
+    );
+    assert!(r.allowed["abandoned-write"].contains("not yet mirrored"));
+
+    // Had b mirrored offset 1, losing 2 is a lost write, which a failover does not excuse.
+    h.ops[over as usize].value = change("a", "b", 0, 2, 1);
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert_eq!(r.bad_anomaly_types, ["lost-write", "inconsistent-offsets"]);
+}
+
+/// A history whose failover records no partitions cannot tell abandoned from lost: lost-write is
+/// allowed as before, and the results say what could not be judged.
+#[test]
+fn a_failover_without_marks_allows_lost_writes_and_says_so() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    nemesis_on(
+        &mut h,
+        "failover",
+        "b",
+        json!({"from": "a", "to": "b", "topics": ["t"]}),
+    );
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(
+        &mut h,
+        "failback",
+        "a",
+        json!({"from": "b", "to": "a", "topics": ["t"]}),
+    );
+    let log = [(0, 1, 0), (1, 3, 1)];
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert_eq!(r.anomaly_types, ["lost-write", "inconsistent-offsets"]);
+    let skipped = r
+        .skipped_checks
+        .iter()
+        .find(|s| s.check == "abandoned-write")
+        .expect("abandoned-write is listed as unjudged");
+    assert!(
+        skipped.reason.contains("recorded no partitions"),
+        "{}",
+        skipped.reason
+    );
+}
+
+/// a wrote 2 under epoch 2 after the failover (LMLE 0); the failback truncated above epoch 0
+/// everywhere but a kept 2: M3 is broken, and the clusters disagree at offset 1.
+/// With `unclean`, an unclean election struck a (then abandoned, so a source) before the
+/// failback.
+fn kept_above_lmle(unclean: bool) -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 1, 1));
+    h.send_on(Some("a"), 1, &[2], Ok, Some(1));
+    if unclean {
+        let value = json!({"cluster": "a", "topic": "t", "partition": 0, "leader": "a2"});
+        nemesis_on(&mut h, "unclean-election", "a", value);
+    }
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 1, 1));
+    let replicas = both(&[(0, 1, 0), (1, 2, 2)], &[(0, 1, 0), (1, 3, 1)]);
+    (h, replicas)
+}
+
+#[test]
+fn a_record_above_the_lmle_surviving_the_failback_is_lmle_truncation() {
+    let (h, replicas) = kept_above_lmle(false);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert!(r.bad_anomaly_types.contains(&"lmle-truncation".to_owned()));
+    assert!(r
+        .bad_anomaly_types
+        .contains(&"mirror-divergence".to_owned()));
+    let e = &entries(&r, "lmle-truncation")[0];
+    assert_eq!(
+        (e["cluster"].clone(), e["node"].clone()),
+        (json!("a"), json!("a1"))
+    );
+    assert_eq!(e["record"], json!([1, 2, 2]));
+    assert_eq!(e["failback"]["lmle"], 0);
+    // The flag was off: only the final log's leader is sure to have taken part.
+    assert_eq!(entries(&r, "lmle-truncation").len(), 1);
+    assert_eq!(e["failback"]["all_replicas"], false);
+}
+
+/// With the flag off, an unclean election in the source excuses the clusters' disagreement
+/// and the surviving record; with the flag on from the start nothing does.
+#[test]
+fn an_unclean_election_in_the_source_excuses_only_without_the_flag() {
+    let (h, replicas) = kept_above_lmle(true);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    for kind in ["lmle-truncation", "mirror-divergence"] {
+        let e = &entries(&r, kind)[0];
+        assert!(
+            e["allowed"].as_str().unwrap().contains("source cluster a"),
+            "{e}"
+        );
+        assert!(
+            r.allowed[kind].contains("allowed on its own"),
+            "{:?}",
+            r.allowed
+        );
+    }
+    let mut flagged = test();
+    flagged["mirror_unclean"] = json!(true);
+    let r = run(&flagged, &h, &replicas);
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert!(r
+        .bad_anomaly_types
+        .contains(&"mirror-divergence".to_owned()));
+    // With the flag every replica took part in the truncation: both of a's are judged.
+    assert_eq!(entries(&r, "lmle-truncation").len(), 2, "{}", r.summary(5));
+    // An unclean election in a while it mirrors from b excuses nothing.
+    let (mut h, replicas) = kept_above_lmle(false);
+    let late = json!({"cluster": "a", "topic": "t", "partition": 0});
+    nemesis_on(&mut h, "unclean-election", "a", late);
+    let r = run(&test(), &h, &replicas);
+    assert!(r
+        .bad_anomaly_types
+        .contains(&"mirror-divergence".to_owned()));
+}
+
+/// The flag turned on mid-run guards the offsets from the first truncation run with it on:
+/// an older disagreement below them is still excused, one above them is not.
+#[test]
+fn the_flag_turned_on_mid_run_guards_from_its_first_truncation() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let unclean = json!({"cluster": "a", "topic": "t", "partition": 0});
+    nemesis_on(&mut h, "unclean-election", "a", unclean);
+    let flag = json!({"cluster": "a", "topic": "t", "set": {"mirror.support.unclean.leader.election": "true"}});
+    nemesis_on(&mut h, "config", "a", flag);
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 2, 1));
+    h.send_on(Some("b"), 0, &[3], Ok, Some(2));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 2, 1));
+    // Offset 0 disagrees (below the guard at 2); then offset 2 too.
+    let a = [(0, 1, 0), (1, 2, 0), (2, 3, 1)];
+    let b = [(0, 7, 0), (1, 2, 0), (2, 3, 1)];
+    h.send_on(Some("a"), 0, &[7], Info, None);
+    let r = run(&test(), &h, &both(&a, &b));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "mirror-divergence")[0];
+    assert!(
+        e["allowed"].as_str().unwrap().contains("below offset 2"),
+        "{e}"
+    );
+    let b = [(0, 7, 0), (1, 2, 0), (2, 8, 1)];
+    h.send_on(Some("b"), 0, &[8], Info, None);
+    let r = run(&test(), &h, &both(&a, &b));
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["mirror-divergence"],
+        "{}",
+        r.summary(5)
+    );
+    let judged: Vec<bool> = entries(&r, "mirror-divergence")
+        .iter()
+        .map(|e| e.get("allowed").is_some())
+        .collect();
+    assert_eq!(judged, [true, false]);
+}
+
+#[test]
+fn a_write_after_failover_at_or_below_the_lmle_is_an_unbumped_epoch() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    let over = nemesis_on(&mut h, "failover", "b", change("a", "b", 3, 1, 4));
+    let acked = h.send_on(Some("b"), 0, &[2], Ok, Some(1));
+    let log = [(0, 1, 3), (1, 2, 3)];
+    let mut replicas = both(&log, &log);
+    replicas.retain(|r| r.cluster == "b");
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["unbumped-epoch"], "{}", r.summary(5));
+    let e = &entries(&r, "unbumped-epoch")[0];
+    assert_eq!(
+        (e["value"].clone(), e["epoch"].clone()),
+        (json!(2), json!(3))
+    );
+    assert_eq!(e["op_index"], acked);
+    assert_eq!(
+        e["failover"],
+        json!({"op_index": over, "lmle": 3, "epoch": 4})
+    );
+}
+
+#[test]
+fn a_poll_returning_an_epoch_above_its_leaders_is_epoch_above_leader() {
+    let (mut h, replicas) = round_trip();
+    let bad = poll(&mut h, "b", 3, 0, &[(0, 1, 0), (1, 2, 0), (2, 3, 1)], 0);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["epoch-above-leader"],
+        "{}",
+        r.summary(5)
+    );
+    let e = &entries(&r, "epoch-above-leader")[0];
+    assert_eq!(e["op_index"], bad);
+    assert_eq!(
+        (e["leader_epoch"].clone(), e["record"].clone()),
+        (json!(0), json!([2, 3, 1]))
+    );
+}
+
+/// A failback without the flag truncates the ISR only: a replica out of it may keep a record
+/// above the LMLE that the protocol cannot tell from the other cluster's, so divergence inside
+/// the cluster that failed back is allowed there; with the flag, every replica truncated.
+#[test]
+fn divergence_after_a_failback_without_the_flag_is_allowed_only_there() {
+    let (h, mut replicas) = round_trip();
+    // a2 kept a record of a's own at offset 2 that b's epoch 1 also covers.
+    replicas[1].records[2] = tidemark_checkers::Record::new(2, 9, 1);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "divergence")[0];
+    assert!(
+        e["allowed"].as_str().unwrap().contains("failed back (op"),
+        "{e}"
+    );
+    let mut flagged = test();
+    flagged["mirror_unclean"] = json!(true);
+    let r = run(&flagged, &h, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"divergence".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    // Below where the failback rewrote a's log, nothing is excused.
+    let (h, mut replicas) = round_trip();
+    replicas[1].records[1] = tidemark_checkers::Record::new(1, 9, 0);
+    let r = run(&test(), &h, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"divergence".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+}
+
+fn sim_config(seed: u64, ops: usize) -> support::sim::SimConfig {
+    support::sim::SimConfig {
+        seed,
+        ops,
+        partitions: 2,
+        workers: 4,
+        max_poll: 6,
+        send_percent: 50,
+    }
+}
+
+/// Acknowledged values of a history, as (partition, offset).
+fn acked_at(ops: &[tidemark_checkers::Op]) -> Vec<(i64, i64)> {
+    ops.iter()
+        .filter(|o| o.f == "send" && o.kind == Ok)
+        .filter_map(|o| {
+            let first = o.value.get("offset")?.as_i64()?;
+            let n = o.value["values"].as_array()?.len() as i64;
+            let p = o.value["partition"].as_i64()?;
+            Some((first..first + n).map(move |off| (p, off)))
+        })
+        .flatten()
+        .collect()
+}
+
+/// Values acknowledged without an offset: where they are cannot be compared with a mark.
+fn acked_nowhere(ops: &[tidemark_checkers::Op]) -> Vec<i64> {
+    ops.iter()
+        .filter(|o| o.f == "send" && o.kind == Ok && o.value.get("offset").is_none())
+        .flat_map(|o| o.value["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_i64())
+        .collect()
+}
+
+/// A simulated run on a, mirrored onto b, then failed over to b and back, b having mirrored
+/// each partition up to `mirrored[p]` while the final logs of both clusters end at `kept[p]`
+/// (a truncated what b lacked), but for values acknowledged without an offset, which stay.
+/// Marks carry LMLEs no record reaches, so only the abandoned and lost writes are at stake.
+fn failed_over(
+    seed: u64,
+    ops: usize,
+    mirrored: &[i64; 2],
+    kept: &[i64; 2],
+) -> (Vec<tidemark_checkers::Op>, Vec<ReplicaState>) {
+    let sim = support::sim::simulate(sim_config(seed, ops));
+    let mut h = Hist { ops: sim.ops };
+    for op in &mut h.ops {
+        op.cluster = Some("a".into());
+    }
+    let marks: Vec<Value> = (0..2)
+        .map(|p| json!({"topic": "t", "partition": p, "lmle": 1i64 << 40, "mirrored_offset": mirrored[p as usize], "epoch": 1i64 << 40}))
+        .collect();
+    let value = |from: &str, to: &str| json!({"from": from, "to": to, "topics": ["t"], "partitions": marks});
+    nemesis_on(&mut h, "failover", "b", value("a", "b"));
+    nemesis_on(&mut h, "failback", "a", value("b", "a"));
+    let nowhere = acked_nowhere(&h.ops);
+    let mut replicas = Vec::new();
+    for cluster in ["a", "b"] {
+        for r in &sim.replicas {
+            let mut r = r.clone();
+            let end = kept[r.partition as usize];
+            r.cluster = cluster.into();
+            r.node = format!("{cluster}-{}", r.node);
+            r.records
+                .retain(|x| x.offset < end || nowhere.contains(&x.value));
+            let end = r.records.last().map_or(end, |x| end.max(x.offset + 1));
+            r.epochs
+                .retain(|e| r.records.iter().any(|x| x.offset >= e.start_offset));
+            r.high_watermark = Some(end);
+            r.log_end_offset = Some(end);
+            replicas.push(r);
+        }
+    }
+    (h.ops, replicas)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// Whatever a failover had not mirrored is abandoned, never lost; what it had mirrored and
+    /// is gone is lost.
+    #[test]
+    fn unmirrored_writes_are_abandoned_and_mirrored_ones_lost(
+        seed in proptest::prelude::any::<u64>(),
+        ops in 40usize..300,
+        cut in proptest::prelude::any::<u64>(),
+    ) {
+        let (ops0, _) = failed_over(seed, ops, &[0, 0], &[0, 0]);
+        let ends: Vec<i64> = (0..2)
+            .map(|p| acked_at(&ops0).iter().filter(|a| a.0 == p).map(|a| a.1 + 1).max().unwrap_or(0))
+            .collect();
+        let m = [(cut % (ends[0] as u64 + 1)) as i64, ((cut >> 32) % (ends[1] as u64 + 1)) as i64];
+        let (h, replicas) = failed_over(seed, ops, &m, &m);
+        let r = check(&test(), h.clone(), Some(&replicas));
+        proptest::prop_assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+        let cut_off = acked_at(&h).iter().filter(|a| a.1 >= m[a.0 as usize]).count() as u64;
+        proptest::prop_assert_eq!(r.anomaly_counts.get("abandoned-write").copied().unwrap_or(0), cut_off);
+        proptest::prop_assert!(!r.anomaly_types.contains(&"lost-write".to_owned()));
+        // Had b mirrored everything, the same missing writes are lost.
+        let (h, replicas) = failed_over(seed, ops, &[ends[0], ends[1]], &m);
+        let r = check(&test(), h, Some(&replicas));
+        proptest::prop_assert_eq!(r.anomaly_counts.get("lost-write").copied().unwrap_or(0), cut_off);
+        proptest::prop_assert_eq!(r.valid == Validity::Invalid, cut_off > 0, "{}", r.summary(5));
+    }
+}
+
+#[test]
+fn a_write_acknowledged_by_a_mirroring_cluster_is_read_only_write() {
+    let (mut h, replicas) = round_trip();
+    // b mirrors a from the start: it must refuse this send.
+    let mut pre = Hist::new();
+    let acked = pre.send_on(Some("b"), 7, &[40], Ok, Some(5));
+    let shift = pre.ops.len() as u64;
+    for op in &mut h.ops {
+        op.index += shift;
+    }
+    pre.ops.append(&mut h.ops);
+    let r = run(&test(), &pre, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"read-only-write".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    let e = &entries(&r, "read-only-write")[0];
+    assert_eq!(
+        (e["op_index"].clone(), e["cluster"].clone()),
+        (json!(acked), json!("b"))
+    );
+    assert_eq!(e["mirroring_since"], Value::Null);
+    // After the failback a mirrors b: a send a acknowledges then is read-only-write too.
+    let (mut h, replicas) = round_trip();
+    let late = h.send_on(Some("a"), 7, &[41], Ok, Some(3));
+    let r = run(&test(), &h, &replicas);
+    let e = &entries(&r, "read-only-write")[0];
+    assert_eq!(e["op_index"], late);
+    assert!(e["mirroring_since"]["op_index"].is_u64());
+}
+
+/// `tidemark check` streams the history from its file: the mirroring ops read as raw lines
+/// give the same verdict as the ops held in memory.
+#[test]
+fn the_streamed_history_gives_the_same_verdict() {
+    let (mut h, replicas) = kept_above_lmle(true);
+    h.send_on(Some("b"), 7, &[50], Ok, Some(1));
+    let text = support::to_jsonl(&test(), &h.ops);
+    let history = tidemark_checkers::read_history(text.as_bytes()).unwrap();
+    let streamed = tidemark_checkers::check_history(history, Some(&replicas)).unwrap();
+    let held = run(&test(), &h, &replicas);
+    assert_eq!(streamed, held);
+    assert!(held.anomaly_types.contains(&"lmle-truncation".to_owned()));
+    assert!(held.allowed["lmle-truncation"].contains("source cluster a"));
+}
+
+/// A failover that recorded marks, but none for this partition, cannot tell an abandoned write
+/// from a lost one there: the lost write and the old source's disagreeing offsets are allowed
+/// one by one, and say why.
+#[test]
+fn a_partition_the_failover_left_unmarked_is_judged_conservatively() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let other = json!({"from": "a", "to": "b", "topics": ["t"], "partitions": [
+        {"topic": "t", "partition": 1, "lmle": 0, "mirrored_offset": 5, "epoch": 1}]});
+    let over = nemesis_on(&mut h, "failover", "b", other.clone());
+    h.send_on(Some("b"), 0, &[3], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", other);
+    let log = [(0, 1, 0), (1, 3, 1)];
+    let r = run(&test(), &h, &both(&log, &log));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = &entries(&r, "lost-write")[0];
+    assert!(
+        lost["allowed"].as_str().unwrap().contains(&format!(
+            "failover op {over} recorded no mirrored_offset for t/0"
+        )),
+        "{lost}"
+    );
+    let inc = &entries(&r, "inconsistent-offsets")[0];
+    assert!(
+        inc["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("may not have mirrored offset 1"),
+        "{inc}"
+    );
+}
