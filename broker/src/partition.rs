@@ -273,6 +273,7 @@ impl PartitionState {
         LogSettings {
             segment_bytes: config.segment_bytes,
             flush_interval_messages: config.flush_interval_messages,
+            max_batch_bytes: config.max_message_bytes,
         }
     }
 }
@@ -537,6 +538,9 @@ impl Partition {
                         (ResponseError::CorruptMessage.code(), e.to_string())
                     }
                     LogError::Invalid(m) => (ResponseError::InvalidRecord.code(), m),
+                    e @ LogError::TooLarge { .. } => {
+                        (ResponseError::MessageTooLarge.code(), e.to_string())
+                    }
                     other => (ResponseError::KafkaStorageError.code(), other.to_string()),
                 })?;
             s.maybe_increment_high_watermark(strict);

@@ -41,6 +41,8 @@ pub enum LogError {
     OutOfRange { offset: i64, start: i64, end: i64 },
     #[error("{0}")]
     Invalid(String),
+    #[error("record batch of {size} bytes exceeds the maximum of {max} (max.message.bytes)")]
+    TooLarge { size: usize, max: u64 },
 }
 
 impl LogError {
@@ -58,6 +60,9 @@ pub struct LogSettings {
     pub segment_bytes: u64,
     /// fsync once this many messages are unflushed (1: before every acknowledgement).
     pub flush_interval_messages: u64,
+    /// Largest batch a leader appends, in bytes; replicated batches are not checked (Kafka's
+    /// followers take what the leader took).
+    pub max_batch_bytes: u64,
 }
 
 /// The result of an append.
@@ -234,6 +239,15 @@ impl PartitionLog {
         let batches = batch::split_batches(records)?;
         if batches.is_empty() {
             return Err(LogError::Invalid("no record batch in request".into()));
+        }
+        if let Some((_, h)) = batches
+            .iter()
+            .find(|(_, h)| h.size as u64 > self.settings.max_batch_bytes)
+        {
+            return Err(LogError::TooLarge {
+                size: h.size,
+                max: self.settings.max_batch_bytes,
+            });
         }
         let mut buf = BytesMut::from(records);
         let mut next = self.log_end_offset();
@@ -514,6 +528,7 @@ mod tests {
         LogSettings {
             segment_bytes: 1024,
             flush_interval_messages: u64::MAX,
+            max_batch_bytes: u64::MAX,
         }
     }
 
