@@ -78,6 +78,9 @@ pub async fn handle(
         RequestKind::IncrementalAlterConfigs(r) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(broker, r).await)
         }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(super::init_producer_id::init_producer_id(broker, r).await)
+        }
         other => {
             tracing::warn!("unexpected request {other:?} passed version checks");
             return None;

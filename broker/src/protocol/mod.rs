@@ -3,6 +3,7 @@
 //! decoded closes only its own connection.
 
 mod handlers;
+mod init_producer_id;
 
 use std::sync::Arc;
 
@@ -37,6 +38,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// Versions listed in ApiVersions but not served, because clients key features on them:
