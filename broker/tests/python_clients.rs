@@ -125,7 +125,10 @@ print(json.dumps({"acked": len(offsets), "idempotent": p.config.get("enable_idem
         &[&boot, "kp", "5000"],
     );
     assert_eq!(out["acked"], 5000, "{out}");
-    assert_eq!(out["idempotent"], true, "kafka-python's default producer is idempotent");
+    assert_eq!(
+        out["idempotent"], true,
+        "kafka-python's default producer is idempotent"
+    );
     assert_exactly_once(&value_counts(&c, "kp", 2), 5000);
 }
 

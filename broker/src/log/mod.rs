@@ -812,4 +812,53 @@ mod tests {
             "must continue from the log end"
         );
     }
+
+    #[test]
+    fn followers_build_the_leaders_producer_state_and_truncation_rebuilds_it() {
+        use testing::idempotent_batch;
+        let dir = tempfile::tempdir().unwrap();
+        let small = LogSettings {
+            segment_bytes: 300,
+            ..settings()
+        };
+        let (mut leader, _) = PartitionLog::open(&dir.path().join("l"), small).unwrap();
+        for seq in 0..10 {
+            leader
+                .append_as_leader(&idempotent_batch(&[b"v"], 7, 0, seq), 1)
+                .unwrap();
+        }
+        assert!(
+            producer_state::snapshot_offsets(leader.dir())
+                .unwrap()
+                .len()
+                > 1,
+            "segment rolls take snapshots"
+        );
+        let bytes = leader.read(0, i64::MAX, usize::MAX).unwrap().records;
+        let (mut follower, _) = PartitionLog::open(&dir.path().join("f"), small).unwrap();
+        follower.append_as_follower(&bytes).unwrap();
+        assert_eq!(follower.producer_states(), leader.producer_states());
+        assert_eq!(follower.producer_states().get(7).unwrap().batches.len(), 5);
+
+        // Cut below the newest snapshots: the state is what the first six batches leave.
+        follower.truncate_to(6).unwrap();
+        let (mut replay, _) = PartitionLog::open(&dir.path().join("r"), small).unwrap();
+        for seq in 0..6 {
+            replay
+                .append_as_leader(&idempotent_batch(&[b"v"], 7, 0, seq), 1)
+                .unwrap();
+        }
+        assert_eq!(follower.producer_states(), replay.producer_states());
+        // The truncated batch 6 is new again, not a duplicate.
+        let again = follower
+            .append_as_leader(&idempotent_batch(&[b"v"], 7, 0, 6), 2)
+            .unwrap();
+        assert_eq!((again.first_offset, again.duplicate), (6, false));
+
+        // Reopened after a crash (no clean-shutdown marker), the state is rebuilt the same.
+        let expected = follower.producer_states().clone();
+        drop(follower);
+        let (reopened, _) = PartitionLog::open(&dir.path().join("f"), small).unwrap();
+        assert_eq!(reopened.producer_states(), &expected);
+    }
 }
