@@ -10,7 +10,8 @@
 //! Every request's batch gets its sequence rewritten and its CRC recomputed, for plain batches
 //! too (same sequence), so the client does the same work in both.
 //!
-//! `cargo bench -p tidemark-broker --bench produce_throughput`
+//! `cargo bench -p tidemark-broker --bench produce_throughput` (`TIDEMARK_BENCH_MIB=N` sends N MiB
+//! per measurement instead of 512, for a quick look on a busy machine).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -29,7 +30,7 @@ use kafka_protocol::protocol::StrBytes;
 const RECORD: usize = 1024;
 const PER_BATCH: usize = 32;
 const IN_FLIGHT: usize = 16;
-const TOTAL_BYTES: usize = 512 << 20;
+const DEFAULT_MIB: usize = 512;
 
 /// A producer's identity: plain, or an idempotent producer id (epoch 0).
 #[derive(Clone, Copy)]
@@ -171,8 +172,14 @@ fn main() {
     });
     let leader = cluster.addr(cluster.partition_state("bench", 0).unwrap().0);
 
+    let total_bytes = match std::env::var("TIDEMARK_BENCH_MIB") {
+        Ok(v) => v
+            .parse::<usize>()
+            .unwrap_or_else(|_| panic!("TIDEMARK_BENCH_MIB={v:?} is not a number of MiB")),
+        Err(_) => DEFAULT_MIB,
+    } << 20;
     let frame_bytes = produce_frame(1, 1, Producer::Plain).0.len();
-    let n = TOTAL_BYTES / (RECORD * PER_BATCH);
+    let n = total_bytes / (RECORD * PER_BATCH);
     let payload = (n * PER_BATCH * RECORD) as f64;
     let sink = spawn_sink();
     let plain = Producer::Plain;
@@ -204,7 +211,7 @@ fn main() {
     let (r1r, r1m) = rate(replicated_acks1);
     let (sir, sim) = rate(single_idem);
     let (rir, rim) = rate(replicated_idem);
-    println!("produce, 1 KiB records, {PER_BATCH} records/request, {IN_FLIGHT} in flight, {} MiB, frame {frame_bytes} B", TOTAL_BYTES >> 20);
+    println!("produce, 1 KiB records, {PER_BATCH} records/request, {IN_FLIGHT} in flight, {} MiB, frame {frame_bytes} B", total_bytes >> 20);
     println!("  loopback baseline          : {lr:>10.0} records/s  {lm:>8.1} MB/s");
     println!("  1 broker, acks=1, RF=1     : {sr:>10.0} records/s  {sm:>8.1} MB/s");
     println!("  3 brokers, acks=all, RF=3  : {rr:>10.0} records/s  {rm:>8.1} MB/s");
