@@ -3,9 +3,15 @@
 //! - one broker, acks=1, next to a loopback baseline (the same frames sent to a sink that only
 //!   reads a frame and answers a tiny ack);
 //! - a 3-node cluster, acks=all and replication factor 3, next to the single broker at acks=1
-//!   (Kafka's published ratio for this pair is 0.54).
+//!   (Kafka's published ratio for this pair is 0.54);
+//! - an idempotent producer (InitProducerId, a sequence per batch) next to a plain one, on the
+//!   single broker at acks=1 and on the cluster at acks=all (the target is ≥ 0.9).
 //!
-//! `cargo bench -p tidemark-broker --bench produce_throughput`
+//! Every request's batch gets its sequence rewritten and its CRC recomputed, for plain batches
+//! too (same sequence), so the client does the same work in both.
+//!
+//! `cargo bench -p tidemark-broker --bench produce_throughput` (`TIDEMARK_BENCH_MIB=N` sends N MiB
+//! per measurement instead of 512, for a quick look on a busy machine).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -16,18 +22,38 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, ProduceRequest, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, InitProducerIdRequest, ProduceRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 const RECORD: usize = 1024;
 const PER_BATCH: usize = 32;
 const IN_FLIGHT: usize = 16;
-const TOTAL_BYTES: usize = 512 << 20;
+const DEFAULT_MIB: usize = 512;
 
-fn produce_frame(corr: i32, acks: i16) -> Vec<u8> {
+/// A producer's identity: plain, or an idempotent producer id (epoch 0).
+#[derive(Clone, Copy)]
+enum Producer {
+    Plain,
+    Idempotent(i64),
+}
+
+/// Byte offsets inside a v2 batch (Kafka's layout).
+const CRC_AT: usize = 17;
+const ATTRIBUTES_AT: usize = 21;
+const BASE_SEQUENCE_AT: usize = 53;
+
+/// A produce frame and where its record batch lies in it (start, length).
+fn produce_frame(corr: i32, acks: i16, producer: Producer) -> (Vec<u8>, usize, usize) {
     let value = vec![b'x'; RECORD];
     let values: Vec<&[u8]> = (0..PER_BATCH).map(|_| value.as_slice()).collect();
-    let batch = tidemark_broker::log::testing::batch(&values);
+    let batch = match producer {
+        Producer::Plain => tidemark_broker::log::testing::batch(&values),
+        Producer::Idempotent(pid) => {
+            tidemark_broker::log::testing::idempotent_batch(&values, pid, 0, 0)
+        }
+    };
     let req = ProduceRequest::default()
         .with_acks(acks)
         .with_timeout_ms(30_000)
@@ -35,22 +61,37 @@ fn produce_frame(corr: i32, acks: i16) -> Vec<u8> {
             .with_name(TopicName(StrBytes::from_static_str("bench")))
             .with_partition_data(vec![PartitionProduceData::default()
                 .with_index(0)
-                .with_records(Some(batch.into()))])]);
-    common::frame(ApiKey::Produce, 9, corr, &req)
+                .with_records(Some(batch.clone().into()))])]);
+    let frame = common::frame(ApiKey::Produce, 9, corr, &req);
+    let at = frame
+        .windows(batch.len())
+        .position(|w| w == batch.as_slice())
+        .expect("the frame holds the batch");
+    (frame, at, batch.len())
 }
 
-/// Sends `n` produce frames with `IN_FLIGHT` outstanding and returns the elapsed time.
-fn drive(addr: &str, n: usize, acks: i16) -> Duration {
+/// Sends `n` produce frames with `IN_FLIGHT` outstanding and returns the elapsed time. An
+/// idempotent producer's batches carry sequences from `first_seq` on; the next free one is
+/// `first_seq + n * PER_BATCH`.
+fn drive(addr: &str, n: usize, acks: i16, producer: Producer, first_seq: i32) -> Duration {
     let s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let mut reader = BufReader::new(s.try_clone().unwrap());
     let mut writer = BufWriter::new(s);
-    let frame = produce_frame(1, acks);
+    let (mut frame, batch_at, batch_len) = produce_frame(1, acks, producer);
     let start = Instant::now();
     let mut sent = 0;
     let mut received = 0;
     while received < n {
         while sent < n && sent - received < IN_FLIGHT {
+            let seq = match producer {
+                Producer::Plain => -1,
+                Producer::Idempotent(_) => first_seq + (sent * PER_BATCH) as i32,
+            };
+            let batch = &mut frame[batch_at..batch_at + batch_len];
+            batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&seq.to_be_bytes());
+            let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+            batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
             writer.write_all(&frame).unwrap();
             sent += 1;
         }
@@ -62,6 +103,19 @@ fn drive(addr: &str, n: usize, acks: i16) -> Duration {
         received += 1;
     }
     start.elapsed()
+}
+
+/// InitProducerId v4 from `addr`: a fresh producer id.
+fn init_producer_id(addr: &str) -> i64 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let req = InitProducerIdRequest::default().with_transaction_timeout_ms(60_000);
+    s.write_all(&common::frame(ApiKey::InitProducerId, 4, 1, &req))
+        .unwrap();
+    let body = common::read_frame(&mut s).unwrap();
+    // Correlation id, empty header tags, throttle time, error code, producer id.
+    let error = i16::from_be_bytes(body[9..11].try_into().unwrap());
+    assert_eq!(error, 0, "InitProducerId failed");
+    i64::from_be_bytes(body[11..19].try_into().unwrap())
 }
 
 /// A sink that reads whole frames and answers each with an 8-byte frame.
@@ -118,18 +172,33 @@ fn main() {
     });
     let leader = cluster.addr(cluster.partition_state("bench", 0).unwrap().0);
 
-    let frame_bytes = produce_frame(1, 1).len();
-    let n = TOTAL_BYTES / (RECORD * PER_BATCH);
+    let total_bytes = match std::env::var("TIDEMARK_BENCH_MIB") {
+        Ok(v) => v
+            .parse::<usize>()
+            .unwrap_or_else(|_| panic!("TIDEMARK_BENCH_MIB={v:?} is not a number of MiB")),
+        Err(_) => DEFAULT_MIB,
+    } << 20;
+    let frame_bytes = produce_frame(1, 1, Producer::Plain).0.len();
+    let n = total_bytes / (RECORD * PER_BATCH);
     let payload = (n * PER_BATCH * RECORD) as f64;
     let sink = spawn_sink();
-    drive(&b.bootstrap(), n / 10, 1);
-    drive(&sink, n / 10, 1);
-    drive(&leader, n / 10, -1);
+    let plain = Producer::Plain;
+    let single_pid = Producer::Idempotent(init_producer_id(&b.bootstrap()));
+    let cluster_pid = Producer::Idempotent(init_producer_id(&leader));
+    let warm = n / 10;
+    drive(&b.bootstrap(), warm, 1, plain, 0);
+    drive(&sink, warm, 1, plain, 0);
+    drive(&leader, warm, -1, plain, 0);
+    drive(&b.bootstrap(), warm, 1, single_pid, 0);
+    drive(&leader, warm, -1, cluster_pid, 0);
+    let seq = (warm * PER_BATCH) as i32;
 
-    let base = drive(&sink, n, 1);
-    let single = drive(&b.bootstrap(), n, 1);
-    let replicated = drive(&leader, n, -1);
-    let replicated_acks1 = drive(&leader, n, 1);
+    let base = drive(&sink, n, 1, plain, 0);
+    let single = drive(&b.bootstrap(), n, 1, plain, 0);
+    let single_idem = drive(&b.bootstrap(), n, 1, single_pid, seq);
+    let replicated = drive(&leader, n, -1, plain, 0);
+    let replicated_idem = drive(&leader, n, -1, cluster_pid, seq);
+    let replicated_acks1 = drive(&leader, n, 1, plain, 0);
     let rate = |d: Duration| {
         (
             (n * PER_BATCH) as f64 / d.as_secs_f64(),
@@ -140,14 +209,26 @@ fn main() {
     let (sr, sm) = rate(single);
     let (rr, rm) = rate(replicated);
     let (r1r, r1m) = rate(replicated_acks1);
-    println!("produce, 1 KiB records, {PER_BATCH} records/request, {IN_FLIGHT} in flight, {} MiB, frame {frame_bytes} B", TOTAL_BYTES >> 20);
+    let (sir, sim) = rate(single_idem);
+    let (rir, rim) = rate(replicated_idem);
+    println!("produce, 1 KiB records, {PER_BATCH} records/request, {IN_FLIGHT} in flight, {} MiB, frame {frame_bytes} B", total_bytes >> 20);
     println!("  loopback baseline          : {lr:>10.0} records/s  {lm:>8.1} MB/s");
     println!("  1 broker, acks=1, RF=1     : {sr:>10.0} records/s  {sm:>8.1} MB/s");
     println!("  3 brokers, acks=all, RF=3  : {rr:>10.0} records/s  {rm:>8.1} MB/s");
     println!("  3 brokers, acks=1, RF=3    : {r1r:>10.0} records/s  {r1m:>8.1} MB/s");
+    println!("  1 broker, acks=1, idempotent      : {sir:>10.0} records/s  {sim:>8.1} MB/s");
+    println!("  3 brokers, acks=all, idempotent   : {rir:>10.0} records/s  {rim:>8.1} MB/s");
     println!("  ratio acks=1 RF=1 / loopback       : {:.2}", sm / lm);
     println!(
         "  ratio acks=all RF=3 / acks=1 RF=1  : {:.2}  (Kafka publishes 0.54)",
         rm / sm
+    );
+    println!(
+        "  ratio idempotent / plain, 1 broker acks=1     : {:.2}  (target >= 0.9)",
+        sim / sm
+    );
+    println!(
+        "  ratio idempotent / plain, 3 brokers acks=all  : {:.2}  (target >= 0.9)",
+        rim / rm
     );
 }

@@ -26,6 +26,7 @@ use crate::mirror::runner::MirrorTasks;
 use crate::partition::{AckCheck, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
+use crate::producer_ids::ProducerIdAllocator;
 use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
@@ -84,6 +85,8 @@ pub struct Broker {
     applied: watch::Sender<Arc<MetadataImage>>,
     /// The mirror tasks of the mirror partitions this broker leads.
     pub mirrors: MirrorTasks,
+    /// Producer ids for InitProducerId, taken from the controller in blocks.
+    pub producer_ids: ProducerIdAllocator,
 }
 
 impl std::fmt::Debug for Broker {
@@ -125,6 +128,7 @@ impl Broker {
             caught_up: AtomicBool::new(false),
             applied: watch::channel(Arc::default()).0,
             mirrors: MirrorTasks::default(),
+            producer_ids: ProducerIdAllocator::default(),
         }))
     }
 

@@ -70,7 +70,13 @@ pub struct LogConfig {
     /// KIP-1279: LMLE truncation waits for every replica, not just the ISR, so a later unclean
     /// election cannot resurrect records beyond the LMLE.
     pub mirror_support_unclean_leader_election: bool,
+    /// Largest record batch a producer may append, in bytes (log overhead included), as Kafka
+    /// measures it; larger ones are refused with MESSAGE_TOO_LARGE.
+    pub max_message_bytes: u64,
 }
+
+/// Kafka's default `message.max.bytes`: 1 MiB plus the 12-byte log overhead.
+pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 1024 * 1024 + 12;
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -80,6 +86,7 @@ impl Default for LogConfig {
             segment_bytes: 1 << 30,
             flush_interval_messages: u64::MAX,
             mirror_support_unclean_leader_election: false,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -97,6 +104,7 @@ pub const TOPIC_KEYS: &[(&str, &str)] = &[
         "mirror.support.unclean.leader.election",
         "mirror.support.unclean.leader.election",
     ),
+    ("max.message.bytes", "message.max.bytes"),
 ];
 
 impl LogConfig {
@@ -119,6 +127,9 @@ impl LogConfig {
             }
             "mirror.support.unclean.leader.election" => {
                 self.mirror_support_unclean_leader_election = parse_bool(key, value, &origin)?
+            }
+            "max.message.bytes" => {
+                self.max_message_bytes = parse_num(key, value, 0, i32::MAX as i64, &origin)? as u64
             }
             _ => {
                 return Err(ConfigError::UnknownKey {
@@ -146,6 +157,7 @@ impl LogConfig {
             "mirror.support.unclean.leader.election" => {
                 self.mirror_support_unclean_leader_election.to_string()
             }
+            "max.message.bytes" => self.max_message_bytes.to_string(),
             _ => return None,
         })
     }
@@ -243,6 +255,7 @@ const BROKER_KEYS: &[&str] = &[
     "cluster.id",
     "mirror.api.key.base",
     "mirror.support.unclean.leader.election",
+    "message.max.bytes",
 ];
 
 impl BrokerConfig {
@@ -418,6 +431,12 @@ impl BrokerConfig {
                 "mirror.support.unclean.leader.election",
                 false,
             )?,
+            max_message_bytes: num(
+                "message.max.bytes",
+                DEFAULT_MAX_MESSAGE_BYTES as i64,
+                0,
+                i32::MAX as i64,
+            )? as u64,
         };
         let cluster_id = match get("cluster.id") {
             Some((v, o)) => {

@@ -15,5 +15,6 @@ pub mod metadata;
 pub mod mirror;
 pub mod partition;
 pub mod pause;
+pub mod producer_ids;
 pub mod protocol;
 pub mod replica;

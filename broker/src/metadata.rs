@@ -101,6 +101,9 @@ pub struct MetadataImage {
     pub defaults: ClusterDefaults,
     #[serde(default)]
     pub mirrors: BTreeMap<String, MirrorRegistration>,
+    /// The first producer id not yet handed to a broker.
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {

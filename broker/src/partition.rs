@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 
 use crate::config::LogConfig;
 use crate::errors;
+use crate::log::producer_state::ProducerError;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 use crate::mirror::rules::{lmle_truncation_offset, truncation_wait, MirrorState, TruncationWait};
@@ -273,6 +274,7 @@ impl PartitionState {
         LogSettings {
             segment_bytes: config.segment_bytes,
             flush_interval_messages: config.flush_interval_messages,
+            max_batch_bytes: config.max_message_bytes,
         }
     }
 }
@@ -537,6 +539,23 @@ impl Partition {
                         (ResponseError::CorruptMessage.code(), e.to_string())
                     }
                     LogError::Invalid(m) => (ResponseError::InvalidRecord.code(), m),
+                    e @ LogError::TooLarge { .. } => {
+                        (ResponseError::MessageTooLarge.code(), e.to_string())
+                    }
+                    LogError::Producer(e) => {
+                        let code = match &e {
+                            ProducerError::OutOfOrderSequence(_) => {
+                                ResponseError::OutOfOrderSequenceNumber.code()
+                            }
+                            ProducerError::InvalidProducerEpoch(_) => {
+                                ResponseError::InvalidProducerEpoch.code()
+                            }
+                            ProducerError::Transactional(_) => {
+                                ResponseError::InvalidTxnState.code()
+                            }
+                        };
+                        (code, e.to_string())
+                    }
                     other => (ResponseError::KafkaStorageError.code(), other.to_string()),
                 })?;
             s.maybe_increment_high_watermark(strict);

@@ -183,3 +183,57 @@ fn every_acks_setting_metadata_and_offsets() {
     let q = String::from_utf8(kcat(&["-b", &boot, "-Q", "-t", "acks1:0:0"], b"")).unwrap();
     assert!(q.contains("offset 0"), "{q}");
 }
+
+/// The compression codec of every batch in a partition's segments, read from the files.
+fn stored_codecs(b: &BrokerProc, topic: &str) -> Vec<u8> {
+    let dir = b.data_dir().join(format!("{topic}-0"));
+    let mut segments: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segments.sort();
+    let mut codecs = Vec::new();
+    for seg in segments {
+        let bytes = std::fs::read(&seg).unwrap();
+        let mut pos = 0;
+        while pos + 61 <= bytes.len() {
+            let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+            codecs.push(bytes[pos + 22] & 0x7);
+            pos += 12 + len;
+        }
+    }
+    codecs
+}
+
+#[test]
+fn every_codec_is_stored_compressed_and_read_back() {
+    let b = BrokerProc::start(&[]);
+    for (codec, id) in [("gzip", 1u8), ("snappy", 2), ("lz4", 3), ("zstd", 4)] {
+        let topic = format!("codec-{codec}");
+        let input = messages(2_000, u64::from(id));
+        kcat(
+            &[
+                "-b",
+                &b.bootstrap(),
+                "-P",
+                "-t",
+                &topic,
+                "-z",
+                codec,
+                "-X",
+                "acks=all",
+                "-X",
+                "linger.ms=20",
+            ],
+            &input,
+        );
+        let codecs = stored_codecs(&b, &topic);
+        assert!(!codecs.is_empty(), "{codec}: no batch stored");
+        assert!(
+            codecs.iter().all(|c| *c == id),
+            "{codec}: stored batch codecs {codecs:?}, want all {id}"
+        );
+        assert_same(&consume_all(&b, &topic, 2_000), &input, codec);
+    }
+}

@@ -41,7 +41,7 @@ proptest! {
     #[test]
     fn flushed_batches_survive_crashes(steps in proptest::collection::vec(step(), 1..60)) {
         let dir = tempfile::tempdir().unwrap();
-        let settings = LogSettings { segment_bytes: 600, flush_interval_messages: u64::MAX };
+        let settings = LogSettings { segment_bytes: 600, flush_interval_messages: u64::MAX, max_batch_bytes: u64::MAX };
         let (mut log, _) = PartitionLog::open(dir.path(), settings).unwrap();
         // The model: every value in the log, and how many of them are known flushed.
         let mut model: Vec<Vec<u8>> = Vec::new();

@@ -350,6 +350,7 @@ fn r_101b_replicas_converge_after_multiple_hard_failures() {
     let settings = tidemark_broker::log::LogSettings {
         segment_bytes: 1 << 30,
         flush_interval_messages: u64::MAX,
+        max_batch_bytes: u64::MAX,
     };
     let (mut log, _) = tidemark_broker::log::PartitionLog::open(&dir, settings).unwrap();
     log.truncate_to(1).unwrap();

@@ -476,6 +476,20 @@ const INCREMENTAL_ALTER_CONFIGS_REQUEST: &[Field] = &[
     f("validate_only", BOOL),
 ];
 
+// InitProducerId (22).
+const INIT_PRODUCER_ID_REQUEST: &[Field] = &[
+    f("transactional_id", STR),
+    f("transaction_timeout_ms", I32),
+    v("producer_id", 3, ANY, I64),
+    v("producer_epoch", 3, ANY, I16),
+];
+const INIT_PRODUCER_ID_RESPONSE: &[Field] = &[
+    f("throttle_time_ms", I32),
+    f("error_code", I16),
+    f("producer_id", I64),
+    f("producer_epoch", I16),
+];
+
 // ElectLeaders (43).
 const ELECT_TOPIC: &[Field] = &[f("topic", STR), f("partitions", Ty::Array(&I32))];
 const ELECT_LEADERS_REQUEST: &[Field] = &[
@@ -531,6 +545,7 @@ pub const REQUESTS: &[Message] = &[
     msg("ApiVersions", 18, 0, 4, 3, API_VERSIONS_REQUEST),
     msg("CreateTopics", 19, 2, 7, 5, CREATE_TOPICS_REQUEST),
     msg("DeleteTopics", 20, 1, 6, 4, DELETE_TOPICS_REQUEST),
+    msg("InitProducerId", 22, 0, 5, 2, INIT_PRODUCER_ID_REQUEST),
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_REQUEST),
     msg("DescribeConfigs", 32, 1, 4, 4, DESCRIBE_CONFIGS_REQUEST),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_REQUEST),
@@ -552,6 +567,7 @@ pub const RESPONSES: &[Message] = &[
     msg("Metadata", 3, 0, 13, 9, METADATA_RESPONSE),
     msg("ApiVersions", 18, 0, 4, 3, API_VERSIONS_RESPONSE),
     msg("CreateTopics", 19, 2, 7, 5, CREATE_TOPICS_RESPONSE),
+    msg("InitProducerId", 22, 0, 5, 2, INIT_PRODUCER_ID_RESPONSE),
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_RESPONSE),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_RESPONSE),
 ];

@@ -123,7 +123,15 @@ pub enum ControllerCommand {
         min_epoch: i32,
         bump: bool,
     },
+    /// A broker takes the next block of producer ids (Kafka's AllocateProducerIds): blocks
+    /// never overlap, so producer ids are unique across the cluster.
+    AllocateProducerIds {
+        broker_id: i32,
+    },
 }
+
+/// Producer ids a broker takes at once, as Kafka's controller hands them out.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
 /// What `apply` answers for a command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +145,11 @@ pub enum ControllerReply {
     Partition(PartitionRegistration),
     /// One result per partition of an ElectLeaders: topic, partition, error code, message.
     Elections(Vec<(String, i32, i16, Option<String>)>),
+    /// A block of producer ids: `first..first + count`.
+    ProducerIds {
+        first: i64,
+        count: i64,
+    },
 }
 
 fn error(code: i16, message: impl Into<String>) -> ControllerReply {
@@ -626,6 +639,20 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             p.partition_epoch += 1;
             ControllerReply::Partition(p.clone())
         }
+        ControllerCommand::AllocateProducerIds { broker_id } => {
+            if !image.brokers.contains_key(broker_id) {
+                return error(
+                    errors::INVALID_REQUEST,
+                    format!("broker {broker_id} is not registered"),
+                );
+            }
+            let first = image.next_producer_id;
+            image.next_producer_id = first + PRODUCER_ID_BLOCK;
+            ControllerReply::ProducerIds {
+                first,
+                count: PRODUCER_ID_BLOCK,
+            }
+        }
         ControllerCommand::CreateMirror { mirror } => {
             if image.mirrors.contains_key(&mirror.name) {
                 return error(
@@ -836,6 +863,31 @@ mod tests {
             ),
             ControllerReply::Done
         );
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let mut image = MetadataImage::default();
+        register(&mut image, 1, 10);
+        register(&mut image, 2, 10);
+        let mut seen = Vec::new();
+        for broker_id in [1, 2, 1] {
+            match apply(
+                &mut image,
+                &ControllerCommand::AllocateProducerIds { broker_id },
+            ) {
+                ControllerReply::ProducerIds { first, count } => seen.push((first, count)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen, vec![(0, 1000), (1000, 1000), (2000, 1000)]);
+        assert!(matches!(
+            apply(
+                &mut image,
+                &ControllerCommand::AllocateProducerIds { broker_id: 9 }
+            ),
+            ControllerReply::Error { .. }
+        ));
     }
 
     fn cluster(unclean: bool) -> MetadataImage {

@@ -16,7 +16,11 @@ const CRC_AT: usize = 17;
 const ATTRIBUTES_AT: usize = 21;
 const LAST_OFFSET_DELTA_AT: usize = 23;
 const MAX_TIMESTAMP_AT: usize = 35;
+const PRODUCER_ID_AT: usize = 43;
+const PRODUCER_EPOCH_AT: usize = 51;
+const BASE_SEQUENCE_AT: usize = 53;
 const RECORD_COUNT_AT: usize = 57;
+const TRANSACTIONAL_BIT: i16 = 1 << 4;
 const CONTROL_BIT: i16 = 1 << 5;
 const COMPRESSION_MASK: i16 = 0x7;
 
@@ -31,6 +35,12 @@ pub struct BatchHeader {
     pub record_count: i32,
     pub max_timestamp: i64,
     pub is_control: bool,
+    pub is_transactional: bool,
+    /// -1 for a producer that is not idempotent.
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The first record's sequence number, -1 without a producer id.
+    pub base_sequence: i32,
 }
 
 impl BatchHeader {
@@ -40,6 +50,15 @@ impl BatchHeader {
 
     pub fn next_offset(&self) -> i64 {
         self.last_offset() + 1
+    }
+
+    /// The last record's sequence number; sequences wrap from `i32::MAX` to 0, as Kafka's do.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return self.base_sequence;
+        }
+        ((i64::from(self.base_sequence) + i64::from(self.last_offset_delta))
+            % (i64::from(i32::MAX) + 1)) as i32
     }
 }
 
@@ -102,6 +121,10 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
         record_count,
         max_timestamp: be_i64(buf, MAX_TIMESTAMP_AT),
         is_control: be_i16(buf, ATTRIBUTES_AT) & CONTROL_BIT != 0,
+        is_transactional: be_i16(buf, ATTRIBUTES_AT) & TRANSACTIONAL_BIT != 0,
+        producer_id: be_i64(buf, PRODUCER_ID_AT),
+        producer_epoch: be_i16(buf, PRODUCER_EPOCH_AT),
+        base_sequence: be_i32(buf, BASE_SEQUENCE_AT),
     })
 }
 

@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod epoch_cache;
 pub mod index;
+pub mod producer_state;
 pub mod segment;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use bytes::BytesMut;
 
 use batch::BatchHeader;
 use epoch_cache::LeaderEpochCache;
+use producer_state::{Admission, ProducerError, ProducerStates};
 use segment::Segment;
 
 /// Makes a directory's entries durable: a file created, renamed or removed in it survives a power
@@ -41,6 +43,10 @@ pub enum LogError {
     OutOfRange { offset: i64, start: i64, end: i64 },
     #[error("{0}")]
     Invalid(String),
+    #[error("record batch of {size} bytes exceeds the maximum of {max} (max.message.bytes)")]
+    TooLarge { size: usize, max: u64 },
+    #[error("{0}")]
+    Producer(#[from] ProducerError),
 }
 
 impl LogError {
@@ -58,6 +64,9 @@ pub struct LogSettings {
     pub segment_bytes: u64,
     /// fsync once this many messages are unflushed (1: before every acknowledgement).
     pub flush_interval_messages: u64,
+    /// Largest batch a leader appends, in bytes; replicated batches are not checked (Kafka's
+    /// followers take what the leader took).
+    pub max_batch_bytes: u64,
 }
 
 /// The result of an append.
@@ -65,6 +74,9 @@ pub struct LogSettings {
 pub struct AppendInfo {
     pub first_offset: i64,
     pub last_offset: i64,
+    /// The batches were a producer's retry of batches already in the log, at these offsets;
+    /// nothing was appended.
+    pub duplicate: bool,
 }
 
 /// Bytes read for a fetch.
@@ -80,6 +92,7 @@ pub struct PartitionLog {
     settings: LogSettings,
     segments: BTreeMap<i64, Segment>,
     epochs: LeaderEpochCache,
+    producers: ProducerStates,
     unflushed_messages: u64,
 }
 
@@ -150,6 +163,7 @@ impl PartitionLog {
             settings,
             segments,
             epochs,
+            producers: ProducerStates::default(),
             unflushed_messages: 0,
         };
         if let Some((path, reason)) = unusable {
@@ -173,7 +187,37 @@ impl PartitionLog {
         }
         let leo = log.log_end_offset();
         log.epochs.truncate_from_end(leo)?;
+        log.rebuild_producer_states(&mut notes)?;
         Ok((log, notes))
+    }
+
+    /// Rebuilds the producer states for the log as it is: from the newest snapshot at or below
+    /// the log end, replaying the batches after it (all of them without a snapshot).
+    fn rebuild_producer_states(&mut self, notes: &mut Vec<String>) -> Result<(), LogError> {
+        let leo = self.log_end_offset();
+        producer_state::remove_snapshots_above(&self.dir, leo)?;
+        let (mut states, from) =
+            producer_state::load_snapshot(&self.dir, leo, self.log_start_offset(), notes)?;
+        for seg in self.segments.values() {
+            if seg.next_offset() <= from {
+                continue;
+            }
+            let mut pos = 0;
+            while pos < seg.size() {
+                let h = seg.header_at(pos)?;
+                if h.base_offset >= from {
+                    states.update(&h);
+                }
+                pos += h.size as u64;
+            }
+        }
+        self.producers = states;
+        Ok(())
+    }
+
+    /// The idempotent producers' state in this replica.
+    pub fn producer_states(&self) -> &ProducerStates {
+        &self.producers
     }
 
     pub fn dir(&self) -> &Path {
@@ -235,6 +279,27 @@ impl PartitionLog {
         if batches.is_empty() {
             return Err(LogError::Invalid("no record batch in request".into()));
         }
+        if let Some((_, h)) = batches
+            .iter()
+            .find(|(_, h)| h.size as u64 > self.settings.max_batch_bytes)
+        {
+            return Err(LogError::TooLarge {
+                size: h.size,
+                max: self.settings.max_batch_bytes,
+            });
+        }
+        let headers: Vec<BatchHeader> = batches.iter().map(|(_, h)| *h).collect();
+        if let Admission::Duplicate {
+            first_offset,
+            last_offset,
+        } = self.producers.admit(&headers)?
+        {
+            return Ok(AppendInfo {
+                first_offset,
+                last_offset,
+                duplicate: true,
+            });
+        }
         let mut buf = BytesMut::from(records);
         let mut next = self.log_end_offset();
         let first = next;
@@ -255,6 +320,7 @@ impl PartitionLog {
         Ok(AppendInfo {
             first_offset: first,
             last_offset: next - 1,
+            duplicate: false,
         })
     }
 
@@ -286,6 +352,7 @@ impl PartitionLog {
         Ok(Some(AppendInfo {
             first_offset: leo,
             last_offset: expect - 1,
+            duplicate: false,
         }))
     }
 
@@ -298,6 +365,7 @@ impl PartitionLog {
         if active_size > 0 && active_size + bytes.len() as u64 > self.settings.segment_bytes {
             let base = self.log_end_offset();
             self.active().flush()?;
+            producer_state::write_snapshot(&self.dir, base, &self.producers)?;
             self.segments
                 .insert(base, Segment::create(&self.dir, base)?);
         }
@@ -309,6 +377,7 @@ impl PartitionLog {
         segment.append(bytes, batches)?;
         let mut messages = 0u64;
         for (_, h) in batches {
+            self.producers.update(h);
             // Epoch changes are checkpointed before the append is acknowledged.
             if self
                 .epochs
@@ -402,7 +471,8 @@ impl PartitionLog {
         seg.truncate_to(offset)?;
         seg.flush()?;
         let leo = self.log_end_offset();
-        self.epochs.truncate_from_end(leo)
+        self.epochs.truncate_from_end(leo)?;
+        self.rebuild_producer_states(&mut Vec::new())
     }
 
     /// Deletes everything and starts empty at `offset`.
@@ -412,6 +482,8 @@ impl PartitionLog {
         }
         self.segments
             .insert(offset, Segment::create(&self.dir, offset)?);
+        producer_state::remove_snapshots_above(&self.dir, i64::MIN)?;
+        self.producers = ProducerStates::default();
         self.epochs.clear()
     }
 
@@ -441,6 +513,7 @@ impl PartitionLog {
     /// Flushes and marks the log cleanly closed.
     pub fn close(mut self) -> Result<(), LogError> {
         self.flush()?;
+        producer_state::write_snapshot(&self.dir, self.log_end_offset(), &self.producers)?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         std::fs::write(&marker, b"").map_err(|e| LogError::io(&marker, e))
     }
@@ -456,6 +529,17 @@ pub mod testing {
 
     /// One v2 batch holding `values`, with base offset 0 and epoch -1 (the producer's view).
     pub fn batch(values: &[&[u8]]) -> Vec<u8> {
+        idempotent_batch(values, -1, -1, -1)
+    }
+
+    /// One v2 batch of an idempotent producer: `values` at sequences `base_sequence`, … (a
+    /// producer id of -1 makes a plain batch).
+    pub fn idempotent_batch(
+        values: &[&[u8]],
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+    ) -> Vec<u8> {
         let records: Vec<Record> = values
             .iter()
             .enumerate()
@@ -464,12 +548,16 @@ pub mod testing {
                 control: false,
                 delete_horizon: false,
                 partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
+                producer_id,
+                producer_epoch,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
                 // The encoder starts a new batch unless offset − sequence is constant.
-                sequence: i as i32 - 1,
+                sequence: if producer_id < 0 {
+                    i as i32 - 1
+                } else {
+                    base_sequence + i as i32
+                },
                 timestamp: 1_700_000_000_000 + i as i64,
                 key: None,
                 value: Some(Bytes::copy_from_slice(v)),
@@ -514,6 +602,7 @@ mod tests {
         LogSettings {
             segment_bytes: 1024,
             flush_interval_messages: u64::MAX,
+            max_batch_bytes: u64::MAX,
         }
     }
 
@@ -534,7 +623,8 @@ mod tests {
             a,
             AppendInfo {
                 first_offset: 0,
-                last_offset: 1
+                last_offset: 1,
+                duplicate: false,
             }
         );
         let b = log.append_as_leader(&batch(&[b"c"]), 5).unwrap();
@@ -721,5 +811,54 @@ mod tests {
             follower.append_as_follower(&bytes).is_err(),
             "must continue from the log end"
         );
+    }
+
+    #[test]
+    fn followers_build_the_leaders_producer_state_and_truncation_rebuilds_it() {
+        use testing::idempotent_batch;
+        let dir = tempfile::tempdir().unwrap();
+        let small = LogSettings {
+            segment_bytes: 300,
+            ..settings()
+        };
+        let (mut leader, _) = PartitionLog::open(&dir.path().join("l"), small).unwrap();
+        for seq in 0..10 {
+            leader
+                .append_as_leader(&idempotent_batch(&[b"v"], 7, 0, seq), 1)
+                .unwrap();
+        }
+        assert!(
+            producer_state::snapshot_offsets(leader.dir())
+                .unwrap()
+                .len()
+                > 1,
+            "segment rolls take snapshots"
+        );
+        let bytes = leader.read(0, i64::MAX, usize::MAX).unwrap().records;
+        let (mut follower, _) = PartitionLog::open(&dir.path().join("f"), small).unwrap();
+        follower.append_as_follower(&bytes).unwrap();
+        assert_eq!(follower.producer_states(), leader.producer_states());
+        assert_eq!(follower.producer_states().get(7).unwrap().batches.len(), 5);
+
+        // Cut below the newest snapshots: the state is what the first six batches leave.
+        follower.truncate_to(6).unwrap();
+        let (mut replay, _) = PartitionLog::open(&dir.path().join("r"), small).unwrap();
+        for seq in 0..6 {
+            replay
+                .append_as_leader(&idempotent_batch(&[b"v"], 7, 0, seq), 1)
+                .unwrap();
+        }
+        assert_eq!(follower.producer_states(), replay.producer_states());
+        // The truncated batch 6 is new again, not a duplicate.
+        let again = follower
+            .append_as_leader(&idempotent_batch(&[b"v"], 7, 0, 6), 2)
+            .unwrap();
+        assert_eq!((again.first_offset, again.duplicate), (6, false));
+
+        // Reopened after a crash (no clean-shutdown marker), the state is rebuilt the same.
+        let expected = follower.producer_states().clone();
+        drop(follower);
+        let (reopened, _) = PartitionLog::open(&dir.path().join("f"), small).unwrap();
+        assert_eq!(reopened.producer_states(), &expected);
     }
 }

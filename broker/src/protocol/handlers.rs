@@ -31,7 +31,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::SUPPORTED_APIS;
+use super::listed_apis;
 use crate::broker::{Broker, FetchSpec};
 use crate::config::TOPIC_KEYS;
 use crate::errors;
@@ -78,6 +78,9 @@ pub async fn handle(
         RequestKind::IncrementalAlterConfigs(r) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(broker, r).await)
         }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(super::init_producer_id::init_producer_id(broker, r).await)
+        }
         other => {
             tracing::warn!("unexpected request {other:?} passed version checks");
             return None;
@@ -88,13 +91,13 @@ pub async fn handle(
 pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = error_code;
-    r.api_keys = SUPPORTED_APIS
-        .iter()
+    r.api_keys = listed_apis()
+        .into_iter()
         .map(|(k, lo, hi)| {
             let mut v = ApiVersion::default();
-            v.api_key = *k as i16;
-            v.min_version = *lo;
-            v.max_version = *hi;
+            v.api_key = k as i16;
+            v.min_version = lo;
+            v.max_version = hi;
             v
         })
         .collect();

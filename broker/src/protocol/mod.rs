@@ -3,6 +3,7 @@
 //! decoded closes only its own connection.
 
 mod handlers;
+mod init_producer_id;
 
 use std::sync::Arc;
 
@@ -37,7 +38,41 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
 ];
+
+/// Versions listed in ApiVersions but not served, because clients key features on them:
+/// librdkafka compresses gzip and snappy only when the broker lists Produce v0, and lz4 only when
+/// it lists FindCoordinator v0 (each listed range must overlap `[0, 0]`). A request in a
+/// listed-only version is refused with the reason given here; librdkafka producing record batch
+/// v2 (Produce ≥ 3) without a consumer group never sends one.
+pub const LISTED_ONLY: &[(ApiKey, i16, i16, &str)] = &[
+    (
+        ApiKey::Produce,
+        0,
+        2,
+        "Produce v0-v2 (message format v0/v1) is listed only so that librdkafka compresses; send record batch v2 (Produce v3 or later)",
+    ),
+    (
+        ApiKey::FindCoordinator,
+        0,
+        0,
+        "FindCoordinator is listed only so that librdkafka compresses lz4; this broker has no group coordinator",
+    ),
+];
+
+/// What ApiVersions lists: every served range, widened down to the listed-only versions, and
+/// the listed-only APIs.
+pub fn listed_apis() -> Vec<(ApiKey, i16, i16)> {
+    let mut out: Vec<(ApiKey, i16, i16)> = SUPPORTED_APIS.to_vec();
+    for (key, lo, hi, _) in LISTED_ONLY {
+        match out.iter_mut().find(|(k, _, _)| k == key) {
+            Some((_, served_lo, _)) => *served_lo = (*served_lo).min(*lo),
+            None => out.push((*key, *lo, *hi)),
+        }
+    }
+    out
+}
 
 fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS
@@ -144,6 +179,12 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
         let body = handlers::api_versions(crate::errors::UNSUPPORTED_VERSION);
         return encode_response(api_key, 0, correlation_id, &ResponseKind::ApiVersions(body))
             .map(Some);
+    }
+    if let Some((_, _, _, why)) = LISTED_ONLY
+        .iter()
+        .find(|(k, lo, hi, _)| *k == api_key && (*lo..=*hi).contains(&version))
+    {
+        anyhow::bail!("API {api_key:?} version {version} is not served: {why}");
     }
     let Some((lo, hi)) = supported_range(api_key) else {
         anyhow::bail!("API {api_key:?} (key {raw_key}) is not supported by this broker");
