@@ -1,6 +1,6 @@
 //! The system under test on one node. [`Db`] is what every database must do; the optional
 //! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory, readiness
-//! and convergence probes) are
+//! and convergence probes, cluster mirroring) are
 //! separate traits a database may offer, found through the `as_*` accessors, so fault kinds are
 //! only scheduled where they can happen.
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 pub use tidemark_checkers::ReplicaState;
 
 use crate::client::{ClientContext, NodeAddr};
+use crate::mirror::MirrorPartition;
 use crate::runtime::Node;
 
 /// Installs, configures, starts and stops the database on a node.
@@ -89,6 +90,69 @@ pub trait Db: Send + Sync {
     fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
         None
     }
+
+    /// The cluster-mirroring ability, when this database has it.
+    fn as_mirror(&self) -> Option<&dyn Mirror> {
+        None
+    }
+}
+
+/// Cluster mirroring (KIP-1279): a destination cluster copies topics of a source cluster at the
+/// same offsets, read-only until a failover stops it.
+///
+/// Contract: every request goes from the harness's client side to whichever node of the named
+/// cluster answers, and fails with the reason when none does or the database refuses it.
+/// - [`create_mirror`](Mirror::create_mirror) registers mirror `name` on `destination`, copying
+///   from `source`; the name must be new.
+/// - [`start_mirror`](Mirror::start_mirror) makes `topics` mirror topics of mirror `name`
+///   (created with the source's ids, or existing ones failing back): once it returns they refuse
+///   client writes; the LMLE truncation and copying go on in the background.
+/// - [`stop_mirror`](Mirror::stop_mirror) is the failover: it returns once the topics are
+///   writable, with the last mirrored leader epoch persisted and the leader epochs bumped above
+///   it.
+/// - [`describe_mirror`](Mirror::describe_mirror) reads each partition of mirror `name`'s topics
+///   as its leader knows it (state, offsets, lag, LMLE), by topic.
+/// - [`set_unclean_support`](Mirror::set_unclean_support) sets
+///   `mirror.support.unclean.leader.election` on one topic of a cluster.
+pub trait Mirror: Send + Sync {
+    /// Creates mirror `name` on `destination`, of `source`.
+    fn create_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        source: &'a ClientContext,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Starts mirroring `topics` on `destination` by mirror `name`.
+    fn start_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Stops mirroring `topics` on `destination` (failover); they are writable on return.
+    fn stop_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Each partition of mirror `name` on `cluster`, as (topic, partition state).
+    fn describe_mirror<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, MirrorPartition)>>>;
+
+    /// Sets `mirror.support.unclean.leader.election` of `topic` on `cluster` to `on`.
+    fn set_unclean_support<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        topic: &'a str,
+        on: bool,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
 }
 
 /// Asks whether the database serves and whether its replicas agree. The runner repeats these
