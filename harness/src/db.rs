@@ -233,6 +233,12 @@ pub struct DumpedReplica {
     /// What the dump noticed while reading (gaps, bad batches).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The `cluster.id` of the node's data directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// A mirror topic's partition state (`MIRRORING`, `STOPPED`, ...) at the last registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_state: Option<String>,
 }
 
 impl DumpedReplica {
@@ -261,6 +267,8 @@ impl DumpedReplica {
             leader_epoch: None,
             isr: None,
             notes: Vec::new(),
+            cluster_id: None,
+            mirror_state: None,
         }
     }
 }
@@ -310,7 +318,8 @@ mod tests {
         let line = json!({"cluster": "a", "node": "n1", "topic": "t", "partition": 0,
             "role": "leader", "log_start_offset": 0, "high_watermark": 2, "log_end_offset": 2,
             "epochs": [[0, 0]], "records": [[0, 15, 0], [1, 16, 0]],
-            "leader_epoch": 0, "isr": [1, 2], "notes": ["gap before segment 9"]});
+            "leader_epoch": 0, "isr": [1, 2], "notes": ["gap before segment 9"],
+            "cluster_id": "tidemark-a", "mirror_state": "MIRRORING"});
         let r: DumpedReplica = serde_json::from_value(line.clone()).unwrap();
         assert_eq!(r.state.records[1].value, 16);
         assert_eq!(r.state.high_watermark, Some(2));
