@@ -4,8 +4,9 @@
 //! Setup creates the topics on the first cluster (A), registers the mirrors both ways (`a-to-b`
 //! on B, `b-to-a` on A, for failbacks) and starts B mirroring A's topics, waiting until every
 //! partition mirrors. Every op names its cluster (`"cluster": "b"` in its value, which the
-//! history line records): sends go to the cluster the generator believes writable, polls to
-//! either at random. The generator learns the writable cluster from the nemesis's `failover`
+//! history line records): sends go to the cluster the generator believes writable (and, after a
+//! failover until the failback, a share to the cluster failed over from), polls to either at
+//! random. The generator learns the writable cluster from the nemesis's `failover`
 //! (`to` takes writes) and `failback` (`from` keeps them) infos, and from a send refused with
 //! READ_ONLY_TOPIC (the other cluster, then); whatever it believes, each send's outcome is what
 //! the broker answered. Final reads drain every partition on both clusters, after the nemesis
@@ -35,6 +36,10 @@ pub struct MirrorOptions {
     pub unclean_support: bool,
     /// Share of polls that read the cluster not taking writes.
     pub mirror_poll_fraction: f64,
+    /// Between a failover and the next failback, the share of sends still made to the cluster
+    /// failed over from, as by clients not yet redirected: acknowledged there and never
+    /// mirrored, they are what the failback abandons.
+    pub stale_send_fraction: f64,
 }
 
 impl MirrorOptions {
@@ -44,6 +49,7 @@ impl MirrorOptions {
             queue: QueueOptions::new(replication_factor),
             unclean_support,
             mirror_poll_fraction: 0.5,
+            stale_send_fraction: 0.2,
         }
     }
 }
@@ -232,6 +238,9 @@ pub struct MirrorGen {
     writable: String,
     other: String,
     mirror_poll_fraction: f64,
+    stale_send_fraction: f64,
+    /// The cluster failed over from, until the failback.
+    failed_over_from: Option<String>,
 }
 
 impl MirrorGen {
@@ -242,6 +251,8 @@ impl MirrorGen {
             writable: writable.into(),
             other: other.into(),
             mirror_poll_fraction: options.mirror_poll_fraction,
+            stale_send_fraction: options.stale_send_fraction,
+            failed_over_from: None,
         }
     }
 
@@ -256,10 +267,11 @@ impl Generator for MirrorGen {
     fn next(&mut self, ctx: &Context, rng: &mut Rng) -> Next {
         match self.inner.next(ctx, rng) {
             Next::Op(mut p) => {
-                let cluster = if p.op.f == "poll" && rng.random_bool(self.mirror_poll_fraction) {
-                    self.other.clone()
-                } else {
-                    self.writable.clone()
+                let stale = self.failed_over_from.clone();
+                let cluster = match (p.op.f.as_str(), stale) {
+                    ("poll", _) if rng.random_bool(self.mirror_poll_fraction) => self.other.clone(),
+                    ("send", Some(old)) if rng.random_bool(self.stale_send_fraction) => old,
+                    _ => self.writable.clone(),
                 };
                 p.op = on_cluster(p.op, &cluster);
                 Next::Op(p)
@@ -273,13 +285,15 @@ impl Generator for MirrorGen {
         let field = |k: &str| op.value.get(k).and_then(Value::as_str).map(str::to_owned);
         match (worker, op.kind, op.f.as_str()) {
             (Worker::Nemesis, OpType::Info, "failover") if op.error.is_none() => {
-                if let Some(to) = field("to") {
+                if let (Some(from), Some(to)) = (field("from"), field("to")) {
                     self.take_writes(&to);
+                    self.failed_over_from = Some(from);
                 }
             }
             (Worker::Nemesis, OpType::Info, "failback") => {
                 if let Some(from) = field("from") {
                     self.take_writes(&from);
+                    self.failed_over_from = None;
                 }
             }
             // The cluster it wrote to is a mirror now: the other must have taken over.
@@ -334,8 +348,10 @@ mod tests {
         };
         g.update(&ctx, Worker::Nemesis, &nemesis("failover", json!({"from": "a", "to": "b"})));
         assert_eq!(g.writable, "b");
+        assert_eq!(g.failed_over_from.as_deref(), Some("a"));
         g.update(&ctx, Worker::Nemesis, &nemesis("failback", json!({"from": "b", "to": "a"})));
         assert_eq!(g.writable, "b");
+        assert_eq!(g.failed_over_from, None);
         let mut refused = Op::new(
             2,
             tidemark_harness::op::Process::Client(0),
