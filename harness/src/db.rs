@@ -209,8 +209,9 @@ pub trait LogFiles: Send + Sync {
 
 /// Reads every replica's state on a node in the `replicas.jsonl` shape.
 ///
-/// Contract: returns one [`DumpedReplica`] per partition replica on `node`, its `cluster` and
-/// `node` set to the node's. It reads on-disk state and works whether the process is running or
+/// Contract: returns one [`DumpedReplica`] per partition replica of the workload's topics on
+/// `node` (the database's internal topics left out), its `cluster` and `node` set to the
+/// node's. It reads on-disk state and works whether the process is running or
 /// not.
 pub trait ReplicaDump: Send + Sync {
     /// The replicas on `node`.
