@@ -829,6 +829,7 @@ mod tests {
                 "auto.create.topics.enable=false",
                 "broker.heartbeat.interval.ms=500",
                 "broker.session.timeout.ms=3000",
+                "cluster.id=tidemark-a",
                 "controller.listener.names=CONTROLLER",
                 "controller.quorum.voters=1@10.211.0.11:9093,2@10.211.0.12:9093,3@10.211.0.13:9093",
                 "default.replication.factor=3",

@@ -483,7 +483,10 @@ impl Connection {
         match ResponseHeader::decode(&mut frame, 1) {
             Ok(h) if h.correlation_id == correlation => Ok(frame),
             Ok(h) => {
-                let why = format!("correlation id {} for request {correlation}", h.correlation_id);
+                let why = format!(
+                    "correlation id {} for request {correlation}",
+                    h.correlation_id
+                );
                 self.broken = Some(why.clone());
                 Err(KafkaError::Protocol(why))
             }

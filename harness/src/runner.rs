@@ -150,7 +150,10 @@ async fn run_phases(
         })
         .collect();
     clients.sort_by_key(|c| c.cluster != home);
-    if clients.first().is_none_or(|c| c.cluster != home || c.nodes.is_empty()) {
+    if clients
+        .first()
+        .is_none_or(|c| c.cluster != home || c.nodes.is_empty())
+    {
         anyhow::bail!("the workload's cluster has no nodes");
     }
     let clients: Arc<[ClientContext]> = clients.into();

@@ -181,7 +181,10 @@ impl Fault for MirrorFaults {
             }
             "config" => {
                 let c: ConfigOp = parse(value)?;
-                let on = match (c.set.len(), c.set.get(MIRROR_UNCLEAN_KEY).map(String::as_str)) {
+                let on = match (
+                    c.set.len(),
+                    c.set.get(MIRROR_UNCLEAN_KEY).map(String::as_str),
+                ) {
                     (1, Some("true")) => true,
                     (1, Some("false")) => false,
                     _ => {
@@ -242,16 +245,25 @@ impl FaultOp for MoveOp<'_> {
         let direction = self.faults.direction();
         let (from, to) = match (&self.m.from, &self.m.to, &direction) {
             (Some(f), Some(t), _) => (f.clone(), t.clone()),
-            (_, _, Direction::Mirroring { source, destination }) if self.failover => {
-                (source.clone(), destination.clone())
-            }
+            (
+                _,
+                _,
+                Direction::Mirroring {
+                    source,
+                    destination,
+                },
+            ) if self.failover => (source.clone(), destination.clone()),
             (_, _, Direction::FailedOver { from, to }) if !self.failover => {
                 (to.clone(), from.clone())
             }
             (_, _, d) => {
                 return Err(Failed::nothing(format!(
                     "nothing to {}: {d:?}",
-                    if self.failover { "fail over" } else { "fail back" }
+                    if self.failover {
+                        "fail over"
+                    } else {
+                        "fail back"
+                    }
                 )))
             }
         };
@@ -397,10 +409,7 @@ fn partitions(
 
 /// The newest leader epoch of every partition of `topics` among the answers of `cluster`'s
 /// nodes.
-async fn leader_epochs(
-    cluster: &ClientContext,
-    topics: &[String],
-) -> BTreeMap<(String, i32), i32> {
+async fn leader_epochs(cluster: &ClientContext, topics: &[String]) -> BTreeMap<(String, i32), i32> {
     let asks = cluster.nodes.iter().map(|n| async move {
         let mut c = Connection::connect(cluster.dialer.clone(), n.addr, cluster.timeout)
             .await
@@ -412,7 +421,9 @@ async fn leader_epochs(
         for (topic, (_, parts)) in &meta.topics {
             for (p, info) in parts {
                 if info.leader_epoch >= 0 {
-                    let e = epochs.entry((topic.clone(), *p)).or_insert(info.leader_epoch);
+                    let e = epochs
+                        .entry((topic.clone(), *p))
+                        .or_insert(info.leader_epoch);
                     *e = (*e).max(info.leader_epoch);
                 }
             }
@@ -477,10 +488,7 @@ mod tests {
         assert_eq!(
             fs(f.settle_ops()),
             vec![
-                (
-                    "failover".to_string(),
-                    json!({"from": "b", "to": "a"})
-                ),
+                ("failover".to_string(), json!({"from": "b", "to": "a"})),
                 back
             ]
         );

@@ -344,12 +344,26 @@ mod tests {
         let mut g = gen();
         let ctx = Context::all_free(0, 2);
         let nemesis = |f: &str, v: Value| {
-            Op::new(1, tidemark_harness::op::Process::Nemesis, OpType::Info, f, v)
+            Op::new(
+                1,
+                tidemark_harness::op::Process::Nemesis,
+                OpType::Info,
+                f,
+                v,
+            )
         };
-        g.update(&ctx, Worker::Nemesis, &nemesis("failover", json!({"from": "a", "to": "b"})));
+        g.update(
+            &ctx,
+            Worker::Nemesis,
+            &nemesis("failover", json!({"from": "a", "to": "b"})),
+        );
         assert_eq!(g.writable, "b");
         assert_eq!(g.failed_over_from.as_deref(), Some("a"));
-        g.update(&ctx, Worker::Nemesis, &nemesis("failback", json!({"from": "b", "to": "a"})));
+        g.update(
+            &ctx,
+            Worker::Nemesis,
+            &nemesis("failback", json!({"from": "b", "to": "a"})),
+        );
         assert_eq!(g.writable, "b");
         assert_eq!(g.failed_over_from, None);
         let mut refused = Op::new(

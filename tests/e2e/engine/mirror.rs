@@ -38,13 +38,28 @@ fn strings(v: &Value) -> Vec<String> {
 /// only there. Anything else is returned.
 fn unexplained(run: &Path, results: &Value) -> Vec<String> {
     let history = json_lines(&run.join("history.jsonl"));
-    let failback_into = |cluster: &Value, after: u64, before: u64| {
-        history[1..].iter().any(|o| {
-            let i = o["index"].as_u64().unwrap_or(0);
-            o["f"] == "failback" && o["type"] == "info" && &o["value"]["to"] == cluster
-                && after < i
-                && i < before
-        })
+    // Each failback as the op indices of its invocation and its info, and the cluster it
+    // turned into a mirror (the nemesis performs one op at a time).
+    let mut failbacks: Vec<(u64, u64, Value)> = Vec::new();
+    let mut invoked = 0;
+    for o in history[1..].iter().filter(|o| o["process"] == "nemesis") {
+        let i = o["index"].as_u64().unwrap_or(0);
+        match (o["type"].as_str(), o["f"].as_str()) {
+            (Some("invoke"), _) => invoked = i,
+            (Some("info"), Some("failback")) => {
+                failbacks.push((invoked, i, o["value"]["to"].clone()))
+            }
+            _ => {}
+        }
+    }
+    let across_failback = |e: &Value| {
+        let (before, after) = (
+            e["previous"]["op_index"].as_u64().unwrap_or(u64::MAX),
+            e["op_index"].as_u64().unwrap_or(0),
+        );
+        failbacks
+            .iter()
+            .any(|(from, to, cluster)| cluster == &e["cluster"] && *from < after && *to > before)
     };
     strings(&results["bad_anomaly_types"])
         .into_iter()
@@ -53,15 +68,7 @@ fn unexplained(run: &Path, results: &Value) -> Vec<String> {
                 return true;
             }
             let entries = results["anomalies"][kind.as_str()].as_array();
-            let explained = entries.is_some_and(|es| {
-                es.iter().all(|e| {
-                    failback_into(
-                        &e["cluster"],
-                        e["previous"]["op_index"].as_u64().unwrap_or(u64::MAX),
-                        e["op_index"].as_u64().unwrap_or(0),
-                    )
-                })
-            });
+            let explained = entries.is_some_and(|es| es.iter().all(across_failback));
             if explained {
                 eprintln!("{}: hw-regression only across failbacks", run.display());
             }
@@ -93,7 +100,10 @@ fn mirror_run(args: &[&str], store: &Path) -> (PathBuf, Value) {
 #[test]
 fn mirror_options_are_checked() {
     let e = usage_error(&["--nemesis", "failover"]);
-    assert!(e.contains("the failover fault kind needs --workload mirror"), "{e}");
+    assert!(
+        e.contains("the failover fault kind needs --workload mirror"),
+        "{e}"
+    );
     let e = usage_error(&["--nemesis", "kill,mirror-config"]);
     assert!(
         e.contains("the mirror-config fault kind needs --workload mirror"),
@@ -141,7 +151,10 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
     let history = json_lines(&run.join("history.jsonl"));
     let ops = &history[1..];
     // Every op names its cluster, and clients wrote to and read from both.
-    assert!(ops.iter().all(|o| o["cluster"].is_string()), "an op without a cluster");
+    assert!(
+        ops.iter().all(|o| o["cluster"].is_string()),
+        "an op without a cluster"
+    );
     for (f, cluster) in [("send", "a"), ("poll", "a"), ("poll", "b")] {
         assert!(
             ops.iter()
@@ -168,7 +181,11 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
     let last = moves.last().unwrap();
     assert_eq!(
         (&last["f"], &last["value"]["from"], &last["value"]["to"]),
-        (&Value::from("failback"), &Value::from("a"), &Value::from("b")),
+        (
+            &Value::from("failback"),
+            &Value::from("a"),
+            &Value::from("b")
+        ),
     );
     assert!(last["error"].is_null(), "{last}");
     // After the final failback both clusters hold the same committed records.
@@ -213,7 +230,12 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
     // Off: divergence is a documented limitation the verdict allows.
     let store = tempfile::tempdir().unwrap();
     let (run, off) = mirror_run(&base, store.path());
-    assert_eq!(unexplained(&run, &off), Vec::<String>::new(), "{}", run.display());
+    assert_eq!(
+        unexplained(&run, &off),
+        Vec::<String>::new(),
+        "{}",
+        run.display()
+    );
     if strings(&off["anomaly_types"]).contains(&"mirror-divergence".to_string()) {
         assert!(off["allowed"]["mirror-divergence"].is_string(), "{off}");
     }
@@ -229,7 +251,12 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
     let mut on = base.to_vec();
     on.push("--mirror-unclean-support");
     let (run, on) = mirror_run(&on, store.path());
-    assert_eq!(unexplained(&run, &on), Vec::<String>::new(), "{}", run.display());
+    assert_eq!(
+        unexplained(&run, &on),
+        Vec::<String>::new(),
+        "{}",
+        run.display()
+    );
     assert!(
         !strings(&on["anomaly_types"]).contains(&"mirror-divergence".to_string()),
         "{}: {on}",
