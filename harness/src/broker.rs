@@ -686,6 +686,16 @@ impl Mirror for TidemarkBroker {
         })
     }
 
+    fn kept_lmles<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        requester: &'a ClientContext,
+        name: &'a str,
+        topic: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(i32, i32)>>> {
+        Box::pin(mirror_api::kept_lmles(cluster, requester, name, topic))
+    }
+
     fn set_unclean_support<'a>(
         &'a self,
         cluster: &'a ClientContext,

@@ -112,6 +112,8 @@ pub trait Db: Send + Sync {
 ///   it.
 /// - [`describe_mirror`](Mirror::describe_mirror) reads each partition of mirror `name`'s topics
 ///   as its leader knows it (state, offsets, lag, LMLE), by topic.
+/// - [`kept_lmles`](Mirror::kept_lmles) reads the LMLEs `cluster` keeps for `requester`'s
+///   partitions of `topic` (persisted by a failover, looked up by a failback), -1 where none.
 /// - [`set_unclean_support`](Mirror::set_unclean_support) sets
 ///   `mirror.support.unclean.leader.election` on one topic of a cluster.
 pub trait Mirror: Send + Sync {
@@ -145,6 +147,16 @@ pub trait Mirror: Send + Sync {
         cluster: &'a ClientContext,
         name: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<Vec<(String, MirrorPartition)>>>;
+
+    /// The LMLEs of mirror `name`'s `topic` that `cluster` keeps for `requester`, as
+    /// (partition, LMLE).
+    fn kept_lmles<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        requester: &'a ClientContext,
+        name: &'a str,
+        topic: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(i32, i32)>>>;
 
     /// Sets `mirror.support.unclean.leader.election` of `topic` on `cluster` to `on`.
     fn set_unclean_support<'a>(

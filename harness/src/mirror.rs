@@ -41,13 +41,25 @@ pub enum MirrorRequest {
         /// Topic names.
         topics: Vec<String>,
     },
-    /// Every mirror and partition state the answering broker knows.
+    /// Every mirror and partition state the answering broker knows, and with `lookup` the
+    /// LMLEs it keeps for another cluster (what that cluster's failback looks up).
     Describe {
         /// Only this mirror, or all.
         mirror: Option<String>,
-        /// Always none: the LMLE lookup is between brokers.
-        lookup: Option<()>,
+        /// The LMLE lookup.
+        lookup: Option<LmleLookup>,
     },
+}
+
+/// Which LMLEs to look up: those kept for cluster `cluster_id`'s topic `topic_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LmleLookup {
+    /// The `cluster.id` of the cluster the LMLEs were recorded for (the old source).
+    pub cluster_id: String,
+    /// The topic's id, as describe shows it.
+    pub topic_id: String,
+    /// Partition indices.
+    pub partitions: Vec<i32>,
 }
 
 impl MirrorRequest {
@@ -80,6 +92,9 @@ pub struct MirrorResponse {
     /// Describe's mirrors.
     #[serde(default)]
     pub mirrors: Vec<MirrorView>,
+    /// A lookup's LMLEs as (partition, LMLE), -1 where none is kept.
+    #[serde(default)]
+    pub lmle: Vec<(i32, i32)>,
 }
 
 /// One topic's outcome.
@@ -108,6 +123,8 @@ pub struct MirrorView {
 pub struct MirrorTopicView {
     /// Topic name.
     pub name: String,
+    /// Topic id (the source's).
+    pub topic_id: String,
     /// Its partitions.
     pub partitions: Vec<MirrorPartition>,
 }
@@ -238,6 +255,40 @@ pub async fn call(
     decode(body)
 }
 
+/// The LMLEs `cx` keeps for the cluster at `requester` (its `cluster.id` asked of it) for
+/// `topic` of mirror `mirror`, by partition: what `requester` would look up to fail back.
+pub async fn kept_lmles(
+    cx: &ClientContext,
+    requester: &ClientContext,
+    mirror: &str,
+    topic: &str,
+) -> anyhow::Result<Vec<(i32, i32)>> {
+    let all = MirrorRequest::Describe {
+        mirror: None,
+        lookup: None,
+    };
+    let cluster_id = call_any(requester, &all).await?.cluster_id;
+    let described = describe(cx, mirror).await?;
+    let t = described
+        .mirrors
+        .iter()
+        .filter(|m| m.name == mirror)
+        .flat_map(|m| m.topics.iter())
+        .find(|t| t.name == topic)
+        .ok_or_else(|| anyhow::anyhow!("mirror {mirror} on {} has no topic {topic}", cx.cluster))?;
+    let lookup = MirrorRequest::Describe {
+        mirror: None,
+        lookup: Some(LmleLookup {
+            cluster_id,
+            topic_id: t.topic_id.clone(),
+            partitions: t.partitions.iter().map(|p| p.partition).collect(),
+        }),
+    };
+    let r = call_any(cx, &lookup).await?;
+    r.check(&format!("LMLE lookup on {}", cx.cluster))?;
+    Ok(r.lmle)
+}
+
 /// Every partition of `mirror` on `cx`, each from the broker that leads it (only the leader
 /// knows its offsets and lag): asks every node and keeps, per partition, an answer with a local
 /// log end offset.
@@ -314,7 +365,7 @@ mod tests {
                 "partitions": [{"partition": 0, "leader": 1, "state": "MIRRORING",
                     "source_offset": 9, "destination_offset": 7, "lag": 2, "lmle": -1,
                     "retry_attempt": 0, "last_error": null, "waiting_for": null}]}]}],
-            "lmle": []});
+            "lmle": [[0, 3]]});
         let body = serde_json::to_vec(&json).unwrap();
         let mut framed = BytesMut::new();
         put_uvarint(&mut framed, body.len() as u64 + 1);
@@ -326,6 +377,8 @@ mod tests {
         let p = r.partitions("a-to-b", "t0");
         assert_eq!(p.len(), 1);
         assert_eq!((p[0].state.as_str(), p[0].lag), ("MIRRORING", 2));
+        assert_eq!(r.mirrors[0].topics[0].topic_id, "00000000-0000-0000-0000-000000000000");
+        assert_eq!(r.lmle, vec![(0, 3)]);
         assert!(decode(Bytes::from_static(&[0])).is_err());
         assert!(decode(Bytes::from_static(&[9, b'{'])).is_err());
     }

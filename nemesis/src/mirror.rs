@@ -287,6 +287,15 @@ impl FaultOp for MoveOp<'_> {
             // goes into the record either way.
             let after = block_on(mirror.describe_mirror(dst, &name));
             record["partitions"] = partitions(dst, &topics, &before, &after);
+            // Describe shows the LMLE a partition looked up when it started mirroring; the one
+            // the stop persisted is what the old source's failback will look up.
+            let src = cluster(env, &from)?;
+            for t in &topics {
+                match block_on(mirror.kept_lmles(dst, src, &name, t)) {
+                    Ok(kept) => set_lmles(&mut record["partitions"], t, &kept),
+                    Err(e) => record["lmle_error"] = json!(format!("{e:#}")),
+                }
+            }
             if let Err(e) = stopped {
                 return Err(Failed {
                     done: record,
@@ -352,6 +361,18 @@ impl FaultOp for MoveOp<'_> {
             });
         }
         Ok(record)
+    }
+}
+
+/// Writes the kept LMLEs of `topic` into its partition entries.
+fn set_lmles(partitions: &mut Value, topic: &str, kept: &[(i32, i32)]) {
+    for entry in partitions.as_array_mut().into_iter().flatten() {
+        if entry["topic"] != topic {
+            continue;
+        }
+        if let Some((_, lmle)) = kept.iter().find(|(p, _)| entry["partition"] == *p) {
+            entry["lmle"] = json!(lmle);
+        }
     }
 }
 

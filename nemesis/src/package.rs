@@ -344,10 +344,11 @@ fn perf(
 }
 
 /// How often a kind's turn comes among the disruptive kinds: leader failovers (kill, bounce,
-/// handoff) are where log-replication bugs live, so the kill package gets three shares.
+/// handoff) are where log-replication bugs live, and mirror failovers and failbacks where
+/// mirroring bugs do, so those packages get three shares.
 fn weight(kind: Kind) -> u32 {
     match kind {
-        Kind::Kill => 3,
+        Kind::Kill | Kind::Failover => 3,
         _ => 1,
     }
 }
@@ -379,6 +380,8 @@ pub struct Combined {
     stamped: Vec<Option<String>>,
     /// The kinds whose ops are not stamped (the mirror's own name their clusters).
     kinds: Vec<Kind>,
+    /// Whether a disruptive turn has been taken.
+    turned: bool,
 }
 
 impl Combined {
@@ -401,6 +404,7 @@ impl Combined {
             waiting_for: None,
             roles: None,
             kinds,
+            turned: false,
         }
     }
 
@@ -455,6 +459,13 @@ impl Combined {
         if self.in_force.is_some() {
             return self.in_force;
         }
+        // A mirrored test fails over first: every run, however short, then has a failover and
+        // the faults that follow land on a mirror that has moved.
+        if self.roles.is_some() && !self.turned {
+            if let Some(i) = self.kinds.iter().position(|k| *k == Kind::Failover) {
+                return Some(i);
+            }
+        }
         let total: u32 = self.shares.iter().flatten().sum();
         if total == 0 {
             return None;
@@ -507,6 +518,7 @@ impl Generator for Combined {
         let op = self.stamp(i, undo, op, rng);
         let in_force = self.cycles[i].in_force();
         if self.shares[i].is_some() {
+            self.turned = true;
             self.in_force = in_force.then_some(i);
             self.turn_due = Some(if in_force {
                 time + rng.random_range(interval / 2..=3 * interval / 2)
@@ -642,5 +654,57 @@ mod tests {
         assert!(skewed_while_disrupted > 0, "{fs:?}");
         let end = invokes.last().unwrap().time;
         assert!(end > 10 * S && end < 150 * S, "{end}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn between_mirrored_clusters_faults_land_on_either_and_failover_comes_first() {
+        let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
+        let packages = vec![
+            package(Kind::Pause, vec!["one".into()], Some(&setup)),
+            package(Kind::Failover, Vec::new(), Some(&setup)),
+        ];
+        let mut gen = Combined::new(packages, 2 * S).between("a", "b");
+        // The nemesis resolves failovers and failbacks against the direction it keeps.
+        let mut source = "a".to_string();
+        let history = simulate(&mut gen, 0, 3, 60, move |op| {
+            let other = if source == "a" { "b" } else { "a" };
+            let value = match op.f.as_str() {
+                "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
+                "failover" => {
+                    let v = json!({"from": source, "to": other});
+                    source = other.to_string();
+                    v
+                }
+                "failback" => json!({"from": source, "to": other}),
+                _ => op.value.clone(),
+            };
+            (Outcome::Info, value, 100_000_000)
+        })
+        .await;
+        let invokes: Vec<&Op> = history
+            .iter()
+            .filter(|o| o.kind == OpType::Invoke)
+            .collect();
+        assert_eq!(invokes[0].f, "failover");
+        let mut clusters = std::collections::BTreeSet::new();
+        let mut paused_on = None;
+        for o in &invokes {
+            match o.f.as_str() {
+                "failover" | "failback" => assert!(o.value.get("cluster").is_none(), "{o:?}"),
+                "pause" => {
+                    let c = o.value["cluster"].as_str().unwrap().to_string();
+                    clusters.insert(c.clone());
+                    paused_on = Some(c);
+                }
+                "resume" => assert_eq!(
+                    o.value["cluster"].as_str().map(String::from),
+                    paused_on.take(),
+                    "{o:?}"
+                ),
+                other => panic!("{other}"),
+            }
+        }
+        assert_eq!(clusters.len(), 2, "{clusters:?}");
+        assert!(invokes.iter().any(|o| o.f == "failback"));
     }
 }
