@@ -377,7 +377,10 @@ mod tests {
         let p = r.partitions("a-to-b", "t0");
         assert_eq!(p.len(), 1);
         assert_eq!((p[0].state.as_str(), p[0].lag), ("MIRRORING", 2));
-        assert_eq!(r.mirrors[0].topics[0].topic_id, "00000000-0000-0000-0000-000000000000");
+        assert_eq!(
+            r.mirrors[0].topics[0].topic_id,
+            "00000000-0000-0000-0000-000000000000"
+        );
         assert_eq!(r.lmle, vec![(0, 3)]);
         assert!(decode(Bytes::from_static(&[0])).is_err());
         assert!(decode(Bytes::from_static(&[9, b'{'])).is_err());
