@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::client::ClientContext;
 use crate::kafka::{Connection, KafkaError};
 
+/// How long one node gets to answer a describe of every node.
+const DESCRIBE_ASK: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The API key of CreateClusterMirror; the others follow it (`broker/src/mirror/wire.rs`).
 pub const API_KEY_BASE: i16 = 94;
 
@@ -297,8 +300,15 @@ pub async fn describe(cx: &ClientContext, mirror: &str) -> anyhow::Result<Mirror
         mirror: Some(mirror.to_string()),
         lookup: None,
     };
-    let answers = futures::future::join_all(cx.nodes.iter().map(|n| call(cx, n.addr, &req))).await;
-    let mut answers = answers.into_iter().filter_map(Result::ok);
+    // A paused node never answers: it gets less time than the request timeout, so one does
+    // not slow every describe of a failback waiting for its partitions.
+    let ask = |n: &crate::client::NodeAddr| {
+        tokio::time::timeout(DESCRIBE_ASK.min(cx.timeout), call(cx, n.addr, &req))
+    };
+    let answers = futures::future::join_all(cx.nodes.iter().map(ask)).await;
+    let mut answers = answers
+        .into_iter()
+        .filter_map(|a| a.ok().and_then(Result::ok));
     let Some(mut merged) = answers.next() else {
         return call_any(cx, &req).await;
     };
