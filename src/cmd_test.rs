@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
+use tidemark_harness::broker::{BrokerConfig, TidemarkBroker, MIRROR_UNCLEAN_KEY};
+use tidemark_harness::client::Workload;
 use tidemark_harness::hosts::{read_nodes_file, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
@@ -17,8 +18,10 @@ use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
 use tidemark_harness::test::{cluster_names, node_names, Test, TestOptions};
+use tidemark_nemesis::mirror::MirrorSetup;
 use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
 use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
+use tidemark_workloads::mirror::{MirrorOptions, MirrorWorkload};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 use crate::hosts_args::HostsArgs;
@@ -30,12 +33,19 @@ use crate::hosts_args::HostsArgs;
     tidemark test --nodes 5 --concurrency 20 --rate 500 --seed 7\n  \
     tidemark test --nemesis partition,kill --nemesis-targets leaders --nemesis-interval 3\n  \
     tidemark test --nemesis-schedule store/latest/history.jsonl --seed 7\n  \
+    tidemark test --workload mirror --nemesis failover,partition,kill,unclean --time-limit 30\n  \
     tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n\
     Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
 pub struct Args {
-    /// The workload: what clients do and how the history is checked.
+    /// The workload: what clients do and how the history is checked. `queue`, or `mirror`:
+    /// two clusters, the second mirroring the first, with the fault kinds `failover` and
+    /// `mirror-config` available.
     #[arg(long, default_value = "queue", value_name = "NAME")]
     workload: String,
+    /// With `--workload mirror`: `mirror.support.unclean.leader.election` on every topic at the
+    /// start (the brokers' default; `mirror-config` faults flip it per topic).
+    #[arg(long)]
+    mirror_unclean_support: bool,
     /// Seconds of workload before healing and the final reads.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     time_limit: f64,
@@ -44,7 +54,7 @@ pub struct Args {
     nodes: Option<usize>,
     /// Number of independent clusters, `a`, `b`, ..., each with its own quorum of --nodes nodes
     /// (`a1`, `a2`, ..., `b1`, ... when more than one); the workload runs against the first, and
-    /// so do faults (default: 1, or the clusters of --nodes-file).
+    /// so do faults (default: 1, 2 for `--workload mirror`, or the clusters of --nodes-file).
     #[arg(long, value_name = "N")]
     clusters: Option<usize>,
     /// Replicas per partition (default: min(3, nodes)).
@@ -107,8 +117,10 @@ pub struct Args {
 #[command(next_help_heading = "Faults")]
 struct NemesisArgs {
     /// Fault kinds, comma separated: partition, kill, pause, clock, loss, corrupt, unclean,
-    /// power; or
-    /// `all`, or `none` [default: partition,kill,pause,clock,loss]
+    /// power, and with `--workload mirror` failover (failover then failback) and mirror-config
+    /// (flip mirror.support.unclean.leader.election); or `all`, or `none`
+    /// [default: partition,kill,pause,clock,loss]. Between mirrored clusters each fault lands on
+    /// the mirror's source or destination at random.
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
     /// Seconds a fault lasts on average; calms between faults of one kind last up to twice this.
@@ -147,6 +159,7 @@ fn faults(
     clusters: &[ClusterNodes],
     seed: u64,
     local: bool,
+    mirror: Option<MirrorSetup>,
 ) -> Result<Faults, Problem> {
     let usage = |m: String| Problem::Usage(m);
     let interval = seconds("nemesis-interval", args.nemesis_interval)?;
@@ -155,6 +168,23 @@ fn faults(
         Some(list) => parse_kinds(list).map_err(usage)?,
         None => Kind::DEFAULT.to_vec(),
     };
+    if mirror.is_none() {
+        // `all` names them too; only a test that mirrors can use them.
+        if let Some(list) = &args.nemesis {
+            if let Some(k) = list
+                .split(',')
+                .filter_map(|w| Kind::parse(w.trim()))
+                .find(|k| k.mirrors())
+            {
+                return Err(usage(format!(
+                    "the {} fault kind needs --workload mirror",
+                    k.name()
+                )));
+            }
+        }
+        kinds.retain(|k| !k.mirrors());
+    }
+    let mirroring = mirror.is_some();
     if args.nemesis_schedule.is_some() && explicit {
         return Err(usage(
             "--nemesis-schedule replays its own faults; leave out --nemesis".into(),
@@ -177,6 +207,7 @@ fn faults(
     let mut options = NemesisOptions {
         interval,
         seed,
+        mirror,
         ..NemesisOptions::default()
     };
     let nemesis = match &args.nemesis_schedule {
@@ -218,7 +249,8 @@ fn faults(
         .then(|| args.faketime_library.clone());
     let powerfs = nemesis.kinds().contains(&Kind::Power);
     Ok(Faults {
-        nemesis: (!kinds.is_empty()).then(|| Arc::new(nemesis) as Arc<dyn Nemesis>),
+        // A mirrored test always has a nemesis: its final failback settles the mirror.
+        nemesis: (!kinds.is_empty() || mirroring).then(|| Arc::new(nemesis) as Arc<dyn Nemesis>),
         kinds,
         faketime,
         powerfs,
@@ -278,6 +310,17 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             )))
         }
     };
+    let mirror_workload = args.workload == "mirror";
+    if mirror_workload && args.clusters.is_some_and(|n| n != 2) {
+        return Err(Problem::Usage(
+            "--workload mirror runs on two clusters; leave out --clusters or give 2".into(),
+        ));
+    }
+    if args.mirror_unclean_support && !mirror_workload {
+        return Err(Problem::Usage(
+            "--mirror-unclean-support goes with --workload mirror".into(),
+        ));
+    }
     let clusters = match (&hosts, args.clusters) {
         (Some((file, _)), Some(n)) if n != file.clusters.len() => {
             return Err(Problem::Usage(format!(
@@ -287,7 +330,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         }
         (Some((file, _)), _) => file.clusters.iter().map(|(c, _)| c.clone()).collect(),
         (None, n) => {
-            let n = n.unwrap_or(1);
+            let n = n.unwrap_or(if mirror_workload { 2 } else { 1 });
             if n == 0 || n > netns::MAX_CLUSTERS {
                 return Err(Problem::Usage(format!(
                     "--clusters must be 1 to {}",
@@ -361,7 +404,28 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         .iter()
         .map(|c| (c.clone(), node_names(&clusters, c, nodes)))
         .collect();
-    let faults = faults(&args.faults, &cluster_nodes, seed, hosts.is_none())?;
+    if mirror_workload && clusters.len() != 2 {
+        return Err(Problem::Usage(format!(
+            "--workload mirror runs on two clusters, but the nodes file lists {}",
+            clusters.len()
+        )));
+    }
+    let mirror_options = MirrorOptions::new(rf as i16, args.mirror_unclean_support);
+    let mirror_setup = mirror_workload.then(|| MirrorSetup {
+        unclean_support: args.mirror_unclean_support,
+        ..MirrorSetup::new(
+            &clusters[0],
+            &clusters[1],
+            mirror_options.queue.topics.clone(),
+        )
+    });
+    let faults = faults(
+        &args.faults,
+        &cluster_nodes,
+        seed,
+        hosts.is_none(),
+        mirror_setup,
+    )?;
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
     let final_timeout = seconds("final-timeout", args.final_timeout)?;
@@ -397,6 +461,13 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
                 )))
             }
         }
+    }
+    if mirror_workload {
+        // The brokers' default, so the mirror topics B creates have the flag too.
+        config
+            .overrides
+            .entry(MIRROR_UNCLEAN_KEY.to_string())
+            .or_insert_with(|| args.mirror_unclean_support.to_string());
     }
     let powerfs = broker.with_file_name("tidemark-powerfs");
     let mut db = TidemarkBroker::new(broker, config, args.inject_bug);
@@ -479,11 +550,17 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         final_timeout,
         argv: std::env::args().collect(),
     };
+    let workload: Arc<dyn Workload> = if mirror_workload {
+        let (a, b) = (options.clusters[0].clone(), options.clusters[1].clone());
+        Arc::new(MirrorWorkload::new(mirror_options, &a, &b))
+    } else {
+        Arc::new(Queue::new(QueueOptions::new(rf as i16)))
+    };
     let test = Test {
         runtime,
         db: Arc::new(db),
         net: Arc::new(Iptables),
-        workload: Arc::new(Queue::new(QueueOptions::new(rf as i16))),
+        workload,
         nemesis: faults.nemesis,
         options,
     };

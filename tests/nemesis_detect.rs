@@ -3,7 +3,9 @@
 //! same mix, which must stay valid.
 //!
 //! CI runs one short run per bug with a targeted mix and a seed known to catch it, and one run
-//! of the correct broker under the default mix. The full matrix (five seeds of 60 s per bug and
+//! of the correct broker under the default mix. The mirroring bugs are each run against a
+//! scripted schedule of failovers, failbacks and the faults around them that the bug's catalogue
+//! entry needs (`--workload mirror --nemesis-schedule`), one seed each. The full matrix (five seeds of 60 s per bug and
 //! for the correct broker, under the default mix) and the time-to-detection benchmark take tens
 //! of minutes, so they are `#[ignore]`d; run them with
 //! `cargo test --test nemesis_detect -- --ignored --nocapture --test-threads 1`.
@@ -186,6 +188,91 @@ fn a_follower_truncating_to_its_high_watermark_is_caught() {
     );
 }
 
+/// Failover, then failback: B writes in the epoch it must have bumped.
+const FAILOVER_FAILBACK: &str = r#"[
+  {"time_s": 3, "f": "failover", "value": {}},
+  {"time_s": 9, "f": "failback", "value": {}}
+]"#;
+
+/// Failover, then A's leader killed while clients not yet redirected still write to A: A holds
+/// records of an epoch above the last mirrored one, which only the LMLE truncation removes when
+/// A fails back (the DivergingEpoch answer cannot: B bumped to that same epoch).
+const FAILOVER_KILL_FAILBACK: &str = r#"[
+  {"time_s": 3, "f": "failover", "value": {}},
+  {"time_s": 5, "f": "kill", "value": {"cluster": "a", "targets": "leader"}},
+  {"time_s": 7, "f": "start", "value": {"cluster": "a", "nodes": ["a1", "a2", "a3"]}},
+  {"time_s": 11, "f": "failback", "value": {}}
+]"#;
+
+/// A mirror run replaying `schedule` for `time_limit` seconds with `args` besides.
+fn mirror_run(schedule: &str, time_limit: &str, seed: &str, args: &[&str]) -> Verdict {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("schedule.json");
+    std::fs::write(&file, schedule).unwrap();
+    let file = file.display().to_string();
+    let mut all = vec![
+        "--workload",
+        "mirror",
+        "--nemesis-schedule",
+        &file,
+        "--time-limit",
+        time_limit,
+        "--seed",
+        seed,
+    ];
+    all.extend_from_slice(args);
+    run(&all)
+}
+
+/// Runs `bug` against `schedule` and asserts it is reported with `anomaly`.
+fn mirror_bug_caught(bug: &str, schedule: &str, time_limit: &str, extra: &[&str], anomaly: &str) {
+    broker();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut args = vec!["--inject-bug", bug];
+    args.extend_from_slice(extra);
+    let v = mirror_run(schedule, time_limit, "1", &args);
+    assert_eq!(
+        v.valid,
+        Some(false),
+        "{bug} went unnoticed: {}",
+        keep(&v, bug).display()
+    );
+    assert!(
+        v.anomalies.contains(&anomaly.to_string()),
+        "{bug}: {:?}, {}",
+        v.anomalies,
+        keep(&v, bug).display()
+    );
+}
+
+#[test]
+fn a_failover_without_an_epoch_bump_is_caught() {
+    if !root_or_skip("a_failover_without_an_epoch_bump_is_caught") {
+        return;
+    }
+    mirror_bug_caught(
+        "no-epoch-bump-on-failover",
+        FAILOVER_FAILBACK,
+        "12",
+        &[],
+        "epoch-ownership",
+    );
+}
+
+#[test]
+fn a_failback_without_the_lmle_truncation_is_caught() {
+    if !root_or_skip("a_failback_without_the_lmle_truncation_is_caught") {
+        return;
+    }
+    mirror_bug_caught(
+        "skip-lmle-truncation",
+        FAILOVER_KILL_FAILBACK,
+        "14",
+        &[],
+        "mirror-divergence",
+    );
+}
+
 /// Five seeds of 60 s under the default mix: each bug caught in four at least, the correct
 /// broker valid in all five.
 #[test]
@@ -230,6 +317,52 @@ fn detection_matrix() {
         println!("{bug}: {hits}/5\n  {}", row.join("\n  "));
         table.push((bug, hits, needed));
     }
+    for (bug, hits, needed) in table {
+        assert!(hits >= needed, "{bug}: {hits}/5, needed {needed}");
+    }
+}
+
+/// Five seeds of each mirroring bug's schedule, and of the correct broker under failovers,
+/// kills, partitions and unclean elections for 60 s: each bug caught in four at least, the
+/// correct broker valid in all five.
+#[test]
+#[ignore = "about 15 minutes; run by hand"]
+fn mirror_detection_matrix() {
+    if !root_or_skip("mirror_detection_matrix") {
+        return;
+    }
+    broker();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut table = Vec::new();
+    for (bug, schedule, limit) in [
+        ("no-epoch-bump-on-failover", FAILOVER_FAILBACK, "12"),
+        ("skip-lmle-truncation", FAILOVER_KILL_FAILBACK, "14"),
+    ] {
+        let mut hits = 0;
+        for seed in 1..=5 {
+            let v = mirror_run(schedule, limit, &seed.to_string(), &["--inject-bug", bug]);
+            hits += usize::from(v.valid == Some(false));
+            println!("{bug} seed {seed}: {:?} {:?}", v.valid, v.anomalies);
+        }
+        table.push((bug, hits, 4));
+    }
+    let mut valid = 0;
+    for seed in 1..=5 {
+        let seed = seed.to_string();
+        let v = run(&[
+            "--workload",
+            "mirror",
+            "--nemesis",
+            "failover,partition,kill,unclean",
+            "--time-limit",
+            "60",
+            "--seed",
+            &seed,
+        ]);
+        valid += usize::from(v.valid == Some(true));
+        println!("correct seed {seed}: {:?} {:?}", v.valid, v.anomalies);
+    }
+    table.push(("none", valid, 5));
     for (bug, hits, needed) in table {
         assert!(hits >= needed, "{bug}: {hits}/5, needed {needed}");
     }

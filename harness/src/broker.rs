@@ -24,12 +24,18 @@ use serde_json::{json, Value};
 
 use crate::client::{ClientContext, NodeAddr};
 use crate::db::{
-    DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Pause, PowerLoss, Probe, ReplicaDump,
+    DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Mirror, Pause, PowerLoss, Probe,
+    ReplicaDump,
 };
+use crate::kafka::{error_name, Connection};
+use crate::mirror::{self as mirror_api, MirrorPartition, MirrorRequest};
 use crate::prerequisites::Requirement;
 use crate::probe;
 use crate::remote::{self, command_line, escape};
 use crate::runtime::Node;
+
+/// The topic config that extends the LMLE truncation's wait to every replica (KIP-1279).
+pub const MIRROR_UNCLEAN_KEY: &str = "mirror.support.unclean.leader.election";
 
 /// The client listener port.
 pub const CLIENT_PORT: u16 = 9092;
@@ -141,6 +147,8 @@ pub fn render_properties(
 ) -> String {
     let mut props: BTreeMap<String, String> = BTreeMap::new();
     props.insert("node.id".into(), node.id.to_string());
+    // Mirroring tells clusters apart by id (a mirror of one's own cluster is a loop).
+    props.insert("cluster.id".into(), format!("tidemark-{}", node.cluster));
     props.insert("process.roles".into(), "broker,controller".into());
     props.insert(
         "listeners".into(),
@@ -508,6 +516,10 @@ impl Db for TidemarkBroker {
         Some(self)
     }
 
+    fn as_mirror(&self) -> Option<&dyn Mirror> {
+        Some(self)
+    }
+
     fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
         self.powerfs.is_some().then_some(self as &dyn PowerLoss)
     }
@@ -599,6 +611,123 @@ impl LogFiles for TidemarkBroker {
     }
 }
 
+impl Mirror for TidemarkBroker {
+    fn create_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        source: &'a ClientContext,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let source_bootstrap = source
+                .nodes
+                .iter()
+                .map(|n| n.addr.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let req = MirrorRequest::Create {
+                mirror: name.to_string(),
+                source_bootstrap,
+            };
+            mirror_api::call_any(destination, &req)
+                .await?
+                .check(&format!("create mirror {name} on {}", destination.cluster))
+        })
+    }
+
+    fn start_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let req = MirrorRequest::Start {
+                mirror: name.to_string(),
+                topics: topics.to_vec(),
+            };
+            mirror_api::call_any(destination, &req)
+                .await?
+                .check(&format!("start mirror {name} on {}", destination.cluster))
+        })
+    }
+
+    fn stop_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let req = MirrorRequest::Stop {
+                mirror: name.to_string(),
+                topics: topics.to_vec(),
+            };
+            mirror_api::call_any(destination, &req)
+                .await?
+                .check(&format!("stop mirror {name} on {}", destination.cluster))
+        })
+    }
+
+    fn describe_mirror<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, MirrorPartition)>>> {
+        Box::pin(async move {
+            let r = mirror_api::describe(cluster, name).await?;
+            r.check(&format!("describe mirror {name} on {}", cluster.cluster))?;
+            Ok(r.mirrors
+                .iter()
+                .filter(|m| m.name == name)
+                .flat_map(|m| m.topics.iter())
+                .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.clone())))
+                .collect())
+        })
+    }
+
+    fn kept_lmles<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        requester: &'a ClientContext,
+        name: &'a str,
+        topic: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(i32, i32)>>> {
+        Box::pin(mirror_api::kept_lmles(cluster, requester, name, topic))
+    }
+
+    fn set_unclean_support<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        topic: &'a str,
+        on: bool,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let mut last = String::from("the cluster has no nodes");
+            for node in &cluster.nodes {
+                let attempt = async {
+                    let mut c =
+                        Connection::connect(cluster.dialer.clone(), node.addr, cluster.timeout)
+                            .await?;
+                    c.set_topic_config(topic, MIRROR_UNCLEAN_KEY, &on.to_string())
+                        .await
+                };
+                match attempt.await {
+                    Ok((0, _)) => return Ok(()),
+                    Ok((code, message)) => anyhow::bail!(
+                        "{MIRROR_UNCLEAN_KEY}={on} on {topic} in cluster {}: {} {}",
+                        cluster.cluster,
+                        error_name(code),
+                        message.unwrap_or_default()
+                    ),
+                    Err(e) => last = format!("{}: {e}", node.name),
+                }
+            }
+            anyhow::bail!("no node of cluster {} answered: {last}", cluster.cluster)
+        })
+    }
+}
+
 impl Probe for TidemarkBroker {
     fn serves<'a>(
         &'a self,
@@ -637,9 +766,14 @@ impl ReplicaDump for TidemarkBroker {
         let out = remote::run(node.remote.as_ref(), &cmd)?;
         let mut replicas = Vec::new();
         for line in out.lines().filter(|l| !l.trim().is_empty()) {
-            let r: DumpedReplica = serde_json::from_str(line)
-                .with_context(|| format!("{}: bad dump-log line {line:?}", node.name))?;
-            replicas.push(r);
+            let bad = || format!("{}: bad dump-log line {line:?}", node.name);
+            let v: Value = serde_json::from_str(line).with_context(bad)?;
+            // Internal topics (`__mirror_state`) hold the broker's own records, not the
+            // workload's integers.
+            if v["topic"].as_str().is_some_and(|t| t.starts_with("__")) {
+                continue;
+            }
+            replicas.push(serde_json::from_value(v).with_context(bad)?);
         }
         Ok(replicas)
     }
@@ -705,6 +839,7 @@ mod tests {
                 "auto.create.topics.enable=false",
                 "broker.heartbeat.interval.ms=500",
                 "broker.session.timeout.ms=3000",
+                "cluster.id=tidemark-a",
                 "controller.listener.names=CONTROLLER",
                 "controller.quorum.voters=1@10.211.0.11:9093,2@10.211.0.12:9093,3@10.211.0.13:9093",
                 "default.replication.factor=3",

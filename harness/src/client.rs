@@ -87,13 +87,25 @@ pub trait Client: Send {
     fn invoke<'a>(&'a mut self, op: &'a Invocation) -> BoxFuture<'a, Completion>;
 }
 
+/// What a workload's setup may use: every cluster's client side (the workload's own cluster
+/// first) and the database's abilities (e.g. [`Mirror`](crate::db::Mirror)).
+pub struct SetupContext<'a> {
+    /// Every cluster, the workload's first.
+    pub clusters: &'a [ClientContext],
+    /// The database.
+    pub db: &'a dyn Db,
+}
+
 /// A kind of test.
 ///
 /// Contract:
 /// - [`setup`](Workload::setup) prepares the database once all nodes serve (e.g. creates topics)
 ///   and returns once every node agrees the preparation is visible, or an error.
-/// - [`open`](Workload::open) makes a client for a fresh process bound to node index `node`; it
-///   must not block (connections are made on first use).
+/// - [`open`](Workload::open) makes a client for a fresh process bound to node index `node` of
+///   the first of `clusters` (the workload's own; a workload of several clusters, such as
+///   mirroring, may use the others too); it must not block (connections are made on first use).
+/// - A client op is recorded with the cluster its invocation value names (`"cluster": "b"`),
+///   else with the workload's cluster; the generator chooses it.
 /// - [`generator`](Workload::generator) is the main phase's client schedule, run under the test's
 ///   time limit and rate by the runner. [`final_generator`](Workload::final_generator) runs after
 ///   every fault is healed, with fresh processes, to read everything back.
@@ -108,10 +120,10 @@ pub trait Workload: Send + Sync {
     fn options(&self) -> Value;
 
     /// Prepares the database.
-    fn setup<'a>(&'a self, cx: &'a ClientContext) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn setup<'a>(&'a self, cx: SetupContext<'a>) -> BoxFuture<'a, anyhow::Result<()>>;
 
-    /// Opens a client for a new process talking first to node `node` of `cx.nodes`.
-    fn open(&self, cx: &ClientContext, node: usize) -> Box<dyn Client>;
+    /// Opens a client for a new process talking first to node `node` of the first cluster.
+    fn open(&self, clusters: &[ClientContext], node: usize) -> Box<dyn Client>;
 
     /// The main phase's client ops.
     fn generator(&self) -> Box<dyn Generator>;

@@ -1,6 +1,6 @@
 //! The system under test on one node. [`Db`] is what every database must do; the optional
 //! abilities (kill, pause, log files, replica dumps, a skewable clock, a data directory, readiness
-//! and convergence probes) are
+//! and convergence probes, cluster mirroring) are
 //! separate traits a database may offer, found through the `as_*` accessors, so fault kinds are
 //! only scheduled where they can happen.
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 pub use tidemark_checkers::ReplicaState;
 
 use crate::client::{ClientContext, NodeAddr};
+use crate::mirror::MirrorPartition;
 use crate::runtime::Node;
 
 /// Installs, configures, starts and stops the database on a node.
@@ -89,6 +90,81 @@ pub trait Db: Send + Sync {
     fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
         None
     }
+
+    /// The cluster-mirroring ability, when this database has it.
+    fn as_mirror(&self) -> Option<&dyn Mirror> {
+        None
+    }
+}
+
+/// Cluster mirroring (KIP-1279): a destination cluster copies topics of a source cluster at the
+/// same offsets, read-only until a failover stops it.
+///
+/// Contract: every request goes from the harness's client side to whichever node of the named
+/// cluster answers, and fails with the reason when none does or the database refuses it.
+/// - [`create_mirror`](Mirror::create_mirror) registers mirror `name` on `destination`, copying
+///   from `source`; the name must be new.
+/// - [`start_mirror`](Mirror::start_mirror) makes `topics` mirror topics of mirror `name`
+///   (created with the source's ids, or existing ones failing back): once it returns they refuse
+///   client writes; the LMLE truncation and copying go on in the background.
+/// - [`stop_mirror`](Mirror::stop_mirror) is the failover: it returns once the topics are
+///   writable, with the last mirrored leader epoch persisted and the leader epochs bumped above
+///   it.
+/// - [`describe_mirror`](Mirror::describe_mirror) reads each partition of mirror `name`'s topics
+///   as its leader knows it (state, offsets, lag, LMLE), by topic.
+/// - [`kept_lmles`](Mirror::kept_lmles) reads the LMLEs `cluster` keeps for `requester`'s
+///   partitions of `topic` (persisted by a failover, looked up by a failback), -1 where none.
+/// - [`set_unclean_support`](Mirror::set_unclean_support) sets
+///   `mirror.support.unclean.leader.election` on one topic of a cluster.
+pub trait Mirror: Send + Sync {
+    /// Creates mirror `name` on `destination`, of `source`.
+    fn create_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        source: &'a ClientContext,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Starts mirroring `topics` on `destination` by mirror `name`.
+    fn start_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Stops mirroring `topics` on `destination` (failover); they are writable on return.
+    fn stop_mirror<'a>(
+        &'a self,
+        destination: &'a ClientContext,
+        name: &'a str,
+        topics: &'a [String],
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Each partition of mirror `name` on `cluster`, as (topic, partition state).
+    fn describe_mirror<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, MirrorPartition)>>>;
+
+    /// The LMLEs of mirror `name`'s `topic` that `cluster` keeps for `requester`, as
+    /// (partition, LMLE).
+    fn kept_lmles<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        requester: &'a ClientContext,
+        name: &'a str,
+        topic: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(i32, i32)>>>;
+
+    /// Sets `mirror.support.unclean.leader.election` of `topic` on `cluster` to `on`.
+    fn set_unclean_support<'a>(
+        &'a self,
+        cluster: &'a ClientContext,
+        topic: &'a str,
+        on: bool,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
 }
 
 /// Asks whether the database serves and whether its replicas agree. The runner repeats these
@@ -145,8 +221,9 @@ pub trait LogFiles: Send + Sync {
 
 /// Reads every replica's state on a node in the `replicas.jsonl` shape.
 ///
-/// Contract: returns one [`DumpedReplica`] per partition replica on `node`, its `cluster` and
-/// `node` set to the node's. It reads on-disk state and works whether the process is running or
+/// Contract: returns one [`DumpedReplica`] per partition replica of the workload's topics on
+/// `node` (the database's internal topics left out), its `cluster` and `node` set to the
+/// node's. It reads on-disk state and works whether the process is running or
 /// not.
 pub trait ReplicaDump: Send + Sync {
     /// The replicas on `node`.
@@ -169,6 +246,12 @@ pub struct DumpedReplica {
     /// What the dump noticed while reading (gaps, bad batches).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The `cluster.id` of the node's data directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// A mirror topic's partition state (`MIRRORING`, `STOPPED`, ...) at the last registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_state: Option<String>,
 }
 
 impl DumpedReplica {
@@ -197,6 +280,8 @@ impl DumpedReplica {
             leader_epoch: None,
             isr: None,
             notes: Vec::new(),
+            cluster_id: None,
+            mirror_state: None,
         }
     }
 }
@@ -246,7 +331,8 @@ mod tests {
         let line = json!({"cluster": "a", "node": "n1", "topic": "t", "partition": 0,
             "role": "leader", "log_start_offset": 0, "high_watermark": 2, "log_end_offset": 2,
             "epochs": [[0, 0]], "records": [[0, 15, 0], [1, 16, 0]],
-            "leader_epoch": 0, "isr": [1, 2], "notes": ["gap before segment 9"]});
+            "leader_epoch": 0, "isr": [1, 2], "notes": ["gap before segment 9"],
+            "cluster_id": "tidemark-a", "mirror_state": "MIRRORING"});
         let r: DumpedReplica = serde_json::from_value(line.clone()).unwrap();
         assert_eq!(r.state.records[1].value, 16);
         assert_eq!(r.state.high_watermark, Some(2));

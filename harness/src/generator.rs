@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
-use crate::op::{Invocation, Op, Process};
+use crate::op::{Invocation, Op, OpType, Process};
 
 /// The RNG every generator draws from; the runner seeds it from the test's seed.
 pub type Rng = ChaCha8Rng;
@@ -429,7 +429,9 @@ impl Generator for Phases {
     }
 }
 
-/// Lets its generator use only client workers (Jepsen's `clients`).
+/// Lets its generator use only client workers (Jepsen's `clients`). It hears the clients' ops
+/// and, unlike Jepsen's, the nemesis's completions, so a workload can follow what the faults
+/// did (the mirror workload moves its writes with failovers).
 pub struct Clients<G>(pub G);
 
 impl<G: Generator> Generator for Clients<G> {
@@ -439,7 +441,7 @@ impl<G: Generator> Generator for Clients<G> {
     }
 
     fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
-        if matches!(worker, Worker::Client(_)) {
+        if matches!(worker, Worker::Client(_)) || op.kind == OpType::Info {
             self.0.update(ctx, worker, op)
         }
     }

@@ -93,9 +93,9 @@ pub struct Interpreter<H> {
     clusters: OpClusters,
 }
 
-/// The clusters ops are recorded with: every client op with the clients' cluster, every nemesis
-/// op with the cluster its value names (`"cluster": "b"`) or else the nemesis's default cluster.
-/// Without them (a simulation) ops name no cluster.
+/// The clusters ops are recorded with: every op with the cluster its value names
+/// (`"cluster": "b"`), else a client op with the clients' cluster and a nemesis op with the
+/// nemesis's default cluster. Without them (a simulation) ops name no cluster but their own.
 #[derive(Debug, Clone, Default)]
 pub struct OpClusters {
     /// The cluster the clients talk to.
@@ -108,13 +108,13 @@ impl OpClusters {
     /// The cluster `op` of `worker` is recorded with.
     fn of(&self, worker: Worker, op: &Invocation) -> Option<String> {
         match worker {
-            Worker::Client(_) => self.clients.clone(),
+            Worker::Client(_) => fault_cluster(op, self.clients.as_deref()),
             Worker::Nemesis => fault_cluster(op, self.nemesis.as_deref()),
         }
     }
 }
 
-/// The cluster a fault op acts on: the one its value names in `cluster`, else `default`.
+/// The cluster an op acts on: the one its value names in `cluster`, else `default`.
 pub fn fault_cluster(op: &Invocation, default: Option<&str>) -> Option<String> {
     op.value
         .get("cluster")

@@ -3,7 +3,9 @@
 //! broker. Clients of workloads decide from that whether an op is `ok`, `fail` or `info`.
 //!
 //! It speaks only what the workloads and nemeses need: ApiVersions, Metadata, CreateTopics,
-//! Produce (v2 record batches whose values are decimal integers), Fetch and ElectLeaders.
+//! Produce (v2 record batches whose values are decimal integers), Fetch, ElectLeaders,
+//! IncrementalAlterConfigs of a topic, and raw frames for APIs kafka-protocol does not know (the
+//! cluster-mirroring admin APIs of KIP-1279, see [`crate::mirror`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,6 +20,9 @@ use kafka_protocol::messages::{
     create_topics_request::{CreatableTopic, CreateTopicsRequest},
     elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
+    incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+    },
     metadata_request::{MetadataRequest, MetadataRequestTopic},
     metadata_response::MetadataResponse,
     produce_request::{PartitionProduceData, ProduceRequest, TopicProduceData},
@@ -37,9 +42,14 @@ use crate::dial::{connect_async, Dialer};
 /// Kafka error codes by name: `code.err()` is `None` for no error, else the [`ResponseError`].
 pub use kafka_protocol::error::{ParseResponseErrorCode, ResponseError};
 
+/// READ_ONLY_TOPIC (KIP-1279): a produce to a mirror topic, refused before appending. Newer than
+/// kafka-protocol's list of codes.
+pub const READ_ONLY_TOPIC: i16 = 134;
+
 /// The name of a Kafka error code, for histories.
 pub fn error_name(code: i16) -> String {
     match code.err() {
+        _ if code == READ_ONLY_TOPIC => "ReadOnlyTopic".to_string(),
         Some(e) => format!("{e:?}"),
         None => "NONE".to_string(),
     }
@@ -87,6 +97,7 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 1, 12),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::ElectLeaders, 1, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 /// One connection to one broker.
@@ -396,6 +407,94 @@ impl Connection {
                 )
             })
             .ok_or_else(|| KafkaError::Protocol("ElectLeaders: partition missing".into()))
+    }
+
+    /// Sets topic config `key` to `value` on `topic` (IncrementalAlterConfigs, operation SET).
+    /// Returns the resource's error code and message.
+    pub async fn set_topic_config(
+        &mut self,
+        topic: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(i16, Option<String>), KafkaError> {
+        let version = self.version(ApiKey::IncrementalAlterConfigs)?;
+        const TOPIC_RESOURCE: i8 = 2;
+        const SET: i8 = 0;
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(TOPIC_RESOURCE)
+                .with_resource_name(StrBytes::from_string(topic.to_string()))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_string(key.to_string()))
+                    .with_config_operation(SET)
+                    .with_value(Some(StrBytes::from_string(value.to_string())))]),
+        ]);
+        let resp = self
+            .send(ApiKey::IncrementalAlterConfigs, version, &req)
+            .await?;
+        resp.responses
+            .first()
+            .map(|r| {
+                (
+                    r.error_code,
+                    r.error_message.as_ref().map(|m| m.to_string()),
+                )
+            })
+            .ok_or_else(|| KafkaError::Protocol("IncrementalAlterConfigs: no resource".into()))
+    }
+
+    /// Sends `body` as version `version` of API `key`, which this client cannot decode (request
+    /// header v2, response header v1), and returns the response body after its header.
+    pub async fn raw(&mut self, key: i16, version: i16, body: &[u8]) -> Result<Bytes, KafkaError> {
+        if let Some(why) = &self.broken {
+            return Err(KafkaError::NotSent(format!("connection unusable: {why}")));
+        }
+        let correlation = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation)
+            .with_client_id(Some(StrBytes::from_static_str("tidemark")))
+            .encode(&mut buf, 2)
+            .map_err(|e| KafkaError::NotSent(format!("encoding API key {key}: {e}")))?;
+        buf.extend_from_slice(body);
+        let result = tokio::time::timeout(self.timeout, async {
+            self.framed
+                .send(buf.freeze())
+                .await
+                .map_err(|e| KafkaError::ConnectionLost(e.to_string()))?;
+            match self.framed.next().await {
+                Some(Ok(frame)) => Ok(frame),
+                Some(Err(e)) => Err(KafkaError::ConnectionLost(e.to_string())),
+                None => Err(KafkaError::ConnectionLost("closed by broker".into())),
+            }
+        })
+        .await
+        .unwrap_or(Err(KafkaError::Timeout(self.timeout)));
+        let mut frame = match result {
+            Ok(f) => f.freeze(),
+            Err(e) => {
+                self.broken = Some(e.to_string());
+                return Err(e);
+            }
+        };
+        match ResponseHeader::decode(&mut frame, 1) {
+            Ok(h) if h.correlation_id == correlation => Ok(frame),
+            Ok(h) => {
+                let why = format!(
+                    "correlation id {} for request {correlation}",
+                    h.correlation_id
+                );
+                self.broken = Some(why.clone());
+                Err(KafkaError::Protocol(why))
+            }
+            Err(e) => {
+                self.broken = Some(e.to_string());
+                Err(KafkaError::Protocol(format!("API key {key}: {e}")))
+            }
+        }
     }
 
     /// Appends `values` (as decimal strings) in one v2 record batch to a partition.

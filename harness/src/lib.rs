@@ -9,7 +9,8 @@
 //!   [`NetnsRuntime`](netns::NetnsRuntime) is the embedded default;
 //!   [`HostsRuntime`](hosts::HostsRuntime) drives existing machines over SSH.
 //! - [`Db`](db::Db) with the optional [`Kill`](db::Kill), [`Pause`](db::Pause),
-//!   [`LogFiles`](db::LogFiles), [`ReplicaDump`](db::ReplicaDump) and [`Probe`](db::Probe): the
+//!   [`LogFiles`](db::LogFiles), [`ReplicaDump`](db::ReplicaDump), [`Probe`](db::Probe) and
+//!   [`Mirror`](db::Mirror) (cluster mirroring, whose admin requests are in [`mirror`]): the
 //!   broker on a node.
 //!   [`TidemarkBroker`](broker::TidemarkBroker) deploys `tidemark-broker`.
 //! - [`Net`](net::Net): cut and heal links between nodes. [`Iptables`](net::Iptables).
@@ -45,6 +46,7 @@ pub mod hosts;
 pub mod interpreter;
 pub mod kafka;
 pub mod leftovers;
+pub mod mirror;
 pub mod nemesis;
 pub mod net;
 pub mod netns;

@@ -22,6 +22,16 @@ pub struct NemesisContext<'a> {
     pub net: &'a dyn Net,
     /// How the harness reaches the nodes as a client (for metadata and admin requests).
     pub client: &'a ClientContext,
+    /// Every cluster's client side, this one's included, for faults between clusters
+    /// (failover, failback).
+    pub clusters: &'a [ClientContext],
+}
+
+impl NemesisContext<'_> {
+    /// The client side of cluster `name`.
+    pub fn cluster(&self, name: &str) -> Option<&ClientContext> {
+        self.clusters.iter().find(|c| c.cluster == name)
+    }
 }
 
 /// Performs fault ops.
@@ -35,6 +45,9 @@ pub struct NemesisContext<'a> {
 /// - [`heal_ops`](Nemesis::heal_ops) undo the faults of its own that the engine's [`heal_ops`]
 ///   cannot (clock skew, packet loss); the final phase performs them through `invoke`, before
 ///   the engine's, whatever happened in the main phase.
+/// - [`settle_ops`](Nemesis::settle_ops) bring the system to the steady state the final reads
+///   expect once everything is healed and serving (mirroring back in its first direction and
+///   caught up); the final phase performs them through `invoke` after healing.
 /// - `invoke` runs on a blocking thread of the runner's tokio runtime, so it may block on async
 ///   work with [`tokio::runtime::Handle::current`].
 pub trait Nemesis: Send + Sync {
@@ -49,6 +62,11 @@ pub trait Nemesis: Send + Sync {
 
     /// Ops that undo this nemesis's own faults in the final phase.
     fn heal_ops(&self) -> Vec<Invocation> {
+        Vec::new()
+    }
+
+    /// Ops that settle the system after healing, before the final reads.
+    fn settle_ops(&self) -> Vec<Invocation> {
         Vec::new()
     }
 

@@ -11,7 +11,9 @@
 //!
 //! A test has one or more clusters, each its own quorum on its own nodes, all reached through
 //! one runtime. Serving, convergence and healing are per cluster; the workload's clients talk to
-//! the first; a fault acts on the cluster its op names (`"cluster": "b"`), else on the first.
+//! the first unless an op names another (`"cluster": "b"`); a fault acts on the cluster its op
+//! names, else on the first. After healing, the nemesis's settle ops (mirroring back in its
+//! first direction) run before replicas are awaited.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use serde_json::Value;
 pub use tokio_util::sync::CancellationToken;
 
 use crate::checker::{check_run, write_results, Results};
-use crate::client::{Client, ClientContext, Workload};
+use crate::client::{Client, ClientContext, SetupContext, Workload};
 use crate::collect::{dump_replicas, snarf_logs};
 use crate::db::Db;
 use crate::generator::{self, Generator};
@@ -126,35 +128,50 @@ async fn run_phases(
     let history = HistoryWriter::create(&run_dir.history(), &description)?;
     progress.phase(&format!("run directory {}", run_dir.path().display()));
 
-    let clusters: Vec<Parts> = opts
+    let home = opts.workload_cluster().to_owned();
+    let members = |name: &str| -> Vec<Node> {
+        nodes
+            .iter()
+            .filter(|n| n.cluster == name)
+            .cloned()
+            .collect()
+    };
+    // The workload's cluster first, as `SetupContext` and `Workload::open` promise.
+    let mut clients: Vec<ClientContext> = opts
         .clusters
         .iter()
         .map(|name| {
-            let members: Vec<Node> = nodes
-                .iter()
-                .filter(|n| &n.cluster == name)
-                .cloned()
-                .collect();
-            Parts {
-                client: ClientContext::new(
-                    &members,
-                    test.db.as_ref(),
-                    test.runtime.dialer(),
-                    opts.op_timeout,
-                ),
-                nodes: Arc::new(members),
-                db: test.db.clone(),
-                net: test.net.clone(),
-            }
+            ClientContext::new(
+                &members(name),
+                test.db.as_ref(),
+                test.runtime.dialer(),
+                opts.op_timeout,
+            )
         })
         .collect();
-    let home = opts.workload_cluster().to_owned();
-    let cx = clusters
+    clients.sort_by_key(|c| c.cluster != home);
+    if clients
+        .first()
+        .is_none_or(|c| c.cluster != home || c.nodes.is_empty())
+    {
+        anyhow::bail!("the workload's cluster has no nodes");
+    }
+    let clients: Arc<[ClientContext]> = clients.into();
+    let clusters: Vec<Parts> = opts
+        .clusters
         .iter()
-        .find(|c| c.client.cluster == home)
-        .context("the workload's cluster has no nodes")?
-        .client
-        .clone();
+        .map(|name| Parts {
+            client: clients
+                .iter()
+                .find(|c| &c.cluster == name)
+                .cloned()
+                .expect("a context per cluster"),
+            all: clients.clone(),
+            nodes: Arc::new(members(name)),
+            db: test.db.clone(),
+            net: test.net.clone(),
+        })
+        .collect();
 
     progress.phase("deploying tidemark-broker");
     let db = test.db.clone();
@@ -179,7 +196,11 @@ async fn run_phases(
     }
 
     let workload = test.workload.clone();
-    tokio::time::timeout(opts.ready_timeout, workload.setup(&cx))
+    let setup = SetupContext {
+        clusters: &clients,
+        db: test.db.as_ref(),
+    };
+    tokio::time::timeout(opts.ready_timeout, workload.setup(setup))
         .await
         .context("workload setup timed out")??;
 
@@ -189,7 +210,7 @@ async fn run_phases(
         history,
         Arc::new(WorkloadClients {
             workload: workload.clone(),
-            cx: cx.clone(),
+            clusters: clients.clone(),
         }),
         test.nemesis.clone().map(|nemesis| {
             Arc::new(NemesisWorker {
@@ -238,6 +259,9 @@ async fn run_phases(
             cancel,
         )
         .await?;
+    }
+    if let Some(nemesis) = test.nemesis.as_deref() {
+        settle(&mut interp, nemesis, &clusters, &home)?;
     }
     progress.phase("waiting for replicas to converge");
     for c in &clusters {
@@ -311,13 +335,15 @@ where
     })
 }
 
-/// One cluster's nodes, its database and network, and its clients' context.
+/// One cluster's nodes, its database and network, and its clients' context (and every
+/// cluster's, for faults between clusters).
 #[derive(Clone)]
 struct Parts {
     nodes: Arc<Vec<Node>>,
     db: Arc<dyn Db>,
     net: Arc<dyn Net>,
     client: ClientContext,
+    all: Arc<[ClientContext]>,
 }
 
 impl Parts {
@@ -327,19 +353,22 @@ impl Parts {
             db: self.db.as_ref(),
             net: self.net.as_ref(),
             client: &self.client,
+            clusters: &self.all,
         }
     }
 }
 
-/// Opens the workload's clients, client worker `i` bound to node `i mod nodes`.
+/// Opens the workload's clients, client worker `i` bound to node `i mod nodes` of the
+/// workload's cluster (the first of `clusters`).
 struct WorkloadClients {
     workload: Arc<dyn Workload>,
-    cx: ClientContext,
+    clusters: Arc<[ClientContext]>,
 }
 
 impl OpenClient for WorkloadClients {
     fn open(&self, worker: usize) -> Box<dyn Client> {
-        self.workload.open(&self.cx, worker % self.cx.nodes.len())
+        self.workload
+            .open(&self.clusters, worker % self.clusters[0].nodes.len())
     }
 }
 
@@ -383,6 +412,28 @@ impl PerformFault for NemesisWorker {
                 })
         })
     }
+}
+
+/// Performs the nemesis's settle ops, each on the cluster it names (else `home`), recorded as
+/// nemesis invokes and infos.
+fn settle(
+    interp: &mut Interpreter<HistoryWriter>,
+    nemesis: &dyn Nemesis,
+    clusters: &[Parts],
+    home: &str,
+) -> anyhow::Result<()> {
+    for op in nemesis.settle_ops() {
+        let cluster = fault_cluster(&op, Some(home)).unwrap_or_default();
+        let parts = clusters
+            .iter()
+            .find(|c| c.client.cluster == cluster)
+            .with_context(|| format!("settle op {} names no cluster of the test", op.f))?;
+        let cx = parts.context();
+        interp.perform_now(&op, &cluster, |op| {
+            tokio::task::block_in_place(|| nemesis.invoke(&cx, op))
+        })?;
+    }
+    interp.history().flush()
 }
 
 /// Heals every fault of every cluster, recording each step as a nemesis invoke and info with

@@ -6,8 +6,9 @@
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
-//!   what was not fsynced). Every op's `info` records what was actually done, in a form the
-//!   same op accepts again, so histories replay.
+//!   what was not fsynced), and between two clusters [`mirror`] (failover, failback, and the
+//!   mirror's unclean-election flag). Every op's `info` records what was actually done, in a
+//!   form the same op accepts again, so histories replay.
 //! - [`targets`] and [`grudge`] are the pure parts: which nodes, which cuts.
 //! - [`cluster`] reads leaders and ISRs from Metadata and asks for elections.
 //! - [`package`] gives each kind a cycle of ops, final heals and a plot colour, and combines them
@@ -22,6 +23,7 @@ pub mod corrupt;
 pub mod fault;
 pub mod grudge;
 pub mod loss;
+pub mod mirror;
 pub mod package;
 pub mod partition;
 pub mod power;
@@ -66,11 +68,15 @@ pub enum Kind {
     Unclean,
     /// Power loss under the data directories.
     Power,
+    /// Mirror failover and failback between two clusters.
+    Failover,
+    /// Flips `mirror.support.unclean.leader.election` on a topic.
+    MirrorConfig,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
@@ -79,6 +85,8 @@ impl Kind {
         Kind::Corrupt,
         Kind::Unclean,
         Kind::Power,
+        Kind::Failover,
+        Kind::MirrorConfig,
     ];
 
     /// The default mix: everything that loses no data by design.
@@ -101,7 +109,14 @@ impl Kind {
             Kind::Corrupt => "corrupt",
             Kind::Unclean => "unclean",
             Kind::Power => "power",
+            Kind::Failover => "failover",
+            Kind::MirrorConfig => "mirror-config",
         }
+    }
+
+    /// Whether the kind acts on cluster mirroring (and so needs the mirror workload).
+    pub fn mirrors(self) -> bool {
+        matches!(self, Kind::Failover | Kind::MirrorConfig)
     }
 
     /// The kind called `name`.
@@ -120,6 +135,8 @@ impl Kind {
             "corrupt-file" => Kind::Corrupt,
             "unclean-election" => Kind::Unclean,
             "power-loss" => Kind::Power,
+            "failover" | "failback" => Kind::Failover,
+            "config" => Kind::MirrorConfig,
             _ => return None,
         })
     }
@@ -136,7 +153,7 @@ impl Kind {
                 NodeSpec::ALL.map(NodeSpec::name).to_vec()
             }
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
-            Kind::Unclean => Vec::new(),
+            Kind::Unclean | Kind::Failover | Kind::MirrorConfig => Vec::new(),
         }
     }
 
@@ -152,7 +169,13 @@ impl Kind {
                 Requirement::program("fusermount3", "fuse3", "power faults"),
                 Requirement::device(std::path::Path::new("/dev/fuse"), "fuse3", "power faults"),
             ],
-            Kind::Partition | Kind::Kill | Kind::Pause | Kind::Clock | Kind::Corrupt => Vec::new(),
+            Kind::Partition
+            | Kind::Kill
+            | Kind::Pause
+            | Kind::Clock
+            | Kind::Corrupt
+            | Kind::Failover
+            | Kind::MirrorConfig => Vec::new(),
         }
     }
 
@@ -165,7 +188,7 @@ impl Kind {
             Kind::Pause => vec!["one", "minority", "majority", "leader", "leaders"],
             Kind::Clock | Kind::Loss => vec!["one", "minority", "majority", "all"],
             Kind::Corrupt => vec!["one", "minority"],
-            Kind::Unclean => Vec::new(),
+            Kind::Unclean | Kind::Failover | Kind::MirrorConfig => Vec::new(),
             // One node (Kafka's replication must cover it) or the whole cluster at once (only
             // per-message flush covers that).
             Kind::Power => vec!["one", "all"],
@@ -281,6 +304,9 @@ pub struct NemesisOptions {
     pub seed: u64,
     /// The forced unclean election's ports and timings.
     pub unclean: unclean::Unclean,
+    /// What is mirrored between two clusters, when the test mirrors: the mirror faults act on
+    /// it, and the other kinds' faults land on the source or the destination at random.
+    pub mirror: Option<mirror::MirrorSetup>,
 }
 
 impl Default for NemesisOptions {
@@ -291,13 +317,15 @@ impl Default for NemesisOptions {
             targets: BTreeMap::new(),
             seed: 0,
             unclean: unclean::Unclean::default(),
+            mirror: None,
         }
     }
 }
 
-/// Every fault kind, for routing ops and checking schedules.
+/// Every fault kind, for routing ops and checking schedules (the mirror faults only when the
+/// test mirrors).
 pub fn all_faults(options: &NemesisOptions) -> Faults {
-    vec![
+    let mut faults: Faults = vec![
         Arc::new(partition::Partition),
         Arc::new(process::Process),
         Arc::new(clock::Clock::default()),
@@ -305,7 +333,11 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
         Arc::new(corrupt::Corrupt),
         Arc::new(options.unclean.clone()),
         Arc::new(power::Power),
-    ]
+    ];
+    if let Some(setup) = &options.mirror {
+        faults.push(Arc::new(mirror::MirrorFaults::new(setup.clone())));
+    }
+    faults
 }
 
 /// The nemesis of `tidemark test`: a combined package of the chosen kinds, or a scripted
@@ -313,6 +345,7 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
 pub struct Nemeses {
     options: NemesisOptions,
     faults: Faults,
+    mirror: Option<Arc<mirror::MirrorFaults>>,
     schedule: Option<Schedule>,
     rng: Mutex<Rng>,
 }
@@ -321,8 +354,19 @@ impl Nemeses {
     /// Generated faults of `options.kinds`.
     pub fn new(options: NemesisOptions) -> Self {
         let rng = Mutex::new(Rng::seed_from_u64(options.seed ^ 0x6e65_6d65_7369_7321));
+        let mut faults = all_faults(&options);
+        // The mirror faults keep the mirror's direction, which settling needs: one instance.
+        faults.retain(|f| !f.fs().contains(&"failover"));
+        let mirror = options
+            .mirror
+            .clone()
+            .map(|setup| Arc::new(mirror::MirrorFaults::new(setup)));
+        if let Some(m) = &mirror {
+            faults.push(m.clone());
+        }
         Nemeses {
-            faults: all_faults(&options),
+            faults,
+            mirror,
             options,
             schedule: None,
             rng,
@@ -352,7 +396,7 @@ impl Nemeses {
                     self.options.targets.get(k).cloned().unwrap_or_else(|| {
                         k.default_targets().into_iter().map(String::from).collect()
                     });
-                package(*k, targets)
+                package(*k, targets, self.options.mirror.as_ref())
             })
             .collect()
     }
@@ -391,15 +435,26 @@ impl Nemesis for Nemeses {
     fn generator(&self) -> Box<dyn Generator> {
         match &self.schedule {
             Some(s) => Box::new(s.generator()),
-            None => Box::new(Combined::new(
-                self.packages(),
-                self.options.interval.as_nanos() as u64,
-            )),
+            None => {
+                let combined =
+                    Combined::new(self.packages(), self.options.interval.as_nanos() as u64);
+                Box::new(match &self.options.mirror {
+                    Some(m) => combined.between(&m.source, &m.destination),
+                    None => combined,
+                })
+            }
         }
     }
 
     fn heal_ops(&self) -> Vec<Invocation> {
         self.packages().into_iter().flat_map(|p| p.heal).collect()
+    }
+
+    fn settle_ops(&self) -> Vec<Invocation> {
+        self.mirror
+            .as_ref()
+            .map(|m| m.settle_ops())
+            .unwrap_or_default()
     }
 
     fn describe(&self) -> Value {
@@ -415,6 +470,10 @@ impl Nemesis for Nemeses {
             }).collect::<BTreeMap<String, Value>>(),
             "perf": packages.iter().map(|p| p.perf.clone()).collect::<Vec<_>>(),
             "scripted_ops": self.schedule.as_ref().map(|s| s.ops.len()),
+            "mirror": self.options.mirror.as_ref().map(|m| json!({
+                "source": m.source, "destination": m.destination, "topics": m.topics,
+                "unclean_support": m.unclean_support,
+            })),
         })
     }
 }

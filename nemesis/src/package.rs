@@ -3,6 +3,10 @@
 //! label and colour for plots. [`Combined`] runs every package's cycle on its own staggered
 //! timeline (gaps uniform in [0, 2·interval]) on the single nemesis worker, so faults of
 //! different kinds overlap as they would with Jepsen's `gen/any` of staggered flip-flops.
+//!
+//! Between two mirrored clusters ([`Combined::between`]) each fault that names no cluster lands
+//! on the mirror's source or its destination at random (as the direction is when it starts), and
+//! its undoing on the same cluster.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -11,6 +15,7 @@ use serde_json::{json, Value};
 use tidemark_harness::generator::{Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::op::{Invocation, Op, OpType};
 
+use crate::mirror::MirrorSetup;
 use crate::Kind;
 
 /// How plots label and shade a fault kind: intervals open with a `start` op and close with a
@@ -137,8 +142,53 @@ fn pick(choices: &[String], rng: &mut Rng) -> String {
     choices.choose(rng).cloned().unwrap_or_default()
 }
 
-/// The package of `kind`, drawing targets from `targets` (spec names the kind understands).
-pub fn package(kind: Kind, targets: Vec<String>) -> Package {
+/// Failover, then failback, then failover again ...: each resolved against the mirror's
+/// direction when performed.
+struct Alternate {
+    next_failover: bool,
+}
+
+impl Cycle for Alternate {
+    fn next(&mut self, _rng: &mut Rng) -> Invocation {
+        let f = if self.next_failover {
+            "failover"
+        } else {
+            "failback"
+        };
+        self.next_failover = !self.next_failover;
+        op(f, json!({}))
+    }
+}
+
+/// Flips `mirror.support.unclean.leader.election` of a random topic on a random cluster of the
+/// mirror, each (cluster, topic) starting from the setup's value.
+struct FlagFlips {
+    clusters: Vec<String>,
+    topics: Vec<String>,
+    initial: bool,
+    flags: std::collections::BTreeMap<(String, String), bool>,
+}
+
+impl Cycle for FlagFlips {
+    fn next(&mut self, rng: &mut Rng) -> Invocation {
+        let cluster = pick(&self.clusters, rng);
+        let topic = pick(&self.topics, rng);
+        let flag = self
+            .flags
+            .entry((cluster.clone(), topic.clone()))
+            .or_insert(self.initial);
+        *flag = !*flag;
+        op(
+            "config",
+            json!({"cluster": cluster, "topic": topic,
+                   "set": {tidemark_harness::broker::MIRROR_UNCLEAN_KEY: flag.to_string()}}),
+        )
+    }
+}
+
+/// The package of `kind`, drawing targets from `targets` (spec names the kind understands);
+/// the mirror kinds act on `mirror`.
+pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -> Package {
     let undo =
         |f: &'static str| move |info: &Value| op(f, json!({ "nodes": recorded_nodes(info) }));
     let (cycle, heal, perf): (Box<dyn Cycle>, Vec<Invocation>, Perf) = match kind {
@@ -237,6 +287,25 @@ pub fn package(kind: Kind, targets: Vec<String>) -> Package {
             Vec::new(),
             perf("unclean election", &["unclean-election"], &[], "#E9A0CF"),
         ),
+        Kind::Failover => (
+            Box::new(Alternate {
+                next_failover: true,
+            }),
+            Vec::new(),
+            perf("failed over", &["failover"], &["failback"], "#F2C48D"),
+        ),
+        Kind::MirrorConfig => (
+            Box::new(FlagFlips {
+                clusters: mirror
+                    .map(|m| vec![m.source.clone(), m.destination.clone()])
+                    .unwrap_or_default(),
+                topics: mirror.map(|m| m.topics.clone()).unwrap_or_default(),
+                initial: mirror.is_some_and(|m| m.unclean_support),
+                flags: Default::default(),
+            }),
+            Vec::new(),
+            perf("mirror flag", &["config"], &[], "#8DE0F2"),
+        ),
         // A power loss boots its nodes again itself: nothing to undo or heal.
         Kind::Power => (
             flip_flop(
@@ -275,10 +344,11 @@ fn perf(
 }
 
 /// How often a kind's turn comes among the disruptive kinds: leader failovers (kill, bounce,
-/// handoff) are where log-replication bugs live, so the kill package gets three shares.
+/// handoff) are where log-replication bugs live, and mirror failovers and failbacks where
+/// mirroring bugs do, so those packages get three shares.
 fn weight(kind: Kind) -> u32 {
     match kind {
-        Kind::Kill => 3,
+        Kind::Kill | Kind::Failover => 3,
         _ => 1,
     }
 }
@@ -304,6 +374,14 @@ pub struct Combined {
     in_force: Option<usize>,
     interval: u64,
     waiting_for: Option<usize>,
+    /// Between mirrored clusters: the source and destination now, and the cluster each
+    /// cycle's fault in force was stamped with.
+    roles: Option<(String, String)>,
+    stamped: Vec<Option<String>>,
+    /// The kinds whose ops are not stamped (the mirror's own name their clusters).
+    kinds: Vec<Kind>,
+    /// Whether a disruptive turn has been taken.
+    turned: bool,
 }
 
 impl Combined {
@@ -313,22 +391,80 @@ impl Combined {
             .iter()
             .map(|p| (p.kind != Kind::Clock).then(|| weight(p.kind)))
             .collect();
+        let kinds = packages.iter().map(|p| p.kind).collect();
         let cycles: Vec<Box<dyn Cycle>> = packages.into_iter().map(|p| p.cycle).collect();
         Combined {
             due: vec![None; cycles.len()],
+            stamped: vec![None; cycles.len()],
             shares,
             cycles,
             turn_due: None,
             in_force: None,
             interval,
             waiting_for: None,
+            roles: None,
+            kinds,
+            turned: false,
         }
+    }
+
+    /// Faults land on the mirror's `source` or `destination` (as failovers and failbacks move
+    /// them), the undoing of each on its fault's cluster.
+    pub fn between(mut self, source: &str, destination: &str) -> Self {
+        self.roles = Some((source.to_string(), destination.to_string()));
+        self
+    }
+
+    /// Names the cluster of cycle `i`'s op `op` (`undo`: it undoes the cycle's fault in force).
+    fn stamp(&mut self, i: usize, undo: bool, mut op: Invocation, rng: &mut Rng) -> Invocation {
+        let Some((source, destination)) = &self.roles else {
+            return op;
+        };
+        if self.kinds[i].mirrors() || op.value.get("cluster").is_some() {
+            return op;
+        }
+        let cluster = match (&self.stamped[i], undo) {
+            (Some(c), true) => c.clone(),
+            _ if rng.random_bool(0.5) => source.clone(),
+            _ => destination.clone(),
+        };
+        if let Value::Object(m) = &mut op.value {
+            m.insert("cluster".into(), json!(cluster));
+        }
+        self.stamped[i] = Some(cluster);
+        op
+    }
+
+    /// Follows the mirror's direction through the recorded failovers and failbacks.
+    fn follow(&mut self, op: &Op) {
+        let (Some(roles), Some(from), Some(to)) = (
+            self.roles.as_mut(),
+            op.value.get("from").and_then(Value::as_str),
+            op.value.get("to").and_then(Value::as_str),
+        ) else {
+            return;
+        };
+        // After a failover `to` takes the writes; after a failback `from` is the source.
+        let source = match op.f.as_str() {
+            "failover" => to,
+            "failback" => from,
+            _ => return,
+        };
+        let other = if source == from { to } else { from };
+        *roles = (source.to_string(), other.to_string());
     }
 
     /// The cycle whose turn it is: the one with a fault in force, else a weighted draw.
     fn turn(&self, rng: &mut Rng) -> Option<usize> {
         if self.in_force.is_some() {
             return self.in_force;
+        }
+        // A mirrored test fails over first: every run, however short, then has a failover and
+        // the faults that follow land on a mirror that has moved.
+        if self.roles.is_some() && !self.turned {
+            if let Some(i) = self.kinds.iter().position(|k| *k == Kind::Failover) {
+                return Some(i);
+            }
         }
         let total: u32 = self.shares.iter().flatten().sum();
         if total == 0 {
@@ -377,9 +513,12 @@ impl Generator for Combined {
             (None, None) => return Next::Done,
         };
         let time = time.max(ctx.time);
+        let undo = self.cycles[i].in_force();
         let op = self.cycles[i].next(rng);
+        let op = self.stamp(i, undo, op, rng);
         let in_force = self.cycles[i].in_force();
         if self.shares[i].is_some() {
+            self.turned = true;
             self.in_force = in_force.then_some(i);
             self.turn_due = Some(if in_force {
                 time + rng.random_range(interval / 2..=3 * interval / 2)
@@ -404,6 +543,7 @@ impl Generator for Combined {
 
     fn update(&mut self, _ctx: &Context, worker: Worker, op: &Op) {
         if worker == Worker::Nemesis && op.kind == OpType::Info {
+            self.follow(op);
             if let Some(i) = self.waiting_for.take() {
                 self.cycles[i].done(&op.value);
             }
@@ -422,7 +562,7 @@ mod tests {
 
     #[test]
     fn faults_alternate_with_their_undoing_which_names_the_recorded_nodes() {
-        let mut p = package(Kind::Pause, vec!["one".into()]);
+        let mut p = package(Kind::Pause, vec!["one".into()], None);
         let mut r = rng(1);
         let first = p.cycle.next(&mut r);
         assert_eq!(first, op("pause", json!({"targets": "one"})));
@@ -431,7 +571,7 @@ mod tests {
         p.cycle.done(&json!({"nodes": ["n2"]}));
         assert_eq!(p.cycle.next(&mut r).f, "pause");
 
-        let mut c = package(Kind::Clock, vec!["all".into()]);
+        let mut c = package(Kind::Clock, vec!["all".into()], None);
         let skew = c.cycle.next(&mut r);
         assert!(skew.f.starts_with("clock-"));
         c.cycle.done(&json!({"offsets_ms": {"n1": 5, "n3": -7}}));
@@ -444,7 +584,7 @@ mod tests {
 
     #[test]
     fn kills_sometimes_bounce_or_hand_off_leaders_which_need_no_undoing() {
-        let mut p = package(Kind::Kill, vec!["leaders".into()]);
+        let mut p = package(Kind::Kill, vec!["leaders".into()], None);
         let mut r = rng(2);
         let mut seen = std::collections::BTreeMap::new();
         for _ in 0..200 {
@@ -459,9 +599,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn combined_packages_take_turns_on_one_worker_with_one_disruptive_fault_at_a_time() {
         let packages = vec![
-            package(Kind::Partition, vec!["one".into()]),
-            package(Kind::Pause, vec!["one".into()]),
-            package(Kind::Clock, vec!["one".into()]),
+            package(Kind::Partition, vec!["one".into()], None),
+            package(Kind::Pause, vec!["one".into()], None),
+            package(Kind::Clock, vec!["one".into()], None),
         ];
         let mut gen = Combined::new(packages, 2 * S);
         let history = simulate(&mut gen, 0, 1, 40, |op| {
@@ -514,5 +654,57 @@ mod tests {
         assert!(skewed_while_disrupted > 0, "{fs:?}");
         let end = invokes.last().unwrap().time;
         assert!(end > 10 * S && end < 150 * S, "{end}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn between_mirrored_clusters_faults_land_on_either_and_failover_comes_first() {
+        let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
+        let packages = vec![
+            package(Kind::Pause, vec!["one".into()], Some(&setup)),
+            package(Kind::Failover, Vec::new(), Some(&setup)),
+        ];
+        let mut gen = Combined::new(packages, 2 * S).between("a", "b");
+        // The nemesis resolves failovers and failbacks against the direction it keeps.
+        let mut source = "a".to_string();
+        let history = simulate(&mut gen, 0, 3, 60, move |op| {
+            let other = if source == "a" { "b" } else { "a" };
+            let value = match op.f.as_str() {
+                "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
+                "failover" => {
+                    let v = json!({"from": source, "to": other});
+                    source = other.to_string();
+                    v
+                }
+                "failback" => json!({"from": source, "to": other}),
+                _ => op.value.clone(),
+            };
+            (Outcome::Info, value, 100_000_000)
+        })
+        .await;
+        let invokes: Vec<&Op> = history
+            .iter()
+            .filter(|o| o.kind == OpType::Invoke)
+            .collect();
+        assert_eq!(invokes[0].f, "failover");
+        let mut clusters = std::collections::BTreeSet::new();
+        let mut paused_on = None;
+        for o in &invokes {
+            match o.f.as_str() {
+                "failover" | "failback" => assert!(o.value.get("cluster").is_none(), "{o:?}"),
+                "pause" => {
+                    let c = o.value["cluster"].as_str().unwrap().to_string();
+                    clusters.insert(c.clone());
+                    paused_on = Some(c);
+                }
+                "resume" => assert_eq!(
+                    o.value["cluster"].as_str().map(String::from),
+                    paused_on.take(),
+                    "{o:?}"
+                ),
+                other => panic!("{other}"),
+            }
+        }
+        assert_eq!(clusters.len(), 2, "{clusters:?}");
+        assert!(invokes.iter().any(|o| o.f == "failback"));
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, Workload};
+use tidemark_harness::client::{ClientContext, SetupContext, Workload};
 use tidemark_harness::db::Db;
 use tidemark_harness::leftovers;
 use tidemark_harness::net::Iptables;
@@ -134,12 +134,18 @@ async fn raw_rate(concurrency: usize) -> f64 {
         .await
         .unwrap();
     let queue = Arc::new(Queue::new(queue_options()));
-    queue.setup(&cx).await.unwrap();
+    queue
+        .setup(SetupContext {
+            clusters: std::slice::from_ref(&cx),
+            db: &db,
+        })
+        .await
+        .unwrap();
     let count = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + MEASURE;
     let mut tasks = Vec::new();
     for w in 0..concurrency {
-        let mut client = queue.open(&cx, w % nodes.len());
+        let mut client = queue.open(std::slice::from_ref(&cx), w % nodes.len());
         let count = count.clone();
         tasks.push(tokio::spawn(async move {
             let mut next_value = (w as i64) << 40;

@@ -4,8 +4,11 @@
 //!
 //! - [`queue`]: unique integers sent to and polled from several topic-partitions (Jepsen's
 //!   Kafka queue test), judged by the queue checker.
+//! - [`mirror`]: the queue over two clusters, one mirroring the other, writes following
+//!   failovers and failbacks; judged by the same checker, which sees each op's cluster.
 
+pub mod mirror;
 pub mod queue;
 
 /// The workloads the CLI offers, by name.
-pub const NAMES: &[&str] = &["queue"];
+pub const NAMES: &[&str] = &["queue", "mirror"];

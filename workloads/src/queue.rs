@@ -15,10 +15,11 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidemark_checkers::{PollValue, Record, SendValue};
-use tidemark_harness::client::{Client, ClientContext, Workload};
+use tidemark_harness::client::{Client, ClientContext, SetupContext, Workload};
 use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::kafka::{
     error_name, ClusterMetadata, Connection, KafkaError, ParseResponseErrorCode, ResponseError,
+    READ_ONLY_TOPIC,
 };
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome, Process};
 
@@ -89,12 +90,16 @@ impl Workload for Queue {
         serde_json::to_value(&self.options).unwrap_or(Value::Null)
     }
 
-    fn setup<'a>(&'a self, cx: &'a ClientContext) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(create_topics(cx, &self.options))
+    fn setup<'a>(&'a self, cx: SetupContext<'a>) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(create_topics(&cx.clusters[0], &self.options))
     }
 
-    fn open(&self, cx: &ClientContext, node: usize) -> Box<dyn Client> {
-        Box::new(QueueClient::new(cx.clone(), node, self.options.clone()))
+    fn open(&self, clusters: &[ClientContext], node: usize) -> Box<dyn Client> {
+        Box::new(QueueClient::new(
+            clusters[0].clone(),
+            node,
+            self.options.clone(),
+        ))
     }
 
     fn generator(&self) -> Box<dyn Generator> {
@@ -118,7 +123,7 @@ impl Workload for Queue {
 /// Waits until the cluster reports enough brokers for the replication factor, creates the
 /// topics through the first node, and waits until every replica of every partition knows its
 /// leader. The caller bounds the time.
-async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<()> {
+pub async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<()> {
     let first = &cx.nodes[0];
     let mut conn = Connection::connect(cx.dialer.clone(), first.addr, cx.timeout).await?;
     let mut brokers = 0;
@@ -177,11 +182,14 @@ fn all_led(meta: &ClusterMetadata, o: &QueueOptions) -> bool {
 }
 
 /// How a produce error code ends a send: `fail` only when the broker rejected the batch before
-/// appending it; anything that may have been appended (or that we do not know) is `info`.
-/// NOT_LEADER_OR_FOLLOWER is `info` because a leader may append and then lose leadership before
-/// answering (KAFKA-13574).
+/// appending it (READ_ONLY_TOPIC: a mirror topic takes no client writes); anything that may have
+/// been appended (or that we do not know) is `info`. NOT_LEADER_OR_FOLLOWER is `info` because a
+/// leader may append and then lose leadership before answering (KAFKA-13574).
 pub fn produce_outcome(code: i16) -> Outcome {
     use ResponseError::*;
+    if code == READ_ONLY_TOPIC {
+        return Outcome::Fail;
+    }
     match code.err() {
         None => Outcome::Ok,
         Some(
@@ -220,7 +228,8 @@ struct Failure {
 }
 
 impl QueueClient {
-    fn new(cx: ClientContext, home: usize, options: QueueOptions) -> Self {
+    /// A client of `cx` asking node `home` first, for `options`' topics.
+    pub fn new(cx: ClientContext, home: usize, options: QueueOptions) -> Self {
         QueueClient {
             cx,
             home,
@@ -659,6 +668,8 @@ mod tests {
             Outcome::Info
         );
         assert_eq!(outcome(ResponseError::RequestTimedOut), Outcome::Info);
+        assert_eq!(produce_outcome(READ_ONLY_TOPIC), Outcome::Fail);
+        assert_eq!(error_name(READ_ONLY_TOPIC), "ReadOnlyTopic");
         assert_eq!(produce_outcome(-1), Outcome::Info);
         assert_eq!(produce_outcome(9999), Outcome::Info);
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::support::engine::*;
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, Workload};
+use tidemark_harness::client::{ClientContext, SetupContext, Workload};
 use tidemark_harness::db::Db;
 use tidemark_harness::kafka::Connection;
 use tidemark_harness::leftovers;
@@ -48,8 +48,14 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
         .await
         .unwrap();
     let queue = Queue::new(QueueOptions::new(3));
-    queue.setup(&cx).await.unwrap();
-    let mut client = queue.open(&cx, 1);
+    queue
+        .setup(SetupContext {
+            clusters: std::slice::from_ref(&cx),
+            db: &db,
+        })
+        .await
+        .unwrap();
+    let mut client = queue.open(std::slice::from_ref(&cx), 1);
 
     // An acknowledged send is read back at the offset it was given.
     let sent = client
@@ -129,7 +135,7 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut client = queue.open(&cx, 0);
+    let mut client = queue.open(std::slice::from_ref(&cx), 0);
     let refused = client
         .invoke(&op(
             "send",
@@ -143,7 +149,7 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     for n in &nodes {
         kill.kill(n).unwrap();
     }
-    let mut client = queue.open(&cx, 0);
+    let mut client = queue.open(std::slice::from_ref(&cx), 0);
     let down = client
         .invoke(&op(
             "send",

@@ -5,6 +5,7 @@ mod clusters;
 mod e2e;
 mod hosts;
 mod kill;
+mod mirror;
 mod nemesis;
 mod netns;
 mod signal;

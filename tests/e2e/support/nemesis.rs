@@ -94,6 +94,7 @@ impl Cluster {
             db: self.db.as_ref(),
             net: &self.net,
             client: &self.cx,
+            clusters: std::slice::from_ref(&self.cx),
         };
         self.nemesis.invoke(&cx, &op)
     }
@@ -147,6 +148,7 @@ impl Cluster {
             db: self.db.as_ref(),
             net: &self.net,
             client: &self.cx,
+            clusters: std::slice::from_ref(&self.cx),
         };
         ClusterView::read(&cx).unwrap_or_default()
     }

@@ -1,0 +1,522 @@
+//! Faults of cluster mirroring (KIP-1279) between the test's two clusters: `failover` (the
+//! mirror destination stops mirroring and becomes writable), `failback` (the cluster failed over
+//! from mirrors the one that took over, truncating to the last mirrored leader epoch), and
+//! `config` (the `mirror.support.unclean.leader.election` flag of one topic on one cluster).
+//!
+//! The mirror's direction is state: the first cluster is the source, the second mirrors it, and
+//! each failover and failback moves it on. A generated `failover {}` or `failback {}` acts on the
+//! direction as it is; the `info` names `from` and `to`, so a replay does the same again. The
+//! mirror on cluster X copying from Y is named `Y-to-X` (both are created by the workload's
+//! setup).
+//!
+//! What a failover or failback did is read back from the destination's describe and metadata:
+//! per partition the LMLE, the log end offset when mirroring stopped (or, on failback, once
+//! mirroring began), the leader epoch, and the mirror states before and after.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tidemark_harness::broker::MIRROR_UNCLEAN_KEY;
+use tidemark_harness::client::ClientContext;
+use tidemark_harness::db::Mirror;
+use tidemark_harness::kafka::Connection;
+use tidemark_harness::mirror::MirrorPartition;
+use tidemark_harness::op::Invocation;
+
+use crate::cluster::block_on;
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+
+/// The name of the mirror on `destination` that copies `source`.
+pub fn mirror_name(source: &str, destination: &str) -> String {
+    format!("{source}-to-{destination}")
+}
+
+/// Which way the data flows now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Direction {
+    /// `destination` mirrors `source`; only `source` is writable.
+    Mirroring {
+        /// The writable cluster.
+        source: String,
+        /// The mirror.
+        destination: String,
+    },
+    /// `to` stopped mirroring `from`: both are writable until `from` fails back.
+    FailedOver {
+        /// The old source.
+        from: String,
+        /// The cluster that took over.
+        to: String,
+    },
+}
+
+/// What the mirror faults mirror.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MirrorSetup {
+    /// The first source (the test's first cluster).
+    pub source: String,
+    /// The first destination.
+    pub destination: String,
+    /// The mirrored topics.
+    pub topics: Vec<String>,
+    /// How long a failback waits for its partitions to mirror.
+    pub failback_timeout: Duration,
+    /// How long the final failback waits for the mirror to catch up.
+    pub settle_timeout: Duration,
+    /// `mirror.support.unclean.leader.election` on every topic at the start.
+    pub unclean_support: bool,
+}
+
+impl MirrorSetup {
+    /// Mirroring `topics` from `source` to `destination`, with the default waits and the flag
+    /// off.
+    pub fn new(source: &str, destination: &str, topics: Vec<String>) -> Self {
+        MirrorSetup {
+            source: source.into(),
+            destination: destination.into(),
+            topics,
+            failback_timeout: Duration::from_secs(20),
+            settle_timeout: Duration::from_secs(60),
+            unclean_support: false,
+        }
+    }
+}
+
+/// The mirror faults and the direction they leave the mirror in.
+#[derive(Debug)]
+pub struct MirrorFaults {
+    setup: MirrorSetup,
+    direction: Mutex<Direction>,
+}
+
+impl MirrorFaults {
+    /// Mirror faults over `setup`, starting with `setup.destination` mirroring `setup.source`.
+    pub fn new(setup: MirrorSetup) -> Self {
+        let direction = Mutex::new(Direction::Mirroring {
+            source: setup.source.clone(),
+            destination: setup.destination.clone(),
+        });
+        MirrorFaults { setup, direction }
+    }
+
+    /// The direction now.
+    pub fn direction(&self) -> Direction {
+        self.direction
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_direction(&self, d: Direction) {
+        *self.direction.lock().unwrap_or_else(|p| p.into_inner()) = d;
+    }
+
+    /// The ops that bring the mirror back to its first direction and wait until it caught up:
+    /// a failover first when the first source is itself a mirror, then a failback that waits
+    /// for lag 0.
+    pub fn settle_ops(&self) -> Vec<Invocation> {
+        let (a, b) = (&self.setup.source, &self.setup.destination);
+        let mut ops = Vec::new();
+        if let Direction::Mirroring { source, .. } = self.direction() {
+            if &source == b {
+                ops.push(Invocation {
+                    f: "failover".into(),
+                    value: json!({"from": b, "to": a}),
+                });
+            }
+        }
+        ops.push(Invocation {
+            f: "failback".into(),
+            value: json!({"from": a, "to": b, "settle": true}),
+        });
+        ops
+    }
+}
+
+/// A `failover` or `failback` request: explicit clusters (a replay, the final phase) or none
+/// (the direction decides).
+#[derive(Debug, Clone, Deserialize)]
+struct Move {
+    from: Option<String>,
+    to: Option<String>,
+    topics: Option<Vec<String>>,
+    #[serde(default)]
+    settle: bool,
+}
+
+/// A `config` op: one topic's flag on one cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigOp {
+    cluster: String,
+    topic: String,
+    set: BTreeMap<String, String>,
+}
+
+impl Fault for MirrorFaults {
+    fn fs(&self) -> &'static [&'static str] {
+        &["failover", "failback", "config"]
+    }
+
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        _nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        match f {
+            "failover" | "failback" => {
+                let m: Move = parse(value)?;
+                if m.from.is_some() != m.to.is_some() {
+                    return Err("fields `from` and `to` go together".into());
+                }
+                Ok(Box::new(MoveOp {
+                    faults: self,
+                    failover: f == "failover",
+                    m,
+                }))
+            }
+            "config" => {
+                let c: ConfigOp = parse(value)?;
+                let on = match (
+                    c.set.len(),
+                    c.set.get(MIRROR_UNCLEAN_KEY).map(String::as_str),
+                ) {
+                    (1, Some("true")) => true,
+                    (1, Some("false")) => false,
+                    _ => {
+                        return Err(format!(
+                            "field `set`: only {MIRROR_UNCLEAN_KEY} with \"true\" or \"false\""
+                        ))
+                    }
+                };
+                Ok(Box::new(Config { c, on }))
+            }
+            other => Err(format!("mirror faults do not perform {other:?}")),
+        }
+    }
+}
+
+struct MoveOp<'a> {
+    faults: &'a MirrorFaults,
+    failover: bool,
+    m: Move,
+}
+
+struct Config {
+    c: ConfigOp,
+    on: bool,
+}
+
+impl FaultOp for Config {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        let mirror = mirror_of(env)?;
+        let cx = cluster(env, &self.c.cluster)?;
+        let done = json!({"cluster": self.c.cluster, "topic": self.c.topic,
+                          "set": {MIRROR_UNCLEAN_KEY: self.on.to_string()}});
+        block_on(mirror.set_unclean_support(cx, &self.c.topic, self.on))
+            .map_err(|e| Failed::nothing(format!("{e:#}")))?;
+        Ok(done)
+    }
+}
+
+fn mirror_of<'e>(env: &'e Env<'_>) -> Result<&'e dyn Mirror, Failed> {
+    env.cx
+        .db
+        .as_mirror()
+        .ok_or_else(|| Failed::nothing("the database cannot mirror clusters"))
+}
+
+fn cluster<'e>(env: &'e Env<'_>, name: &str) -> Result<&'e ClientContext, Failed> {
+    env.cx.cluster(name).ok_or_else(|| {
+        let known: Vec<&str> = env.cx.clusters.iter().map(|c| c.cluster.as_str()).collect();
+        Failed::nothing(format!(
+            "no cluster {name:?}; clusters: {}",
+            known.join(", ")
+        ))
+    })
+}
+
+impl FaultOp for MoveOp<'_> {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        let direction = self.faults.direction();
+        let (from, to) = match (&self.m.from, &self.m.to, &direction) {
+            (Some(f), Some(t), _) => (f.clone(), t.clone()),
+            (
+                _,
+                _,
+                Direction::Mirroring {
+                    source,
+                    destination,
+                },
+            ) if self.failover => (source.clone(), destination.clone()),
+            (_, _, Direction::FailedOver { from, to }) if !self.failover => {
+                (to.clone(), from.clone())
+            }
+            (_, _, d) => {
+                return Err(Failed::nothing(format!(
+                    "nothing to {}: {d:?}",
+                    if self.failover {
+                        "fail over"
+                    } else {
+                        "fail back"
+                    }
+                )))
+            }
+        };
+        let topics = self
+            .m
+            .topics
+            .clone()
+            .unwrap_or_else(|| self.faults.setup.topics.clone());
+        let mirror = mirror_of(env)?;
+        let dst = cluster(env, &to)?;
+        cluster(env, &from)?;
+        let name = mirror_name(&from, &to);
+        let mut record = json!({"from": from, "to": to, "topics": topics});
+        if self.m.settle {
+            record["settle"] = json!(true);
+        }
+        let before = block_on(mirror.describe_mirror(dst, &name));
+        if self.failover {
+            let stopped = block_on(mirror.stop_mirror(dst, &name, &topics));
+            // A stop that failed may still have stopped some partitions: what describe shows
+            // goes into the record either way.
+            let after = block_on(mirror.describe_mirror(dst, &name));
+            record["partitions"] = partitions(dst, &topics, &before, &after);
+            // Describe shows the LMLE a partition looked up when it started mirroring; the one
+            // the stop persisted is what the old source's failback will look up.
+            let src = cluster(env, &from)?;
+            for t in &topics {
+                match block_on(mirror.kept_lmles(dst, src, &name, t)) {
+                    Ok(kept) => set_lmles(&mut record["partitions"], t, &kept),
+                    Err(e) => record["lmle_error"] = json!(format!("{e:#}")),
+                }
+            }
+            if let Err(e) = stopped {
+                return Err(Failed {
+                    done: record,
+                    error: format!("{e:#}"),
+                });
+            }
+            self.faults
+                .set_direction(Direction::FailedOver { from, to });
+            return Ok(record);
+        }
+        let mirroring_already = before.as_ref().is_ok_and(|ps| {
+            !ps.is_empty()
+                && ps
+                    .iter()
+                    .all(|(_, p)| p.state != "STOPPED" && p.state != "FAILED")
+        });
+        if mirroring_already {
+            record["already_mirroring"] = json!(true);
+        } else if let Err(e) = block_on(mirror.start_mirror(dst, &name, &topics)) {
+            record["partitions"] = partitions(dst, &topics, &before, &before);
+            return Err(Failed {
+                done: record,
+                error: format!("{e:#}"),
+            });
+        }
+        self.faults.set_direction(Direction::Mirroring {
+            source: from.clone(),
+            destination: to.clone(),
+        });
+        // Failback is in force once every partition mirrors (the LMLE truncation is done); the
+        // final one also waits until the mirror has caught up.
+        let (timeout, settle) = if self.m.settle {
+            (self.faults.setup.settle_timeout, true)
+        } else {
+            (self.faults.setup.failback_timeout, false)
+        };
+        let deadline = Instant::now() + timeout;
+        let after = loop {
+            let now = block_on(mirror.describe_mirror(dst, &name));
+            let done = now.as_ref().is_ok_and(|ps| {
+                ps.len() >= expected_partitions(&topics, ps)
+                    && ps
+                        .iter()
+                        .all(|(_, p)| p.state == "MIRRORING" && (!settle || p.lag == 0))
+            });
+            if done || Instant::now() >= deadline {
+                break (now, done);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        record["partitions"] = partitions(dst, &topics, &before, &after.0);
+        if !after.1 {
+            return Err(Failed {
+                done: record,
+                error: format!(
+                    "{name} on {to} not {} within {timeout:?}",
+                    if settle {
+                        "mirroring with lag 0"
+                    } else {
+                        "mirroring"
+                    }
+                ),
+            });
+        }
+        Ok(record)
+    }
+}
+
+/// Writes the kept LMLEs of `topic` into its partition entries.
+fn set_lmles(partitions: &mut Value, topic: &str, kept: &[(i32, i32)]) {
+    for entry in partitions.as_array_mut().into_iter().flatten() {
+        if entry["topic"] != topic {
+            continue;
+        }
+        if let Some((_, lmle)) = kept.iter().find(|(p, _)| entry["partition"] == *p) {
+            entry["lmle"] = json!(lmle);
+        }
+    }
+}
+
+/// At least one partition per topic describe named: describe lists every partition of a topic
+/// it knows, so a topic missing altogether is what to wait for.
+fn expected_partitions(topics: &[String], ps: &[(String, MirrorPartition)]) -> usize {
+    let seen: std::collections::BTreeSet<&str> = ps.iter().map(|(t, _)| t.as_str()).collect();
+    if topics.iter().all(|t| seen.contains(t.as_str())) {
+        ps.len()
+    } else {
+        usize::MAX
+    }
+}
+
+type Described = anyhow::Result<Vec<(String, MirrorPartition)>>;
+
+/// Per partition of `topics` on `cluster`: the LMLE, the destination's log end offset and the
+/// state as `after` shows them, the state `before`, and the leader epoch metadata shows now.
+fn partitions(
+    cluster: &ClientContext,
+    topics: &[String],
+    before: &Described,
+    after: &Described,
+) -> Value {
+    let epochs = block_on(leader_epochs(cluster, topics));
+    let state_before = |t: &str, p: i32| {
+        before.as_ref().ok().and_then(|ps| {
+            ps.iter()
+                .find(|(topic, x)| topic == t && x.partition == p)
+                .map(|(_, x)| x.state.clone())
+        })
+    };
+    match after {
+        Ok(ps) => Value::Array(
+            ps.iter()
+                .filter(|(t, _)| topics.contains(t))
+                .map(|(t, p)| {
+                    let mut entry = json!({
+                        "topic": t, "partition": p.partition, "lmle": p.lmle,
+                        "mirrored_offset": p.destination_offset,
+                        "epoch": epochs.get(&(t.clone(), p.partition)),
+                        "state_before": state_before(t, p.partition), "state": p.state,
+                        "source_offset": p.source_offset,
+                    });
+                    if let Some(e) = &p.last_error {
+                        entry["last_error"] = json!(e);
+                    }
+                    entry
+                })
+                .collect(),
+        ),
+        Err(e) => json!({"error": format!("describe: {e:#}")}),
+    }
+}
+
+/// The newest leader epoch of every partition of `topics` among the answers of `cluster`'s
+/// nodes.
+async fn leader_epochs(cluster: &ClientContext, topics: &[String]) -> BTreeMap<(String, i32), i32> {
+    // A paused node never answers; the others' answers are enough.
+    let ask = Duration::from_secs(2).min(cluster.timeout);
+    let asks = cluster.nodes.iter().map(|n| async move {
+        let answer = async {
+            let mut c = Connection::connect(cluster.dialer.clone(), n.addr, ask)
+                .await
+                .ok()?;
+            c.metadata(Some(topics)).await.ok()
+        };
+        tokio::time::timeout(ask, answer).await.ok().flatten()
+    });
+    let mut epochs = BTreeMap::new();
+    for meta in futures::future::join_all(asks).await.into_iter().flatten() {
+        for (topic, (_, parts)) in &meta.topics {
+            for (p, info) in parts {
+                if info.leader_epoch >= 0 {
+                    let e = epochs
+                        .entry((topic.clone(), *p))
+                        .or_insert(info.leader_epoch);
+                    *e = (*e).max(info.leader_epoch);
+                }
+            }
+        }
+    }
+    epochs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn faults() -> MirrorFaults {
+        MirrorFaults::new(MirrorSetup::new("a", "b", vec!["t0".into()]))
+    }
+
+    #[test]
+    fn ops_parse_with_or_without_clusters_and_infos_replay() {
+        let f = faults();
+        assert!(f.parse("failover", &json!({}), &[]).is_ok());
+        let info = json!({"from": "a", "to": "b", "topics": ["t0"],
+            "partitions": [{"topic": "t0", "partition": 0, "lmle": 3, "mirrored_offset": 120,
+                            "epoch": 5, "state_before": "MIRRORING", "state": "STOPPED"}]});
+        assert!(f.parse("failover", &info, &[]).is_ok());
+        assert!(f.parse("failback", &info, &[]).is_ok());
+        let e = f
+            .parse("failback", &json!({"from": "a"}), &[])
+            .err()
+            .unwrap();
+        assert!(e.contains("`from` and `to`"), "{e}");
+        let config = json!({"cluster": "b", "topic": "t0",
+                            "set": {"mirror.support.unclean.leader.election": "true"}});
+        assert!(f.parse("config", &config, &[]).is_ok());
+        for bad in [
+            json!({"cluster": "b", "topic": "t0", "set": {"retention.ms": "1"}}),
+            json!({"cluster": "b", "topic": "t0",
+                   "set": {"mirror.support.unclean.leader.election": "yes"}}),
+            json!({"topic": "t0", "set": {}}),
+        ] {
+            assert!(f.parse("config", &bad, &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn settling_returns_to_the_first_direction() {
+        let f = faults();
+        let fs = |ops: Vec<Invocation>| ops.into_iter().map(|o| (o.f, o.value)).collect::<Vec<_>>();
+        let back = (
+            "failback".to_string(),
+            json!({"from": "a", "to": "b", "settle": true}),
+        );
+        assert_eq!(fs(f.settle_ops()), vec![back.clone()]);
+        f.set_direction(Direction::FailedOver {
+            from: "b".into(),
+            to: "a".into(),
+        });
+        assert_eq!(fs(f.settle_ops()), vec![back.clone()]);
+        f.set_direction(Direction::Mirroring {
+            source: "b".into(),
+            destination: "a".into(),
+        });
+        assert_eq!(
+            fs(f.settle_ops()),
+            vec![
+                ("failover".to_string(), json!({"from": "b", "to": "a"})),
+                back
+            ]
+        );
+    }
+}
