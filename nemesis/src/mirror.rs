@@ -286,7 +286,7 @@ impl FaultOp for MoveOp<'_> {
             // A stop that failed may still have stopped some partitions: what describe shows
             // goes into the record either way.
             let after = block_on(mirror.describe_mirror(dst, &name));
-            record["partitions"] = partitions(dst, &topics, &before, &after);
+            record["partitions"] = partitions(dst, &topics, &before, &after, "mirrored_offset");
             // Describe shows the LMLE a partition looked up when it started mirroring; the one
             // the stop persisted is what the old source's failback will look up.
             let src = cluster(env, &from)?;
@@ -315,7 +315,7 @@ impl FaultOp for MoveOp<'_> {
         if mirroring_already {
             record["already_mirroring"] = json!(true);
         } else if let Err(e) = block_on(mirror.start_mirror(dst, &name, &topics)) {
-            record["partitions"] = partitions(dst, &topics, &before, &before);
+            record["partitions"] = partitions(dst, &topics, &before, &before, "log_end_offset");
             return Err(Failed {
                 done: record,
                 error: format!("{e:#}"),
@@ -346,7 +346,7 @@ impl FaultOp for MoveOp<'_> {
             }
             std::thread::sleep(Duration::from_millis(200));
         };
-        record["partitions"] = partitions(dst, &topics, &before, &after.0);
+        record["partitions"] = partitions(dst, &topics, &before, &after.0, "log_end_offset");
         if !after.1 {
             return Err(Failed {
                 done: record,
@@ -389,13 +389,16 @@ fn expected_partitions(topics: &[String], ps: &[(String, MirrorPartition)]) -> u
 
 type Described = anyhow::Result<Vec<(String, MirrorPartition)>>;
 
-/// Per partition of `topics` on `cluster`: the LMLE, the destination's log end offset and the
-/// state as `after` shows them, the state `before`, and the leader epoch metadata shows now.
+/// Per partition of `topics` on `cluster`: the LMLE, the destination's log end offset (under
+/// `offset_key`) and the state as `after` shows them, the state `before`, and the leader epoch
+/// metadata shows now. A failover records the log end as `mirrored_offset`, where the clusters
+/// part; a failback's log end is past its truncation point, so it goes under another name.
 fn partitions(
     cluster: &ClientContext,
     topics: &[String],
     before: &Described,
     after: &Described,
+    offset_key: &str,
 ) -> Value {
     let epochs = block_on(leader_epochs(cluster, topics));
     let state_before = |t: &str, p: i32| {
@@ -412,7 +415,7 @@ fn partitions(
                 .map(|(t, p)| {
                     let mut entry = json!({
                         "topic": t, "partition": p.partition, "lmle": p.lmle,
-                        "mirrored_offset": p.destination_offset,
+                        offset_key: p.destination_offset,
                         "epoch": epochs.get(&(t.clone(), p.partition)),
                         "state_before": state_before(t, p.partition), "state": p.state,
                         "source_offset": p.source_offset,
