@@ -70,7 +70,14 @@ pub struct LogConfig {
     /// KIP-1279: LMLE truncation waits for every replica, not just the ISR, so a later unclean
     /// election cannot resurrect records beyond the LMLE.
     pub mirror_support_unclean_leader_election: bool,
+    /// Delete a closed segment once its newest record is older than this (ms); -1: never.
+    pub retention_ms: i64,
+    /// Delete the oldest closed segments while the log is larger than this (bytes); -1: never.
+    pub retention_bytes: i64,
 }
+
+/// Kafka's default `log.retention.hours=168`.
+const DEFAULT_RETENTION_MS: i64 = 168 * 3_600_000;
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -80,6 +87,8 @@ impl Default for LogConfig {
             segment_bytes: 1 << 30,
             flush_interval_messages: u64::MAX,
             mirror_support_unclean_leader_election: false,
+            retention_ms: DEFAULT_RETENTION_MS,
+            retention_bytes: -1,
         }
     }
 }
@@ -97,6 +106,8 @@ pub const TOPIC_KEYS: &[(&str, &str)] = &[
         "mirror.support.unclean.leader.election",
         "mirror.support.unclean.leader.election",
     ),
+    ("retention.ms", "log.retention.ms"),
+    ("retention.bytes", "log.retention.bytes"),
 ];
 
 impl LogConfig {
@@ -119,6 +130,10 @@ impl LogConfig {
             }
             "mirror.support.unclean.leader.election" => {
                 self.mirror_support_unclean_leader_election = parse_bool(key, value, &origin)?
+            }
+            "retention.ms" => self.retention_ms = parse_num(key, value, -1, i64::MAX, &origin)?,
+            "retention.bytes" => {
+                self.retention_bytes = parse_num(key, value, -1, i64::MAX, &origin)?
             }
             _ => {
                 return Err(ConfigError::UnknownKey {
@@ -146,6 +161,8 @@ impl LogConfig {
             "mirror.support.unclean.leader.election" => {
                 self.mirror_support_unclean_leader_election.to_string()
             }
+            "retention.ms" => self.retention_ms.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
             _ => return None,
         })
     }
@@ -208,6 +225,8 @@ pub struct BrokerConfig {
     pub replica_lag_time_max: Duration,
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
+    /// How often every replica applies retention (`log.retention.check.interval.ms`).
+    pub retention_check_interval: Duration,
     pub log: LogConfig,
     /// This cluster's id, as Metadata reports it; mirrors tell clusters apart by it.
     pub cluster_id: String,
@@ -243,6 +262,11 @@ const BROKER_KEYS: &[&str] = &[
     "cluster.id",
     "mirror.api.key.base",
     "mirror.support.unclean.leader.election",
+    "log.retention.ms",
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.retention.bytes",
+    "log.retention.check.interval.ms",
 ];
 
 impl BrokerConfig {
@@ -405,6 +429,24 @@ impl BrokerConfig {
             }
         };
         let flush = num("log.flush.interval.messages", i64::MAX, 1, i64::MAX)?;
+        // Kafka's precedence: ms, then minutes, then hours; a negative value means forever.
+        let retention_ms = if get("log.retention.ms").is_some() {
+            num("log.retention.ms", DEFAULT_RETENTION_MS, -1, i64::MAX)?
+        } else if get("log.retention.minutes").is_some() {
+            let m = num("log.retention.minutes", 0, -1, i64::MAX / 60_000)?;
+            if m < 0 {
+                -1
+            } else {
+                m * 60_000
+            }
+        } else {
+            let h = num("log.retention.hours", 168, -1, i64::MAX / 3_600_000)?;
+            if h < 0 {
+                -1
+            } else {
+                h * 3_600_000
+            }
+        };
         let log = LogConfig {
             min_insync_replicas: num("min.insync.replicas", 1, 1, i32::MAX as i64)? as i32,
             unclean_leader_election_enable: boolean("unclean.leader.election.enable", false)?,
@@ -418,6 +460,8 @@ impl BrokerConfig {
                 "mirror.support.unclean.leader.election",
                 false,
             )?,
+            retention_ms,
+            retention_bytes: num("log.retention.bytes", -1, -1, i64::MAX)?,
         };
         let cluster_id = match get("cluster.id") {
             Some((v, o)) => {
@@ -470,6 +514,12 @@ impl BrokerConfig {
             session_timeout: Duration::from_millis(num(
                 "broker.session.timeout.ms",
                 9_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            retention_check_interval: Duration::from_millis(num(
+                "log.retention.check.interval.ms",
+                300_000,
                 1,
                 i64::MAX,
             )? as u64),
@@ -719,6 +769,45 @@ mod tests {
         assert!(lc
             .set_topic_key("mirror.support.unclean.leader.election", "yes")
             .is_err());
+    }
+
+    #[test]
+    fn retention_keys_follow_kafka_precedence_and_topic_overrides() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(extra);
+            BrokerConfig::from_entries(entries(&pairs)).unwrap()
+        };
+        let cfg = with(&[]);
+        assert_eq!(cfg.log.retention_ms, 168 * 3_600_000);
+        assert_eq!(cfg.log.retention_bytes, -1);
+        assert_eq!(cfg.retention_check_interval, Duration::from_secs(300));
+        assert_eq!(
+            with(&[("log.retention.hours", "2")]).log.retention_ms,
+            7_200_000
+        );
+        assert_eq!(
+            with(&[("log.retention.hours", "2"), ("log.retention.minutes", "3")])
+                .log
+                .retention_ms,
+            180_000
+        );
+        let cfg = with(&[
+            ("log.retention.minutes", "3"),
+            ("log.retention.ms", "-1"),
+            ("log.retention.bytes", "1000"),
+            ("log.retention.check.interval.ms", "250"),
+        ]);
+        assert_eq!(cfg.log.retention_ms, -1);
+        assert_eq!(cfg.log.retention_bytes, 1000);
+        assert_eq!(cfg.retention_check_interval, Duration::from_millis(250));
+        let mut topic = cfg.log.clone();
+        topic.set_topic_key("retention.ms", "60000").unwrap();
+        topic.set_topic_key("retention.bytes", "-1").unwrap();
+        assert_eq!((topic.retention_ms, topic.retention_bytes), (60_000, -1));
+        assert_eq!(topic.topic_value("retention.ms").as_deref(), Some("60000"));
+        let err = topic.set_topic_key("retention.bytes", "-2").unwrap_err();
+        assert!(err.to_string().contains("retention.bytes"), "{err}");
     }
 
     #[test]

@@ -17,3 +17,4 @@ pub mod partition;
 pub mod pause;
 pub mod protocol;
 pub mod replica;
+pub mod retention;

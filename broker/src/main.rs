@@ -308,6 +308,7 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let duties = broker.start(shutdown.clone());
     let checkpointer = tokio::spawn(checkpoint_loop(broker.clone(), shutdown.clone()));
+    let retention = tokio::spawn(retention_loop(broker.clone(), shutdown.clone()));
     let listener = tokio::spawn(tidemark_broker::protocol::run_listener(
         broker.clone(),
         shutdown.clone(),
@@ -323,6 +324,7 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     }
     shutdown.cancel();
     let _ = checkpointer.await;
+    let _ = retention.await;
     for d in duties {
         let _ = d.await;
     }
@@ -344,6 +346,17 @@ async fn checkpoint_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
                     warn!("high watermark checkpoint failed: {e}");
                 }
             }
+        }
+    }
+}
+
+/// Applies retention to every replica each `log.retention.check.interval.ms`.
+async fn retention_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(broker.config.retention_check_interval);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => broker.enforce_retention(),
         }
     }
 }

@@ -69,6 +69,9 @@ pub async fn handle(
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(broker, r))
         }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(super::delete_records::delete_records(broker, r).await)
+        }
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(elect_leaders(broker, r, version).await)
         }
@@ -465,6 +468,11 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
                     last_fetched_epoch: fp.last_fetched_epoch,
                     max_bytes: budget,
                     replica_id,
+                    log_start_offset: if version >= 5 {
+                        fp.log_start_offset
+                    } else {
+                        -1
+                    },
                 };
                 let r = broker.fetch(name, fp.partition, spec);
                 any_error |= r.error != errors::NONE;
