@@ -247,6 +247,11 @@ impl Broker {
             .is_some_and(|b| b.incarnation == self.incarnation)
     }
 
+    /// Subscribes to the image this broker has acted on.
+    pub fn watch_applied(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.applied.subscribe()
+    }
+
     /// Whether this process's registration has reached its image. Before that the image may be
     /// a stale local copy, so this broker neither acts on it nor tells clients who leads.
     pub fn caught_up(&self) -> bool {
@@ -403,6 +408,7 @@ impl Broker {
             port: listener.port,
             incarnation: self.incarnation,
             fenced: false,
+            shutting_down: false,
         };
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: self.config.log.unclean_leader_election_enable,

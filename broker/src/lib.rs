@@ -18,3 +18,4 @@ pub mod pause;
 pub mod protocol;
 pub mod replica;
 pub mod retention;
+pub mod shutdown;

@@ -314,13 +314,18 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    let signalled = tokio::select! {
+        _ = term.recv() => { info!("SIGTERM: shutting down"); true }
+        _ = tokio::signal::ctrl_c() => { info!("SIGINT: shutting down"); true }
         r = listener => {
             shutdown.cancel();
             r??;
+            false
         }
+    };
+    if signalled {
+        // Still serving meanwhile: clients are told NOT_LEADER_OR_FOLLOWER and move on.
+        tidemark_broker::shutdown::controlled_shutdown(&broker).await;
     }
     shutdown.cancel();
     let _ = checkpointer.await;

@@ -345,3 +345,176 @@ fn delete_records_moves_the_log_start_on_every_replica_and_survives_a_crash() {
     assert_eq!(delete_records(&c.addr(leader), "trimmed", -1), (0, 100));
     assert_eq!(list_offset(&c.addr(leader), "trimmed", -2), 100);
 }
+
+/// Acknowledgement times of one partition's acks=all producer.
+type Acks = Vec<std::time::Instant>;
+
+/// Produces acks=all batches to partition `partition` of `topic` until `stop`, finding the
+/// leader through Metadata from any of `addrs` after every failure; returns when each
+/// acknowledgement came.
+async fn produce_until(
+    addrs: Vec<String>,
+    topic: &str,
+    partition: i32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Acks {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::ProduceRequest;
+    let mut acks = Vec::new();
+    let mut conn: Option<KafkaConnection> = None;
+    let mut value = 0i64;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let Some(c) = conn.as_mut() else {
+            for addr in &addrs {
+                let Ok(d) = tidemark_broker::admin::describe(addr, Some(topic)).await else {
+                    continue;
+                };
+                let leader = d["partitions"]
+                    .as_array()
+                    .and_then(|ps| ps.iter().find(|p| p["partition"] == partition))
+                    .and_then(|p| p["leader"].as_i64())
+                    .unwrap_or(-1);
+                if leader > 0 {
+                    let to = &addrs[leader as usize - 1];
+                    conn = KafkaConnection::connect(to, Duration::from_secs(2), "load")
+                        .await
+                        .ok();
+                    break;
+                }
+            }
+            if conn.is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            continue;
+        };
+        value += 1;
+        let v = value.to_string();
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(5_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(name(topic))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(
+                        tidemark_broker::log::testing::batch(&[v.as_bytes()]).into(),
+                    ))])]);
+        match c.call_with_timeout(9, &req, Duration::from_secs(6)).await {
+            Ok(resp) if resp.responses[0].partition_responses[0].error_code == 0 => {
+                acks.push(std::time::Instant::now())
+            }
+            _ => {
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    acks
+}
+
+/// The longest time without an acknowledgement that overlaps `[from, to]`.
+fn longest_gap(
+    acks: &[std::time::Instant],
+    from: std::time::Instant,
+    to: std::time::Instant,
+) -> Duration {
+    let mut times: Vec<std::time::Instant> = acks.to_vec();
+    times.push(to);
+    times.sort_unstable();
+    let mut prev = acks
+        .iter()
+        .filter(|t| **t <= from)
+        .max()
+        .copied()
+        .unwrap_or(from);
+    let mut longest = Duration::ZERO;
+    for t in times.into_iter().filter(|t| *t > from && *t <= to) {
+        longest = longest.max(t - prev);
+        prev = t;
+    }
+    longest
+}
+
+#[test]
+fn rolling_sigterm_restart_under_acks_all_load_keeps_acknowledging() {
+    let mut c = Cluster::start(3, "min.insync.replicas=2\n", &[]);
+    let addrs: Vec<String> = (1..=3).map(|id| c.addr(id)).collect();
+    let assignments: [&[i32]; 3] = [&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
+    assert_eq!(
+        client::create_topic_assigned(&addrs[0], "rolling", 3, 3, &assignments, &[]),
+        0
+    );
+    let full_isr = |c: &Cluster| {
+        (0..3).all(|p| {
+            c.partition_state("rolling", p)
+                .is_some_and(|(l, _, isr)| l > 0 && isr.len() == 3)
+        })
+    };
+    c.wait_for(
+        "every partition led with a full ISR",
+        Duration::from_secs(30),
+        full_isr,
+    );
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (addrs, stop) = (addrs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            rt().block_on(async {
+                let tasks: Vec<_> = (0..3)
+                    .map(|p| {
+                        let (addrs, stop) = (addrs.clone(), stop.clone());
+                        tokio::spawn(async move { produce_until(addrs, "rolling", p, stop).await })
+                    })
+                    .collect();
+                let mut out = Vec::new();
+                for t in tasks {
+                    out.push(t.await.unwrap());
+                }
+                out
+            })
+        })
+    };
+    // Load flows before the first restart.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut windows = Vec::new();
+    for id in 1..=3 {
+        let from = std::time::Instant::now();
+        c.node(id).terminate();
+        let stopped = from.elapsed();
+        c.node(id).restart();
+        c.wait_for(
+            "the restarted broker back in every ISR",
+            Duration::from_secs(60),
+            full_isr,
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        windows.push((id, from, std::time::Instant::now(), stopped));
+        assert!(
+            c.node(id)
+                .log()
+                .contains("controlled shutdown: leaderships moved off this broker"),
+            "node {id} did not shut down under control\n{}",
+            c.node(id).log()
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acks = load.join().unwrap();
+    for (id, from, to, stopped) in windows {
+        let gaps: Vec<Duration> = acks.iter().map(|a| longest_gap(a, from, to)).collect();
+        let worst = gaps.iter().max().copied().unwrap();
+        eprintln!(
+            "broker {id}: SIGTERM to exit {stopped:?}; longest gap without an acknowledgement per partition {gaps:?}"
+        );
+        // Without controlled shutdown this is the session timeout and more (8-11 s).
+        assert!(
+            worst < Duration::from_secs(2),
+            "broker {id}: a partition went {worst:?} without an acknowledgement"
+        );
+    }
+    assert!(
+        acks.iter().all(|a| a.len() > 100),
+        "too little load: {:?}",
+        acks.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
