@@ -225,6 +225,10 @@ pub struct BrokerConfig {
     pub replica_lag_time_max: Duration,
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
+    /// `auto.leader.rebalance.enable`: the active controller moves leadership back to preferred
+    /// replicas every `leader_imbalance_check_interval`.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval: Duration,
     /// How often every replica applies retention (`log.retention.check.interval.ms`).
     pub retention_check_interval: Duration,
     pub log: LogConfig,
@@ -267,6 +271,8 @@ const BROKER_KEYS: &[&str] = &[
     "log.retention.hours",
     "log.retention.bytes",
     "log.retention.check.interval.ms",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
 ];
 
 impl BrokerConfig {
@@ -516,6 +522,13 @@ impl BrokerConfig {
                 9_000,
                 1,
                 i64::MAX,
+            )? as u64),
+            auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable", true)?,
+            leader_imbalance_check_interval: Duration::from_secs(num(
+                "leader.imbalance.check.interval.seconds",
+                300,
+                1,
+                i64::MAX / 1000,
             )? as u64),
             retention_check_interval: Duration::from_millis(num(
                 "log.retention.check.interval.ms",

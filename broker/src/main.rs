@@ -309,6 +309,13 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     let duties = broker.start(shutdown.clone());
     let checkpointer = tokio::spawn(checkpoint_loop(broker.clone(), shutdown.clone()));
     let retention = tokio::spawn(retention_loop(broker.clone(), shutdown.clone()));
+    let rebalance = broker.config.auto_leader_rebalance_enable.then(|| {
+        tokio::spawn(tidemark_broker::controller::rebalance::run(
+            broker.quorum().clone(),
+            broker.config.leader_imbalance_check_interval,
+            shutdown.clone(),
+        ))
+    });
     let listener = tokio::spawn(tidemark_broker::protocol::run_listener(
         broker.clone(),
         shutdown.clone(),
@@ -330,6 +337,9 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = checkpointer.await;
     let _ = retention.await;
+    if let Some(r) = rebalance {
+        let _ = r.await;
+    }
     for d in duties {
         let _ = d.await;
     }

@@ -518,3 +518,72 @@ fn rolling_sigterm_restart_under_acks_all_load_keeps_acknowledging() {
         acks.iter().map(Vec::len).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn leadership_returns_to_the_preferred_replica_and_metadata_names_the_active_controller() {
+    let mut c = Cluster::start(3, "leader.imbalance.check.interval.seconds=1\n", &[]);
+    let addrs: Vec<String> = (1..=3).map(|id| c.addr(id)).collect();
+    let assignments: [&[i32]; 3] = [&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
+    assert_eq!(
+        client::create_topic_assigned(&addrs[0], "preferred", 3, 3, &assignments, &[]),
+        0
+    );
+    let preferred_lead = |c: &Cluster| {
+        (0..3).all(|p| {
+            c.partition_state("preferred", p)
+                .is_some_and(|(l, _, isr)| l == p + 1 && isr.len() == 3)
+        })
+    };
+    c.wait_for(
+        "preferred leaders, full ISRs",
+        Duration::from_secs(30),
+        preferred_lead,
+    );
+    c.node(1).terminate();
+    c.wait_for(
+        "partition 0 led by another replica",
+        Duration::from_secs(30),
+        |c| {
+            c.partition_state("preferred", 0)
+                .is_some_and(|(l, _, _)| l == 2 || l == 3)
+        },
+    );
+    c.node(1).restart();
+    c.wait_for(
+        "leadership back on the preferred replicas",
+        Duration::from_secs(60),
+        preferred_lead,
+    );
+    assert!(
+        c.nodes
+            .iter()
+            .any(|n| n.log().contains("electing preferred replicas")),
+        "no preferred election logged"
+    );
+
+    // Every node names the same active controller; once it stops, another one.
+    let controller_at = |c: &Cluster, id: i32| {
+        c.describe_at(id, None)
+            .and_then(|d| d["controller"].as_i64())
+            .unwrap_or(-1) as i32
+    };
+    c.wait_for(
+        "every node names one controller",
+        Duration::from_secs(30),
+        |c| {
+            let seen: Vec<i32> = (1..=3).map(|id| controller_at(c, id)).collect();
+            seen[0] > 0 && seen.iter().all(|s| *s == seen[0])
+        },
+    );
+    let active = controller_at(&c, 1);
+    c.node(active).terminate();
+    let others: Vec<i32> = (1..=3).filter(|id| *id != active).collect();
+    c.wait_for(
+        "the others name the new active controller",
+        Duration::from_secs(30),
+        |c| {
+            let seen: Vec<i32> = others.iter().map(|id| controller_at(c, *id)).collect();
+            others.contains(&seen[0]) && seen.iter().all(|s| *s == seen[0])
+        },
+    );
+}

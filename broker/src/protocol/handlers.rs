@@ -144,7 +144,13 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
     if version >= 2 {
         resp.cluster_id = Some(s(broker.config.cluster_id.clone()));
     }
-    resp.controller_id = BrokerId(image.brokers.keys().next().copied().unwrap_or(cfg.node_id));
+    // The active controller as the quorum knows it (-1 while unknown); without voters this
+    // broker is its own controller.
+    resp.controller_id = BrokerId(if cfg.controller_quorum_voters.is_empty() {
+        cfg.node_id
+    } else {
+        broker.quorum().active_controller().unwrap_or(-1)
+    });
     resp.brokers = image
         .brokers
         .values()
