@@ -498,8 +498,25 @@ fn rolling_sigterm_restart_under_acks_all_load_keeps_acknowledging() {
             c.node(id).log()
         );
     }
+    // Side by side, a crash: kill -9 of partition 0's leader is noticed only by the session
+    // timeout (2 s here), and its partitions wait for it.
+    let crashed = c.partition_state("rolling", 0).unwrap().0;
+    let crash_from = std::time::Instant::now();
+    c.node(crashed).kill9();
+    c.wait_for("partition 0 led elsewhere", Duration::from_secs(30), |c| {
+        c.partition_state("rolling", 0)
+            .is_some_and(|(l, _, _)| l > 0 && l != crashed)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let crash_to = std::time::Instant::now();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let acks = load.join().unwrap();
+    let crash_gap = longest_gap(&acks[0], crash_from, crash_to);
+    eprintln!("kill -9 of broker {crashed}: longest gap without an acknowledgement on partition 0 {crash_gap:?}");
+    assert!(
+        crash_gap > Duration::from_millis(1500),
+        "a crash cannot hand leadership over: {crash_gap:?}"
+    );
     for (id, from, to, stopped) in windows {
         let gaps: Vec<Duration> = acks.iter().map(|a| longest_gap(a, from, to)).collect();
         let worst = gaps.iter().max().copied().unwrap();
