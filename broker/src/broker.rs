@@ -23,7 +23,7 @@ use crate::metadata::{
     TopicRegistration,
 };
 use crate::mirror::runner::MirrorTasks;
-use crate::partition::{AckCheck, Deviations, Host, Partition, RoleChange};
+use crate::partition::{AckCheck, Checkpointed, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
 use crate::producer_ids::ProducerIdAllocator;
@@ -31,6 +31,9 @@ use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
 pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
+
+/// Name of the log-start-offset checkpoint in the log dir, as Kafka names it; same format.
+pub const LOG_START_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
 
 /// A Kafka error code with a message for the log and, where the API has one, the response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +82,8 @@ pub struct Broker {
     data_generation: Arc<watch::Sender<u64>>,
     /// High watermarks from the checkpoint at start, for partitions opened later.
     stored_hw: BTreeMap<(String, i32), i64>,
+    /// Log start offsets from their checkpoint at start, for partitions opened later.
+    stored_log_start: BTreeMap<(String, i32), i64>,
     /// Set once the image holds this process's registration; see [`Broker::caught_up`].
     caught_up: AtomicBool,
     /// The last image this broker has acted on (its replicas opened, led, followed, deleted).
@@ -114,6 +119,7 @@ impl Broker {
             .advertised_client_listener()
             .ok_or_else(|| anyhow::anyhow!("no client listener in `listeners`"))?;
         let stored_hw = read_hw_checkpoint(&config.log_dir.join(HW_CHECKPOINT_FILE))?;
+        let stored_log_start = read_hw_checkpoint(&config.log_dir.join(LOG_START_CHECKPOINT_FILE))?;
         write_meta_properties(&config)?;
         let (tx, _) = watch::channel(0);
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -125,6 +131,7 @@ impl Broker {
             partitions: RwLock::new(BTreeMap::new()),
             data_generation: Arc::new(tx),
             stored_hw,
+            stored_log_start,
             caught_up: AtomicBool::new(false),
             applied: watch::channel(Arc::default()).0,
             mirrors: MirrorTasks::default(),
@@ -171,7 +178,7 @@ impl Broker {
     /// when the partition exists (this broker is no replica, or is still catching up with the
     /// metadata), INVALID_TOPIC_EXCEPTION for a name Kafka does not allow, UNKNOWN_TOPIC_OR_PARTITION
     /// otherwise.
-    fn not_hosted_error(&self, topic: &str, index: i32) -> i16 {
+    pub(crate) fn not_hosted_error(&self, topic: &str, index: i32) -> i16 {
         let error = if validate_topic_name(topic).is_err() {
             ResponseError::InvalidTopicException
         } else if self
@@ -244,6 +251,11 @@ impl Broker {
             .is_some_and(|b| b.incarnation == self.incarnation)
     }
 
+    /// Subscribes to the image this broker has acted on.
+    pub fn watch_applied(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.applied.subscribe()
+    }
+
     /// Whether this process's registration has reached its image. Before that the image may be
     /// a stale local copy, so this broker neither acts on it nor tells clients who leads.
     pub fn caught_up(&self) -> bool {
@@ -313,7 +325,16 @@ impl Broker {
                         self.host(),
                         lc.clone(),
                         reg.clone(),
-                        self.stored_hw.get(&(topic.name.clone(), index)).copied(),
+                        Checkpointed {
+                            high_watermark: self
+                                .stored_hw
+                                .get(&(topic.name.clone(), index))
+                                .copied(),
+                            log_start_offset: self
+                                .stored_log_start
+                                .get(&(topic.name.clone(), index))
+                                .copied(),
+                        },
                     ) {
                         Ok((p, notes)) => {
                             for n in notes {
@@ -391,6 +412,7 @@ impl Broker {
             port: listener.port,
             incarnation: self.incarnation,
             fenced: false,
+            shutting_down: false,
         };
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: self.config.log.unclean_leader_election_enable,
@@ -809,28 +831,27 @@ impl Broker {
             .offset_for_leader_epoch(current_leader_epoch, epoch)
     }
 
-    /// Writes every hosted partition's high watermark to the checkpoint file.
+    /// Writes every hosted partition's high watermark and log start offset to their checkpoints.
     pub fn checkpoint_high_watermarks(&self) -> anyhow::Result<()> {
-        let mut lines = Vec::new();
-        for p in self.all_partitions() {
-            lines.push(format!("{} {} {}", p.topic, p.index, p.high_watermark()));
-        }
-        let path = self.config.log_dir.join(HW_CHECKPOINT_FILE);
-        let tmp = path.with_extension("tmp");
-        let mut file = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(
-            &mut file,
-            format!(
-                "0\n{}\n{}",
-                lines.len(),
-                lines.iter().map(|l| format!("{l}\n")).collect::<String>()
-            )
-            .as_bytes(),
-        )?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, &path)?;
+        let parts = self.all_partitions();
+        let hws = parts.iter().map(|p| (p, p.high_watermark()));
+        write_offset_checkpoint(&self.config.log_dir.join(HW_CHECKPOINT_FILE), hws)?;
+        let starts = parts.iter().map(|p| (p, p.log_start_offset()));
+        write_offset_checkpoint(&self.config.log_dir.join(LOG_START_CHECKPOINT_FILE), starts)?;
         crate::log::sync_dir(&self.config.log_dir)?;
         Ok(())
+    }
+
+    /// Applies retention to every hosted replica once (`log.retention.check.interval.ms`).
+    pub fn enforce_retention(&self) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for p in self.all_partitions() {
+            if let Err(e) = p.enforce_retention(now_ms) {
+                warn!(topic = ?p.topic, partition = p.index, "retention failed: {e}");
+            }
+        }
     }
 
     /// Flushes and closes every log, leaving clean-shutdown markers.
@@ -854,7 +875,28 @@ impl Broker {
     }
 }
 
-/// Reads Kafka's `replication-offset-checkpoint`: version, count, then `topic partition offset`.
+/// Writes Kafka's offset checkpoint format (version 0, count, `topic partition offset` lines)
+/// through a synced temporary file and a rename.
+fn write_offset_checkpoint<'a>(
+    path: &std::path::Path,
+    offsets: impl Iterator<Item = (&'a Arc<Partition>, i64)>,
+) -> anyhow::Result<()> {
+    let lines: Vec<String> = offsets
+        .map(|(p, o)| format!("{} {} {o}\n", p.topic, p.index))
+        .collect();
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    std::io::Write::write_all(
+        &mut file,
+        format!("0\n{}\n{}", lines.len(), lines.concat()).as_bytes(),
+    )?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Reads a Kafka offset checkpoint (`replication-offset-checkpoint`, `log-start-offset-checkpoint`):
+/// version, count, then `topic partition offset`.
 pub fn read_hw_checkpoint(path: &std::path::Path) -> anyhow::Result<BTreeMap<(String, i32), i64>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,

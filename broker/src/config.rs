@@ -73,10 +73,17 @@ pub struct LogConfig {
     /// Largest record batch a producer may append, in bytes (log overhead included), as Kafka
     /// measures it; larger ones are refused with MESSAGE_TOO_LARGE.
     pub max_message_bytes: u64,
+    /// Delete a closed segment once its newest record is older than this (ms); -1: never.
+    pub retention_ms: i64,
+    /// Delete the oldest closed segments while the log is larger than this (bytes); -1: never.
+    pub retention_bytes: i64,
 }
 
 /// Kafka's default `message.max.bytes`: 1 MiB plus the 12-byte log overhead.
 pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 1024 * 1024 + 12;
+
+/// Kafka's default `log.retention.hours=168`.
+const DEFAULT_RETENTION_MS: i64 = 168 * 3_600_000;
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -87,6 +94,8 @@ impl Default for LogConfig {
             flush_interval_messages: u64::MAX,
             mirror_support_unclean_leader_election: false,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            retention_ms: DEFAULT_RETENTION_MS,
+            retention_bytes: -1,
         }
     }
 }
@@ -105,6 +114,8 @@ pub const TOPIC_KEYS: &[(&str, &str)] = &[
         "mirror.support.unclean.leader.election",
     ),
     ("max.message.bytes", "message.max.bytes"),
+    ("retention.ms", "log.retention.ms"),
+    ("retention.bytes", "log.retention.bytes"),
 ];
 
 impl LogConfig {
@@ -130,6 +141,10 @@ impl LogConfig {
             }
             "max.message.bytes" => {
                 self.max_message_bytes = parse_num(key, value, 0, i32::MAX as i64, &origin)? as u64
+            }
+            "retention.ms" => self.retention_ms = parse_num(key, value, -1, i64::MAX, &origin)?,
+            "retention.bytes" => {
+                self.retention_bytes = parse_num(key, value, -1, i64::MAX, &origin)?
             }
             _ => {
                 return Err(ConfigError::UnknownKey {
@@ -158,6 +173,8 @@ impl LogConfig {
                 self.mirror_support_unclean_leader_election.to_string()
             }
             "max.message.bytes" => self.max_message_bytes.to_string(),
+            "retention.ms" => self.retention_ms.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
             _ => return None,
         })
     }
@@ -220,6 +237,12 @@ pub struct BrokerConfig {
     pub replica_lag_time_max: Duration,
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
+    /// `auto.leader.rebalance.enable`: the active controller moves leadership back to preferred
+    /// replicas every `leader_imbalance_check_interval`.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval: Duration,
+    /// How often every replica applies retention (`log.retention.check.interval.ms`).
+    pub retention_check_interval: Duration,
     pub log: LogConfig,
     /// This cluster's id, as Metadata reports it; mirrors tell clusters apart by it.
     pub cluster_id: String,
@@ -256,6 +279,13 @@ const BROKER_KEYS: &[&str] = &[
     "mirror.api.key.base",
     "mirror.support.unclean.leader.election",
     "message.max.bytes",
+    "log.retention.ms",
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.retention.bytes",
+    "log.retention.check.interval.ms",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
 ];
 
 impl BrokerConfig {
@@ -418,6 +448,24 @@ impl BrokerConfig {
             }
         };
         let flush = num("log.flush.interval.messages", i64::MAX, 1, i64::MAX)?;
+        // Kafka's precedence: ms, then minutes, then hours; a negative value means forever.
+        let retention_ms = if get("log.retention.ms").is_some() {
+            num("log.retention.ms", DEFAULT_RETENTION_MS, -1, i64::MAX)?
+        } else if get("log.retention.minutes").is_some() {
+            let m = num("log.retention.minutes", 0, -1, i64::MAX / 60_000)?;
+            if m < 0 {
+                -1
+            } else {
+                m * 60_000
+            }
+        } else {
+            let h = num("log.retention.hours", 168, -1, i64::MAX / 3_600_000)?;
+            if h < 0 {
+                -1
+            } else {
+                h * 3_600_000
+            }
+        };
         let log = LogConfig {
             min_insync_replicas: num("min.insync.replicas", 1, 1, i32::MAX as i64)? as i32,
             unclean_leader_election_enable: boolean("unclean.leader.election.enable", false)?,
@@ -437,6 +485,8 @@ impl BrokerConfig {
                 0,
                 i32::MAX as i64,
             )? as u64,
+            retention_ms,
+            retention_bytes: num("log.retention.bytes", -1, -1, i64::MAX)?,
         };
         let cluster_id = match get("cluster.id") {
             Some((v, o)) => {
@@ -489,6 +539,19 @@ impl BrokerConfig {
             session_timeout: Duration::from_millis(num(
                 "broker.session.timeout.ms",
                 9_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable", true)?,
+            leader_imbalance_check_interval: Duration::from_secs(num(
+                "leader.imbalance.check.interval.seconds",
+                300,
+                1,
+                i64::MAX / 1000,
+            )? as u64),
+            retention_check_interval: Duration::from_millis(num(
+                "log.retention.check.interval.ms",
+                300_000,
                 1,
                 i64::MAX,
             )? as u64),
@@ -738,6 +801,45 @@ mod tests {
         assert!(lc
             .set_topic_key("mirror.support.unclean.leader.election", "yes")
             .is_err());
+    }
+
+    #[test]
+    fn retention_keys_follow_kafka_precedence_and_topic_overrides() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(extra);
+            BrokerConfig::from_entries(entries(&pairs)).unwrap()
+        };
+        let cfg = with(&[]);
+        assert_eq!(cfg.log.retention_ms, 168 * 3_600_000);
+        assert_eq!(cfg.log.retention_bytes, -1);
+        assert_eq!(cfg.retention_check_interval, Duration::from_secs(300));
+        assert_eq!(
+            with(&[("log.retention.hours", "2")]).log.retention_ms,
+            7_200_000
+        );
+        assert_eq!(
+            with(&[("log.retention.hours", "2"), ("log.retention.minutes", "3")])
+                .log
+                .retention_ms,
+            180_000
+        );
+        let cfg = with(&[
+            ("log.retention.minutes", "3"),
+            ("log.retention.ms", "-1"),
+            ("log.retention.bytes", "1000"),
+            ("log.retention.check.interval.ms", "250"),
+        ]);
+        assert_eq!(cfg.log.retention_ms, -1);
+        assert_eq!(cfg.log.retention_bytes, 1000);
+        assert_eq!(cfg.retention_check_interval, Duration::from_millis(250));
+        let mut topic = cfg.log.clone();
+        topic.set_topic_key("retention.ms", "60000").unwrap();
+        topic.set_topic_key("retention.bytes", "-1").unwrap();
+        assert_eq!((topic.retention_ms, topic.retention_bytes), (60_000, -1));
+        assert_eq!(topic.topic_value("retention.ms").as_deref(), Some("60000"));
+        let err = topic.set_topic_key("retention.bytes", "-2").unwrap_err();
+        assert!(err.to_string().contains("retention.bytes"), "{err}");
     }
 
     #[test]

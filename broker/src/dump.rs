@@ -19,7 +19,9 @@ use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
 use serde_json::{json, Value};
 
-use crate::broker::{read_cluster_id, read_hw_checkpoint, HW_CHECKPOINT_FILE};
+use crate::broker::{
+    read_cluster_id, read_hw_checkpoint, HW_CHECKPOINT_FILE, LOG_START_CHECKPOINT_FILE,
+};
 use crate::log::batch;
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
 use crate::partition::{PersistedState, STATE_FILE};
@@ -38,6 +40,9 @@ pub struct DumpOptions {
 pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
     let hws =
         read_hw_checkpoint(&opts.data_dir.join(HW_CHECKPOINT_FILE)).map_err(|e| format!("{e:#}"));
+    // A missing or unreadable log-start checkpoint leaves the start at the first segment.
+    let starts =
+        read_hw_checkpoint(&opts.data_dir.join(LOG_START_CHECKPOINT_FILE)).unwrap_or_default();
     let cluster_id = read_cluster_id(&opts.data_dir)?;
     let mut replicas = BTreeMap::new();
     let entries = std::fs::read_dir(&opts.data_dir)
@@ -70,7 +75,8 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
                 .ok_or_else(|| format!("no entry for {topic}-{part} in {HW_CHECKPOINT_FILE}")),
             Err(e) => Err(e.clone()),
         };
-        let mut line = match replica_state(&dir, hw) {
+        let stored_start = starts.get(&(topic.clone(), part)).copied();
+        let mut line = match replica_state(&dir, hw, stored_start) {
             Ok(v) => v,
             Err(e) => json!({"error": e.to_string()}),
         };
@@ -108,8 +114,13 @@ pub fn render_value(value: Option<&Bytes>) -> Value {
 }
 
 /// The state of the replica in `dir`; `hw` is its checkpointed high watermark, or why it is
-/// unknown.
-fn replica_state(dir: &Path, hw: Result<i64, String>) -> anyhow::Result<Value> {
+/// unknown; `stored_start` its checkpointed log start offset. Records below the log start (in
+/// the first segment, after DeleteRecords) are left out, as no reader can fetch them.
+fn replica_state(
+    dir: &Path,
+    hw: Result<i64, String>,
+    stored_start: Option<i64>,
+) -> anyhow::Result<Value> {
     let mut bases: Vec<i64> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -120,14 +131,15 @@ fn replica_state(dir: &Path, hw: Result<i64, String>) -> anyhow::Result<Value> {
         })
         .collect();
     bases.sort_unstable();
-    let log_start = bases.first().copied().unwrap_or(0);
+    let first_base = bases.first().copied().unwrap_or(0);
     let mut records = Vec::new();
-    let mut next_offset = log_start;
+    let mut next_offset = first_base;
     let mut notes = Vec::new();
+    let min_start = stored_start.unwrap_or(first_base);
     'segments: for base in &bases {
         let path = dir.join(crate::log::segment::file_name(*base, "log"));
         let data = std::fs::read(&path)?;
-        if *base > next_offset && next_offset != log_start {
+        if *base > next_offset && next_offset != first_base {
             notes.push(format!("gap before segment {base}"));
         }
         let mut pos = 0usize;
@@ -156,7 +168,7 @@ fn replica_state(dir: &Path, hw: Result<i64, String>) -> anyhow::Result<Value> {
                 let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| {
                     anyhow::anyhow!("{}: cannot decode batch at {pos}: {e}", path.display())
                 })?;
-                for r in set.records {
+                for r in set.records.into_iter().filter(|r| r.offset >= min_start) {
                     records.push(json!([
                         r.offset,
                         render_value(r.value.as_ref()),
@@ -168,6 +180,7 @@ fn replica_state(dir: &Path, hw: Result<i64, String>) -> anyhow::Result<Value> {
             pos += h.size;
         }
     }
+    let log_start = stored_start.map_or(first_base, |s| s.clamp(first_base, next_offset));
     let epochs = match std::fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
         Ok(text) => parse_checkpoint(&text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join(CHECKPOINT_FILE).display()))?

@@ -18,3 +18,5 @@ pub mod pause;
 pub mod producer_ids;
 pub mod protocol;
 pub mod replica;
+pub mod retention;
+pub mod shutdown;

@@ -308,21 +308,38 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let duties = broker.start(shutdown.clone());
     let checkpointer = tokio::spawn(checkpoint_loop(broker.clone(), shutdown.clone()));
+    let retention = tokio::spawn(retention_loop(broker.clone(), shutdown.clone()));
+    let rebalance = broker.config.auto_leader_rebalance_enable.then(|| {
+        tokio::spawn(tidemark_broker::controller::rebalance::run(
+            broker.quorum().clone(),
+            broker.config.leader_imbalance_check_interval,
+            shutdown.clone(),
+        ))
+    });
     let listener = tokio::spawn(tidemark_broker::protocol::run_listener(
         broker.clone(),
         shutdown.clone(),
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    let signalled = tokio::select! {
+        _ = term.recv() => { info!("SIGTERM: shutting down"); true }
+        _ = tokio::signal::ctrl_c() => { info!("SIGINT: shutting down"); true }
         r = listener => {
             shutdown.cancel();
             r??;
+            false
         }
+    };
+    if signalled {
+        // Still serving meanwhile: clients are told NOT_LEADER_OR_FOLLOWER and move on.
+        tidemark_broker::shutdown::controlled_shutdown(&broker).await;
     }
     shutdown.cancel();
     let _ = checkpointer.await;
+    let _ = retention.await;
+    if let Some(r) = rebalance {
+        let _ = r.await;
+    }
     for d in duties {
         let _ = d.await;
     }
@@ -344,6 +361,17 @@ async fn checkpoint_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
                     warn!("high watermark checkpoint failed: {e}");
                 }
             }
+        }
+    }
+}
+
+/// Applies retention to every replica each `log.retention.check.interval.ms`.
+async fn retention_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(broker.config.retention_check_interval);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => broker.enforce_retention(),
         }
     }
 }

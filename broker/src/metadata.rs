@@ -84,6 +84,10 @@ pub struct BrokerEndpoint {
     /// A fenced broker missed its heartbeats: it leads nothing and is in no ISR it can leave.
     #[serde(default)]
     pub fenced: bool,
+    /// The broker asked to shut down (controlled shutdown): it leads nothing, is in no ISR it
+    /// can leave, and is not elected or let back into an ISR until a new incarnation registers.
+    #[serde(default)]
+    pub shutting_down: bool,
 }
 
 /// Cluster-wide defaults the controller needs for its own decisions.

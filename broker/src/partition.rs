@@ -22,6 +22,7 @@ use crate::log::producer_state::ProducerError;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 use crate::mirror::rules::{lmle_truncation_offset, truncation_wait, MirrorState, TruncationWait};
+use crate::retention::{segments_to_delete, RetentionPolicy};
 
 /// Per-partition file recording the last registration this replica acted on, so that
 /// `dump-log` can tell roles and epochs without asking a running broker.
@@ -48,6 +49,8 @@ struct FollowerState {
     /// The leader's log end offset when this follower last fetched: reaching it means the
     /// follower was caught up at that fetch (Kafka's `lastFetchLeaderLogEndOffset`).
     leader_end_at_last_fetch: i64,
+    /// The follower's log start offset as its last fetch said, -1 before one.
+    log_start_offset: i64,
 }
 
 /// What a new registration asks of this replica.
@@ -91,6 +94,8 @@ pub struct FetchSpec {
     pub max_bytes: usize,
     /// The fetching broker's id, or -1 for a consumer.
     pub replica_id: i32,
+    /// A follower's log start offset (-1 from consumers): DeleteRecords waits for it.
+    pub log_start_offset: i64,
 }
 
 /// One partition's answer to a fetch.
@@ -230,18 +235,37 @@ impl PartitionState {
     }
 
     /// Records a follower's fetch at `fetch_offset` (its log end offset) on the leader.
-    fn record_follower_fetch(&mut self, replica: i32, fetch_offset: i64, now: Instant) {
+    fn record_follower_fetch(
+        &mut self,
+        replica: i32,
+        fetch_offset: i64,
+        log_start_offset: i64,
+        now: Instant,
+    ) {
         let leo = self.log.log_end_offset();
         let f = self.followers.entry(replica).or_insert(FollowerState {
             log_end_offset: -1,
             last_caught_up: now,
             leader_end_at_last_fetch: leo,
+            log_start_offset: -1,
         });
         if fetch_offset >= leo || fetch_offset >= f.leader_end_at_last_fetch {
             f.last_caught_up = now;
         }
         f.log_end_offset = fetch_offset;
         f.leader_end_at_last_fetch = leo;
+        f.log_start_offset = log_start_offset;
+    }
+
+    /// Kafka's low watermark: the smallest log start offset among this leader and the ISR
+    /// followers (a follower not yet heard from counts as -1).
+    fn low_watermark(&self) -> i64 {
+        self.registration
+            .isr
+            .iter()
+            .filter(|r| **r != self.node_id)
+            .map(|r| self.followers.get(r).map_or(-1, |f| f.log_start_offset))
+            .fold(self.log.log_start_offset(), i64::min)
     }
 
     /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
@@ -294,6 +318,13 @@ pub struct Partition {
     pub fetcher: Mutex<Option<CancellationToken>>,
 }
 
+/// What the broker's checkpoints held for a replica when it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Checkpointed {
+    pub high_watermark: Option<i64>,
+    pub log_start_offset: Option<i64>,
+}
+
 /// Directory name of a partition in the log dir: `<topic>-<partition>`, as Kafka names it.
 pub fn dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
@@ -338,7 +369,7 @@ impl Partition {
         host: Host,
         config: LogConfig,
         registration: PartitionRegistration,
-        stored_high_watermark: Option<i64>,
+        stored: Checkpointed,
     ) -> Result<(Self, Vec<String>), LogError> {
         let Host {
             node_id,
@@ -346,8 +377,12 @@ impl Partition {
         } = host;
         let dir = log_dir.join(dir_name(topic, index));
         report_bad_state_file(&dir, node_id);
-        let (log, notes) = PartitionLog::open(&dir, PartitionState::settings(&config))?;
-        let hw = stored_high_watermark
+        let (mut log, notes) = PartitionLog::open(&dir, PartitionState::settings(&config))?;
+        if let Some(start) = stored.log_start_offset {
+            log.increment_log_start_offset(start.min(log.log_end_offset()))?;
+        }
+        let hw = stored
+            .high_watermark
             .unwrap_or(0)
             .clamp(log.log_start_offset(), log.log_end_offset());
         let state = PartitionState {
@@ -448,6 +483,7 @@ impl Partition {
                                 log_end_offset: -1,
                                 last_caught_up: now,
                                 leader_end_at_last_fetch: hw,
+                                log_start_offset: -1,
                             };
                             (*r, f)
                         })
@@ -689,7 +725,12 @@ impl Partition {
                 return out_of_range;
             }
             if follower {
-                s.record_follower_fetch(spec.replica_id, spec.fetch_offset, Instant::now());
+                s.record_follower_fetch(
+                    spec.replica_id,
+                    spec.fetch_offset,
+                    spec.log_start_offset,
+                    Instant::now(),
+                );
                 if let Some(fetches) = s.mirror_truncation_fetches.as_mut() {
                     fetches.insert(spec.replica_id, spec.fetch_offset);
                 }
@@ -819,14 +860,25 @@ impl Partition {
     }
 
     /// Appends fetched batches as a follower and takes the leader's high watermark, bounded by
-    /// this log's end and never moving back; publishes it.
-    pub fn append_as_follower(&self, records: &[u8], leader_hw: i64) -> Result<(), LogError> {
+    /// this log's end and never moving back, and the leader's log start offset, bounded by that
+    /// high watermark (Kafka's follower `maybeIncrementLogStartOffset`); publishes the HW.
+    pub fn append_as_follower(
+        &self,
+        records: &[u8],
+        leader_hw: i64,
+        leader_log_start: i64,
+    ) -> Result<(), LogError> {
         let hw = self.with_state(|s| -> Result<i64, LogError> {
             if !records.is_empty() {
                 s.log.append_as_follower(records)?;
             }
             let leo = s.log.log_end_offset();
             s.high_watermark = leader_hw.min(leo).max(s.high_watermark.min(leo));
+            if s.log
+                .increment_log_start_offset(leader_log_start.min(s.high_watermark))?
+            {
+                info!(topic = ?self.topic, partition = self.index, log_start = s.log.log_start_offset(), "log start moved with the leader's");
+            }
             Ok(s.high_watermark)
         })?;
         self.publish_high_watermark(hw);
@@ -911,6 +963,56 @@ impl Partition {
 
     pub fn log_end_offset(&self) -> i64 {
         self.with_state(|s| s.log.log_end_offset())
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.with_state(|s| s.log.log_start_offset())
+    }
+
+    /// Applies the topic's retention at wall-clock `now_ms` (see [`crate::retention`]): deletes
+    /// the oldest segments it allows, and any wholly below the log start. Returns the new log
+    /// start when it moved.
+    pub fn enforce_retention(&self, now_ms: i64) -> Result<Option<i64>, LogError> {
+        self.with_state(|s| {
+            let policy = RetentionPolicy {
+                retention_ms: s.config.retention_ms,
+                retention_bytes: s.config.retention_bytes,
+            };
+            let segments = s.log.segments();
+            let count = segments_to_delete(&segments, s.high_watermark, policy, now_ms);
+            if count == 0 {
+                return Ok(None);
+            }
+            let before = s.log.log_start_offset();
+            let start = s.log.delete_oldest_segments(count)?;
+            info!(topic = ?self.topic, partition = self.index, segments = count, log_start = start, "retention deleted segments");
+            Ok((start != before).then_some(start))
+        })
+    }
+
+    /// DeleteRecords on the leader: moves the log start to `offset` (-1: the high watermark),
+    /// which must not pass the high watermark. Returns the offset the request asks all replicas
+    /// to reach (see [`Partition::low_watermark`]).
+    pub fn delete_records(&self, offset: i64) -> Result<i64, i16> {
+        self.with_leader(-1, |s| {
+            let target = if offset == -1 { s.high_watermark } else { offset };
+            if target < 0 || target > s.high_watermark {
+                return Err(ResponseError::OffsetOutOfRange.code());
+            }
+            if s.log
+                .increment_log_start_offset(target)
+                .map_err(|_| ResponseError::KafkaStorageError.code())?
+            {
+                info!(topic = ?self.topic, partition = self.index, log_start = target, "records deleted");
+            }
+            Ok(target)
+        })
+    }
+
+    /// The smallest log start offset of the leader and its ISR followers, or `None` when this
+    /// replica does not lead.
+    pub fn low_watermark(&self) -> Option<i64> {
+        self.with_state(|s| s.is_leader().then(|| s.low_watermark()))
     }
 
     /// Appends batches mirrored from the source as they are (offsets and epochs kept) on this

@@ -169,6 +169,7 @@ fn register(id: i32) -> ControllerCommand {
             port: 9000 + id as u16,
             incarnation: 1000 + id as u64,
             fenced: false,
+            shutting_down: false,
         },
         defaults: ClusterDefaults {
             unclean_leader_election_enable: false,

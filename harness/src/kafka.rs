@@ -129,6 +129,9 @@ pub struct FetchResult {
     pub high_watermark: i64,
     /// Data records at or after the requested offset (control records dropped).
     pub records: Vec<FetchedRecord>,
+    /// The partition's log start offset as the broker reported it (-1 when it did not): a
+    /// fetch below it fails with OFFSET_OUT_OF_RANGE, and a consumer moves there.
+    pub log_start_offset: i64,
     /// The current leader epoch the fetch carried and the broker accepted: absent when none was
     /// sent (unknown, or a Fetch version before 9 has no field for it) or the fetch failed.
     pub leader_epoch: Option<i32>,
@@ -566,6 +569,7 @@ impl Connection {
                 error_code: resp.error_code,
                 high_watermark: -1,
                 records: Vec::new(),
+                log_start_offset: -1,
                 leader_epoch: None,
             });
         }
@@ -583,6 +587,7 @@ impl Connection {
             error_code: p.error_code,
             high_watermark: p.high_watermark,
             records,
+            log_start_offset: p.log_start_offset,
             leader_epoch: sent_epoch.filter(|_| p.error_code.err().is_none()),
         })
     }

@@ -490,6 +490,39 @@ const INIT_PRODUCER_ID_RESPONSE: &[Field] = &[
     f("producer_epoch", I16),
 ];
 
+// DeleteRecords (21).
+const DELETE_RECORDS_PARTITION: &[Field] = &[f("partition_index", I32), f("offset", I64)];
+const DELETE_RECORDS_TOPIC: &[Field] = &[
+    f("name", STR),
+    f(
+        "partitions",
+        Ty::Array(&Ty::Struct(DELETE_RECORDS_PARTITION)),
+    ),
+];
+const DELETE_RECORDS_REQUEST: &[Field] = &[
+    f("topics", Ty::Array(&Ty::Struct(DELETE_RECORDS_TOPIC))),
+    f("timeout_ms", I32),
+];
+const DELETE_RECORDS_PARTITION_RESULT: &[Field] = &[
+    f("partition_index", I32),
+    f("low_watermark", I64),
+    f("error_code", I16),
+];
+const DELETE_RECORDS_TOPIC_RESULT: &[Field] = &[
+    f("name", STR),
+    f(
+        "partitions",
+        Ty::Array(&Ty::Struct(DELETE_RECORDS_PARTITION_RESULT)),
+    ),
+];
+const DELETE_RECORDS_RESPONSE: &[Field] = &[
+    f("throttle_time_ms", I32),
+    f(
+        "topics",
+        Ty::Array(&Ty::Struct(DELETE_RECORDS_TOPIC_RESULT)),
+    ),
+];
+
 // ElectLeaders (43).
 const ELECT_TOPIC: &[Field] = &[f("topic", STR), f("partitions", Ty::Array(&I32))];
 const ELECT_LEADERS_REQUEST: &[Field] = &[
@@ -546,6 +579,7 @@ pub const REQUESTS: &[Message] = &[
     msg("CreateTopics", 19, 2, 7, 5, CREATE_TOPICS_REQUEST),
     msg("DeleteTopics", 20, 1, 6, 4, DELETE_TOPICS_REQUEST),
     msg("InitProducerId", 22, 0, 5, 2, INIT_PRODUCER_ID_REQUEST),
+    msg("DeleteRecords", 21, 0, 2, 2, DELETE_RECORDS_REQUEST),
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_REQUEST),
     msg("DescribeConfigs", 32, 1, 4, 4, DESCRIBE_CONFIGS_REQUEST),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_REQUEST),
@@ -568,6 +602,7 @@ pub const RESPONSES: &[Message] = &[
     msg("ApiVersions", 18, 0, 4, 3, API_VERSIONS_RESPONSE),
     msg("CreateTopics", 19, 2, 7, 5, CREATE_TOPICS_RESPONSE),
     msg("InitProducerId", 22, 0, 5, 2, INIT_PRODUCER_ID_RESPONSE),
+    msg("DeleteRecords", 21, 0, 2, 2, DELETE_RECORDS_RESPONSE),
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_RESPONSE),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_RESPONSE),
 ];

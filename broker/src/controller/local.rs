@@ -79,4 +79,8 @@ impl MetadataQuorum for LocalQuorum {
     fn is_active(&self) -> bool {
         true
     }
+
+    fn active_controller(&self) -> Option<i32> {
+        None
+    }
 }

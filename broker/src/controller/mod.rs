@@ -5,6 +5,7 @@
 
 pub mod local;
 pub mod raft;
+pub mod rebalance;
 pub mod state;
 
 pub use state::{apply, ControllerCommand, ControllerReply, Election};
@@ -45,6 +46,8 @@ pub enum QuorumError {
 /// - `heartbeats()` on the active controller returns when each broker was last heard from since
 ///   this node became active; elsewhere it is empty.
 /// - `is_active()` says whether this node is the active controller now.
+/// - `active_controller()` is the node id of the active controller as this node last heard,
+///   `None` while unknown (an election in progress) or for a quorum without voters.
 pub trait MetadataQuorum: Send + Sync + 'static {
     fn image(&self) -> watch::Receiver<Arc<MetadataImage>>;
     fn submit(&self, cmd: ControllerCommand)
@@ -53,4 +56,5 @@ pub trait MetadataQuorum: Send + Sync + 'static {
         -> BoxFuture<'_, Result<(), QuorumError>>;
     fn heartbeats(&self) -> BTreeMap<i32, (u64, Instant)>;
     fn is_active(&self) -> bool;
+    fn active_controller(&self) -> Option<i32>;
 }

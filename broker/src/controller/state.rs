@@ -42,6 +42,13 @@ pub enum ControllerCommand {
         id: i32,
         incarnation: u64,
     },
+    /// A broker is shutting down cleanly (Kafka's BrokerHeartbeat with `wantShutDown`): its
+    /// leaderships move to other ISR members and it leaves the ISRs, as fencing would do, before
+    /// it stops.
+    ControlledShutdown {
+        id: i32,
+        incarnation: u64,
+    },
     CreateTopic {
         name: String,
         id: Uuid,
@@ -171,8 +178,12 @@ fn log_config(defaults: &ClusterDefaults, topic: &TopicRegistration) -> LogConfi
     lc
 }
 
+/// Whether a broker may lead or join an ISR: registered, not fenced, not shutting down.
 fn usable(image: &MetadataImage, id: i32) -> bool {
-    image.brokers.get(&id).is_some_and(|b| !b.fenced)
+    image
+        .brokers
+        .get(&id)
+        .is_some_and(|b| !b.fenced && !b.shutting_down)
 }
 
 /// Changes the leader (bumping epochs) and ISR of one partition.
@@ -220,12 +231,17 @@ fn elect_if_leaderless(
     }
 }
 
-/// Takes broker `id` out of every partition: off the ISR unless it is the last member, and
-/// away from leadership, electing replacements.
+/// Fences broker `id` and takes it out of every partition.
 fn fence(image: &mut MetadataImage, id: i32) {
     if let Some(b) = image.brokers.get_mut(&id) {
         b.fenced = true;
     }
+    remove_from_partitions(image, id);
+}
+
+/// Takes broker `id` (no longer usable) out of every partition: off the ISR unless it is the
+/// last member, and away from leadership, electing replacements.
+fn remove_from_partitions(image: &mut MetadataImage, id: i32) {
     let snapshot = image.clone();
     for topic in image.topics.values_mut() {
         let unclean = log_config(&snapshot.defaults, topic).unclean_leader_election_enable;
@@ -309,6 +325,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 endpoint.id,
                 BrokerEndpoint {
                     fenced: false,
+                    shutting_down: false,
                     ..endpoint.clone()
                 },
             );
@@ -335,6 +352,21 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                     return error(
                         errors::INVALID_REQUEST,
                         format!("broker {id}/{incarnation} is not registered and fenced"),
+                    )
+                }
+            }
+            ControllerReply::Done
+        }
+        ControllerCommand::ControlledShutdown { id, incarnation } => {
+            match image.brokers.get_mut(id) {
+                Some(b) if b.incarnation == *incarnation => {
+                    b.shutting_down = true;
+                    remove_from_partitions(image, *id);
+                }
+                _ => {
+                    return error(
+                        errors::INVALID_REQUEST,
+                        format!("broker {id}/{incarnation} is not registered"),
                     )
                 }
             }
@@ -385,7 +417,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             let live: Vec<i32> = image
                 .brokers
                 .values()
-                .filter(|b| !b.fenced)
+                .filter(|b| usable(image, b.id))
                 .map(|b| b.id)
                 .collect();
             let replica_sets: Vec<Vec<i32>> = if assignments.is_empty() {
@@ -851,6 +883,7 @@ mod tests {
             port: 9000 + id as u16,
             incarnation,
             fenced: false,
+            shutting_down: false,
         };
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: false,
@@ -1066,6 +1099,68 @@ mod tests {
             code(apply(&mut image, &alter(0, pe + 1, vec![1, 2], 1))),
             errors::FENCED_LEADER_EPOCH
         );
+    }
+
+    #[test]
+    fn controlled_shutdown_moves_leadership_and_leaves_isrs_until_a_new_incarnation() {
+        let mut image = cluster(false);
+        assert_eq!(part(&image).leader, 1);
+        let shutdown = |id| ControllerCommand::ControlledShutdown {
+            id,
+            incarnation: 10,
+        };
+        assert_eq!(apply(&mut image, &shutdown(1)), ControllerReply::Done);
+        let p = part(&image).clone();
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.isr.clone()),
+            (2, 1, vec![2, 3])
+        );
+        assert!(image.brokers[&1].shutting_down && !image.brokers[&1].fenced);
+        // Not let back into the ISR nor elected while shutting down.
+        let rejoin = ControllerCommand::AlterPartition {
+            broker_id: 2,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            new_isr: vec![2, 3, 1],
+            recovery_state: LeaderRecoveryState::Recovered,
+        };
+        assert!(matches!(
+            apply(&mut image.clone(), &rejoin),
+            ControllerReply::Error {
+                code: errors::INELIGIBLE_REPLICA,
+                ..
+            }
+        ));
+        let preferred = ControllerCommand::ElectLeaders {
+            election: Election::Preferred,
+            partitions: None,
+        };
+        assert!(matches!(
+            apply(&mut image, &preferred),
+            ControllerReply::Elections(r) if r[0].2 == PREFERRED_LEADER_NOT_AVAILABLE
+        ));
+        // The last ISR member shutting down leaves the partition leaderless, ISR kept.
+        apply(&mut image, &shutdown(2));
+        apply(&mut image, &shutdown(3));
+        let p = part(&image);
+        assert_eq!((p.leader, p.isr.clone()), (-1, vec![3]));
+        // A stale incarnation is refused.
+        assert!(matches!(
+            apply(
+                &mut image,
+                &ControllerCommand::ControlledShutdown {
+                    id: 1,
+                    incarnation: 7
+                }
+            ),
+            ControllerReply::Error { .. }
+        ));
+        // Broker 3 restarts: a new incarnation is usable again and leads.
+        register(&mut image, 3, 999);
+        assert!(!image.brokers[&3].shutting_down);
+        assert_eq!(part(&image).leader, 3);
     }
 
     #[test]

@@ -112,6 +112,26 @@ impl LeaderEpochCache {
         Ok(())
     }
 
+    /// Kafka's `truncateFromStart`: the log now starts at `start_offset`, so entries wholly below
+    /// it go and the latest of them is moved up to start there.
+    pub fn truncate_from_start(&mut self, start_offset: i64) -> Result<(), LogError> {
+        let below = self
+            .entries
+            .iter()
+            .take_while(|e| e.start_offset <= start_offset)
+            .count();
+        if below == 0 || (below == 1 && self.entries[0].start_offset == start_offset) {
+            return Ok(());
+        }
+        let kept = EpochEntry {
+            start_offset,
+            ..self.entries[below - 1]
+        };
+        self.entries.drain(..below);
+        self.entries.insert(0, kept);
+        self.flush()
+    }
+
     /// Removes everything (the log was emptied).
     pub fn clear(&mut self) -> Result<(), LogError> {
         self.entries.clear();

@@ -85,12 +85,26 @@ pub struct ReadResult {
     pub records: Vec<u8>,
 }
 
+/// What retention needs to know of one segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSummary {
+    pub base_offset: i64,
+    /// Offset after the segment's last batch.
+    pub next_offset: i64,
+    pub size: u64,
+    /// The largest batch max timestamp in it, -1 when empty.
+    pub max_timestamp: i64,
+}
+
 /// One replica's log.
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
     settings: LogSettings,
     segments: BTreeMap<i64, Segment>,
+    /// The first offset a reader may ask for; at or after the first segment's base (DeleteRecords
+    /// and a leader's moved start put it inside a segment).
+    log_start_offset: i64,
     epochs: LeaderEpochCache,
     producers: ProducerStates,
     unflushed_messages: u64,
@@ -158,10 +172,12 @@ impl PartitionLog {
             }
             Err(e) => return Err(e),
         };
+        let log_start_offset = *segments.keys().next().expect("inserted above");
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             settings,
             segments,
+            log_start_offset,
             epochs,
             producers: ProducerStates::default(),
             unflushed_messages: 0,
@@ -229,11 +245,84 @@ impl PartitionLog {
     }
 
     pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    fn first_segment_base(&self) -> i64 {
         *self
             .segments
             .keys()
             .next()
             .expect("a log always has a segment")
+    }
+
+    /// Every segment, oldest first; the last one is the active segment.
+    pub fn segments(&self) -> Vec<SegmentSummary> {
+        self.segments
+            .values()
+            .map(|s| SegmentSummary {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset(),
+                size: s.size(),
+                max_timestamp: s.max_timestamp(),
+            })
+            .collect()
+    }
+
+    /// Moves the log start forward to `offset` (at most the log end) and deletes the segments
+    /// wholly below it; a smaller `offset` changes nothing. Returns whether the start moved.
+    pub fn increment_log_start_offset(&mut self, offset: i64) -> Result<bool, LogError> {
+        let end = self.log_end_offset();
+        if offset > end {
+            return Err(LogError::OutOfRange {
+                offset,
+                start: self.log_start_offset,
+                end,
+            });
+        }
+        if offset <= self.log_start_offset {
+            return Ok(false);
+        }
+        self.log_start_offset = offset;
+        self.epochs.truncate_from_start(offset)?;
+        let below: Vec<i64> = self
+            .segments
+            .iter()
+            .zip(self.segments.keys().skip(1))
+            .filter(|(_, next_base)| **next_base <= offset)
+            .map(|((base, _), _)| *base)
+            .collect();
+        self.delete_segments(&below)?;
+        Ok(true)
+    }
+
+    /// Deletes the `count` oldest segments, never the active one, and moves the log start to the
+    /// first offset left. Returns the new log start.
+    pub fn delete_oldest_segments(&mut self, count: usize) -> Result<i64, LogError> {
+        let doomed: Vec<i64> = self
+            .segments
+            .keys()
+            .take(count.min(self.segments.len() - 1))
+            .copied()
+            .collect();
+        self.delete_segments(&doomed)?;
+        self.log_start_offset = self.log_start_offset.max(self.first_segment_base());
+        self.epochs.truncate_from_start(self.log_start_offset)?;
+        Ok(self.log_start_offset)
+    }
+
+    /// Removes segments (never the active one) and makes the removal durable.
+    fn delete_segments(&mut self, bases: &[i64]) -> Result<(), LogError> {
+        if bases.is_empty() {
+            return Ok(());
+        }
+        let active = self.active().base_offset;
+        for base in bases.iter().filter(|b| **b != active) {
+            if let Some(seg) = self.segments.remove(base) {
+                seg.delete()?;
+            }
+        }
+        sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -456,8 +545,9 @@ impl PartitionLog {
             return self.truncate_fully_and_start_at(offset.max(0).min(self.log_start_offset()));
         }
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        let first = self.first_segment_base();
         for base in doomed {
-            if base == self.log_start_offset() {
+            if base == first {
                 continue;
             }
             let seg = self.segments.remove(&base).expect("listed above");
@@ -484,6 +574,7 @@ impl PartitionLog {
             .insert(offset, Segment::create(&self.dir, offset)?);
         producer_state::remove_snapshots_above(&self.dir, i64::MIN)?;
         self.producers = ProducerStates::default();
+        self.log_start_offset = offset;
         self.epochs.clear()
     }
 
@@ -527,7 +618,8 @@ pub mod testing {
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
 
-    /// One v2 batch holding `values`, with base offset 0 and epoch -1 (the producer's view).
+    /// One v2 batch holding `values`, with base offset 0 and epoch -1 (the producer's view),
+    /// stamped with the current time as a producer would (so retention does not expire it).
     pub fn batch(values: &[&[u8]]) -> Vec<u8> {
         idempotent_batch(values, -1, -1, -1)
     }
@@ -540,6 +632,9 @@ pub mod testing {
         producer_epoch: i16,
         base_sequence: i32,
     ) -> Vec<u8> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         let records: Vec<Record> = values
             .iter()
             .enumerate()
@@ -558,7 +653,7 @@ pub mod testing {
                 } else {
                     base_sequence + i as i32
                 },
-                timestamp: 1_700_000_000_000 + i as i64,
+                timestamp: now_ms + i as i64,
                 key: None,
                 value: Some(Bytes::copy_from_slice(v)),
                 headers: IndexMap::new(),
@@ -665,6 +760,42 @@ mod tests {
         let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
         assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(log.log_end_offset(), 80);
+    }
+
+    #[test]
+    fn log_start_moves_forward_deleting_whole_segments_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        append_n(&mut log, 20, 1);
+        append_n(&mut log, 20, 2);
+        let segs = log.segments();
+        assert!(segs.len() > 3, "{segs:?}");
+        let inside = segs[2].base_offset + 1;
+        assert!(log.increment_log_start_offset(inside).unwrap());
+        assert_eq!(log.log_start_offset(), inside);
+        assert_eq!(log.segments()[0].base_offset, segs[2].base_offset);
+        assert!(
+            !log.increment_log_start_offset(3).unwrap(),
+            "never backwards"
+        );
+        assert!(matches!(
+            log.read(inside - 1, i64::MAX, 1),
+            Err(LogError::OutOfRange { .. })
+        ));
+        // A read at the start returns the whole batch holding it.
+        let first = values(&log.read(inside, i64::MAX, 1).unwrap().records);
+        assert_eq!(first[0].0, inside - 1);
+        assert!(log.increment_log_start_offset(81).is_err());
+        // Retention: the active segment always stays.
+        let n = log.segments().len();
+        let start = log.delete_oldest_segments(n + 5).unwrap();
+        assert_eq!(log.segments().len(), 1);
+        assert_eq!(start, log.segments()[0].base_offset);
+        assert_eq!(log.epochs().entries()[0].start_offset, start);
+        assert_eq!(log.log_end_offset(), 80);
+        log.close().unwrap();
+        let (log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert_eq!(log.log_start_offset(), start);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Segment {
     index: OffsetIndex,
     /// Offset after the last batch in this segment (`base_offset` when empty).
     next_offset: i64,
+    /// The largest batch max timestamp in the segment, -1 when empty: time retention judges a
+    /// segment by its newest record, as Kafka's `largestTimestamp` does.
+    max_timestamp: i64,
 }
 
 /// What a CRC scan of a segment found.
@@ -30,6 +33,8 @@ pub struct ScanOutcome {
     /// Bytes of valid batches from the start of the file.
     pub valid_bytes: u64,
     pub next_offset: i64,
+    /// The largest max timestamp of the valid batches, -1 when there are none.
+    pub max_timestamp: i64,
     /// Why the scan stopped before the end of the file, if it did.
     pub stopped: Option<String>,
 }
@@ -53,6 +58,7 @@ impl Segment {
             size: 0,
             index,
             next_offset: base_offset,
+            max_timestamp: -1,
         })
     }
 
@@ -110,6 +116,7 @@ impl Segment {
             size: scan.valid_bytes,
             index,
             next_offset: scan.next_offset,
+            max_timestamp: scan.max_timestamp,
         };
         Ok((seg, cut))
     }
@@ -120,6 +127,10 @@ impl Segment {
 
     pub fn next_offset(&self) -> i64 {
         self.next_offset
+    }
+
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
     }
 
     pub fn path(&self) -> &Path {
@@ -138,6 +149,7 @@ impl Segment {
         for (at, h) in batches {
             self.index
                 .on_append(h.base_offset, self.size + *at as u64, h.size as u64)?;
+            self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
         }
         self.size += bytes.len() as u64;
         if let Some((_, last)) = batches.last() {
@@ -195,6 +207,13 @@ impl Segment {
             self.index.truncate_to_position(pos)?;
             self.size = pos;
             self.next_offset = h.base_offset.max(self.base_offset);
+            let mut at = 0;
+            self.max_timestamp = -1;
+            while at < self.size {
+                let h = self.header_at(at)?;
+                self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+                at += h.size as u64;
+            }
         }
         Ok(self.next_offset)
     }
@@ -243,25 +262,33 @@ fn rebuild_index(
 fn scan(file: &File, base_offset: i64, size: u64, verify: bool) -> std::io::Result<ScanOutcome> {
     let mut pos = 0u64;
     let mut next_offset = base_offset;
+    let mut max_timestamp = -1;
     let mut header = [0u8; HEADER_LEN];
-    let stop = |pos, next_offset, why: String| ScanOutcome {
+    let stop = |pos, next_offset, max_timestamp, why: String| ScanOutcome {
         valid_bytes: pos,
         next_offset,
+        max_timestamp,
         stopped: Some(why),
     };
     while pos < size {
         if size - pos < HEADER_LEN as u64 {
-            return Ok(stop(pos, next_offset, "incomplete batch header".into()));
+            return Ok(stop(
+                pos,
+                next_offset,
+                max_timestamp,
+                "incomplete batch header".into(),
+            ));
         }
         file.read_exact_at(&mut header, pos)?;
         let h = match batch::parse_header(&header) {
             Ok(h) => h,
-            Err(e) => return Ok(stop(pos, next_offset, e.to_string())),
+            Err(e) => return Ok(stop(pos, next_offset, max_timestamp, e.to_string())),
         };
         if pos + h.size as u64 > size {
             return Ok(stop(
                 pos,
                 next_offset,
+                max_timestamp,
                 format!("batch at offset {} is incomplete", h.base_offset),
             ));
         }
@@ -269,6 +296,7 @@ fn scan(file: &File, base_offset: i64, size: u64, verify: bool) -> std::io::Resu
             return Ok(stop(
                 pos,
                 next_offset,
+                max_timestamp,
                 format!("batch offset {} goes backwards", h.base_offset),
             ));
         }
@@ -281,16 +309,19 @@ fn scan(file: &File, base_offset: i64, size: u64, verify: bool) -> std::io::Resu
                 return Ok(stop(
                     pos,
                     next_offset,
+                    max_timestamp,
                     format!("batch at offset {}: {e}", h.base_offset),
                 ));
             }
         }
         next_offset = h.next_offset();
+        max_timestamp = max_timestamp.max(h.max_timestamp);
         pos += h.size as u64;
     }
     Ok(ScanOutcome {
         valid_bytes: pos,
         next_offset,
+        max_timestamp,
         stopped: None,
     })
 }

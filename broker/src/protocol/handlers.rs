@@ -69,6 +69,9 @@ pub async fn handle(
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch(broker, r))
         }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(super::delete_records::delete_records(broker, r).await)
+        }
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(elect_leaders(broker, r, version).await)
         }
@@ -144,7 +147,13 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
     if version >= 2 {
         resp.cluster_id = Some(s(broker.config.cluster_id.clone()));
     }
-    resp.controller_id = BrokerId(image.brokers.keys().next().copied().unwrap_or(cfg.node_id));
+    // The active controller as the quorum knows it (-1 while unknown); without voters this
+    // broker is its own controller.
+    resp.controller_id = BrokerId(if cfg.controller_quorum_voters.is_empty() {
+        cfg.node_id
+    } else {
+        broker.quorum().active_controller().unwrap_or(-1)
+    });
     resp.brokers = image
         .brokers
         .values()
@@ -468,6 +477,11 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
                     last_fetched_epoch: fp.last_fetched_epoch,
                     max_bytes: budget,
                     replica_id,
+                    log_start_offset: if version >= 5 {
+                        fp.log_start_offset
+                    } else {
+                        -1
+                    },
                 };
                 let r = broker.fetch(name, fp.partition, spec);
                 any_error |= r.error != errors::NONE;

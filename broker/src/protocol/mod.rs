@@ -2,6 +2,7 @@
 //! on one connection are answered in order, one at a time, as Kafka does; a frame that cannot be
 //! decoded closes only its own connection.
 
+mod delete_records;
 mod handlers;
 mod init_producer_id;
 
@@ -35,6 +36,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),

@@ -148,7 +148,7 @@ async fn one_round(
         return Ok(Step::Continue);
     }
     let records = pd.records.clone().unwrap_or_default();
-    p.append_as_follower(&records, pd.high_watermark)?;
+    p.append_as_follower(&records, pd.high_watermark, pd.log_start_offset)?;
     ctx.data_changed.send_modify(|g| *g = g.wrapping_add(1));
     Ok(Step::Continue)
 }

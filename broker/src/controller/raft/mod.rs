@@ -318,6 +318,10 @@ impl MetadataQuorum for RaftQuorum {
     fn is_active(&self) -> bool {
         self.inner.is_active()
     }
+
+    fn active_controller(&self) -> Option<i32> {
+        self.inner.leader().and_then(|id| i32::try_from(id).ok())
+    }
 }
 
 impl Inner {
