@@ -84,6 +84,8 @@ pub struct Broker {
     applied: watch::Sender<Arc<MetadataImage>>,
     /// The mirror tasks of the mirror partitions this broker leads.
     pub mirrors: MirrorTasks,
+    /// The consumer groups this broker coordinates.
+    pub groups: crate::group::GroupCoordinator,
 }
 
 impl std::fmt::Debug for Broker {
@@ -125,6 +127,7 @@ impl Broker {
             caught_up: AtomicBool::new(false),
             applied: watch::channel(Arc::default()).0,
             mirrors: MirrorTasks::default(),
+            groups: Default::default(),
         }))
     }
 
@@ -226,7 +229,8 @@ impl Broker {
             tokio::spawn(self.clone().follow_metadata(shutdown.clone())),
             tokio::spawn(self.clone().register_and_heartbeat(shutdown.clone())),
             tokio::spawn(self.clone().fence_silent_brokers(shutdown.clone())),
-            tokio::spawn(self.clone().maintain_isr(shutdown)),
+            tokio::spawn(self.clone().maintain_isr(shutdown.clone())),
+            tokio::spawn(crate::group::run(self.clone(), shutdown)),
         ]
     }
 

@@ -2,6 +2,7 @@
 //! on one connection are answered in order, one at a time, as Kafka does; a frame that cannot be
 //! decoded closes only its own connection.
 
+mod groups;
 mod handlers;
 
 use std::sync::Arc;
@@ -37,6 +38,16 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    // The group coordinator (`groups`): the classic protocol, without static membership.
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
 ];
 
 fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -157,6 +168,12 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
     tidemark_wirebound::check_request(raw_key, version, &frame)?;
     let request = RequestKind::decode(api_key, &mut frame, version)
         .map_err(|e| anyhow::anyhow!("bad {api_key:?} v{version} body: {e}"))?;
+    let request = match groups::handle(broker, &header, request, version).await {
+        Ok(response) => {
+            return encode_response(api_key, version, header.correlation_id, &response).map(Some)
+        }
+        Err(request) => request,
+    };
     let Some(response) = handlers::handle(broker, request, version).await else {
         return Ok(None);
     };
