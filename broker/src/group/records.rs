@@ -128,7 +128,8 @@ pub fn group_entry(group: &Group) -> Entry {
     )
 }
 
-/// One uncompressed v2 batch holding `entries`.
+/// One uncompressed v2 batch holding `entries`, so a commit of many partitions is appended
+/// (and survives or not) as a whole.
 pub fn encode_batch(entries: &[Entry], timestamp_ms: i64) -> anyhow::Result<Bytes> {
     let records: Vec<Record> = entries
         .iter()
@@ -142,7 +143,9 @@ pub fn encode_batch(entries: &[Entry], timestamp_ms: i64) -> anyhow::Result<Byte
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // The encoder starts a new batch unless offset − sequence is constant; the base
+            // sequence stays -1 (no producer id).
+            sequence: i as i32 - 1,
             timestamp: timestamp_ms,
             key: Some(Bytes::from(
                 serde_json::to_vec(key).expect("plain data serializes"),
@@ -251,8 +254,10 @@ impl Loader {
                         m.id,
                         m.client_id,
                         m.client_host,
-                        Duration::from_millis(m.session_timeout_ms),
-                        Duration::from_millis(m.rebalance_timeout_ms),
+                        (
+                            Duration::from_millis(m.session_timeout_ms),
+                            Duration::from_millis(m.rebalance_timeout_ms),
+                        ),
                         vec![(protocol.clone(), metadata)],
                         assignment,
                         now,
@@ -310,6 +315,11 @@ mod tests {
             6,
         )
         .unwrap();
+        assert_eq!(
+            crate::log::batch::split_batches(&first).unwrap().len(),
+            1,
+            "a commit of several records is one batch"
+        );
         let mut loader = Loader::default();
         loader.apply(&first).unwrap();
         // Offsets of the second batch continue the first's, as the log assigns them.

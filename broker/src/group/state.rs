@@ -128,12 +128,12 @@ pub struct Member {
 
 impl Member {
     /// A member restored from the log: it keeps its place until its session runs out.
+    /// `timeouts` are its session and rebalance timeouts.
     pub fn restored(
         id: String,
         client_id: String,
         client_host: String,
-        session_timeout: Duration,
-        rebalance_timeout: Duration,
+        (session_timeout, rebalance_timeout): (Duration, Duration),
         protocols: Vec<(String, Bytes)>,
         assignment: Bytes,
         now: Instant,
@@ -668,5 +668,275 @@ impl Group {
                 let _ = tx.send(SyncOutcome::error(ResponseError::NotCoordinator));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: Duration = Duration::from_secs(10);
+    const REBALANCE: Duration = Duration::from_secs(30);
+
+    fn request(member_id: &str, protocols: &[&str]) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.to_string(),
+            client_id: "c".into(),
+            client_host: String::new(),
+            session_timeout: SESSION,
+            rebalance_timeout: REBALANCE,
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|p| (p.to_string(), Bytes::from(format!("meta-{p}"))))
+                .collect(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn now_reply<T: std::fmt::Debug>(r: Reply<T>) -> T {
+        match r {
+            Reply::Now(t) => t,
+            Reply::Later(_) => panic!("expected an answer now"),
+        }
+    }
+
+    fn later<T>(r: Reply<T>) -> oneshot::Receiver<T> {
+        match r {
+            Reply::Later(rx) => rx,
+            Reply::Now(_) => panic!("expected to wait"),
+        }
+    }
+
+    /// Joins a new member through the MEMBER_ID_REQUIRED round trip; returns its id and the
+    /// receiver of its JoinGroup answer.
+    fn join_new(
+        g: &mut Group,
+        id: &str,
+        protocols: &[&str],
+        now: Instant,
+    ) -> (String, oneshot::Receiver<JoinOutcome>) {
+        let first = now_reply(g.join(
+            request("", protocols),
+            || id.to_string(),
+            Duration::ZERO,
+            now,
+        ));
+        assert_eq!(first.error, ResponseError::MemberIdRequired.code());
+        assert_eq!(first.member_id, id);
+        let rx = later(g.join(
+            request(id, protocols),
+            || unreachable!(),
+            Duration::ZERO,
+            now,
+        ));
+        (id.to_string(), rx)
+    }
+
+    /// A group of `ids`, Stable in generation 1 with `ids[0]` leading.
+    fn stable(ids: &[&str], now: Instant) -> Group {
+        let mut g = Group::new("g");
+        let mut rxs: Vec<_> = ids
+            .iter()
+            .map(|id| join_new(&mut g, id, &["range"], now).1)
+            .collect();
+        g.tick(now);
+        for rx in rxs.iter_mut() {
+            assert_eq!(rx.try_recv().unwrap().generation, 1);
+        }
+        let assignments = ids
+            .iter()
+            .map(|id| (id.to_string(), Bytes::from(format!("a-{id}"))))
+            .collect();
+        let (_, store) = g.sync(ids[0], 1, None, None, assignments, now);
+        assert_eq!(store, Some(1));
+        g.stored(1, Ok(()), now);
+        assert_eq!(g.state, GroupState::Stable);
+        g
+    }
+
+    #[test]
+    fn a_rebalance_gives_every_member_the_generation_and_the_leader_every_subscription() {
+        let now = Instant::now();
+        let mut g = Group::new("g");
+        let (a, mut rx_a) = join_new(&mut g, "a", &["range", "roundrobin"], now);
+        let (b, mut rx_b) = join_new(&mut g, "b", &["roundrobin", "range"], now);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        g.tick(now);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        let ja = rx_a.try_recv().unwrap();
+        let jb = rx_b.try_recv().unwrap();
+        assert_eq!((ja.error, ja.generation, jb.generation), (0, 1, 1));
+        assert_eq!(ja.leader, a);
+        assert_eq!(ja.members.len(), 2, "the leader sees every member");
+        assert!(jb.members.is_empty(), "followers see none");
+        // One vote each: the tie goes to the name Kafka's ordering prefers, the same on both.
+        assert_eq!(ja.protocol_name, jb.protocol_name);
+        let (follower, store) = g.sync(&b, 1, None, None, vec![], now);
+        assert!(store.is_none());
+        let mut follower = later(follower);
+        let (leader, store) = g.sync(
+            &a,
+            1,
+            None,
+            None,
+            vec![(a.clone(), Bytes::from("A")), (b.clone(), Bytes::from("B"))],
+            now,
+        );
+        let mut leader = later(leader);
+        assert_eq!(store, Some(1));
+        assert!(
+            follower.try_recv().is_err(),
+            "nothing before the group is stored"
+        );
+        g.stored(1, Ok(()), now);
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(leader.try_recv().unwrap().assignment, Bytes::from("A"));
+        assert_eq!(follower.try_recv().unwrap().assignment, Bytes::from("B"));
+    }
+
+    #[test]
+    fn heartbeats_and_commits_are_judged_by_member_and_generation() {
+        let now = Instant::now();
+        let mut g = stable(&["a", "b"], now);
+        assert_eq!(g.heartbeat("a", 1, now), 0);
+        assert_eq!(
+            g.heartbeat("a", 0, now),
+            ResponseError::IllegalGeneration.code()
+        );
+        assert_eq!(
+            g.heartbeat("zz", 1, now),
+            ResponseError::UnknownMemberId.code()
+        );
+        assert_eq!(g.check_commit("b", 1, now), 0);
+        assert_eq!(
+            g.check_commit("b", 2, now),
+            ResponseError::IllegalGeneration.code()
+        );
+        assert_eq!(
+            g.check_commit("zz", 1, now),
+            ResponseError::UnknownMemberId.code()
+        );
+        assert_eq!(
+            g.check_commit("", -1, now),
+            ResponseError::IllegalGeneration.code(),
+            "manual commits only while the group is empty"
+        );
+        assert_eq!(Group::new("e").check_commit("", -1, now), 0);
+    }
+
+    #[test]
+    fn a_new_member_sends_the_group_into_a_rebalance_the_others_hear_of() {
+        let now = Instant::now();
+        let mut g = stable(&["a", "b"], now);
+        let (_, mut rx_c) = join_new(&mut g, "c", &["range"], now);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert_eq!(
+            g.heartbeat("a", 1, now),
+            ResponseError::RebalanceInProgress.code()
+        );
+        assert_eq!(
+            now_reply(g.sync("a", 1, None, None, vec![], now).0).error,
+            ResponseError::RebalanceInProgress.code()
+        );
+        let mut rx_a = later(g.join(
+            request("a", &["range"]),
+            || unreachable!(),
+            Duration::ZERO,
+            now,
+        ));
+        g.tick(now);
+        assert_eq!(
+            g.state,
+            GroupState::PreparingRebalance,
+            "b has not rejoined"
+        );
+        // b never rejoins: the rebalance timeout drops it.
+        g.tick(now + REBALANCE);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(rx_a.try_recv().unwrap().generation, 2);
+        assert_eq!(rx_c.try_recv().unwrap().generation, 2);
+        assert!(!g.members.contains_key("b"));
+    }
+
+    #[test]
+    fn a_silent_member_expires_after_its_session_and_the_rest_rebalance() {
+        let now = Instant::now();
+        let mut g = stable(&["a", "b"], now);
+        let later_on = now + SESSION / 2;
+        assert_eq!(g.heartbeat("a", 1, later_on), 0);
+        g.tick(now + SESSION + Duration::from_millis(1));
+        assert!(!g.members.contains_key("b"), "b's session ran out");
+        assert!(g.members.contains_key("a"), "a heartbeat half way");
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn leaving_and_unknown_members() {
+        let now = Instant::now();
+        let mut g = stable(&["a", "b"], now);
+        assert_eq!(g.leave("zz", now), ResponseError::UnknownMemberId.code());
+        assert_eq!(g.leave("b", now), 0);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        let mut rx = later(g.join(
+            request("a", &["range"]),
+            || unreachable!(),
+            Duration::ZERO,
+            now,
+        ));
+        g.tick(now);
+        assert_eq!(rx.try_recv().unwrap().members.len(), 1);
+        assert_eq!(g.leave("a", now), 0);
+        // The last member gone, nobody is left to wait for: the group is Empty at once.
+        g.tick(now);
+        assert_eq!(g.state, GroupState::Empty);
+        assert_eq!(g.generation, 3);
+        assert!(g.store_needed);
+        let unknown = now_reply(g.join(
+            request("a", &["range"]),
+            || unreachable!(),
+            Duration::ZERO,
+            now,
+        ));
+        assert_eq!(unknown.error, ResponseError::UnknownMemberId.code());
+    }
+
+    #[test]
+    fn protocols_must_match_the_group() {
+        let now = Instant::now();
+        let mut g = stable(&["a"], now);
+        let mut other = request("", &["sticky"]);
+        let r = now_reply(g.join(other.clone(), || "x".into(), Duration::ZERO, now));
+        assert_eq!(r.error, ResponseError::InconsistentGroupProtocol.code());
+        other.protocols = vec![("range".into(), Bytes::new())];
+        other.protocol_type = "connect".into();
+        let r = now_reply(g.join(other, || "x".into(), Duration::ZERO, now));
+        assert_eq!(r.error, ResponseError::InconsistentGroupProtocol.code());
+    }
+
+    #[test]
+    fn the_initial_delay_holds_an_empty_groups_first_rebalance() {
+        let now = Instant::now();
+        let delay = Duration::from_secs(3);
+        let mut g = Group::new("g");
+        let id = now_reply(g.join(request("", &["range"]), || "a".into(), delay, now)).member_id;
+        let mut rx = later(g.join(request(&id, &["range"]), || unreachable!(), delay, now));
+        g.tick(now + delay / 2);
+        assert!(rx.try_recv().is_err(), "still waiting for more members");
+        g.tick(now + delay);
+        assert_eq!(rx.try_recv().unwrap().generation, 1);
+    }
+
+    #[test]
+    fn losing_the_partition_answers_every_waiter_not_coordinator() {
+        let now = Instant::now();
+        let mut g = Group::new("g");
+        let (_, mut rx) = join_new(&mut g, "a", &["range"], now);
+        g.unload();
+        assert_eq!(
+            rx.try_recv().unwrap().error,
+            ResponseError::NotCoordinator.code()
+        );
+        assert_eq!(g.state, GroupState::Dead);
     }
 }

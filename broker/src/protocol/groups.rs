@@ -524,12 +524,15 @@ async fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> Offset
     })
 }
 
+/// Committed offsets by topic, in partition order; `None` where nothing is committed.
+type TopicOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+
 /// One group's committed offsets for the asked partitions (all of them when `None`).
 fn fetch_offsets(
     broker: &Arc<Broker>,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, i16> {
+) -> Result<TopicOffsets, i16> {
     let at: Placement = broker.groups.place(broker, group_id)?;
     let offsets = broker
         .groups
