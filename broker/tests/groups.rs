@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::client::{create_topic, read_all};
 use common::{kcat, BrokerProc, Cluster};
 use tidemark_broker::group::{partition_for, OFFSETS_TOPIC};
+use tidemark_broker::replica::client::KafkaConnection;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -254,4 +255,180 @@ fn a_group_of_three_survives_a_killed_member_and_a_killed_coordinator() {
         ends,
         "the commits outlive the coordinator that took them"
     );
+}
+
+/// One request over a fresh connection to `addr`.
+fn call<R>(addr: &str, version: i16, req: &R) -> R::Response
+where
+    R: kafka_protocol::protocol::Request + kafka_protocol::protocol::Encodable,
+    R::Response: kafka_protocol::protocol::Decodable,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut conn = KafkaConnection::connect(addr, Duration::from_secs(20), "wire-test")
+            .await
+            .unwrap();
+        conn.call(version, req).await.unwrap()
+    })
+}
+
+#[test]
+fn the_coordinator_answers_with_kafkas_errors() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::ResponseError as E;
+
+    let c = Cluster::start(3, "group.initial.rebalance.delay.ms=0\n", &[]);
+    assert_eq!(create_topic(&c.addr(1), "t", 1, 3, &[]), 0);
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    let group = GroupId(s("wire"));
+    let find = FindCoordinatorRequest::default().with_key(s("wire"));
+    let deadline = Instant::now() + T;
+    let coordinator = loop {
+        let r = call(&c.addr(1), 3, &find);
+        if r.error_code == 0 {
+            break r.node_id.0;
+        }
+        assert_eq!(r.error_code, E::CoordinatorNotAvailable.code(), "{r:?}");
+        assert!(Instant::now() < deadline, "no coordinator: {r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let txn = call(&c.addr(1), 3, &find.clone().with_key_type(1));
+    assert_eq!(txn.error_code, E::InvalidRequest.code());
+    assert!(txn.error_message.unwrap().contains("transactions"));
+
+    let join = JoinGroupRequest::default()
+        .with_group_id(group.clone())
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(s("range"))
+            .with_metadata(bytes::Bytes::from_static(b"m"))]);
+    let other = (1..=3).find(|id| *id != coordinator).unwrap();
+    assert_eq!(
+        call(&c.addr(other), 5, &join).error_code,
+        E::NotCoordinator.code()
+    );
+    let at = c.addr(coordinator);
+    let first = loop {
+        let r = call(&at, 5, &join);
+        if r.error_code != E::CoordinatorLoadInProgress.code() {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(first.error_code, E::MemberIdRequired.code());
+    let member = first.member_id.clone();
+    assert!(member.starts_with("wire-test-"), "{member}");
+    let hb = |member: &str, generation: i32| {
+        call(
+            &at,
+            4,
+            &HeartbeatRequest::default()
+                .with_group_id(group.clone())
+                .with_member_id(s(member))
+                .with_generation_id(generation),
+        )
+        .error_code
+    };
+    assert_eq!(hb("nobody", 0), E::UnknownMemberId.code());
+    let joined = call(&at, 5, &join.clone().with_member_id(member.clone()));
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    assert_eq!(joined.leader, member);
+    let synced = call(
+        &at,
+        3,
+        &SyncGroupRequest::default()
+            .with_group_id(group.clone())
+            .with_generation_id(1)
+            .with_member_id(member.clone())
+            .with_assignments(vec![SyncGroupRequestAssignment::default()
+                .with_member_id(member.clone())
+                .with_assignment(bytes::Bytes::from_static(b"all of t"))]),
+    );
+    assert_eq!(synced.error_code, 0);
+    assert_eq!(synced.assignment.as_ref(), b"all of t");
+    assert_eq!(hb(&member, 1), 0);
+    assert_eq!(hb(&member, 0), E::IllegalGeneration.code());
+
+    let commit = |generation: i32, offset: i64| {
+        call(
+            &at,
+            8,
+            &OffsetCommitRequest::default()
+                .with_group_id(group.clone())
+                .with_generation_id_or_member_epoch(generation)
+                .with_member_id(member.clone())
+                .with_topics(vec![OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(s("t")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(offset),
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(7)
+                            .with_committed_offset(offset),
+                    ])]),
+        )
+        .topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(commit(1, 42), [0, E::UnknownTopicOrPartition.code()]);
+    assert_eq!(
+        commit(2, 43),
+        [
+            E::IllegalGeneration.code(),
+            E::UnknownTopicOrPartition.code()
+        ]
+    );
+    let fetched = call(
+        &at,
+        5,
+        &OffsetFetchRequest::default()
+            .with_group_id(group.clone())
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(s("t")))
+                .with_partition_indexes(vec![0])])),
+    );
+    assert_eq!(fetched.topics[0].partitions[0].committed_offset, 42);
+
+    let described = call(
+        &at,
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![group.clone(), GroupId(s("none"))]),
+    );
+    assert_eq!(described.groups[0].group_state.as_str(), "Stable");
+    assert_eq!(described.groups[0].protocol_data.as_str(), "range");
+    assert_eq!(described.groups[0].members.len(), 1);
+    let listed = call(&at, 4, &ListGroupsRequest::default());
+    assert!(listed
+        .groups
+        .iter()
+        .any(|g| g.group_id == group && g.group_state.as_str() == "Stable"));
+
+    let left = call(
+        &at,
+        3,
+        &LeaveGroupRequest::default()
+            .with_group_id(group.clone())
+            .with_members(vec![
+                kafka_protocol::messages::leave_group_request::MemberIdentity::default()
+                    .with_member_id(s(&member)),
+            ]),
+    );
+    assert_eq!(left.members[0].error_code, 0);
+    assert_eq!(hb(&member, 1), E::UnknownMemberId.code());
 }

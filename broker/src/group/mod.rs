@@ -211,11 +211,12 @@ impl GroupCoordinator {
         }
     }
 
-    /// Waits for an append to reach the ISR; the error is what Kafka tells the client.
-    pub async fn acknowledged(broker: &Broker, pending: PendingAck) -> Result<(), i16> {
+    /// Waits for an append to reach the ISR; its base offset, or the error Kafka tells the
+    /// client.
+    pub async fn acknowledged(broker: &Broker, pending: PendingAck) -> Result<i64, i16> {
         let result = broker.await_ack(pending, COMMIT_TIMEOUT).await;
         if result.error == 0 {
-            Ok(())
+            Ok(result.base_offset)
         } else {
             Err(append_error(result.error))
         }

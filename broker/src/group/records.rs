@@ -215,6 +215,7 @@ impl Loader {
                                         leader_epoch: v.leader_epoch,
                                         metadata: v.metadata,
                                         commit_timestamp: v.commit_timestamp,
+                                        log_offset: r.offset,
                                     },
                                 );
                             }
@@ -298,6 +299,7 @@ mod tests {
             leader_epoch: 1,
             metadata: String::new(),
             commit_timestamp: 5,
+            log_offset: -1,
         };
         let first = encode_batch(&[offset_entry("g", "t", 0, &o(10)), group_entry(&g)], 5).unwrap();
         let second = encode_batch(

@@ -45,6 +45,23 @@ pub struct CommittedOffset {
     pub leader_epoch: i32,
     pub metadata: String,
     pub commit_timestamp: i64,
+    /// Where its record is in `__consumer_offsets` (-1 before it is appended): of two
+    /// commits acknowledged out of order, the later record wins, as it will on a reload.
+    pub log_offset: i64,
+}
+
+impl Group {
+    /// Takes an acknowledged commit unless a later record of the same partition is already in.
+    pub fn apply_commit(&mut self, topic: String, partition: i32, commit: CommittedOffset) {
+        let key = (topic, partition);
+        if self
+            .offsets
+            .get(&key)
+            .is_none_or(|o| o.log_offset < commit.log_offset)
+        {
+            self.offsets.insert(key, commit);
+        }
+    }
 }
 
 /// What JoinGroup answers.
@@ -925,6 +942,23 @@ mod tests {
         assert!(rx.try_recv().is_err(), "still waiting for more members");
         g.tick(now + delay);
         assert_eq!(rx.try_recv().unwrap().generation, 1);
+    }
+
+    #[test]
+    fn of_two_commits_acknowledged_out_of_order_the_later_record_wins() {
+        let commit = |offset, log_offset| CommittedOffset {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp: 0,
+            log_offset,
+        };
+        let mut g = Group::new("g");
+        g.apply_commit("t".into(), 0, commit(20, 8));
+        g.apply_commit("t".into(), 0, commit(10, 7));
+        assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 20);
+        g.apply_commit("t".into(), 0, commit(30, 9));
+        assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 30);
     }
 
     #[test]

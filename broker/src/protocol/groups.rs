@@ -326,7 +326,9 @@ async fn sync_group(
     };
     if let Some((generation, entry)) = store {
         let result = match broker.groups.append(broker, at, &[entry]) {
-            Ok(pending) => GroupCoordinator::acknowledged(broker, pending).await,
+            Ok(pending) => GroupCoordinator::acknowledged(broker, pending)
+                .await
+                .map(|_| ()),
             Err(code) => Err(code),
         };
         if let Err(code) = result {
@@ -474,6 +476,7 @@ async fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> Offset
                         leader_epoch: p.committed_leader_epoch,
                         metadata,
                         commit_timestamp: timestamp,
+                        log_offset: -1,
                     },
                 ));
                 continue;
@@ -495,7 +498,7 @@ async fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> Offset
     let result = if group_code != 0 {
         Err(group_code)
     } else if commits.is_empty() {
-        Ok(())
+        Ok(-1)
     } else {
         let entries: Vec<records::Entry> = commits
             .iter()
@@ -506,13 +509,14 @@ async fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> Offset
             Err(code) => Err(code),
         }
     };
-    if result.is_ok() {
+    if let Ok(base_offset) = result {
         // Only what the ISR has is visible to OffsetFetch.
         let _ = broker
             .groups
             .with_group(at, &group_id, true, |g: &mut Group| {
-                for (t, p, o) in commits {
-                    g.offsets.insert((t, p), o);
+                for (i, (t, p, mut o)) in commits.into_iter().enumerate() {
+                    o.log_offset = base_offset + i as i64;
+                    g.apply_commit(t, p, o);
                 }
             });
     }
@@ -590,6 +594,7 @@ fn offset_fetch(
                                                 leader_epoch: -1,
                                                 metadata: String::new(),
                                                 commit_timestamp: -1,
+                                                log_offset: -1,
                                             });
                                             OffsetFetchResponsePartitions::default()
                                                 .with_partition_index(p)
@@ -618,6 +623,7 @@ fn offset_fetch(
             leader_epoch: -1,
             metadata: String::new(),
             commit_timestamp: -1,
+            log_offset: -1,
         });
         let mut out = OffsetFetchResponsePartition::default()
             .with_partition_index(p)
