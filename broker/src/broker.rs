@@ -92,6 +92,8 @@ pub struct Broker {
     pub mirrors: MirrorTasks,
     /// Producer ids for InitProducerId, taken from the controller in blocks.
     pub producer_ids: ProducerIdAllocator,
+    /// The consumer groups this broker coordinates.
+    pub groups: crate::group::GroupCoordinator,
 }
 
 impl std::fmt::Debug for Broker {
@@ -136,6 +138,7 @@ impl Broker {
             applied: watch::channel(Arc::default()).0,
             mirrors: MirrorTasks::default(),
             producer_ids: ProducerIdAllocator::default(),
+            groups: Default::default(),
         }))
     }
 
@@ -237,7 +240,8 @@ impl Broker {
             tokio::spawn(self.clone().follow_metadata(shutdown.clone())),
             tokio::spawn(self.clone().register_and_heartbeat(shutdown.clone())),
             tokio::spawn(self.clone().fence_silent_brokers(shutdown.clone())),
-            tokio::spawn(self.clone().maintain_isr(shutdown)),
+            tokio::spawn(self.clone().maintain_isr(shutdown.clone())),
+            tokio::spawn(crate::group::run(self.clone(), shutdown)),
         ]
     }
 

@@ -249,8 +249,29 @@ pub struct BrokerConfig {
     /// API key of CreateClusterMirror; the other mirror APIs follow at the KIP's distances
     /// (the KIP's keys are provisional, so they may be moved away from a clash).
     pub mirror_api_key_base: i16,
+    /// The group coordinator's settings.
+    pub groups: GroupConfig,
     /// Every key as finally set, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
+}
+
+/// The group coordinator's settings, under Kafka's key names.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` (Kafka's default is
+    /// 50; 10 keeps test clusters small).
+    pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.replication.factor`, capped at the brokers registered when the topic is
+    /// created.
+    pub offsets_topic_replication_factor: i16,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an empty group
+    /// waits for more members.
+    pub initial_rebalance_delay: Duration,
+    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
+    pub min_session_timeout: Duration,
+    pub max_session_timeout: Duration,
+    /// `offset.metadata.max.bytes`: the longest commit metadata string accepted.
+    pub offset_metadata_max_bytes: usize,
 }
 
 const BROKER_KEYS: &[&str] = &[
@@ -286,6 +307,12 @@ const BROKER_KEYS: &[&str] = &[
     "log.retention.check.interval.ms",
     "auto.leader.rebalance.enable",
     "leader.imbalance.check.interval.seconds",
+    "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor",
+    "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "offset.metadata.max.bytes",
 ];
 
 impl BrokerConfig {
@@ -512,6 +539,36 @@ impl BrokerConfig {
                 o,
             ));
         }
+        let groups = GroupConfig {
+            offsets_topic_num_partitions: num("offsets.topic.num.partitions", 10, 1, 10_000)?
+                as i32,
+            offsets_topic_replication_factor: num(
+                "offsets.topic.replication.factor",
+                3,
+                1,
+                i16::MAX as i64,
+            )? as i16,
+            initial_rebalance_delay: Duration::from_millis(num(
+                "group.initial.rebalance.delay.ms",
+                3_000,
+                0,
+                i32::MAX as i64,
+            )? as u64),
+            min_session_timeout: Duration::from_millis(num(
+                "group.min.session.timeout.ms",
+                6_000,
+                0,
+                i32::MAX as i64,
+            )? as u64),
+            max_session_timeout: Duration::from_millis(num(
+                "group.max.session.timeout.ms",
+                1_800_000,
+                0,
+                i32::MAX as i64,
+            )? as u64),
+            offset_metadata_max_bytes: num("offset.metadata.max.bytes", 4096, 0, i32::MAX as i64)?
+                as usize,
+        };
         Ok(BrokerConfig {
             node_id,
             process_roles,
@@ -558,6 +615,7 @@ impl BrokerConfig {
             log,
             cluster_id,
             mirror_api_key_base,
+            groups,
             raw: set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
         })
     }

@@ -1015,6 +1015,33 @@ impl Partition {
         self.with_state(|s| s.is_leader().then(|| s.low_watermark()))
     }
 
+    /// For a coordinator loading its state: the batches from `offset` up to the log end (not
+    /// the high watermark: a new leader's log is the truth, as Kafka's `LOG_END` isolation), at
+    /// most about `max_bytes`, with the log end and the leader epoch they were read in; no
+    /// follower bookkeeping. NOT_LEADER_OR_FOLLOWER on a replica that does not lead.
+    pub fn read_to_log_end(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<(Vec<u8>, i64, i32), i16> {
+        self.with_state(|s| {
+            if !s.is_leader() {
+                return Err(ResponseError::NotLeaderOrFollower.code());
+            }
+            let end = s.log.log_end_offset();
+            let offset = offset.max(s.log.log_start_offset());
+            match s.log.read(offset, end, max_bytes) {
+                Ok(r) => Ok((r.records, end, s.leader_epoch())),
+                Err(_) => Err(ResponseError::KafkaStorageError.code()),
+            }
+        })
+    }
+
+    /// The leader epoch this replica leads in, or `None` when it does not lead.
+    pub fn leading_epoch(&self) -> Option<i32> {
+        self.with_state(|s| s.is_leader().then(|| s.leader_epoch()))
+    }
+
     /// Appends batches mirrored from the source as they are (offsets and epochs kept) on this
     /// leader, still leading in `leader_epoch`; the high watermark follows the local ISR rule.
     pub fn append_mirrored(&self, records: &[u8], leader_epoch: i32) -> Result<(), String> {

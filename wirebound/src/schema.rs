@@ -59,6 +59,8 @@ pub struct Message {
     pub fields: &'static [Field],
 }
 
+mod groups;
+
 const ANY: i16 = i16::MAX;
 const I8: Ty = Ty::Fixed(1);
 const BOOL: Ty = Ty::Fixed(1);
@@ -575,6 +577,15 @@ pub const REQUESTS: &[Message] = &[
     msg("Fetch", 1, 4, 18, 12, FETCH_REQUEST),
     msg("ListOffsets", 2, 1, 10, 6, LIST_OFFSETS_REQUEST),
     msg("Metadata", 3, 0, 13, 9, METADATA_REQUEST),
+    groups::OFFSET_COMMIT,
+    groups::OFFSET_FETCH,
+    groups::FIND_COORDINATOR,
+    groups::JOIN_GROUP,
+    groups::HEARTBEAT,
+    groups::LEAVE_GROUP,
+    groups::SYNC_GROUP,
+    groups::DESCRIBE_GROUPS,
+    groups::LIST_GROUPS,
     msg("ApiVersions", 18, 0, 4, 3, API_VERSIONS_REQUEST),
     msg("CreateTopics", 19, 2, 7, 5, CREATE_TOPICS_REQUEST),
     msg("DeleteTopics", 20, 1, 6, 4, DELETE_TOPICS_REQUEST),

@@ -173,6 +173,8 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
     let describe = |t: &crate::metadata::TopicRegistration| {
         let mut mt = MetadataResponseTopic::default();
         mt.name = Some(TopicName(s(t.name.clone())));
+        // Clients leave internal topics out of pattern subscriptions (Kafka's `is_internal`).
+        mt.is_internal = version >= 1 && t.name == crate::group::OFFSETS_TOPIC;
         if version >= 10 {
             mt.topic_id = t.id;
         }

@@ -3,6 +3,7 @@
 //! decoded closes only its own connection.
 
 mod delete_records;
+mod groups;
 mod handlers;
 mod init_producer_id;
 
@@ -41,25 +42,29 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
+    // The group coordinator (`groups`): the classic protocol, without static membership.
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
 ];
 
 /// Versions listed in ApiVersions but not served, because clients key features on them:
-/// librdkafka compresses gzip and snappy only when the broker lists Produce v0, and lz4 only when
-/// it lists FindCoordinator v0 (each listed range must overlap `[0, 0]`). A request in a
-/// listed-only version is refused with the reason given here; librdkafka producing record batch
-/// v2 (Produce ≥ 3) without a consumer group never sends one.
+/// librdkafka compresses gzip and snappy only when the broker lists Produce v0 (lz4 it keys on
+/// FindCoordinator v0, which the group coordinator serves). A request in a listed-only version is
+/// refused with the reason given here; librdkafka producing record batch v2 (Produce ≥ 3) never
+/// sends one.
 pub const LISTED_ONLY: &[(ApiKey, i16, i16, &str)] = &[
     (
         ApiKey::Produce,
         0,
         2,
         "Produce v0-v2 (message format v0/v1) is listed only so that librdkafka compresses; send record batch v2 (Produce v3 or later)",
-    ),
-    (
-        ApiKey::FindCoordinator,
-        0,
-        0,
-        "FindCoordinator is listed only so that librdkafka compresses lz4; this broker has no group coordinator",
     ),
 ];
 
@@ -200,6 +205,12 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
     tidemark_wirebound::check_request(raw_key, version, &frame)?;
     let request = RequestKind::decode(api_key, &mut frame, version)
         .map_err(|e| anyhow::anyhow!("bad {api_key:?} v{version} body: {e}"))?;
+    let request = match groups::handle(broker, &header, request, version).await {
+        Ok(response) => {
+            return encode_response(api_key, version, header.correlation_id, &response).map(Some)
+        }
+        Err(request) => request,
+    };
     let Some(response) = handlers::handle(broker, request, version).await else {
         return Ok(None);
     };
