@@ -21,10 +21,9 @@ use tracing::{info, warn};
 use super::rules::{epoch_fencing_target, LmleKey, LmleRecord, MirrorState, TruncationWait};
 use super::service::{call, connect_any, metadata, write_lmle};
 use super::wire::{LmleLookup, MirrorRequest};
-use crate::broker::Broker;
+use super::context::MirrorContext;
 use crate::controller::ControllerCommand;
 use crate::errors;
-use crate::faults::Bug;
 use crate::log::batch;
 use crate::metadata::{MirrorRegistration, TopicRegistration};
 use crate::partition::Partition;
@@ -81,7 +80,7 @@ struct Entry {
     status: MirrorStatus,
 }
 
-/// The running mirror tasks of this broker, by partition.
+/// The running mirror tasks of this ctx, by partition.
 #[derive(Default)]
 pub struct MirrorTasks {
     entries: Mutex<BTreeMap<(String, i32), Entry>>,
@@ -91,23 +90,6 @@ pub struct MirrorTasks {
 impl MirrorTasks {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Starts the partition's task unless one runs.
-    pub fn ensure(&self, broker: &Arc<Broker>, p: &Arc<Partition>) {
-        let mut entries = self.lock();
-        let entry = entries.entry((p.topic.clone(), p.index)).or_default();
-        if entry.running.is_some() {
-            return;
-        }
-        let id = {
-            let mut n = self.next_id.lock().unwrap_or_else(|x| x.into_inner());
-            *n += 1;
-            *n
-        };
-        let cancel = CancellationToken::new();
-        entry.running = Some((id, cancel.clone()));
-        tokio::spawn(run(broker.clone(), p.clone(), cancel, id));
     }
 
     /// Stops the partition's task, if any.
@@ -142,26 +124,43 @@ impl MirrorTasks {
     }
 }
 
+/// Starts the partition's mirror task unless one runs.
+pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
+    let mut entries = ctx.tasks.lock();
+    let entry = entries.entry((p.topic.clone(), p.index)).or_default();
+    if entry.running.is_some() {
+        return;
+    }
+    let id = {
+        let mut n = ctx.tasks.next_id.lock().unwrap_or_else(|x| x.into_inner());
+        *n += 1;
+        *n
+    };
+    let cancel = CancellationToken::new();
+    entry.running = Some((id, cancel.clone()));
+    tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
+}
+
 /// The source partition's leader, connected.
 struct SourceLeader {
     conn: KafkaConnection,
     leader_epoch: i32,
 }
 
-async fn run(broker: Arc<Broker>, p: Arc<Partition>, cancel: CancellationToken, id: u64) {
+async fn run(ctx: Arc<MirrorContext>, p: Arc<Partition>, cancel: CancellationToken, id: u64) {
     info!(topic = %p.topic, partition = p.index, "mirror task started");
     tokio::select! {
         _ = cancel.cancelled() => {}
-        _ = drive(&broker, &p, &cancel) => {}
+        _ = drive(&ctx, &p, &cancel) => {}
     }
-    broker.mirrors.finished(&p, id);
+    ctx.tasks.finished(&p, id);
     info!(topic = %p.topic, partition = p.index, "mirror task ended");
 }
 
-async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationToken) {
+async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &CancellationToken) {
     let mut source: Option<SourceLeader> = None;
     loop {
-        let image = broker.metadata();
+        let image = ctx.metadata();
         let Some(topic) = image.topics.get(&p.topic) else {
             return;
         };
@@ -172,32 +171,32 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             return;
         };
         let pm = &tm.partitions[p.index as usize];
-        if topic.partitions[p.index as usize].leader != broker.config.node_id {
+        if topic.partitions[p.index as usize].leader != ctx.node_id {
             return;
         }
         let state = pm.state;
         let step = match state {
-            MirrorState::Preparing => prepare(broker, p, topic, mirror, cancel)
+            MirrorState::Preparing => prepare(ctx, p, topic, mirror, cancel)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
-            MirrorState::Mirroring => mirror_round(broker, p, mirror, &mut source).await,
-            MirrorState::EpochFencing => fence_epoch(broker, p)
+            MirrorState::Mirroring => mirror_round(ctx, p, mirror, &mut source).await,
+            MirrorState::EpochFencing => fence_epoch(ctx, p)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
             MirrorState::UleRecovery => {
-                ule_recovery(broker, p, cancel).await;
+                ule_recovery(ctx, p, cancel).await;
                 Ok(Some(MirrorState::Mirroring))
             }
             MirrorState::Pausing => Ok(Some(MirrorState::Paused)),
             MirrorState::Paused => {
-                wait_for_change(broker).await;
+                wait_for_change(ctx).await;
                 Ok(None)
             }
-            MirrorState::Stopping => stop(broker, p, topic, mirror).await.map(|()| None),
+            MirrorState::Stopping => stop(ctx, p, topic, mirror).await.map(|()| None),
             MirrorState::Stopped => return,
             MirrorState::Failed if pm.retry_attempt < 0 => {
                 // Terminal: only an operator's stop moves it on.
-                wait_for_change(broker).await;
+                wait_for_change(ctx).await;
                 Ok(None)
             }
             MirrorState::Failed => {
@@ -230,7 +229,7 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             terminal,
         };
         let (topic_name, index) = (p.topic.clone(), p.index);
-        let moved = broker
+        let moved = ctx
             .submit_and_wait(cmd, |i| i.mirror_state(&topic_name, index) != Some(state))
             .await;
         match moved {
@@ -245,15 +244,15 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
     }
 }
 
-async fn wait_for_change(broker: &Broker) {
-    let mut rx = broker.quorum().image();
+async fn wait_for_change(ctx: &MirrorContext) {
+    let mut rx = ctx.images();
     rx.borrow_and_update();
     let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
 }
 
 /// Asks the source cluster which of this cluster's epochs it recognises for the partition.
 async fn lookup_lmle(
-    broker: &Broker,
+    ctx: &MirrorContext,
     mirror: &MirrorRegistration,
     topic: &TopicRegistration,
     index: i32,
@@ -262,12 +261,12 @@ async fn lookup_lmle(
     let req = MirrorRequest::Describe {
         mirror: None,
         lookup: Some(LmleLookup {
-            cluster_id: broker.config.cluster_id.clone(),
+            cluster_id: ctx.cluster_id.clone(),
             topic_id: topic.id,
             partitions: vec![index],
         }),
     };
-    let resp = call(&mut conn, broker.config.mirror_api_key_base, &req).await?;
+    let resp = call(&mut conn, ctx.api_key_base, &req).await?;
     if resp.error_code != errors::NONE {
         anyhow::bail!(
             "LMLE lookup on {}: error {} {}",
@@ -293,65 +292,65 @@ async fn lookup_lmle(
 
 /// PREPARING: KIP-1279's LMLE truncation.
 async fn prepare(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     topic: &TopicRegistration,
     mirror: &MirrorRegistration,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let lmle = lookup_lmle(broker, mirror, topic, p.index).await?;
-    broker.mirrors.update(p, |s| {
+    let lmle = lookup_lmle(ctx, mirror, topic, p.index).await?;
+    ctx.tasks.update(p, |s| {
         s.lmle = lmle;
         s.waiting_for = None;
     });
-    if broker.faults.has(Bug::SkipLmleTruncation) {
+    if ctx.deviations.skip_lmle_truncation {
         warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
         return Ok(());
     }
-    let all_replicas = waits_for_all_replicas(broker, p);
+    let all_replicas = waits_for_all_replicas(ctx, p);
     // Phase 1: truncate once enough replicas are in the ISR to take part.
     let mut logged = None;
     while let Some(w) = p.lmle_truncate(lmle, all_replicas)? {
-        note_wait(broker, p, &mut logged, w);
+        note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return Ok(());
         }
     }
-    broker.notify_data();
+    ctx.notify_data();
     // Phase 2: wait until every replica that must take part has truncated too.
     loop {
         let w = p.lmle_truncation_progress(all_replicas);
         if w == TruncationWait::Done {
             break;
         }
-        note_wait(broker, p, &mut logged, w);
+        note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return Ok(());
         }
     }
-    broker.mirrors.update(p, |s| s.waiting_for = None);
+    ctx.tasks.update(p, |s| s.waiting_for = None);
     Ok(())
 }
 
 /// Whether truncations of this partition wait for every replica, not just the ISR
 /// (`mirror.support.unclean.leader.election`, unless the `isr-only-lmle-truncation` bug
 /// ignores it).
-fn waits_for_all_replicas(broker: &Broker, p: &Partition) -> bool {
-    p.mirror_support_unclean_leader_election() && !broker.faults.has(Bug::IsrOnlyLmleTruncation)
+fn waits_for_all_replicas(ctx: &MirrorContext, p: &Partition) -> bool {
+    p.mirror_support_unclean_leader_election() && !ctx.deviations.isr_only_lmle_truncation
 }
 
 /// ULE_RECOVERY (KIP-1279, `mirror.support.unclean.leader.election`): after a truncation caused by the source's unclean election,
 /// mirroring resumes only once every replica is in the ISR and has followed the truncation.
-async fn ule_recovery(broker: &Broker, p: &Partition, cancel: &CancellationToken) {
+async fn ule_recovery(ctx: &MirrorContext, p: &Partition, cancel: &CancellationToken) {
     p.start_truncation_watch();
     let mut logged = None;
     loop {
         let w = p.lmle_truncation_progress(true);
         if w == TruncationWait::Done {
-            broker.mirrors.update(p, |s| s.waiting_for = None);
+            ctx.tasks.update(p, |s| s.waiting_for = None);
             return;
         }
-        note_wait(broker, p, &mut logged, w);
+        note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return;
         }
@@ -360,7 +359,7 @@ async fn ule_recovery(broker: &Broker, p: &Partition, cancel: &CancellationToken
 
 /// Logs and reports (through describe) what a preparing partition waits for, when it changes.
 fn note_wait(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     logged: &mut Option<TruncationWait>,
     w: TruncationWait,
@@ -368,7 +367,7 @@ fn note_wait(
     if logged.as_ref() != Some(&w) {
         info!(topic = %p.topic, partition = p.index, "LMLE truncation waits: {w:?}");
         let why = format!("{w:?}");
-        broker.mirrors.update(p, |s| s.waiting_for = Some(why));
+        ctx.tasks.update(p, |s| s.waiting_for = Some(why));
         *logged = Some(w);
     }
 }
@@ -416,7 +415,7 @@ async fn resolve_source(
 /// One consumer fetch from the source leader and what follows from its answer. Returns the
 /// state to move to, if any.
 async fn mirror_round(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     mirror: &MirrorRegistration,
     source: &mut Option<SourceLeader>,
@@ -471,15 +470,15 @@ async fn mirror_round(
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),
     }
-    broker
-        .mirrors
+    ctx
+        .tasks
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
         let before = p.log_end_offset();
         p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
-        broker.notify_data();
+        ctx.notify_data();
         let truncated = p.log_end_offset() < before;
-        if truncated && waits_for_all_replicas(broker, p) {
+        if truncated && waits_for_all_replicas(ctx, p) {
             info!(topic = %p.topic, partition = p.index, "the source truncated this mirror (an unclean election there): waiting for every replica");
             p.start_truncation_watch();
             return Ok(Some(MirrorState::UleRecovery));
@@ -498,14 +497,14 @@ async fn mirror_round(
         .unwrap_or(-1);
     if let Some(target) = epoch_fencing_target(highest, local_epoch) {
         info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, "mirrored batch is ahead of the local leader epoch");
-        broker
-            .mirrors
+        ctx
+            .tasks
             .update(p, |s| s.fencing_target = Some(target));
         return Ok(Some(MirrorState::EpochFencing));
     }
     p.append_mirrored(&records, local_epoch)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    broker.notify_data();
+    ctx.notify_data();
     Ok(None)
 }
 
@@ -540,9 +539,9 @@ async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<(
 }
 
 /// EPOCH_FENCING: raise the local leader epoch to the mirrored batch's (DLE ≥ SLE, M6).
-async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
-    let Some(target) = broker
-        .mirrors
+async fn fence_epoch(ctx: &MirrorContext, p: &Partition) -> anyhow::Result<()> {
+    let Some(target) = ctx
+        .tasks
         .status(&p.topic, p.index)
         .and_then(|s| s.fencing_target)
     else {
@@ -555,8 +554,8 @@ async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
             .and_then(|t| t.partitions.get(index as usize))
             .is_some_and(|r| r.leader_epoch >= target)
     };
-    if !reached(&broker.metadata()) {
-        broker
+    if !reached(&ctx.metadata()) {
+        ctx
             .submit_and_wait(
                 ControllerCommand::BumpLeaderEpoch {
                     topic: topic.clone(),
@@ -568,14 +567,14 @@ async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("epoch bump to {target}: {}", e.message))?;
     }
-    broker.mirrors.update(p, |s| s.fencing_target = None);
+    ctx.tasks.update(p, |s| s.fencing_target = None);
     Ok(())
 }
 
 /// STOPPING: persist the LMLE (the latest epoch of the log), then STOPPED with the epoch bumped
 /// above it (KIP-1279's failover).
 async fn stop(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     topic: &TopicRegistration,
     mirror: &MirrorRegistration,
@@ -591,15 +590,15 @@ async fn stop(
             },
             last_mirrored_epoch: lmle,
         };
-        write_lmle(broker, &record).await?;
+        write_lmle(ctx, &record).await?;
         info!(topic = %p.topic, partition = p.index, lmle, "LMLE persisted");
     }
-    let bump = !broker.faults.has(Bug::NoEpochBumpOnFailover);
+    let bump = !ctx.deviations.no_epoch_bump_on_failover;
     if !bump {
         warn!(topic = %p.topic, partition = p.index, "injected bug no-epoch-bump-on-failover: writable without an epoch bump");
     }
     let (name, index) = (p.topic.clone(), p.index);
-    broker
+    ctx
         .submit_and_wait(
             ControllerCommand::CompleteMirrorStop {
                 topic: name.clone(),
