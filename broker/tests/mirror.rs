@@ -14,7 +14,14 @@ use serde_json::Value;
 use tidemark_broker::mirror::rules::MirrorState;
 use tidemark_broker::mirror::wire::{MirrorRequest, MirrorResponse};
 
-const T: Duration = Duration::from_secs(40);
+/// Deadline of every wait. Generous: restarts, fencing and elections on a loaded 2-core machine
+/// can take tens of seconds, and a wait ends as soon as its condition holds.
+const T: Duration = Duration::from_secs(120);
+
+/// The seed's ULE scenarios number epochs by ones: B's failover epoch is the very epoch A's
+/// stale replica wrote in. Proactive bumps would move B's epochs out of that collision, so those
+/// runs turn them off.
+const SEED_EPOCHS: &str = "mirror.epoch.bump.threshold=0\n";
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -469,8 +476,8 @@ fn s_ule(flag: bool, bug: Option<&str>) -> Result<(Records, Records), String> {
 /// The common start of the S-ULE scenarios, up to A starting to fail back from B (replica 2 of
 /// A is down, holding r1..r3 in the epoch B took at its failover).
 fn ule_setup(flag: bool, bug: Option<&str>) -> Result<(Cluster, Cluster), String> {
-    let mut a = cluster("A", 5, "", bug);
-    let b = cluster("B", 1, "", None);
+    let mut a = cluster("A", 5, SEED_EPOCHS, bug);
+    let b = cluster("B", 1, SEED_EPOCHS, None);
     let flag_value = if flag { "true" } else { "false" };
     assert_eq!(
         create_topic_assigned(
@@ -950,4 +957,105 @@ fn source_topic_deleted_is_a_terminal_failure() {
     );
     stop(&b, "a-to-b").unwrap();
     write(&b, &[1]).unwrap();
+}
+
+/// KIP-1279's proactive epoch bump: B mirrors r0 (A's epoch 0) while its own leader epoch is 0,
+/// within the threshold of 3, so B moves its leader epoch to 0 + 10 and mirrors on; its epoch
+/// cache still holds only A's epoch (M11). With the bump off, B's epoch stays below that.
+#[test]
+fn proactive_epoch_bump_keeps_the_destination_ahead() {
+    for (props, bumps) in [("", true), (SEED_EPOCHS, false)] {
+        let a = cluster("A", 1, "", None);
+        let b = cluster("B", 1, props, None);
+        assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+        write(&a, &[0]).unwrap();
+        let source_epoch = leader_epoch(&a, 1);
+        create_mirror(&b, "a-to-b", &a).unwrap();
+        start(&b, "a-to-b").unwrap();
+        b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+        // r1 is mirrored in a later round than r0, after any bump r0 asked for.
+        write(&a, &[1]).unwrap();
+        b.wait_for("B mirrors r1", T, |b| log_of(b, 1).0.len() == 2);
+        let (records, epochs) = log_of(&b, 1);
+        assert_eq!(records, log_of(&a, 1).0, "props {props:?}");
+        assert_eq!(epochs, [(source_epoch as i64, 0)], "only A's epoch (M11)");
+        let dle = leader_epoch(&b, 1);
+        if bumps {
+            b.wait_for("B's epoch bumped to A's + 10", T, |b| {
+                leader_epoch(b, 1) >= source_epoch + 10
+            });
+            assert_eq!(
+                describe_t(&b).map(|d| d.state),
+                Some(MirrorState::Mirroring)
+            );
+        } else {
+            assert!(dle < source_epoch + 10, "no bump asked, epoch {dle}");
+        }
+    }
+}
+
+/// Pauses or resumes the mirroring of `t`.
+fn pause_or_resume(c: &Cluster, mirror: &str, pause: bool) {
+    let (mirror, topics) = (mirror.to_string(), vec!["t".to_string()]);
+    let req = if pause {
+        MirrorRequest::Pause { mirror, topics }
+    } else {
+        MirrorRequest::Resume { mirror, topics }
+    };
+    ok("pause or resume", &admin(c, req)).unwrap();
+}
+
+/// KIP-1279 on source retention: the source's log start moves past the mirror's position (A's
+/// oldest segments go while B is paused, as retention deletes them: files removed with the broker
+/// down); B's next fetch is out of range, and B starts over at A's log start, so both logs start
+/// at the same offset and hold the same batches at the same offsets.
+#[test]
+fn source_log_start_past_the_mirror_keeps_offsets_identical() {
+    let mut a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    // The smallest segments: every batch rolls its own, so any offset can be a segment base.
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("segment.bytes", "14")]),
+        0
+    );
+    for v in 0..2 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0, r1", T, |b| log_of(b, 1).0.len() == 2);
+    pause_or_resume(&b, "a-to-b", true);
+    wait_state(&b, "B paused", MirrorState::Paused);
+    for v in 2..6 {
+        write(&a, &[v]).unwrap();
+    }
+    a.node(1).terminate();
+    let dir = a.node(1).data_dir().join("t-0");
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let base = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<i64>().ok());
+        if base.is_some_and(|b| b < 4) {
+            std::fs::remove_file(&path).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed >= 4, "A's segments below offset 4 ({removed} files)");
+    a.node(1).restart();
+    a.wait_for("A leads t from offset 4", T, |a| {
+        replica(a, 1)["role"] == "leader" && log_of(a, 1).0.first().map(|r| r.0) == Some(4)
+    });
+    pause_or_resume(&b, "a-to-b", false);
+    b.wait_for("B starts over at A's log start", T, |b| {
+        log_of(b, 1).0 == log_of(&a, 1).0
+    });
+    let offsets: Vec<i64> = log_of(&b, 1).0.iter().map(|r| r.0).collect();
+    assert_eq!(offsets, [4, 5]);
+    assert_eq!(
+        describe_t(&b).map(|d| d.state),
+        Some(MirrorState::Mirroring)
+    );
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -37,6 +38,14 @@ pub struct MirrorContext {
     pub cluster_id: String,
     /// Where the mirror APIs sit in the key space (`mirror.api.key.base`).
     pub api_key_base: i16,
+    /// `mirror.epoch.bump.threshold` and `mirror.epoch.bump.increment` (proactive bumps).
+    pub epoch_bump_threshold: i32,
+    pub epoch_bump_increment: i32,
+    /// FAILED retries: `mirror.failed.retry.initial.backoff.ms`, `.max.backoff.ms`,
+    /// `.max.attempts`.
+    pub retry_initial_backoff: Duration,
+    pub retry_max_backoff: Duration,
+    pub retry_max_attempts: i32,
     pub deviations: MirrorDeviations,
     quorum: Arc<dyn MetadataQuorum>,
     /// The image the broker has acted on (replicas opened, led, followed).
@@ -61,6 +70,11 @@ impl MirrorContext {
             node_id: config.node_id,
             cluster_id: config.cluster_id.clone(),
             api_key_base: config.mirror_api_key_base,
+            epoch_bump_threshold: config.mirror_epoch_bump_threshold,
+            epoch_bump_increment: config.mirror_epoch_bump_increment,
+            retry_initial_backoff: config.mirror_failed_retry_initial_backoff,
+            retry_max_backoff: config.mirror_failed_retry_max_backoff,
+            retry_max_attempts: config.mirror_failed_retry_max_attempts,
             deviations: MirrorDeviations {
                 skip_lmle_truncation: faults.has(Bug::SkipLmleTruncation),
                 no_epoch_bump_on_failover: faults.has(Bug::NoEpochBumpOnFailover),

@@ -18,7 +18,8 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::rules::{epoch_fencing_target, LmleKey, LmleRecord, MirrorState, TruncationWait};
+use super::rules::{
+    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait};
 use super::service::{call, connect_any, metadata, write_lmle};
 use super::wire::{LmleLookup, MirrorRequest};
 use super::context::MirrorContext;
@@ -33,10 +34,6 @@ use crate::replica::client::KafkaConnection;
 const FETCH_MAX_WAIT_MS: i32 = 500;
 const FETCH_MAX_BYTES: i32 = 32 << 20;
 const POLL: Duration = Duration::from_millis(100);
-const RETRY_INITIAL: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-/// Failed attempts after which a partition stays FAILED (KIP-1279).
-const RETRY_MAX_ATTEMPTS: i32 = 100;
 
 /// The source partition no longer exists (its topic was deleted): no retry can mend that.
 #[derive(Debug)]
@@ -145,6 +142,9 @@ pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
 struct SourceLeader {
     conn: KafkaConnection,
     leader_epoch: i32,
+    /// The fetch sent ahead while the previous answer was appended: its offset, last fetched
+    /// epoch and correlation id.
+    prefetch: Option<(i64, i32, i32)>,
 }
 
 async fn run(ctx: Arc<MirrorContext>, p: Arc<Partition>, cancel: CancellationToken, id: u64) {
@@ -201,7 +201,7 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             }
             MirrorState::Failed => {
                 let exp = pm.retry_attempt.clamp(1, 16) as u32 - 1;
-                let backoff = (RETRY_INITIAL * 2u32.pow(exp)).min(RETRY_MAX);
+                let backoff = (ctx.retry_initial_backoff * 2u32.pow(exp)).min(ctx.retry_max_backoff);
                 tokio::time::sleep(backoff).await;
                 Ok(Some(MirrorState::retry_from(pm.failed_in)))
             }
@@ -213,7 +213,7 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
                 warn!(topic = %p.topic, partition = p.index, state = state.name(), "mirror step failed: {e:#}");
                 source = None;
                 let terminal = e.downcast_ref::<SourceTopicGone>().is_some()
-                    || pm.retry_attempt + 1 >= RETRY_MAX_ATTEMPTS;
+                    || pm.retry_attempt + 1 >= ctx.retry_max_attempts;
                 (MirrorState::Failed, Some(format!("{e:#}")), terminal)
             }
         };
@@ -409,6 +409,7 @@ async fn resolve_source(
     Ok(SourceLeader {
         conn,
         leader_epoch: part.leader_epoch,
+        prefetch: None,
     })
 }
 
@@ -425,20 +426,22 @@ async fn mirror_round(
     }
     let src = source.as_mut().expect("just set");
     let (fetch_offset, last_epoch, local_epoch) = p.mirror_fetch_position();
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
-        .with_min_bytes(1)
-        .with_max_bytes(FETCH_MAX_BYTES)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(p.topic_name())
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(p.index)
-                .with_current_leader_epoch(src.leader_epoch)
-                .with_fetch_offset(fetch_offset)
-                .with_last_fetched_epoch(last_epoch)
-                .with_partition_max_bytes(FETCH_MAX_BYTES)])]);
-    let resp = match src.conn.call(12, &req).await {
+    let answer = match src.prefetch.take() {
+        Some((o, e, correlation)) if (o, e) == (fetch_offset, last_epoch) => {
+            src.conn.receive::<FetchRequest>(12, correlation).await
+        }
+        Some(_) => {
+            // The log moved under the fetch sent ahead (truncated, or the append failed): its
+            // answer is of no use, and a new connection drops it.
+            *source = None;
+            return Ok(None);
+        }
+        None => {
+            let req = mirror_fetch(p, src.leader_epoch, fetch_offset, last_epoch);
+            src.conn.call(12, &req).await
+        }
+    };
+    let resp = match answer {
         Ok(r) => r,
         Err(e) => {
             *source = None;
@@ -489,12 +492,8 @@ async fn mirror_round(
     if records.is_empty() {
         return Ok(None);
     }
-    let batches = batch::split_batches(&records)?;
-    let highest = batches
-        .iter()
-        .map(|(_, h)| h.leader_epoch)
-        .max()
-        .unwrap_or(-1);
+    let span = BatchSpan::of(&records)?;
+    let highest = span.highest_epoch;
     if let Some(target) = epoch_fencing_target(highest, local_epoch) {
         info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, "mirrored batch is ahead of the local leader epoch");
         ctx
@@ -502,10 +501,77 @@ async fn mirror_round(
             .update(p, |s| s.fencing_target = Some(target));
         return Ok(Some(MirrorState::EpochFencing));
     }
+    // Ask for what follows before appending, so the source reads while this broker writes.
+    let next = mirror_fetch(p, src.leader_epoch, span.next_offset, span.last_epoch);
+    match src.conn.send(12, &next).await {
+        Ok(correlation) => {
+            src.prefetch = Some((span.next_offset, span.last_epoch, correlation));
+        }
+        Err(e) => {
+            *source = None;
+            return Err(e.context("mirror fetch from the source leader"));
+        }
+    }
     p.append_mirrored(&records, local_epoch)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     ctx.notify_data();
+    let proactive = proactive_bump_target(
+        highest,
+        local_epoch,
+        ctx.epoch_bump_threshold,
+        ctx.epoch_bump_increment,
+    );
+    if let Some(target) = proactive {
+        info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, target, "proactive leader epoch bump");
+        bump_epoch(ctx, p, target).await?;
+    }
     Ok(None)
+}
+
+/// A consumer fetch (replica id -1) of the partition from the source leader in `leader_epoch`.
+fn mirror_fetch(p: &Partition, leader_epoch: i32, offset: i64, last_epoch: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(FETCH_MAX_BYTES)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(p.topic_name())
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(leader_epoch)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(last_epoch)
+                .with_partition_max_bytes(FETCH_MAX_BYTES)])])
+}
+
+/// What the batches of one fetch answer span, from their headers alone: the append checks
+/// CRCs and record counts (checking them here too doubled the work per byte).
+struct BatchSpan {
+    highest_epoch: i32,
+    /// The offset after the last batch: where the next fetch starts.
+    next_offset: i64,
+    /// The last batch's epoch: the next fetch's last fetched epoch.
+    last_epoch: i32,
+}
+
+impl BatchSpan {
+    fn of(records: &[u8]) -> anyhow::Result<BatchSpan> {
+        let mut span = BatchSpan {
+            highest_epoch: -1,
+            next_offset: -1,
+            last_epoch: -1,
+        };
+        let mut pos = 0;
+        while pos < records.len() {
+            let h = batch::parse_header(&records[pos..])?;
+            span.highest_epoch = span.highest_epoch.max(h.leader_epoch);
+            span.next_offset = h.next_offset();
+            span.last_epoch = h.leader_epoch;
+            pos += h.size;
+        }
+        Ok(span)
+    }
 }
 
 /// Kafka's `fetchOffsetAndTruncate` toward the source: restart at its log start when we are
@@ -547,6 +613,14 @@ async fn fence_epoch(ctx: &MirrorContext, p: &Partition) -> anyhow::Result<()> {
     else {
         return Ok(());
     };
+    bump_epoch(ctx, p, target).await?;
+    ctx.tasks.update(p, |s| s.fencing_target = None);
+    Ok(())
+}
+
+/// Raises the partition's leader epoch to at least `target` through the controller, unless the
+/// metadata already has it there.
+async fn bump_epoch(ctx: &MirrorContext, p: &Partition, target: i32) -> anyhow::Result<()> {
     let (topic, index) = (p.topic.clone(), p.index);
     let reached = |i: &crate::metadata::MetadataImage| {
         i.topics
@@ -555,19 +629,17 @@ async fn fence_epoch(ctx: &MirrorContext, p: &Partition) -> anyhow::Result<()> {
             .is_some_and(|r| r.leader_epoch >= target)
     };
     if !reached(&ctx.metadata()) {
-        ctx
-            .submit_and_wait(
-                ControllerCommand::BumpLeaderEpoch {
-                    topic: topic.clone(),
-                    partition: index,
-                    min_epoch: target,
-                },
-                reached,
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("epoch bump to {target}: {}", e.message))?;
+        ctx.submit_and_wait(
+            ControllerCommand::BumpLeaderEpoch {
+                topic: topic.clone(),
+                partition: index,
+                min_epoch: target,
+            },
+            reached,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("epoch bump to {target}: {}", e.message))?;
     }
-    ctx.tasks.update(p, |s| s.fencing_target = None);
     Ok(())
 }
 

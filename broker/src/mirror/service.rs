@@ -193,6 +193,13 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
                 resp.topics.push(topic_result(topic, outcome));
             }
         }
+        MirrorRequest::Recover { mirror, topics } => {
+            mirror_of(ctx, &mirror)?;
+            for topic in topics {
+                let outcome = recover_topic(ctx, &mirror, &topic).await;
+                resp.topics.push(topic_result(topic, outcome));
+            }
+        }
         MirrorRequest::Delete { mirror } => {
             ctx
                 .submit_and_wait(
@@ -344,13 +351,8 @@ async fn start_topic(
     Ok(())
 }
 
-/// Moves every partition of a topic of `mirror` to `to`, as an operator asks.
-async fn set_states(
-    ctx: &MirrorContext,
-    mirror: &str,
-    topic: &str,
-    to: MirrorState,
-) -> Result<(), ApiError> {
+/// Refuses a topic that is not in `mirror`.
+fn check_in_mirror(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
     let image = ctx.metadata();
     let in_mirror = image
         .topics
@@ -363,6 +365,17 @@ async fn set_states(
             format!("topic {topic} is not in mirror {mirror}"),
         ));
     }
+    Ok(())
+}
+
+/// Moves every partition of a topic of `mirror` to `to`, as an operator asks.
+async fn set_states(
+    ctx: &MirrorContext,
+    mirror: &str,
+    topic: &str,
+    to: MirrorState,
+) -> Result<(), ApiError> {
+    check_in_mirror(ctx, mirror, topic)?;
     let cmd = ControllerCommand::SetMirrorStates {
         topic: topic.to_string(),
         partitions: None,
@@ -370,6 +383,15 @@ async fn set_states(
         to,
         error: None,
         terminal: false,
+    };
+    ctx.submit_and_wait(cmd, |_| true).await.map(|_| ())
+}
+
+/// RecoverMirrorTopics: the topic's FAILED partitions that stopped retrying retry again.
+async fn recover_topic(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
+    check_in_mirror(ctx, mirror, topic)?;
+    let cmd = ControllerCommand::RecoverMirrorPartitions {
+        topic: topic.to_string(),
     };
     ctx.submit_and_wait(cmd, |_| true).await.map(|_| ())
 }
