@@ -18,8 +18,8 @@ use crate::config::{BrokerConfig, LogConfig};
 use crate::controller::{
     submit_and_wait, ControllerCommand, ControllerReply, Election, MetadataQuorum,
 };
-pub use crate::errors::ApiError;
 use crate::errors;
+pub use crate::errors::ApiError;
 use crate::faults::{Bug, Faults};
 use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,

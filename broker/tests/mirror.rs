@@ -1043,7 +1043,10 @@ fn source_log_start_past_the_mirror_keeps_offsets_identical() {
             removed += 1;
         }
     }
-    assert!(removed >= 4, "A's segments below offset 4 ({removed} files)");
+    assert!(
+        removed >= 4,
+        "A's segments below offset 4 ({removed} files)"
+    );
     a.node(1).restart();
     a.wait_for("A leads t from offset 4", T, |a| {
         replica(a, 1)["role"] == "leader" && log_of(a, 1).0.first().map(|r| r.0) == Some(4)
@@ -1058,4 +1061,49 @@ fn source_log_start_past_the_mirror_keeps_offsets_identical() {
         describe_t(&b).map(|d| d.state),
         Some(MirrorState::Mirroring)
     );
+}
+
+/// KIP-1279's source outage with retries exhausted (S-FAILED's variant): B's partition fails
+/// while A is down, retries twice (`mirror.failed.retry.max.attempts=2`) and then stays FAILED
+/// with RetryAttempt -1 even once A is back; RecoverMirrorTopics makes it retry, and it mirrors
+/// again from where it was.
+#[test]
+fn recover_mirror_topics_retries_a_partition_that_gave_up() {
+    let mut a = cluster("A", 1, "", None);
+    let b = cluster(
+        "B",
+        1,
+        "mirror.failed.retry.max.attempts=2\nmirror.failed.retry.initial.backoff.ms=100\n",
+        None,
+    );
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    a.node(1).terminate();
+    b.wait_for("B gave up retrying", T, |b| {
+        describe_t(b).is_some_and(|d| d.state == MirrorState::Failed && d.retry_attempt == -1)
+    });
+    a.node(1).restart();
+    write(&a, &[1]).unwrap();
+    let d = describe_t(&b).unwrap();
+    assert_eq!(
+        (d.state, d.retry_attempt),
+        (MirrorState::Failed, -1),
+        "a partition that gave up does not retry by itself"
+    );
+    let r = admin(
+        &b,
+        MirrorRequest::Recover {
+            mirror: "a-to-b".into(),
+            topics: vec!["t".into()],
+        },
+    );
+    ok("recover", &r).unwrap();
+    b.wait_for("B mirrors r1 after the recovery", T, |b| {
+        log_of(b, 1).0 == log_of(&a, 1).0 && log_of(b, 1).0.len() == 2
+    });
+    let d = describe_t(&b).unwrap();
+    assert_eq!((d.state, d.retry_attempt), (MirrorState::Mirroring, 0));
 }

@@ -116,7 +116,9 @@ pub enum ControllerCommand {
     },
     /// RecoverMirrorTopics: every FAILED partition of the topic that no longer retries
     /// (RetryAttempt -1) goes back to where its retries would go, with its attempts reset.
-    RecoverMirrorPartitions { topic: String },
+    RecoverMirrorPartitions {
+        topic: String,
+    },
     /// The last failover step of a STOPPING partition: STOPPED, and (unless `bump` is false) the
     /// leader epoch raised to at least `min_epoch` in the same change, so no client write can
     /// land before the bump.

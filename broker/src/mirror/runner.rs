@@ -18,11 +18,12 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::context::MirrorContext;
 use super::rules::{
-    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait};
+    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
+};
 use super::service::{call, connect_any, metadata, write_lmle};
 use super::wire::{LmleLookup, MirrorRequest};
-use super::context::MirrorContext;
 use crate::controller::ControllerCommand;
 use crate::errors;
 use crate::log::batch;
@@ -175,6 +176,10 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             return;
         }
         let state = pm.state;
+        if state != MirrorState::Mirroring {
+            // Whatever a fetch sent ahead brings back would be stale by the time mirroring resumes.
+            source = None;
+        }
         let step = match state {
             MirrorState::Preparing => prepare(ctx, p, topic, mirror, cancel)
                 .await
@@ -201,7 +206,8 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             }
             MirrorState::Failed => {
                 let exp = pm.retry_attempt.clamp(1, 16) as u32 - 1;
-                let backoff = (ctx.retry_initial_backoff * 2u32.pow(exp)).min(ctx.retry_max_backoff);
+                let backoff =
+                    (ctx.retry_initial_backoff * 2u32.pow(exp)).min(ctx.retry_max_backoff);
                 tokio::time::sleep(backoff).await;
                 Ok(Some(MirrorState::retry_from(pm.failed_in)))
             }
@@ -473,8 +479,7 @@ async fn mirror_round(
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),
     }
-    ctx
-        .tasks
+    ctx.tasks
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
         let before = p.log_end_offset();
@@ -496,9 +501,7 @@ async fn mirror_round(
     let highest = span.highest_epoch;
     if let Some(target) = epoch_fencing_target(highest, local_epoch) {
         info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, "mirrored batch is ahead of the local leader epoch");
-        ctx
-            .tasks
-            .update(p, |s| s.fencing_target = Some(target));
+        ctx.tasks.update(p, |s| s.fencing_target = Some(target));
         return Ok(Some(MirrorState::EpochFencing));
     }
     // Ask for what follows before appending, so the source reads while this broker writes.
@@ -670,17 +673,16 @@ async fn stop(
         warn!(topic = %p.topic, partition = p.index, "injected bug no-epoch-bump-on-failover: writable without an epoch bump");
     }
     let (name, index) = (p.topic.clone(), p.index);
-    ctx
-        .submit_and_wait(
-            ControllerCommand::CompleteMirrorStop {
-                topic: name.clone(),
-                partition: index,
-                min_epoch: lmle + 1,
-                bump,
-            },
-            |i| i.mirror_state(&name, index) == Some(MirrorState::Stopped),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("completing the stop: {}", e.message))?;
+    ctx.submit_and_wait(
+        ControllerCommand::CompleteMirrorStop {
+            topic: name.clone(),
+            partition: index,
+            min_epoch: lmle + 1,
+            bump,
+        },
+        |i| i.mirror_state(&name, index) == Some(MirrorState::Stopped),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("completing the stop: {}", e.message))?;
     Ok(())
 }

@@ -21,12 +21,12 @@ use kafka_protocol::records::{
 };
 use tracing::{info, warn};
 
+use super::context::MirrorContext;
 use super::rules::{lookup_lmle, LmleRecord, MirrorState};
 use super::wire::{
     decode_body, encode_body, MirrorApi, MirrorDescription, MirrorRequest, MirrorResponse,
     PartitionDescription, TopicDescription, TopicResult,
 };
-use super::context::MirrorContext;
 use crate::controller::ControllerCommand;
 use crate::errors::{self, ApiError};
 use crate::metadata::{MetadataImage, MirrorRegistration};
@@ -152,18 +152,17 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
                 ));
             }
             let name = mirror.clone();
-            ctx
-                .submit_and_wait(
-                    ControllerCommand::CreateMirror {
-                        mirror: MirrorRegistration {
-                            name: mirror,
-                            source_bootstrap,
-                            source_cluster_id,
-                        },
+            ctx.submit_and_wait(
+                ControllerCommand::CreateMirror {
+                    mirror: MirrorRegistration {
+                        name: mirror,
+                        source_bootstrap,
+                        source_cluster_id,
                     },
-                    |i| i.mirrors.contains_key(&name),
-                )
-                .await?;
+                },
+                |i| i.mirrors.contains_key(&name),
+            )
+            .await?;
         }
         MirrorRequest::Start { mirror, topics } => {
             let reg = mirror_of(ctx, &mirror)?;
@@ -201,14 +200,13 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
             }
         }
         MirrorRequest::Delete { mirror } => {
-            ctx
-                .submit_and_wait(
-                    ControllerCommand::DeleteMirror {
-                        name: mirror.clone(),
-                    },
-                    |i| !i.mirrors.contains_key(&mirror),
-                )
-                .await?;
+            ctx.submit_and_wait(
+                ControllerCommand::DeleteMirror {
+                    name: mirror.clone(),
+                },
+                |i| !i.mirrors.contains_key(&mirror),
+            )
+            .await?;
         }
         MirrorRequest::List => {
             resp.mirrors = describe(ctx, None);
@@ -239,8 +237,7 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
 }
 
 fn mirror_of(ctx: &MirrorContext, name: &str) -> Result<MirrorRegistration, ApiError> {
-    ctx
-        .metadata()
+    ctx.metadata()
         .mirrors
         .get(name)
         .cloned()
@@ -339,14 +336,13 @@ async fn start_topic(
             mirror: Some(mirror.name.clone()),
         }
     };
-    ctx
-        .submit_and_wait(cmd, |i| {
-            i.topics
-                .get(topic)
-                .and_then(|t| t.mirror.as_ref())
-                .is_some_and(|m| m.mirror == mirror.name)
-        })
-        .await?;
+    ctx.submit_and_wait(cmd, |i| {
+        i.topics
+            .get(topic)
+            .and_then(|t| t.mirror.as_ref())
+            .is_some_and(|m| m.mirror == mirror.name)
+    })
+    .await?;
     info!(topic, mirror = %mirror.name, "mirror topic started");
     Ok(())
 }

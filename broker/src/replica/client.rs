@@ -74,7 +74,11 @@ impl KafkaConnection {
 
     /// Waits up to this connection's timeout for the response to the request sent as
     /// `correlation` (the oldest one unanswered).
-    pub async fn receive<R>(&mut self, version: i16, correlation: i32) -> anyhow::Result<R::Response>
+    pub async fn receive<R>(
+        &mut self,
+        version: i16,
+        correlation: i32,
+    ) -> anyhow::Result<R::Response>
     where
         R: Request,
     {
@@ -176,7 +180,8 @@ async fn within<R: Request, T>(
     exchange: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     tokio::time::timeout(timeout, exchange).await.map_err(|_| {
-        let key = ApiKey::try_from(R::KEY).map_or_else(|_| format!("API key {}", R::KEY), |k| format!("{k:?}"));
+        let key = ApiKey::try_from(R::KEY)
+            .map_or_else(|_| format!("API key {}", R::KEY), |k| format!("{k:?}"));
         anyhow::anyhow!("{key} timed out after {timeout:?}")
     })?
 }
