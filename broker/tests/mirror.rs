@@ -18,9 +18,10 @@ use tidemark_broker::mirror::wire::{MirrorRequest, MirrorResponse};
 /// can take tens of seconds, and a wait ends as soon as its condition holds.
 const T: Duration = Duration::from_secs(120);
 
-/// The seed's ULE scenarios number epochs by ones: B's failover epoch is the very epoch A's
-/// stale replica wrote in. Proactive bumps would move B's epochs out of that collision, so those
-/// runs turn them off.
+/// The seed's scenarios number epochs by ones: B's failover epoch is the very epoch A's stale
+/// replica wrote in, and a missing bump or a local epoch in the cache shows as two clusters
+/// writing one epoch. Proactive bumps would move B's epochs out of those collisions (and hide
+/// the bugs the scenarios catch), so these runs turn them off.
 const SEED_EPOCHS: &str = "mirror.epoch.bump.threshold=0\n";
 
 fn rt() -> tokio::runtime::Runtime {
@@ -247,8 +248,8 @@ fn latest_log_epoch(c: &Cluster) -> i64 {
 /// S-LMLE-1, then S-LMLE-2 from its end, then S-LMLE-3 from that (KIP-1279's unclean-leader-election page), on
 /// single-node clusters A and B.
 fn s_lmle(bug: Option<&str>) -> Result<(), String> {
-    let mut a = cluster("A", 1, "", None);
-    let mut b = cluster("B", 1, "", bug);
+    let mut a = cluster("A", 1, SEED_EPOCHS, None);
+    let mut b = cluster("B", 1, SEED_EPOCHS, bug);
     assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
     write(&a, &[0])?;
     write(&a, &[1])?;
@@ -1106,4 +1107,67 @@ fn recover_mirror_topics_retries_a_partition_that_gave_up() {
     });
     let d = describe_t(&b).unwrap();
     assert_eq!((d.state, d.retry_attempt), (MirrorState::Mirroring, 0));
+}
+
+/// Topic configs of `t` set on the topic itself (DescribeConfigs' source 1), by name.
+fn topic_configs(c: &Cluster) -> std::collections::BTreeMap<String, String> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("t"))]);
+    let addr = c.running()[0].clone();
+    let resp = rt()
+        .block_on(async {
+            let mut conn = tidemark_broker::replica::client::KafkaConnection::connect(
+                &addr,
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            conn.call(1, &req).await
+        })
+        .expect("describe configs");
+    resp.results[0]
+        .configs
+        .iter()
+        .filter(|c| c.config_source == 1)
+        .map(|c| {
+            let v = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+            (c.name.to_string(), v)
+        })
+        .collect()
+}
+
+/// KIP-1279's topic config sync: configs set on the source topic (at creation, and altered
+/// later) become the mirror topic's; the mirror's own `mirror.support.unclean.leader.election`
+/// stays its own.
+#[test]
+fn topic_configs_follow_the_source() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("segment.bytes", "100000")]),
+        0
+    );
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B takes segment.bytes", T, |b| {
+        topic_configs(b).get("segment.bytes").map(String::as_str) == Some("100000")
+    });
+    set_topic_config(&b, "mirror.support.unclean.leader.election", "true").unwrap();
+    set_topic_config(&a, "flush.messages", "7").unwrap();
+    b.wait_for("B takes flush.messages", T, |b| {
+        topic_configs(b).get("flush.messages").map(String::as_str) == Some("7")
+    });
+    let on_b = topic_configs(&b);
+    assert_eq!(
+        on_b.get("mirror.support.unclean.leader.election")
+            .map(String::as_str),
+        Some("true"),
+        "B's own flag is not the source's: {on_b:?}"
+    );
+    assert_eq!(on_b.get("segment.bytes").map(String::as_str), Some("100000"));
 }

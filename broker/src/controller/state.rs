@@ -758,7 +758,9 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                             p.failed_in = Some(p.state);
                         }
                     }
-                    MirrorState::Mirroring => {
+                    // A retry keeps counting its attempts until a round works (the mirror task
+                    // then moves MIRRORING to itself); any other way in starts afresh.
+                    MirrorState::Mirroring if p.state != MirrorState::Failed => {
                         p.retry_attempt = 0;
                         p.failed_in = None;
                     }

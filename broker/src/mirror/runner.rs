@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{BrokerId, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest};
+use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -139,6 +141,78 @@ pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
     tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
 }
 
+/// How often a mirroring topic takes its source topic's configs.
+const CONFIG_SYNC_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Topic configs a mirror topic keeps its own (KIP-1279's `mirror.topic.properties.exclude`):
+/// the flag guards this cluster's own truncations.
+const CONFIGS_NOT_SYNCED: &[&str] = &["mirror.support.unclean.leader.election"];
+
+/// DescribeConfigs' resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
+
+/// KIP-1279's topic config sync: a config set on the source topic is set the same on the mirror
+/// topic, and one unset there is unset here.
+async fn sync_topic_configs(
+    ctx: &MirrorContext,
+    mirror: &MirrorRegistration,
+    topic: &TopicRegistration,
+) -> anyhow::Result<()> {
+    let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
+    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(RESOURCE_TOPIC)
+        .with_resource_name(StrBytes::from_string(topic.name.clone()))]);
+    let resp = conn.call(1, &req).await?;
+    let r = resp
+        .results
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("DescribeConfigs response without the topic"))?;
+    if r.error_code != errors::NONE {
+        anyhow::bail!("source DescribeConfigs failed with error {}", r.error_code);
+    }
+    let synced = |k: &str| !CONFIGS_NOT_SYNCED.contains(&k);
+    // Config source 1: set on the topic itself (not a default).
+    let wanted: BTreeMap<String, String> = r
+        .configs
+        .iter()
+        .filter(|c| c.config_source == 1 && synced(c.name.as_str()))
+        .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+        .collect();
+    let mut changes: Vec<(String, Option<String>)> = wanted
+        .iter()
+        .filter(|(k, v)| topic.configs.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    changes.extend(
+        topic
+            .configs
+            .keys()
+            .filter(|k| synced(k) && !wanted.contains_key(*k))
+            .map(|k| (k.clone(), None)),
+    );
+    if changes.is_empty() {
+        return Ok(());
+    }
+    info!(topic = %topic.name, ?changes, "topic configs from the source");
+    let expect: BTreeMap<String, Option<String>> = changes.iter().cloned().collect();
+    let name = topic.name.clone();
+    ctx.submit_and_wait(
+        ControllerCommand::AlterTopicConfigs {
+            name: name.clone(),
+            changes,
+            validate_only: false,
+        },
+        |i| {
+            i.topics
+                .get(&name)
+                .is_some_and(|t| expect.iter().all(|(k, v)| t.configs.get(k) == v.as_ref()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("altering the mirror topic's configs: {}", e.message))?;
+    Ok(())
+}
+
 /// The source partition's leader, connected.
 struct SourceLeader {
     conn: KafkaConnection,
@@ -160,6 +234,7 @@ async fn run(ctx: Arc<MirrorContext>, p: Arc<Partition>, cancel: CancellationTok
 
 async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &CancellationToken) {
     let mut source: Option<SourceLeader> = None;
+    let mut configs_synced: Option<tokio::time::Instant> = None;
     loop {
         let image = ctx.metadata();
         let Some(topic) = image.topics.get(&p.topic) else {
@@ -176,6 +251,14 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             return;
         }
         let state = pm.state;
+        // One task per topic (partition 0's) takes the source topic's configs now and then.
+        let sync_due = configs_synced.is_none_or(|t| t.elapsed() >= CONFIG_SYNC_INTERVAL);
+        if state == MirrorState::Mirroring && p.index == 0 && sync_due {
+            configs_synced = Some(tokio::time::Instant::now());
+            if let Err(e) = sync_topic_configs(ctx, mirror, topic).await {
+                warn!(topic = %p.topic, "topic config sync from the source failed: {e:#}");
+            }
+        }
         if state != MirrorState::Mirroring {
             // Whatever a fetch sent ahead brings back would be stale by the time mirroring resumes.
             source = None;
@@ -213,6 +296,10 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             }
         };
         let (to, message, terminal) = match step {
+            // The first round that works after a retry ends the count of failed attempts.
+            Ok(None) if state == MirrorState::Mirroring && pm.retry_attempt > 0 => {
+                (MirrorState::Mirroring, None, false)
+            }
             Ok(None) => continue,
             Ok(Some(to)) => (to, None, false),
             Err(e) => {
@@ -236,7 +323,15 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
         };
         let (topic_name, index) = (p.topic.clone(), p.index);
         let moved = ctx
-            .submit_and_wait(cmd, |i| i.mirror_state(&topic_name, index) != Some(state))
+            .submit_and_wait(cmd, |i| {
+                i.mirror_state(&topic_name, index) != Some(state)
+                    || (to == state
+                        && i.topics
+                            .get(&topic_name)
+                            .and_then(|t| t.mirror.as_ref())
+                            .and_then(|m| m.partitions.get(index as usize))
+                            .is_some_and(|p| p.retry_attempt == 0))
+            })
             .await;
         match moved {
             Ok(_) => {

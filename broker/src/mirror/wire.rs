@@ -256,6 +256,7 @@ mod tests {
     fn keys_follow_the_base_and_avoid_kafka_apis() {
         assert_eq!(MirrorApi::StopMirrorTopics.key(94), 96);
         assert_eq!(MirrorApi::DeleteClusterMirror.key(94), 104);
+        assert_eq!(MirrorApi::RecoverMirrorTopics.key(94), 106);
         assert_eq!(
             MirrorApi::from_key(94, 99),
             Some(MirrorApi::DescribeClusterMirrors)
