@@ -1114,9 +1114,11 @@ fn topic_configs(c: &Cluster) -> std::collections::BTreeMap<String, String> {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::DescribeConfigsRequest;
     use kafka_protocol::protocol::StrBytes;
-    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-        .with_resource_type(2)
-        .with_resource_name(StrBytes::from_static_str("t"))]);
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("t"))
+            .with_configuration_keys(None)]);
     let addr = c.running()[0].clone();
     let resp = rt()
         .block_on(async {
@@ -1169,5 +1171,8 @@ fn topic_configs_follow_the_source() {
         Some("true"),
         "B's own flag is not the source's: {on_b:?}"
     );
-    assert_eq!(on_b.get("segment.bytes").map(String::as_str), Some("100000"));
+    assert_eq!(
+        on_b.get("segment.bytes").map(String::as_str),
+        Some("100000")
+    );
 }

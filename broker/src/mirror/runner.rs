@@ -12,10 +12,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::{BrokerId, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest};
+use kafka_protocol::messages::{
+    BrokerId, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -159,9 +161,12 @@ async fn sync_topic_configs(
     topic: &TopicRegistration,
 ) -> anyhow::Result<()> {
     let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
-    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-        .with_resource_type(RESOURCE_TOPIC)
-        .with_resource_name(StrBytes::from_string(topic.name.clone()))]);
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(StrBytes::from_string(topic.name.clone()))
+            // Every key (the default is the empty list: none).
+            .with_configuration_keys(None)]);
     let resp = conn.call(1, &req).await?;
     let r = resp
         .results
