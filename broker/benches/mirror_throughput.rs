@@ -6,6 +6,10 @@
 //! - failover (StopMirrorTopics until every partition is STOPPED, i.e. writable) of a topic with
 //!   100 partitions (the issue asks for under 2 s).
 //!
+//! With `TIDEMARK_BASELINE_BROKER=<path to another tidemark-broker build>`, a second cluster B
+//! running that build mirrors the same bytes first, so a change is measured against its
+//! baseline side by side in one run.
+//!
 //! `cargo bench -p tidemark-broker --bench mirror_throughput`
 
 #[path = "../tests/common/mod.rs"]
@@ -99,6 +103,32 @@ fn partitions(
     .collect()
 }
 
+/// Creates mirror `a-to-b` on `b`, starts `bench` and returns how long `b` takes to hold all
+/// `end` records.
+fn catch_up(b: &common::Cluster, a: &common::Cluster, end: i64) -> Duration {
+    admin(
+        b,
+        MirrorRequest::Create {
+            mirror: "a-to-b".into(),
+            source_bootstrap: a.running().join(","),
+        },
+    );
+    let start = Instant::now();
+    admin(
+        b,
+        MirrorRequest::Start {
+            mirror: "a-to-b".into(),
+            topics: vec!["bench".into()],
+        },
+    );
+    b.wait_for("the mirror catches up", Duration::from_secs(600), |b| {
+        partitions(b, "bench")
+            .iter()
+            .any(|p| p.destination_offset == end)
+    });
+    start.elapsed()
+}
+
 fn main() {
     let a = common::Cluster::start(3, "cluster.id=A\n", &[]);
     let b = common::Cluster::start(3, "cluster.id=B\n", &[]);
@@ -114,29 +144,16 @@ fn main() {
     let n = TOTAL_BYTES / (RECORD * PER_BATCH);
     let records = (n * PER_BATCH) as f64;
     let produced = drive(&leader, n);
-
-    admin(
-        &b,
-        MirrorRequest::Create {
-            mirror: "a-to-b".into(),
-            source_bootstrap: a.running().join(","),
-        },
-    );
-    let start = Instant::now();
-    admin(
-        &b,
-        MirrorRequest::Start {
-            mirror: "a-to-b".into(),
-            topics: vec!["bench".into()],
-        },
-    );
     let end = (n * PER_BATCH) as i64;
-    b.wait_for("the mirror catches up", Duration::from_secs(600), |b| {
-        partitions(b, "bench")
-            .iter()
-            .any(|p| p.destination_offset == end)
+
+    let baseline = std::env::var_os("TIDEMARK_BASELINE_BROKER").map(|path| {
+        let path = std::path::PathBuf::from(path);
+        let old = common::Cluster::start_binary(Some(&path), 3, "cluster.id=B0\n", &[]);
+        let took = catch_up(&old, &a, end);
+        drop(old);
+        (path, took)
     });
-    let mirrored = start.elapsed();
+    let mirrored = catch_up(&b, &a, end);
 
     // Steady load: half the volume again while sampling the lag describe reports.
     let sampler = {
@@ -226,6 +243,13 @@ fn main() {
         "  ratio mirror / produce      : {:.2}  (asked: >= 0.5)",
         mm / pm
     );
+    if let Some((path, took)) = baseline {
+        let (br, bm) = rate(took);
+        println!("  baseline {}:", path.display());
+        println!("    A -> B0 mirror (catch-up) : {br:>10.0} records/s  {bm:>8.1} MB/s");
+        println!("    ratio mirror / produce    : {:.2}", bm / pm);
+        println!("  this build / baseline       : {:.2}", mm / bm);
+    }
     println!(
         "  lag under load (describe)   : max {max_lag}, mean {mean_lag:.0} records over {} samples",
         lags.len()

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
@@ -15,14 +15,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{BrokerConfig, LogConfig};
-use crate::controller::{ControllerCommand, ControllerReply, Election, MetadataQuorum};
+use crate::controller::{
+    submit_and_wait, ControllerCommand, ControllerReply, Election, MetadataQuorum,
+};
 use crate::errors;
+pub use crate::errors::ApiError;
 use crate::faults::{Bug, Faults};
 use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
     TopicRegistration,
 };
-use crate::mirror::runner::MirrorTasks;
+use crate::mirror::context::{HostedPartitions, MirrorContext};
+use crate::mirror::runner;
 use crate::partition::{AckCheck, Checkpointed, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
@@ -34,22 +38,6 @@ pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
 
 /// Name of the log-start-offset checkpoint in the log dir, as Kafka names it; same format.
 pub const LOG_START_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
-
-/// A Kafka error code with a message for the log and, where the API has one, the response.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiError {
-    pub code: i16,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(code: i16, message: impl Into<String>) -> Self {
-        ApiError {
-            code,
-            message: message.into(),
-        }
-    }
-}
 
 /// One partition's answer to a produce.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +65,7 @@ pub struct Broker {
     /// Random per process start; tells a restarted broker apart from its previous run.
     pub incarnation: u64,
     quorum: Arc<dyn MetadataQuorum>,
-    partitions: RwLock<BTreeMap<(String, i32), Arc<Partition>>>,
+    partitions: Arc<HostedPartitions>,
     /// Bumped whenever any log end or high watermark moves; long-polling fetches wait on it.
     data_generation: Arc<watch::Sender<u64>>,
     /// High watermarks from the checkpoint at start, for partitions opened later.
@@ -88,8 +76,8 @@ pub struct Broker {
     caught_up: AtomicBool,
     /// The last image this broker has acted on (its replicas opened, led, followed, deleted).
     applied: watch::Sender<Arc<MetadataImage>>,
-    /// The mirror tasks of the mirror partitions this broker leads.
-    pub mirrors: MirrorTasks,
+    /// Mirroring as it sees this broker, with the mirror tasks of the partitions it leads.
+    pub mirrors: Arc<MirrorContext>,
     /// Producer ids for InitProducerId, taken from the controller in blocks.
     pub producer_ids: ProducerIdAllocator,
     /// The consumer groups this broker coordinates.
@@ -103,9 +91,6 @@ impl std::fmt::Debug for Broker {
             .finish()
     }
 }
-
-/// How long a topic change may take to reach this broker's image before the request fails.
-const METADATA_PROPAGATION: Duration = Duration::from_secs(10);
 
 impl Broker {
     /// Opens the log directory; partitions are opened as the metadata names them.
@@ -123,20 +108,30 @@ impl Broker {
         let stored_hw = read_hw_checkpoint(&config.log_dir.join(HW_CHECKPOINT_FILE))?;
         let stored_log_start = read_hw_checkpoint(&config.log_dir.join(LOG_START_CHECKPOINT_FILE))?;
         write_meta_properties(&config)?;
-        let (tx, _) = watch::channel(0);
+        let data_generation = Arc::new(watch::channel(0).0);
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
+        let partitions = Arc::new(HostedPartitions::default());
+        let (applied, applied_rx) = watch::channel(Arc::default());
+        let mirrors = Arc::new(MirrorContext::new(
+            &config,
+            &faults,
+            quorum.clone(),
+            applied_rx,
+            data_generation.clone(),
+            partitions.clone(),
+        ));
         Ok(Arc::new(Broker {
             config,
             faults,
             incarnation,
             quorum,
-            partitions: RwLock::new(BTreeMap::new()),
-            data_generation: Arc::new(tx),
+            partitions,
+            data_generation,
             stored_hw,
             stored_log_start,
             caught_up: AtomicBool::new(false),
-            applied: watch::channel(Arc::default()).0,
-            mirrors: MirrorTasks::default(),
+            applied,
+            mirrors,
             producer_ids: ProducerIdAllocator::default(),
             groups: Default::default(),
         }))
@@ -364,10 +359,10 @@ impl Broker {
                     && mirror_state
                         .is_some_and(|m| m != crate::mirror::rules::MirrorState::Stopped);
                 if !mirror_leader || matches!(change, Ok(RoleChange::BecameLeader)) {
-                    self.mirrors.stop(&p);
+                    self.mirrors.tasks.stop(&p);
                 }
                 if mirror_leader {
-                    self.mirrors.ensure(self, &p);
+                    runner::ensure(&self.mirrors, &p);
                 }
                 match change {
                     Ok(RoleChange::None) => {}
@@ -565,23 +560,7 @@ impl Broker {
         cmd: ControllerCommand,
         arrived: impl Fn(&MetadataImage) -> bool,
     ) -> Result<ControllerReply, ApiError> {
-        let reply = self
-            .quorum
-            .submit(cmd)
-            .await
-            .map_err(|e| ApiError::new(errors::REQUEST_TIMED_OUT, e.to_string()))?;
-        if let ControllerReply::Error { code, message } = &reply {
-            return Err(ApiError::new(*code, message.clone()));
-        }
-        let mut rx = self.applied.subscribe();
-        let waited = tokio::time::timeout(METADATA_PROPAGATION, rx.wait_for(|i| arrived(i))).await;
-        match waited {
-            Ok(Ok(_)) => Ok(reply),
-            _ => Err(ApiError::new(
-                errors::REQUEST_TIMED_OUT,
-                "metadata did not reach this broker in time",
-            )),
-        }
+        submit_and_wait(&*self.quorum, self.applied.subscribe(), cmd, arrived).await
     }
 
     /// Creates a topic through the controller, resolving defaults from this broker's config.

@@ -251,6 +251,16 @@ pub struct BrokerConfig {
     pub mirror_api_key_base: i16,
     /// The group coordinator's settings.
     pub groups: GroupConfig,
+    /// KIP-1279's proactive epoch bump: a mirrored batch whose epoch is within this many of the
+    /// local leader epoch (and not above it) schedules a bump; 0 turns proactive bumps off.
+    pub mirror_epoch_bump_threshold: i32,
+    /// How far above the mirrored batch's epoch a proactive bump moves the local leader epoch.
+    pub mirror_epoch_bump_increment: i32,
+    /// KIP-1279's FAILED retries: the first backoff, the largest one, and the attempts after
+    /// which a partition stays FAILED until RecoverMirrorTopics.
+    pub mirror_failed_retry_initial_backoff: Duration,
+    pub mirror_failed_retry_max_backoff: Duration,
+    pub mirror_failed_retry_max_attempts: i32,
     /// Every key as finally set, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -298,6 +308,11 @@ const BROKER_KEYS: &[&str] = &[
     "broker.session.timeout.ms",
     "cluster.id",
     "mirror.api.key.base",
+    "mirror.epoch.bump.threshold",
+    "mirror.epoch.bump.increment",
+    "mirror.failed.retry.initial.backoff.ms",
+    "mirror.failed.retry.max.backoff.ms",
+    "mirror.failed.retry.max.attempts",
     "mirror.support.unclean.leader.election",
     "message.max.bytes",
     "log.retention.ms",
@@ -616,6 +631,26 @@ impl BrokerConfig {
             cluster_id,
             mirror_api_key_base,
             groups,
+            mirror_epoch_bump_threshold: num("mirror.epoch.bump.threshold", 3, 0, 1 << 20)? as i32,
+            mirror_epoch_bump_increment: num("mirror.epoch.bump.increment", 10, 1, 1 << 20)? as i32,
+            mirror_failed_retry_initial_backoff: Duration::from_millis(num(
+                "mirror.failed.retry.initial.backoff.ms",
+                1_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            mirror_failed_retry_max_backoff: Duration::from_millis(num(
+                "mirror.failed.retry.max.backoff.ms",
+                30_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            mirror_failed_retry_max_attempts: num(
+                "mirror.failed.retry.max.attempts",
+                100,
+                1,
+                i16::MAX as i64,
+            )? as i32,
             raw: set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
         })
     }

@@ -38,3 +38,19 @@ pub const TOPIC_ALREADY_IN_CLUSTER_MIRROR: i16 = 138;
 pub const TOPIC_NOT_IN_CLUSTER_MIRROR: i16 = 139;
 pub const CLUSTER_MIRROR_NOT_EMPTY: i16 = 143;
 pub const INVALID_CLUSTER_MIRROR_STATES: i16 = 145;
+
+/// A Kafka error code with a message for the log and, where the API has one, the response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+}

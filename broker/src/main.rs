@@ -141,6 +141,13 @@ enum MirrorOp {
         mirror: Option<String>,
     },
     List,
+    /// Retry FAILED partitions that stopped retrying (retries exhausted).
+    Recover {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+    },
     /// Delete a mirror whose topics are all stopped.
     Delete {
         #[arg(long)]
@@ -168,6 +175,7 @@ impl MirrorOp {
             },
             MirrorOp::List => MirrorRequest::List,
             MirrorOp::Delete { mirror } => MirrorRequest::Delete { mirror },
+            MirrorOp::Recover { mirror, topics } => MirrorRequest::Recover { mirror, topics },
         }
     }
 }

@@ -14,7 +14,15 @@ use serde_json::Value;
 use tidemark_broker::mirror::rules::MirrorState;
 use tidemark_broker::mirror::wire::{MirrorRequest, MirrorResponse};
 
-const T: Duration = Duration::from_secs(40);
+/// Deadline of every wait. Generous: restarts, fencing and elections on a loaded 2-core machine
+/// can take tens of seconds, and a wait ends as soon as its condition holds.
+const T: Duration = Duration::from_secs(120);
+
+/// The seed's scenarios number epochs by ones: B's failover epoch is the very epoch A's stale
+/// replica wrote in, and a missing bump or a local epoch in the cache shows as two clusters
+/// writing one epoch. Proactive bumps would move B's epochs out of those collisions (and hide
+/// the bugs the scenarios catch), so these runs turn them off.
+const SEED_EPOCHS: &str = "mirror.epoch.bump.threshold=0\n";
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -240,8 +248,8 @@ fn latest_log_epoch(c: &Cluster) -> i64 {
 /// S-LMLE-1, then S-LMLE-2 from its end, then S-LMLE-3 from that (KIP-1279's unclean-leader-election page), on
 /// single-node clusters A and B.
 fn s_lmle(bug: Option<&str>) -> Result<(), String> {
-    let mut a = cluster("A", 1, "", None);
-    let mut b = cluster("B", 1, "", bug);
+    let mut a = cluster("A", 1, SEED_EPOCHS, None);
+    let mut b = cluster("B", 1, SEED_EPOCHS, bug);
     assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
     write(&a, &[0])?;
     write(&a, &[1])?;
@@ -469,8 +477,8 @@ fn s_ule(flag: bool, bug: Option<&str>) -> Result<(Records, Records), String> {
 /// The common start of the S-ULE scenarios, up to A starting to fail back from B (replica 2 of
 /// A is down, holding r1..r3 in the epoch B took at its failover).
 fn ule_setup(flag: bool, bug: Option<&str>) -> Result<(Cluster, Cluster), String> {
-    let mut a = cluster("A", 5, "", bug);
-    let b = cluster("B", 1, "", None);
+    let mut a = cluster("A", 5, SEED_EPOCHS, bug);
+    let b = cluster("B", 1, SEED_EPOCHS, None);
     let flag_value = if flag { "true" } else { "false" };
     assert_eq!(
         create_topic_assigned(
@@ -950,4 +958,221 @@ fn source_topic_deleted_is_a_terminal_failure() {
     );
     stop(&b, "a-to-b").unwrap();
     write(&b, &[1]).unwrap();
+}
+
+/// KIP-1279's proactive epoch bump: B mirrors r0 (A's epoch 0) while its own leader epoch is 0,
+/// within the threshold of 3, so B moves its leader epoch to 0 + 10 and mirrors on; its epoch
+/// cache still holds only A's epoch (M11). With the bump off, B's epoch stays below that.
+#[test]
+fn proactive_epoch_bump_keeps_the_destination_ahead() {
+    for (props, bumps) in [("", true), (SEED_EPOCHS, false)] {
+        let a = cluster("A", 1, "", None);
+        let b = cluster("B", 1, props, None);
+        assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+        write(&a, &[0]).unwrap();
+        let source_epoch = leader_epoch(&a, 1);
+        create_mirror(&b, "a-to-b", &a).unwrap();
+        start(&b, "a-to-b").unwrap();
+        b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+        // r1 is mirrored in a later round than r0, after any bump r0 asked for.
+        write(&a, &[1]).unwrap();
+        b.wait_for("B mirrors r1", T, |b| log_of(b, 1).0.len() == 2);
+        let (records, epochs) = log_of(&b, 1);
+        assert_eq!(records, log_of(&a, 1).0, "props {props:?}");
+        assert_eq!(epochs, [(source_epoch as i64, 0)], "only A's epoch (M11)");
+        let dle = leader_epoch(&b, 1);
+        if bumps {
+            b.wait_for("B's epoch bumped to A's + 10", T, |b| {
+                leader_epoch(b, 1) >= source_epoch + 10
+            });
+            assert_eq!(
+                describe_t(&b).map(|d| d.state),
+                Some(MirrorState::Mirroring)
+            );
+        } else {
+            assert!(dle < source_epoch + 10, "no bump asked, epoch {dle}");
+        }
+    }
+}
+
+/// Pauses or resumes the mirroring of `t`.
+fn pause_or_resume(c: &Cluster, mirror: &str, pause: bool) {
+    let (mirror, topics) = (mirror.to_string(), vec!["t".to_string()]);
+    let req = if pause {
+        MirrorRequest::Pause { mirror, topics }
+    } else {
+        MirrorRequest::Resume { mirror, topics }
+    };
+    ok("pause or resume", &admin(c, req)).unwrap();
+}
+
+/// KIP-1279 on source retention: the source's log start moves past the mirror's position (A's
+/// oldest segments go while B is paused, as retention deletes them: files removed with the broker
+/// down); B's next fetch is out of range, and B starts over at A's log start, so both logs start
+/// at the same offset and hold the same batches at the same offsets.
+#[test]
+fn source_log_start_past_the_mirror_keeps_offsets_identical() {
+    let mut a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    // The smallest segments: every batch rolls its own, so any offset can be a segment base.
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("segment.bytes", "14")]),
+        0
+    );
+    for v in 0..2 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0, r1", T, |b| log_of(b, 1).0.len() == 2);
+    pause_or_resume(&b, "a-to-b", true);
+    wait_state(&b, "B paused", MirrorState::Paused);
+    for v in 2..6 {
+        write(&a, &[v]).unwrap();
+    }
+    a.node(1).terminate();
+    let dir = a.node(1).data_dir().join("t-0");
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let base = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<i64>().ok());
+        if base.is_some_and(|b| b < 4) {
+            std::fs::remove_file(&path).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(
+        removed >= 4,
+        "A's segments below offset 4 ({removed} files)"
+    );
+    a.node(1).restart();
+    a.wait_for("A leads t from offset 4", T, |a| {
+        replica(a, 1)["role"] == "leader" && log_of(a, 1).0.first().map(|r| r.0) == Some(4)
+    });
+    pause_or_resume(&b, "a-to-b", false);
+    b.wait_for("B starts over at A's log start", T, |b| {
+        log_of(b, 1).0 == log_of(&a, 1).0
+    });
+    let offsets: Vec<i64> = log_of(&b, 1).0.iter().map(|r| r.0).collect();
+    assert_eq!(offsets, [4, 5]);
+    assert_eq!(
+        describe_t(&b).map(|d| d.state),
+        Some(MirrorState::Mirroring)
+    );
+}
+
+/// KIP-1279's source outage with retries exhausted (S-FAILED's variant): B's partition fails
+/// while A is down, retries twice (`mirror.failed.retry.max.attempts=2`) and then stays FAILED
+/// with RetryAttempt -1 even once A is back; RecoverMirrorTopics makes it retry, and it mirrors
+/// again from where it was.
+#[test]
+fn recover_mirror_topics_retries_a_partition_that_gave_up() {
+    let mut a = cluster("A", 1, "", None);
+    let b = cluster(
+        "B",
+        1,
+        "mirror.failed.retry.max.attempts=2\nmirror.failed.retry.initial.backoff.ms=100\n",
+        None,
+    );
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    a.node(1).terminate();
+    b.wait_for("B gave up retrying", T, |b| {
+        describe_t(b).is_some_and(|d| d.state == MirrorState::Failed && d.retry_attempt == -1)
+    });
+    a.node(1).restart();
+    write(&a, &[1]).unwrap();
+    let d = describe_t(&b).unwrap();
+    assert_eq!(
+        (d.state, d.retry_attempt),
+        (MirrorState::Failed, -1),
+        "a partition that gave up does not retry by itself"
+    );
+    let r = admin(
+        &b,
+        MirrorRequest::Recover {
+            mirror: "a-to-b".into(),
+            topics: vec!["t".into()],
+        },
+    );
+    ok("recover", &r).unwrap();
+    b.wait_for("B mirrors r1 after the recovery", T, |b| {
+        log_of(b, 1).0 == log_of(&a, 1).0 && log_of(b, 1).0.len() == 2
+    });
+    let d = describe_t(&b).unwrap();
+    assert_eq!((d.state, d.retry_attempt), (MirrorState::Mirroring, 0));
+}
+
+/// Topic configs of `t` set on the topic itself (DescribeConfigs' source 1), by name.
+fn topic_configs(c: &Cluster) -> std::collections::BTreeMap<String, String> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("t"))
+            .with_configuration_keys(None)]);
+    let addr = c.running()[0].clone();
+    let resp = rt()
+        .block_on(async {
+            let mut conn = tidemark_broker::replica::client::KafkaConnection::connect(
+                &addr,
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            conn.call(1, &req).await
+        })
+        .expect("describe configs");
+    resp.results[0]
+        .configs
+        .iter()
+        .filter(|c| c.config_source == 1)
+        .map(|c| {
+            let v = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+            (c.name.to_string(), v)
+        })
+        .collect()
+}
+
+/// KIP-1279's topic config sync: configs set on the source topic (at creation, and altered
+/// later) become the mirror topic's; the mirror's own `mirror.support.unclean.leader.election`
+/// stays its own.
+#[test]
+fn topic_configs_follow_the_source() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("segment.bytes", "100000")]),
+        0
+    );
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B takes segment.bytes", T, |b| {
+        topic_configs(b).get("segment.bytes").map(String::as_str) == Some("100000")
+    });
+    set_topic_config(&b, "mirror.support.unclean.leader.election", "true").unwrap();
+    set_topic_config(&a, "flush.messages", "7").unwrap();
+    b.wait_for("B takes flush.messages", T, |b| {
+        topic_configs(b).get("flush.messages").map(String::as_str) == Some("7")
+    });
+    let on_b = topic_configs(&b);
+    assert_eq!(
+        on_b.get("mirror.support.unclean.leader.election")
+            .map(String::as_str),
+        Some("true"),
+        "B's own flag is not the source's: {on_b:?}"
+    );
+    assert_eq!(
+        on_b.get("segment.bytes").map(String::as_str),
+        Some("100000")
+    );
 }

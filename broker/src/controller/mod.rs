@@ -12,11 +12,12 @@ pub use state::{apply, ControllerCommand, ControllerReply, Election};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
+use crate::errors::{self, ApiError};
 use crate::metadata::MetadataImage;
 
 /// Why a quorum operation did not complete.
@@ -57,4 +58,34 @@ pub trait MetadataQuorum: Send + Sync + 'static {
     fn heartbeats(&self) -> BTreeMap<i32, (u64, Instant)>;
     fn is_active(&self) -> bool;
     fn active_controller(&self) -> Option<i32>;
+}
+
+/// How long a metadata change may take to reach a broker's applied image before the request
+/// that made it fails.
+const METADATA_PROPAGATION: Duration = Duration::from_secs(10);
+
+/// Submits `cmd` and waits until `applied` (the image a broker has acted on) satisfies
+/// `arrived`, so what the command made (a topic led here, a state moved) is in place when the
+/// caller answers its client. A controller error comes back as its code and message.
+pub async fn submit_and_wait(
+    quorum: &dyn MetadataQuorum,
+    mut applied: watch::Receiver<Arc<MetadataImage>>,
+    cmd: ControllerCommand,
+    arrived: impl Fn(&MetadataImage) -> bool,
+) -> Result<ControllerReply, ApiError> {
+    let reply = quorum
+        .submit(cmd)
+        .await
+        .map_err(|e| ApiError::new(errors::REQUEST_TIMED_OUT, e.to_string()))?;
+    if let ControllerReply::Error { code, message } = &reply {
+        return Err(ApiError::new(*code, message.clone()));
+    }
+    let waited = tokio::time::timeout(METADATA_PROPAGATION, applied.wait_for(|i| arrived(i))).await;
+    match waited {
+        Ok(Ok(_)) => Ok(reply),
+        _ => Err(ApiError::new(
+            errors::REQUEST_TIMED_OUT,
+            "metadata did not reach this broker in time",
+        )),
+    }
 }

@@ -121,6 +121,11 @@ pub enum ControllerCommand {
         #[serde(default)]
         terminal: bool,
     },
+    /// RecoverMirrorTopics: every FAILED partition of the topic that no longer retries
+    /// (RetryAttempt -1) goes back to where its retries would go, with its attempts reset.
+    RecoverMirrorPartitions {
+        topic: String,
+    },
     /// The last failover step of a STOPPING partition: STOPPED, and (unless `bump` is false) the
     /// leader epoch raised to at least `min_epoch` in the same change, so no client write can
     /// land before the bump.
@@ -806,14 +811,15 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                     );
                 }
                 match to {
-                    MirrorState::Failed if *terminal => p.retry_attempt = -1,
                     MirrorState::Failed => {
-                        p.retry_attempt += 1;
+                        p.retry_attempt = if *terminal { -1 } else { p.retry_attempt + 1 };
                         if p.state != MirrorState::Failed {
                             p.failed_in = Some(p.state);
                         }
                     }
-                    MirrorState::Mirroring => {
+                    // A retry keeps counting its attempts until a round works (the mirror task
+                    // then moves MIRRORING to itself); any other way in starts afresh.
+                    MirrorState::Mirroring if p.state != MirrorState::Failed => {
                         p.retry_attempt = 0;
                         p.failed_in = None;
                     }
@@ -825,6 +831,21 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 p.state = *to;
             }
             m.partitions = next;
+            ControllerReply::Done
+        }
+        ControllerCommand::RecoverMirrorPartitions { topic } => {
+            let Some(m) = image.topics.get_mut(topic).and_then(|t| t.mirror.as_mut()) else {
+                return error(
+                    errors::TOPIC_NOT_IN_CLUSTER_MIRROR,
+                    format!("topic {topic} is not a mirror topic"),
+                );
+            };
+            for p in &mut m.partitions {
+                if p.state == MirrorState::Failed && p.retry_attempt < 0 {
+                    p.state = MirrorState::retry_from(p.failed_in);
+                    p.retry_attempt = 0;
+                }
+            }
             ControllerReply::Done
         }
         ControllerCommand::CompleteMirrorStop {
@@ -1342,5 +1363,24 @@ mod tests {
             code(apply(&mut image, &start(9, 1))),
             errors::TOPIC_ALREADY_IN_CLUSTER_MIRROR
         );
+        // A partition that stopped retrying goes back where its retries went, attempts reset;
+        // one still retrying on its own is left alone.
+        apply(&mut image, &set(None, MirrorState::Mirroring));
+        let fail = |terminal| ControllerCommand::SetMirrorStates {
+            topic: "m".into(),
+            partitions: None,
+            from: None,
+            to: MirrorState::Failed,
+            error: Some("source unreachable".into()),
+            terminal,
+        };
+        let recover = ControllerCommand::RecoverMirrorPartitions { topic: "m".into() };
+        apply(&mut image, &fail(false));
+        apply(&mut image, &recover);
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Failed));
+        apply(&mut image, &fail(true));
+        assert_eq!(code(apply(&mut image, &recover)), errors::NONE);
+        let p = &image.topics["m"].mirror.as_ref().unwrap().partitions[0];
+        assert_eq!((p.state, p.retry_attempt), (MirrorState::Mirroring, 0));
     }
 }

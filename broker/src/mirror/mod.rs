@@ -4,6 +4,7 @@
 //! two logs keep converging. The Last Mirrored Leader Epoch (LMLE) is what makes failback safe:
 //! each leader epoch belongs to one cluster only.
 
+pub mod context;
 pub mod rules;
 pub mod runner;
 pub mod service;

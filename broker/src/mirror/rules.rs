@@ -191,6 +191,20 @@ pub fn epoch_fencing_target(batch_epoch: i32, local_epoch: i32) -> Option<i32> {
     (batch_epoch > local_epoch).then_some(batch_epoch)
 }
 
+/// KIP-1279's proactive bump: when a mirrored batch's epoch comes within `threshold` of the
+/// local leader epoch (without passing it), the epoch the local leader should move to
+/// (`batch_epoch + increment`), so a later source epoch rarely stops mirroring in
+/// EPOCH_FENCING. `None` when no bump is due or `threshold` is 0 (off).
+pub fn proactive_bump_target(
+    batch_epoch: i32,
+    local_epoch: i32,
+    threshold: i32,
+    increment: i32,
+) -> Option<i32> {
+    (threshold > 0 && batch_epoch <= local_epoch && batch_epoch > local_epoch - threshold)
+        .then_some(batch_epoch + increment)
+}
+
 /// The leader epoch a partition moves to: above its current one and at least `min_epoch`.
 pub fn bumped_epoch(current: i32, min_epoch: i32) -> i32 {
     (current + 1).max(min_epoch)
@@ -361,6 +375,18 @@ mod tests {
         // A leader already far ahead only moves up by one.
         assert_eq!(bumped_epoch(7, 4), 8);
         assert_eq!(bumped_epoch(0, 5), 5);
+    }
+
+    #[test]
+    fn proactive_bumps_only_close_to_the_local_epoch() {
+        // The KIP's defaults: within 3 of the local epoch, move to the batch epoch + 10.
+        assert_eq!(proactive_bump_target(0, 0, 3, 10), Some(10));
+        assert_eq!(proactive_bump_target(8, 10, 3, 10), Some(18));
+        assert_eq!(proactive_bump_target(7, 10, 3, 10), None);
+        // Above the local epoch is EPOCH_FENCING's case, not this one.
+        assert_eq!(proactive_bump_target(11, 10, 3, 10), None);
+        // Threshold 0: off.
+        assert_eq!(proactive_bump_target(10, 10, 0, 10), None);
     }
 
     #[test]

@@ -12,19 +12,24 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest};
+use kafka_protocol::messages::{
+    BrokerId, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest,
+};
+use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::rules::{epoch_fencing_target, LmleKey, LmleRecord, MirrorState, TruncationWait};
+use super::context::MirrorContext;
+use super::rules::{
+    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
+};
 use super::service::{call, connect_any, metadata, write_lmle};
 use super::wire::{LmleLookup, MirrorRequest};
-use crate::broker::Broker;
 use crate::controller::ControllerCommand;
 use crate::errors;
-use crate::faults::Bug;
 use crate::log::batch;
 use crate::metadata::{MirrorRegistration, TopicRegistration};
 use crate::partition::Partition;
@@ -34,10 +39,6 @@ use crate::replica::client::KafkaConnection;
 const FETCH_MAX_WAIT_MS: i32 = 500;
 const FETCH_MAX_BYTES: i32 = 32 << 20;
 const POLL: Duration = Duration::from_millis(100);
-const RETRY_INITIAL: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-/// Failed attempts after which a partition stays FAILED (KIP-1279).
-const RETRY_MAX_ATTEMPTS: i32 = 100;
 
 /// The source partition no longer exists (its topic was deleted): no retry can mend that.
 #[derive(Debug)]
@@ -81,7 +82,7 @@ struct Entry {
     status: MirrorStatus,
 }
 
-/// The running mirror tasks of this broker, by partition.
+/// The running mirror tasks of this ctx, by partition.
 #[derive(Default)]
 pub struct MirrorTasks {
     entries: Mutex<BTreeMap<(String, i32), Entry>>,
@@ -91,23 +92,6 @@ pub struct MirrorTasks {
 impl MirrorTasks {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Starts the partition's task unless one runs.
-    pub fn ensure(&self, broker: &Arc<Broker>, p: &Arc<Partition>) {
-        let mut entries = self.lock();
-        let entry = entries.entry((p.topic.clone(), p.index)).or_default();
-        if entry.running.is_some() {
-            return;
-        }
-        let id = {
-            let mut n = self.next_id.lock().unwrap_or_else(|x| x.into_inner());
-            *n += 1;
-            *n
-        };
-        let cancel = CancellationToken::new();
-        entry.running = Some((id, cancel.clone()));
-        tokio::spawn(run(broker.clone(), p.clone(), cancel, id));
     }
 
     /// Stops the partition's task, if any.
@@ -142,26 +126,122 @@ impl MirrorTasks {
     }
 }
 
+/// Starts the partition's mirror task unless one runs.
+pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
+    let mut entries = ctx.tasks.lock();
+    let entry = entries.entry((p.topic.clone(), p.index)).or_default();
+    if entry.running.is_some() {
+        return;
+    }
+    let id = {
+        let mut n = ctx.tasks.next_id.lock().unwrap_or_else(|x| x.into_inner());
+        *n += 1;
+        *n
+    };
+    let cancel = CancellationToken::new();
+    entry.running = Some((id, cancel.clone()));
+    tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
+}
+
+/// How often a mirroring topic takes its source topic's configs.
+const CONFIG_SYNC_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Topic configs a mirror topic keeps its own (KIP-1279's `mirror.topic.properties.exclude`):
+/// the flag guards this cluster's own truncations.
+const CONFIGS_NOT_SYNCED: &[&str] = &["mirror.support.unclean.leader.election"];
+
+/// DescribeConfigs' resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
+
+/// KIP-1279's topic config sync: a config set on the source topic is set the same on the mirror
+/// topic, and one unset there is unset here.
+async fn sync_topic_configs(
+    ctx: &MirrorContext,
+    mirror: &MirrorRegistration,
+    topic: &TopicRegistration,
+) -> anyhow::Result<()> {
+    let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(StrBytes::from_string(topic.name.clone()))
+            // Every key (the default is the empty list: none).
+            .with_configuration_keys(None)]);
+    let resp = conn.call(1, &req).await?;
+    let r = resp
+        .results
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("DescribeConfigs response without the topic"))?;
+    if r.error_code != errors::NONE {
+        anyhow::bail!("source DescribeConfigs failed with error {}", r.error_code);
+    }
+    let synced = |k: &str| !CONFIGS_NOT_SYNCED.contains(&k);
+    // Config source 1: set on the topic itself (not a default).
+    let wanted: BTreeMap<String, String> = r
+        .configs
+        .iter()
+        .filter(|c| c.config_source == 1 && synced(c.name.as_str()))
+        .filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string())))
+        .collect();
+    let mut changes: Vec<(String, Option<String>)> = wanted
+        .iter()
+        .filter(|(k, v)| topic.configs.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    changes.extend(
+        topic
+            .configs
+            .keys()
+            .filter(|k| synced(k) && !wanted.contains_key(*k))
+            .map(|k| (k.clone(), None)),
+    );
+    if changes.is_empty() {
+        return Ok(());
+    }
+    info!(topic = %topic.name, ?changes, "topic configs from the source");
+    let expect: BTreeMap<String, Option<String>> = changes.iter().cloned().collect();
+    let name = topic.name.clone();
+    ctx.submit_and_wait(
+        ControllerCommand::AlterTopicConfigs {
+            name: name.clone(),
+            changes,
+            validate_only: false,
+        },
+        |i| {
+            i.topics
+                .get(&name)
+                .is_some_and(|t| expect.iter().all(|(k, v)| t.configs.get(k) == v.as_ref()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("altering the mirror topic's configs: {}", e.message))?;
+    Ok(())
+}
+
 /// The source partition's leader, connected.
 struct SourceLeader {
     conn: KafkaConnection,
     leader_epoch: i32,
+    /// The fetch sent ahead while the previous answer was appended: its offset, last fetched
+    /// epoch and correlation id.
+    prefetch: Option<(i64, i32, i32)>,
 }
 
-async fn run(broker: Arc<Broker>, p: Arc<Partition>, cancel: CancellationToken, id: u64) {
+async fn run(ctx: Arc<MirrorContext>, p: Arc<Partition>, cancel: CancellationToken, id: u64) {
     info!(topic = %p.topic, partition = p.index, "mirror task started");
     tokio::select! {
         _ = cancel.cancelled() => {}
-        _ = drive(&broker, &p, &cancel) => {}
+        _ = drive(&ctx, &p, &cancel) => {}
     }
-    broker.mirrors.finished(&p, id);
+    ctx.tasks.finished(&p, id);
     info!(topic = %p.topic, partition = p.index, "mirror task ended");
 }
 
-async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationToken) {
+async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &CancellationToken) {
     let mut source: Option<SourceLeader> = None;
+    let mut configs_synced: Option<tokio::time::Instant> = None;
     loop {
-        let image = broker.metadata();
+        let image = ctx.metadata();
         let Some(topic) = image.topics.get(&p.topic) else {
             return;
         };
@@ -172,49 +252,66 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             return;
         };
         let pm = &tm.partitions[p.index as usize];
-        if topic.partitions[p.index as usize].leader != broker.config.node_id {
+        if topic.partitions[p.index as usize].leader != ctx.node_id {
             return;
         }
         let state = pm.state;
+        // One task per topic (partition 0's) takes the source topic's configs now and then.
+        let sync_due = configs_synced.is_none_or(|t| t.elapsed() >= CONFIG_SYNC_INTERVAL);
+        if state == MirrorState::Mirroring && p.index == 0 && sync_due {
+            configs_synced = Some(tokio::time::Instant::now());
+            if let Err(e) = sync_topic_configs(ctx, mirror, topic).await {
+                warn!(topic = %p.topic, "topic config sync from the source failed: {e:#}");
+            }
+        }
+        if state != MirrorState::Mirroring {
+            // Whatever a fetch sent ahead brings back would be stale by the time mirroring resumes.
+            source = None;
+        }
         let step = match state {
-            MirrorState::Preparing => prepare(broker, p, topic, mirror, cancel)
+            MirrorState::Preparing => prepare(ctx, p, topic, mirror, cancel)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
-            MirrorState::Mirroring => mirror_round(broker, p, mirror, &mut source).await,
-            MirrorState::EpochFencing => fence_epoch(broker, p)
+            MirrorState::Mirroring => mirror_round(ctx, p, mirror, &mut source).await,
+            MirrorState::EpochFencing => fence_epoch(ctx, p)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
             MirrorState::UleRecovery => {
-                ule_recovery(broker, p, cancel).await;
+                ule_recovery(ctx, p, cancel).await;
                 Ok(Some(MirrorState::Mirroring))
             }
             MirrorState::Pausing => Ok(Some(MirrorState::Paused)),
             MirrorState::Paused => {
-                wait_for_change(broker).await;
+                wait_for_change(ctx).await;
                 Ok(None)
             }
-            MirrorState::Stopping => stop(broker, p, topic, mirror).await.map(|()| None),
+            MirrorState::Stopping => stop(ctx, p, topic, mirror).await.map(|()| None),
             MirrorState::Stopped => return,
             MirrorState::Failed if pm.retry_attempt < 0 => {
                 // Terminal: only an operator's stop moves it on.
-                wait_for_change(broker).await;
+                wait_for_change(ctx).await;
                 Ok(None)
             }
             MirrorState::Failed => {
                 let exp = pm.retry_attempt.clamp(1, 16) as u32 - 1;
-                let backoff = (RETRY_INITIAL * 2u32.pow(exp)).min(RETRY_MAX);
+                let backoff =
+                    (ctx.retry_initial_backoff * 2u32.pow(exp)).min(ctx.retry_max_backoff);
                 tokio::time::sleep(backoff).await;
                 Ok(Some(MirrorState::retry_from(pm.failed_in)))
             }
         };
         let (to, message, terminal) = match step {
+            // The first round that works after a retry ends the count of failed attempts.
+            Ok(None) if state == MirrorState::Mirroring && pm.retry_attempt > 0 => {
+                (MirrorState::Mirroring, None, false)
+            }
             Ok(None) => continue,
             Ok(Some(to)) => (to, None, false),
             Err(e) => {
                 warn!(topic = %p.topic, partition = p.index, state = state.name(), "mirror step failed: {e:#}");
                 source = None;
                 let terminal = e.downcast_ref::<SourceTopicGone>().is_some()
-                    || pm.retry_attempt + 1 >= RETRY_MAX_ATTEMPTS;
+                    || pm.retry_attempt + 1 >= ctx.retry_max_attempts;
                 (MirrorState::Failed, Some(format!("{e:#}")), terminal)
             }
         };
@@ -230,8 +327,16 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
             terminal,
         };
         let (topic_name, index) = (p.topic.clone(), p.index);
-        let moved = broker
-            .submit_and_wait(cmd, |i| i.mirror_state(&topic_name, index) != Some(state))
+        let moved = ctx
+            .submit_and_wait(cmd, |i| {
+                i.mirror_state(&topic_name, index) != Some(state)
+                    || (to == state
+                        && i.topics
+                            .get(&topic_name)
+                            .and_then(|t| t.mirror.as_ref())
+                            .and_then(|m| m.partitions.get(index as usize))
+                            .is_some_and(|p| p.retry_attempt == 0))
+            })
             .await;
         match moved {
             Ok(_) => {
@@ -245,15 +350,15 @@ async fn drive(broker: &Arc<Broker>, p: &Arc<Partition>, cancel: &CancellationTo
     }
 }
 
-async fn wait_for_change(broker: &Broker) {
-    let mut rx = broker.quorum().image();
+async fn wait_for_change(ctx: &MirrorContext) {
+    let mut rx = ctx.images();
     rx.borrow_and_update();
     let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
 }
 
 /// Asks the source cluster which of this cluster's epochs it recognises for the partition.
 async fn lookup_lmle(
-    broker: &Broker,
+    ctx: &MirrorContext,
     mirror: &MirrorRegistration,
     topic: &TopicRegistration,
     index: i32,
@@ -262,12 +367,12 @@ async fn lookup_lmle(
     let req = MirrorRequest::Describe {
         mirror: None,
         lookup: Some(LmleLookup {
-            cluster_id: broker.config.cluster_id.clone(),
+            cluster_id: ctx.cluster_id.clone(),
             topic_id: topic.id,
             partitions: vec![index],
         }),
     };
-    let resp = call(&mut conn, broker.config.mirror_api_key_base, &req).await?;
+    let resp = call(&mut conn, ctx.api_key_base, &req).await?;
     if resp.error_code != errors::NONE {
         anyhow::bail!(
             "LMLE lookup on {}: error {} {}",
@@ -293,65 +398,65 @@ async fn lookup_lmle(
 
 /// PREPARING: KIP-1279's LMLE truncation.
 async fn prepare(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     topic: &TopicRegistration,
     mirror: &MirrorRegistration,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let lmle = lookup_lmle(broker, mirror, topic, p.index).await?;
-    broker.mirrors.update(p, |s| {
+    let lmle = lookup_lmle(ctx, mirror, topic, p.index).await?;
+    ctx.tasks.update(p, |s| {
         s.lmle = lmle;
         s.waiting_for = None;
     });
-    if broker.faults.has(Bug::SkipLmleTruncation) {
+    if ctx.deviations.skip_lmle_truncation {
         warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
         return Ok(());
     }
-    let all_replicas = waits_for_all_replicas(broker, p);
+    let all_replicas = waits_for_all_replicas(ctx, p);
     // Phase 1: truncate once enough replicas are in the ISR to take part.
     let mut logged = None;
     while let Some(w) = p.lmle_truncate(lmle, all_replicas)? {
-        note_wait(broker, p, &mut logged, w);
+        note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return Ok(());
         }
     }
-    broker.notify_data();
+    ctx.notify_data();
     // Phase 2: wait until every replica that must take part has truncated too.
     loop {
         let w = p.lmle_truncation_progress(all_replicas);
         if w == TruncationWait::Done {
             break;
         }
-        note_wait(broker, p, &mut logged, w);
+        note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return Ok(());
         }
     }
-    broker.mirrors.update(p, |s| s.waiting_for = None);
+    ctx.tasks.update(p, |s| s.waiting_for = None);
     Ok(())
 }
 
 /// Whether truncations of this partition wait for every replica, not just the ISR
 /// (`mirror.support.unclean.leader.election`, unless the `isr-only-lmle-truncation` bug
 /// ignores it).
-fn waits_for_all_replicas(broker: &Broker, p: &Partition) -> bool {
-    p.mirror_support_unclean_leader_election() && !broker.faults.has(Bug::IsrOnlyLmleTruncation)
+fn waits_for_all_replicas(ctx: &MirrorContext, p: &Partition) -> bool {
+    p.mirror_support_unclean_leader_election() && !ctx.deviations.isr_only_lmle_truncation
 }
 
 /// ULE_RECOVERY (KIP-1279, `mirror.support.unclean.leader.election`): after a truncation caused by the source's unclean election,
 /// mirroring resumes only once every replica is in the ISR and has followed the truncation.
-async fn ule_recovery(broker: &Broker, p: &Partition, cancel: &CancellationToken) {
+async fn ule_recovery(ctx: &MirrorContext, p: &Partition, cancel: &CancellationToken) {
     p.start_truncation_watch();
     let mut logged = None;
     loop {
         let w = p.lmle_truncation_progress(true);
         if w == TruncationWait::Done {
-            broker.mirrors.update(p, |s| s.waiting_for = None);
+            ctx.tasks.update(p, |s| s.waiting_for = None);
             return;
         }
-        note_wait(broker, p, &mut logged, w);
+        note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return;
         }
@@ -360,7 +465,7 @@ async fn ule_recovery(broker: &Broker, p: &Partition, cancel: &CancellationToken
 
 /// Logs and reports (through describe) what a preparing partition waits for, when it changes.
 fn note_wait(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     logged: &mut Option<TruncationWait>,
     w: TruncationWait,
@@ -368,7 +473,7 @@ fn note_wait(
     if logged.as_ref() != Some(&w) {
         info!(topic = %p.topic, partition = p.index, "LMLE truncation waits: {w:?}");
         let why = format!("{w:?}");
-        broker.mirrors.update(p, |s| s.waiting_for = Some(why));
+        ctx.tasks.update(p, |s| s.waiting_for = Some(why));
         *logged = Some(w);
     }
 }
@@ -410,13 +515,14 @@ async fn resolve_source(
     Ok(SourceLeader {
         conn,
         leader_epoch: part.leader_epoch,
+        prefetch: None,
     })
 }
 
 /// One consumer fetch from the source leader and what follows from its answer. Returns the
 /// state to move to, if any.
 async fn mirror_round(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     mirror: &MirrorRegistration,
     source: &mut Option<SourceLeader>,
@@ -426,20 +532,22 @@ async fn mirror_round(
     }
     let src = source.as_mut().expect("just set");
     let (fetch_offset, last_epoch, local_epoch) = p.mirror_fetch_position();
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
-        .with_min_bytes(1)
-        .with_max_bytes(FETCH_MAX_BYTES)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(p.topic_name())
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(p.index)
-                .with_current_leader_epoch(src.leader_epoch)
-                .with_fetch_offset(fetch_offset)
-                .with_last_fetched_epoch(last_epoch)
-                .with_partition_max_bytes(FETCH_MAX_BYTES)])]);
-    let resp = match src.conn.call(12, &req).await {
+    let answer = match src.prefetch.take() {
+        Some((o, e, correlation)) if (o, e) == (fetch_offset, last_epoch) => {
+            src.conn.receive::<FetchRequest>(12, correlation).await
+        }
+        Some(_) => {
+            // The log moved under the fetch sent ahead (truncated, or the append failed): its
+            // answer is of no use, and a new connection drops it.
+            *source = None;
+            return Ok(None);
+        }
+        None => {
+            let req = mirror_fetch(p, src.leader_epoch, fetch_offset, last_epoch);
+            src.conn.call(12, &req).await
+        }
+    };
+    let resp = match answer {
         Ok(r) => r,
         Err(e) => {
             *source = None;
@@ -471,15 +579,14 @@ async fn mirror_round(
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),
     }
-    broker
-        .mirrors
+    ctx.tasks
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
         let before = p.log_end_offset();
         p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
-        broker.notify_data();
+        ctx.notify_data();
         let truncated = p.log_end_offset() < before;
-        if truncated && waits_for_all_replicas(broker, p) {
+        if truncated && waits_for_all_replicas(ctx, p) {
             info!(topic = %p.topic, partition = p.index, "the source truncated this mirror (an unclean election there): waiting for every replica");
             p.start_truncation_watch();
             return Ok(Some(MirrorState::UleRecovery));
@@ -490,23 +597,84 @@ async fn mirror_round(
     if records.is_empty() {
         return Ok(None);
     }
-    let batches = batch::split_batches(&records)?;
-    let highest = batches
-        .iter()
-        .map(|(_, h)| h.leader_epoch)
-        .max()
-        .unwrap_or(-1);
+    let span = BatchSpan::of(&records)?;
+    let highest = span.highest_epoch;
     if let Some(target) = epoch_fencing_target(highest, local_epoch) {
         info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, "mirrored batch is ahead of the local leader epoch");
-        broker
-            .mirrors
-            .update(p, |s| s.fencing_target = Some(target));
+        ctx.tasks.update(p, |s| s.fencing_target = Some(target));
         return Ok(Some(MirrorState::EpochFencing));
+    }
+    // Ask for what follows before appending, so the source reads while this broker writes.
+    let next = mirror_fetch(p, src.leader_epoch, span.next_offset, span.last_epoch);
+    match src.conn.send(12, &next).await {
+        Ok(correlation) => {
+            src.prefetch = Some((span.next_offset, span.last_epoch, correlation));
+        }
+        Err(e) => {
+            *source = None;
+            return Err(e.context("mirror fetch from the source leader"));
+        }
     }
     p.append_mirrored(&records, local_epoch)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    broker.notify_data();
+    ctx.notify_data();
+    let proactive = proactive_bump_target(
+        highest,
+        local_epoch,
+        ctx.epoch_bump_threshold,
+        ctx.epoch_bump_increment,
+    );
+    if let Some(target) = proactive {
+        info!(topic = %p.topic, partition = p.index, batch_epoch = highest, local_epoch, target, "proactive leader epoch bump");
+        bump_epoch(ctx, p, target).await?;
+    }
     Ok(None)
+}
+
+/// A consumer fetch (replica id -1) of the partition from the source leader in `leader_epoch`.
+fn mirror_fetch(p: &Partition, leader_epoch: i32, offset: i64, last_epoch: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(FETCH_MAX_BYTES)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(p.topic_name())
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(leader_epoch)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(last_epoch)
+                .with_partition_max_bytes(FETCH_MAX_BYTES)])])
+}
+
+/// What the batches of one fetch answer span, from their headers alone: the append checks
+/// CRCs and record counts (checking them here too doubled the work per byte).
+struct BatchSpan {
+    highest_epoch: i32,
+    /// The offset after the last batch: where the next fetch starts.
+    next_offset: i64,
+    /// The last batch's epoch: the next fetch's last fetched epoch.
+    last_epoch: i32,
+}
+
+impl BatchSpan {
+    fn of(records: &[u8]) -> anyhow::Result<BatchSpan> {
+        let mut span = BatchSpan {
+            highest_epoch: -1,
+            next_offset: -1,
+            last_epoch: -1,
+        };
+        let mut pos = 0;
+        while pos < records.len() {
+            let h = batch::parse_header(&records[pos..])?;
+            span.highest_epoch = span.highest_epoch.max(h.leader_epoch);
+            span.next_offset = h.next_offset();
+            span.last_epoch = h.leader_epoch;
+            pos += h.size;
+        }
+        Ok(span)
+    }
 }
 
 /// Kafka's `fetchOffsetAndTruncate` toward the source: restart at its log start when we are
@@ -540,14 +708,22 @@ async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<(
 }
 
 /// EPOCH_FENCING: raise the local leader epoch to the mirrored batch's (DLE ≥ SLE, M6).
-async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
-    let Some(target) = broker
-        .mirrors
+async fn fence_epoch(ctx: &MirrorContext, p: &Partition) -> anyhow::Result<()> {
+    let Some(target) = ctx
+        .tasks
         .status(&p.topic, p.index)
         .and_then(|s| s.fencing_target)
     else {
         return Ok(());
     };
+    bump_epoch(ctx, p, target).await?;
+    ctx.tasks.update(p, |s| s.fencing_target = None);
+    Ok(())
+}
+
+/// Raises the partition's leader epoch to at least `target` through the controller, unless the
+/// metadata already has it there.
+async fn bump_epoch(ctx: &MirrorContext, p: &Partition, target: i32) -> anyhow::Result<()> {
     let (topic, index) = (p.topic.clone(), p.index);
     let reached = |i: &crate::metadata::MetadataImage| {
         i.topics
@@ -555,27 +731,25 @@ async fn fence_epoch(broker: &Broker, p: &Partition) -> anyhow::Result<()> {
             .and_then(|t| t.partitions.get(index as usize))
             .is_some_and(|r| r.leader_epoch >= target)
     };
-    if !reached(&broker.metadata()) {
-        broker
-            .submit_and_wait(
-                ControllerCommand::BumpLeaderEpoch {
-                    topic: topic.clone(),
-                    partition: index,
-                    min_epoch: target,
-                },
-                reached,
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("epoch bump to {target}: {}", e.message))?;
+    if !reached(&ctx.metadata()) {
+        ctx.submit_and_wait(
+            ControllerCommand::BumpLeaderEpoch {
+                topic: topic.clone(),
+                partition: index,
+                min_epoch: target,
+            },
+            reached,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("epoch bump to {target}: {}", e.message))?;
     }
-    broker.mirrors.update(p, |s| s.fencing_target = None);
     Ok(())
 }
 
 /// STOPPING: persist the LMLE (the latest epoch of the log), then STOPPED with the epoch bumped
 /// above it (KIP-1279's failover).
 async fn stop(
-    broker: &Broker,
+    ctx: &MirrorContext,
     p: &Partition,
     topic: &TopicRegistration,
     mirror: &MirrorRegistration,
@@ -591,25 +765,24 @@ async fn stop(
             },
             last_mirrored_epoch: lmle,
         };
-        write_lmle(broker, &record).await?;
+        write_lmle(ctx, &record).await?;
         info!(topic = %p.topic, partition = p.index, lmle, "LMLE persisted");
     }
-    let bump = !broker.faults.has(Bug::NoEpochBumpOnFailover);
+    let bump = !ctx.deviations.no_epoch_bump_on_failover;
     if !bump {
         warn!(topic = %p.topic, partition = p.index, "injected bug no-epoch-bump-on-failover: writable without an epoch bump");
     }
     let (name, index) = (p.topic.clone(), p.index);
-    broker
-        .submit_and_wait(
-            ControllerCommand::CompleteMirrorStop {
-                topic: name.clone(),
-                partition: index,
-                min_epoch: lmle + 1,
-                bump,
-            },
-            |i| i.mirror_state(&name, index) == Some(MirrorState::Stopped),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("completing the stop: {}", e.message))?;
+    ctx.submit_and_wait(
+        ControllerCommand::CompleteMirrorStop {
+            topic: name.clone(),
+            partition: index,
+            min_epoch: lmle + 1,
+            bump,
+        },
+        |i| i.mirror_state(&name, index) == Some(MirrorState::Stopped),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("completing the stop: {}", e.message))?;
     Ok(())
 }

@@ -21,14 +21,14 @@ use kafka_protocol::records::{
 };
 use tracing::{info, warn};
 
+use super::context::MirrorContext;
 use super::rules::{lookup_lmle, LmleRecord, MirrorState};
 use super::wire::{
     decode_body, encode_body, MirrorApi, MirrorDescription, MirrorRequest, MirrorResponse,
     PartitionDescription, TopicDescription, TopicResult,
 };
-use crate::broker::{ApiError, Broker};
 use crate::controller::ControllerCommand;
-use crate::errors;
+use crate::errors::{self, ApiError};
 use crate::metadata::{MetadataImage, MirrorRegistration};
 use crate::replica::client::KafkaConnection;
 
@@ -91,32 +91,32 @@ pub async fn metadata(
 
 /// Answers one mirror request frame body (after its header).
 pub async fn handle_frame(
-    broker: &Arc<Broker>,
+    ctx: &Arc<MirrorContext>,
     api: MirrorApi,
     body: &mut Bytes,
 ) -> MirrorResponse {
     let req: MirrorRequest = match decode_body(body) {
         Ok(r) => r,
-        Err(e) => return failure(broker, errors::INVALID_REQUEST, format!("{api:?}: {e}")),
+        Err(e) => return failure(ctx, errors::INVALID_REQUEST, format!("{api:?}: {e}")),
     };
     if req.api() != api {
         return failure(
-            broker,
+            ctx,
             errors::INVALID_REQUEST,
             format!("{api:?} request carries a {:?} body", req.api()),
         );
     }
-    match handle(broker, req).await {
+    match handle(ctx, req).await {
         Ok(r) => r,
-        Err(e) => failure(broker, e.code, e.message),
+        Err(e) => failure(ctx, e.code, e.message),
     }
 }
 
-fn failure(broker: &Broker, code: i16, message: String) -> MirrorResponse {
+fn failure(ctx: &MirrorContext, code: i16, message: String) -> MirrorResponse {
     MirrorResponse {
         error_code: code,
         error_message: Some(message),
-        cluster_id: broker.config.cluster_id.clone(),
+        cluster_id: ctx.cluster_id.clone(),
         ..Default::default()
     }
 }
@@ -125,9 +125,9 @@ fn api_err(code: i16) -> impl Fn(anyhow::Error) -> ApiError {
     move |e| ApiError::new(code, format!("{e:#}"))
 }
 
-async fn handle(broker: &Arc<Broker>, req: MirrorRequest) -> Result<MirrorResponse, ApiError> {
+async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorResponse, ApiError> {
     let mut resp = MirrorResponse {
-        cluster_id: broker.config.cluster_id.clone(),
+        cluster_id: ctx.cluster_id.clone(),
         ..Default::default()
     };
     match req {
@@ -142,69 +142,74 @@ async fn handle(broker: &Arc<Broker>, req: MirrorRequest) -> Result<MirrorRespon
                 .await
                 .map_err(api_err(errors::REQUEST_TIMED_OUT))?;
             let source_cluster_id = md.cluster_id.map(|c| c.to_string()).unwrap_or_default();
-            if source_cluster_id.is_empty() || source_cluster_id == broker.config.cluster_id {
+            if source_cluster_id.is_empty() || source_cluster_id == ctx.cluster_id {
                 return Err(ApiError::new(
                     errors::INVALID_REQUEST,
                     format!(
                         "source {source_bootstrap} reports cluster id `{source_cluster_id}`; a mirror needs another cluster than `{}`",
-                        broker.config.cluster_id
+                        ctx.cluster_id
                     ),
                 ));
             }
             let name = mirror.clone();
-            broker
-                .submit_and_wait(
-                    ControllerCommand::CreateMirror {
-                        mirror: MirrorRegistration {
-                            name: mirror,
-                            source_bootstrap,
-                            source_cluster_id,
-                        },
+            ctx.submit_and_wait(
+                ControllerCommand::CreateMirror {
+                    mirror: MirrorRegistration {
+                        name: mirror,
+                        source_bootstrap,
+                        source_cluster_id,
                     },
-                    |i| i.mirrors.contains_key(&name),
-                )
-                .await?;
+                },
+                |i| i.mirrors.contains_key(&name),
+            )
+            .await?;
         }
         MirrorRequest::Start { mirror, topics } => {
-            let reg = mirror_of(broker, &mirror)?;
+            let reg = mirror_of(ctx, &mirror)?;
             for topic in topics {
-                let outcome = start_topic(broker, &reg, &topic).await;
+                let outcome = start_topic(ctx, &reg, &topic).await;
                 resp.topics.push(topic_result(topic, outcome));
             }
         }
         MirrorRequest::Stop { mirror, topics } => {
-            mirror_of(broker, &mirror)?;
+            mirror_of(ctx, &mirror)?;
             for topic in topics {
-                let outcome = stop_topic(broker, &mirror, &topic).await;
+                let outcome = stop_topic(ctx, &mirror, &topic).await;
                 resp.topics.push(topic_result(topic, outcome));
             }
         }
         MirrorRequest::Pause { mirror, topics } => {
-            mirror_of(broker, &mirror)?;
+            mirror_of(ctx, &mirror)?;
             for topic in topics {
-                let outcome = set_states(broker, &mirror, &topic, MirrorState::Pausing).await;
+                let outcome = set_states(ctx, &mirror, &topic, MirrorState::Pausing).await;
                 resp.topics.push(topic_result(topic, outcome));
             }
         }
         MirrorRequest::Resume { mirror, topics } => {
-            mirror_of(broker, &mirror)?;
+            mirror_of(ctx, &mirror)?;
             for topic in topics {
-                let outcome = set_states(broker, &mirror, &topic, MirrorState::Mirroring).await;
+                let outcome = set_states(ctx, &mirror, &topic, MirrorState::Mirroring).await;
+                resp.topics.push(topic_result(topic, outcome));
+            }
+        }
+        MirrorRequest::Recover { mirror, topics } => {
+            mirror_of(ctx, &mirror)?;
+            for topic in topics {
+                let outcome = recover_topic(ctx, &mirror, &topic).await;
                 resp.topics.push(topic_result(topic, outcome));
             }
         }
         MirrorRequest::Delete { mirror } => {
-            broker
-                .submit_and_wait(
-                    ControllerCommand::DeleteMirror {
-                        name: mirror.clone(),
-                    },
-                    |i| !i.mirrors.contains_key(&mirror),
-                )
-                .await?;
+            ctx.submit_and_wait(
+                ControllerCommand::DeleteMirror {
+                    name: mirror.clone(),
+                },
+                |i| !i.mirrors.contains_key(&mirror),
+            )
+            .await?;
         }
         MirrorRequest::List => {
-            resp.mirrors = describe(broker, None);
+            resp.mirrors = describe(ctx, None);
             for m in &mut resp.mirrors {
                 for t in &mut m.topics {
                     t.partitions.clear();
@@ -213,11 +218,11 @@ async fn handle(broker: &Arc<Broker>, req: MirrorRequest) -> Result<MirrorRespon
         }
         MirrorRequest::Describe { mirror, lookup } => {
             if let Some(m) = &mirror {
-                mirror_of(broker, m)?;
+                mirror_of(ctx, m)?;
             }
-            resp.mirrors = describe(broker, mirror.as_deref());
+            resp.mirrors = describe(ctx, mirror.as_deref());
             if let Some(l) = lookup {
-                let records = read_lmle(broker)
+                let records = read_lmle(ctx)
                     .await
                     .map_err(api_err(errors::REQUEST_TIMED_OUT))?;
                 resp.lmle = l
@@ -231,9 +236,8 @@ async fn handle(broker: &Arc<Broker>, req: MirrorRequest) -> Result<MirrorRespon
     Ok(resp)
 }
 
-fn mirror_of(broker: &Broker, name: &str) -> Result<MirrorRegistration, ApiError> {
-    broker
-        .metadata()
+fn mirror_of(ctx: &MirrorContext, name: &str) -> Result<MirrorRegistration, ApiError> {
+    ctx.metadata()
         .mirrors
         .get(name)
         .cloned()
@@ -259,7 +263,7 @@ fn topic_result(topic: String, outcome: Result<(), ApiError>) -> TopicResult {
 /// existing topic of that id back into a mirror topic. Refuses a mirror loop: the source
 /// mirroring the same topic from this cluster.
 async fn start_topic(
-    broker: &Broker,
+    ctx: &MirrorContext,
     mirror: &MirrorRegistration,
     topic: &str,
 ) -> Result<(), ApiError> {
@@ -283,7 +287,7 @@ async fn start_topic(
         .map_or(1, |p| p.replica_nodes.len() as i16);
     let source_view = call(
         &mut conn,
-        broker.config.mirror_api_key_base,
+        ctx.api_key_base,
         &MirrorRequest::Describe {
             mirror: None,
             lookup: None,
@@ -291,7 +295,7 @@ async fn start_topic(
     )
     .await
     .map_err(&unreachable)?;
-    let me = &broker.config.cluster_id;
+    let me = &ctx.cluster_id;
     let looping = source_view.mirrors.iter().find(|m| {
         &m.source_cluster_id == me
             && m.topics.iter().any(|st| {
@@ -311,7 +315,7 @@ async fn start_topic(
             ),
         ));
     }
-    let image = broker.metadata();
+    let image = ctx.metadata();
     let cmd = if image.topics.contains_key(topic) {
         ControllerCommand::StartMirrorTopic {
             mirror: mirror.name.clone(),
@@ -332,26 +336,20 @@ async fn start_topic(
             mirror: Some(mirror.name.clone()),
         }
     };
-    broker
-        .submit_and_wait(cmd, |i| {
-            i.topics
-                .get(topic)
-                .and_then(|t| t.mirror.as_ref())
-                .is_some_and(|m| m.mirror == mirror.name)
-        })
-        .await?;
+    ctx.submit_and_wait(cmd, |i| {
+        i.topics
+            .get(topic)
+            .and_then(|t| t.mirror.as_ref())
+            .is_some_and(|m| m.mirror == mirror.name)
+    })
+    .await?;
     info!(topic, mirror = %mirror.name, "mirror topic started");
     Ok(())
 }
 
-/// Moves every partition of a topic of `mirror` to `to`, as an operator asks.
-async fn set_states(
-    broker: &Broker,
-    mirror: &str,
-    topic: &str,
-    to: MirrorState,
-) -> Result<(), ApiError> {
-    let image = broker.metadata();
+/// Refuses a topic that is not in `mirror`.
+fn check_in_mirror(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
+    let image = ctx.metadata();
     let in_mirror = image
         .topics
         .get(topic)
@@ -363,6 +361,17 @@ async fn set_states(
             format!("topic {topic} is not in mirror {mirror}"),
         ));
     }
+    Ok(())
+}
+
+/// Moves every partition of a topic of `mirror` to `to`, as an operator asks.
+async fn set_states(
+    ctx: &MirrorContext,
+    mirror: &str,
+    topic: &str,
+    to: MirrorState,
+) -> Result<(), ApiError> {
+    check_in_mirror(ctx, mirror, topic)?;
     let cmd = ControllerCommand::SetMirrorStates {
         topic: topic.to_string(),
         partitions: None,
@@ -371,22 +380,31 @@ async fn set_states(
         error: None,
         terminal: false,
     };
-    broker.submit_and_wait(cmd, |_| true).await.map(|_| ())
+    ctx.submit_and_wait(cmd, |_| true).await.map(|_| ())
+}
+
+/// RecoverMirrorTopics: the topic's FAILED partitions that stopped retrying retry again.
+async fn recover_topic(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
+    check_in_mirror(ctx, mirror, topic)?;
+    let cmd = ControllerCommand::RecoverMirrorPartitions {
+        topic: topic.to_string(),
+    };
+    ctx.submit_and_wait(cmd, |_| true).await.map(|_| ())
 }
 
 /// Failover of one topic: STOPPING now; answers once every partition is STOPPED (its leader
 /// persisted the LMLE and bumped the epoch), so the topic is writable when this returns.
-async fn stop_topic(broker: &Broker, mirror: &str, topic: &str) -> Result<(), ApiError> {
+async fn stop_topic(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
     let stopped = |i: &MetadataImage| {
         i.topics
             .get(topic)
             .and_then(|t| t.mirror.as_ref())
             .is_some_and(|m| m.partitions.iter().all(|p| p.state == MirrorState::Stopped))
     };
-    if !stopped(&broker.metadata()) {
-        set_states(broker, mirror, topic, MirrorState::Stopping).await?;
+    if !stopped(&ctx.metadata()) {
+        set_states(ctx, mirror, topic, MirrorState::Stopping).await?;
     }
-    let mut rx = broker.quorum().image();
+    let mut rx = ctx.images();
     let waited = tokio::time::timeout(STOP_WAIT, rx.wait_for(|i| stopped(i)))
         .await
         .is_ok_and(|r| r.is_ok());
@@ -401,9 +419,9 @@ async fn stop_topic(broker: &Broker, mirror: &str, topic: &str) -> Result<(), Ap
 }
 
 /// Mirrors, topics and partitions as this broker sees them; offsets only where it leads.
-fn describe(broker: &Broker, only: Option<&str>) -> Vec<MirrorDescription> {
-    let image = broker.metadata();
-    let me = broker.config.node_id;
+fn describe(ctx: &MirrorContext, only: Option<&str>) -> Vec<MirrorDescription> {
+    let image = ctx.metadata();
+    let me = ctx.node_id;
     image
         .mirrors
         .values()
@@ -427,9 +445,9 @@ fn describe(broker: &Broker, only: Option<&str>) -> Vec<MirrorDescription> {
                             let index = i as i32;
                             let leader = t.partitions[i].leader;
                             let local = (leader == me)
-                                .then(|| broker.partition(&t.name, index))
+                                .then(|| ctx.partition(&t.name, index))
                                 .flatten();
-                            let status = broker.mirrors.status(&t.name, index);
+                            let status = ctx.tasks.status(&t.name, index);
                             let destination_offset = local.map_or(-1, |p| p.log_end_offset());
                             let source_offset =
                                 status.as_ref().map_or(-1, |s| s.source_high_watermark);
@@ -458,8 +476,8 @@ fn describe(broker: &Broker, only: Option<&str>) -> Vec<MirrorDescription> {
 }
 
 /// The leader of `__mirror_state-0` in this cluster, connected.
-async fn lmle_leader(broker: &Broker) -> anyhow::Result<Option<KafkaConnection>> {
-    let image = broker.metadata();
+async fn lmle_leader(ctx: &MirrorContext) -> anyhow::Result<Option<KafkaConnection>> {
+    let image = ctx.metadata();
     let Some(t) = image.topics.get(LMLE_TOPIC) else {
         return Ok(None);
     };
@@ -477,19 +495,29 @@ async fn lmle_leader(broker: &Broker) -> anyhow::Result<Option<KafkaConnection>>
 /// Persists one LMLE record (acks=all), creating the internal topic on first use. Partitions
 /// stopping together race to create the topic and to reach its leader; each retries until the
 /// write lands or `LMLE_WRITE_WAIT` passes.
-pub async fn write_lmle(broker: &Broker, record: &LmleRecord) -> anyhow::Result<()> {
+pub async fn write_lmle(ctx: &MirrorContext, record: &LmleRecord) -> anyhow::Result<()> {
     let value = serde_json::to_vec(record)?;
     let key = serde_json::to_vec(&record.key)?;
     let batch = encode_record(&key, &value)?;
     let deadline = tokio::time::Instant::now() + LMLE_WRITE_WAIT;
     loop {
         let attempt = async {
-            if !broker.metadata().topics.contains_key(LMLE_TOPIC) {
-                let image = broker.metadata();
+            if !ctx.metadata().topics.contains_key(LMLE_TOPIC) {
+                let image = ctx.metadata();
                 let live = image.brokers.values().filter(|b| !b.fenced).count();
                 let rf = live.clamp(1, 3) as i16;
-                match broker
-                    .create_topic(LMLE_TOPIC, 1, rf, &BTreeMap::new(), false, Vec::new())
+                let create = ControllerCommand::CreateTopic {
+                    name: LMLE_TOPIC.to_string(),
+                    id: uuid::Uuid::new_v4(),
+                    partitions: 1,
+                    replication_factor: rf,
+                    configs: BTreeMap::new(),
+                    validate_only: false,
+                    assignments: Vec::new(),
+                    mirror: None,
+                };
+                match ctx
+                    .submit_and_wait(create, |i| i.topics.contains_key(LMLE_TOPIC))
                     .await
                 {
                     Ok(_) => {}
@@ -497,7 +525,7 @@ pub async fn write_lmle(broker: &Broker, record: &LmleRecord) -> anyhow::Result<
                     Err(e) => anyhow::bail!("cannot create {LMLE_TOPIC}: {}", e.message),
                 }
             }
-            let mut conn = lmle_leader(broker)
+            let mut conn = lmle_leader(ctx)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("{LMLE_TOPIC} is not in this broker's image yet"))?;
             let req = ProduceRequest::default()
@@ -554,8 +582,8 @@ fn encode_record(key: &[u8], value: &[u8]) -> anyhow::Result<Bytes> {
 }
 
 /// Every committed LMLE record of this cluster, in log order.
-pub async fn read_lmle(broker: &Broker) -> anyhow::Result<Vec<LmleRecord>> {
-    let Some(mut conn) = lmle_leader(broker).await? else {
+pub async fn read_lmle(ctx: &MirrorContext) -> anyhow::Result<Vec<LmleRecord>> {
+    let Some(mut conn) = lmle_leader(ctx).await? else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();

@@ -22,10 +22,11 @@ pub enum MirrorApi {
     PauseMirrorTopics,
     ResumeMirrorTopics,
     DeleteClusterMirror,
+    RecoverMirrorTopics,
 }
 
 impl MirrorApi {
-    pub const ALL: [MirrorApi; 8] = [
+    pub const ALL: [MirrorApi; 9] = [
         MirrorApi::CreateClusterMirror,
         MirrorApi::StartMirrorTopics,
         MirrorApi::StopMirrorTopics,
@@ -34,9 +35,11 @@ impl MirrorApi {
         MirrorApi::PauseMirrorTopics,
         MirrorApi::ResumeMirrorTopics,
         MirrorApi::DeleteClusterMirror,
+        MirrorApi::RecoverMirrorTopics,
     ];
 
-    /// Distance from the base: the prototype's keys 94, 95, 96, 98, 99, 102, 103, 104.
+    /// Distance from the base: the prototype's keys 94, 95, 96, 98, 99, 102, 103, 104, and
+    /// 106 for RecoverMirrorTopics (the second prototype's).
     fn offset(self) -> i16 {
         match self {
             MirrorApi::CreateClusterMirror => 0,
@@ -47,6 +50,7 @@ impl MirrorApi {
             MirrorApi::PauseMirrorTopics => 8,
             MirrorApi::ResumeMirrorTopics => 9,
             MirrorApi::DeleteClusterMirror => 10,
+            MirrorApi::RecoverMirrorTopics => 12,
         }
     }
 
@@ -101,6 +105,12 @@ pub enum MirrorRequest {
     Delete {
         mirror: String,
     },
+    /// Retries FAILED partitions that no longer retry on their own (retries exhausted, or a
+    /// failure counted as permanent) once the operator has mended the cause.
+    Recover {
+        mirror: String,
+        topics: Vec<String>,
+    },
 }
 
 impl MirrorRequest {
@@ -114,6 +124,7 @@ impl MirrorRequest {
             MirrorRequest::Pause { .. } => MirrorApi::PauseMirrorTopics,
             MirrorRequest::Resume { .. } => MirrorApi::ResumeMirrorTopics,
             MirrorRequest::Delete { .. } => MirrorApi::DeleteClusterMirror,
+            MirrorRequest::Recover { .. } => MirrorApi::RecoverMirrorTopics,
         }
     }
 }
@@ -245,6 +256,7 @@ mod tests {
     fn keys_follow_the_base_and_avoid_kafka_apis() {
         assert_eq!(MirrorApi::StopMirrorTopics.key(94), 96);
         assert_eq!(MirrorApi::DeleteClusterMirror.key(94), 104);
+        assert_eq!(MirrorApi::RecoverMirrorTopics.key(94), 106);
         assert_eq!(
             MirrorApi::from_key(94, 99),
             Some(MirrorApi::DescribeClusterMirrors)

@@ -169,7 +169,7 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
         }
         let header = RequestHeader::decode(&mut frame, 2)
             .map_err(|e| anyhow::anyhow!("bad request header: {e}"))?;
-        let body = crate::mirror::service::handle_frame(broker, api, &mut frame).await;
+        let body = crate::mirror::service::handle_frame(&broker.mirrors, api, &mut frame).await;
         let mut out = BytesMut::new();
         ResponseHeader::default()
             .with_correlation_id(header.correlation_id)

@@ -54,6 +54,42 @@ impl KafkaConnection {
     where
         R: Request,
     {
+        let exchange = async {
+            let correlation = self.write_request(version, req).await?;
+            self.read_response::<R>(version, correlation).await
+        };
+        within::<R, _>(timeout, exchange).await
+    }
+
+    /// Sends `req` at `version` without waiting for the response, so the caller can work while
+    /// the peer answers; returns the correlation id [`KafkaConnection::receive`] expects.
+    /// Responses arrive in request order.
+    pub async fn send<R>(&mut self, version: i16, req: &R) -> anyhow::Result<i32>
+    where
+        R: Request,
+    {
+        let timeout = self.timeout;
+        within::<R, _>(timeout, self.write_request(version, req)).await
+    }
+
+    /// Waits up to this connection's timeout for the response to the request sent as
+    /// `correlation` (the oldest one unanswered).
+    pub async fn receive<R>(
+        &mut self,
+        version: i16,
+        correlation: i32,
+    ) -> anyhow::Result<R::Response>
+    where
+        R: Request,
+    {
+        let timeout = self.timeout;
+        within::<R, _>(timeout, self.read_response::<R>(version, correlation)).await
+    }
+
+    async fn write_request<R>(&mut self, version: i16, req: &R) -> anyhow::Result<i32>
+    where
+        R: Request,
+    {
         let key =
             ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("unknown api key {}", R::KEY))?;
         let correlation = self.next_correlation;
@@ -66,31 +102,39 @@ impl KafkaConnection {
             .with_client_id(Some(StrBytes::from_string(self.client_id.clone())))
             .encode(&mut buf, key.request_header_version(version))?;
         req.encode(&mut buf, version)?;
-        let exchange = async {
-            self.framed.send(buf.freeze()).await?;
-            let frame = self
-                .framed
-                .next()
-                .await
-                .ok_or_else(|| anyhow::anyhow!("connection closed"))??;
-            let mut frame = frame.freeze();
-            let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))?;
-            if header.correlation_id != correlation {
-                anyhow::bail!(
-                    "correlation id {} does not match {correlation}",
-                    header.correlation_id
-                );
-            }
-            // A peer's counts are checked before the decoder reserves room for them, as a
-            // client's are; bodies of our own APIs with no Kafka layout carry no such counts.
-            if tidemark_wirebound::response_layout(R::KEY).is_some() {
-                tidemark_wirebound::check_response(R::KEY, version, &frame)?;
-            }
-            R::Response::decode(&mut frame, version)
-        };
-        tokio::time::timeout(timeout, exchange)
+        self.framed.send(buf.freeze()).await?;
+        Ok(correlation)
+    }
+
+    async fn read_response<R>(
+        &mut self,
+        version: i16,
+        correlation: i32,
+    ) -> anyhow::Result<R::Response>
+    where
+        R: Request,
+    {
+        let key =
+            ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("unknown api key {}", R::KEY))?;
+        let frame = self
+            .framed
+            .next()
             .await
-            .map_err(|_| anyhow::anyhow!("{key:?} timed out after {timeout:?}"))?
+            .ok_or_else(|| anyhow::anyhow!("connection closed"))??;
+        let mut frame = frame.freeze();
+        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))?;
+        if header.correlation_id != correlation {
+            anyhow::bail!(
+                "correlation id {} does not match {correlation}",
+                header.correlation_id
+            );
+        }
+        // A peer's counts are checked before the decoder reserves room for them, as a
+        // client's are; bodies of our own APIs with no Kafka layout carry no such counts.
+        if tidemark_wirebound::response_layout(R::KEY).is_some() {
+            tidemark_wirebound::check_response(R::KEY, version, &frame)?;
+        }
+        R::Response::decode(&mut frame, version)
     }
 
     /// Sends a request of an API the protocol crate does not know (the mirror APIs): request
@@ -128,6 +172,18 @@ impl KafkaConnection {
             .await
             .map_err(|_| anyhow::anyhow!("API key {key} timed out after {timeout:?}"))?
     }
+}
+
+/// Bounds one exchange of API `R` by `timeout`.
+async fn within<R: Request, T>(
+    timeout: Duration,
+    exchange: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(timeout, exchange).await.map_err(|_| {
+        let key = ApiKey::try_from(R::KEY)
+            .map_or_else(|_| format!("API key {}", R::KEY), |k| format!("{k:?}"));
+        anyhow::anyhow!("{key} timed out after {timeout:?}")
+    })?
 }
 
 #[cfg(test)]

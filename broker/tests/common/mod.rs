@@ -39,6 +39,8 @@ pub struct BrokerProc {
     pub dir: tempfile::TempDir,
     pub port: u16,
     args: Vec<String>,
+    /// The broker executable: this build's, unless a benchmark compares another.
+    binary: PathBuf,
 }
 
 impl BrokerProc {
@@ -69,6 +71,7 @@ impl BrokerProc {
             dir,
             port,
             args,
+            binary: PathBuf::from(env!("CARGO_BIN_EXE_tidemark-broker")),
         }
     }
 
@@ -79,7 +82,7 @@ impl BrokerProc {
             .append(true)
             .open(self.dir.path().join("broker.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+        let child = Command::new(&self.binary)
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(log)
@@ -287,6 +290,16 @@ impl Cluster {
     /// Starts `n` brokers with `props` appended to each server.properties and waits until every
     /// one serves and all are registered.
     pub fn start(n: usize, props: &str, extra: &[&str]) -> Cluster {
+        Cluster::start_binary(None, n, props, extra)
+    }
+
+    /// [`Cluster::start`] with another broker executable (a benchmark's baseline build).
+    pub fn start_binary(
+        binary: Option<&std::path::Path>,
+        n: usize,
+        props: &str,
+        extra: &[&str],
+    ) -> Cluster {
         // `props` replaces FAST_FAILOVER's keys: a key set twice in one file is refused.
         let keys: Vec<&str> = props.lines().filter_map(|l| l.split('=').next()).collect();
         let defaults: String = FAST_FAILOVER
@@ -314,7 +327,11 @@ impl Cluster {
                     voters.join(","),
                     dir.path().join("data").display()
                 );
-                BrokerProc::prepare(dir, *p, &text, extra)
+                let mut node = BrokerProc::prepare(dir, *p, &text, extra);
+                if let Some(b) = binary {
+                    node.binary = b.to_path_buf();
+                }
+                node
             })
             .collect();
         for n in nodes.iter_mut() {
