@@ -138,7 +138,7 @@ async fn run_phases(
             Parts {
                 client: ClientContext::new(
                     &members,
-                    test.db.as_ref(),
+                    |n| test.db.endpoint(n),
                     test.runtime.dialer(),
                     opts.op_timeout,
                 ),
