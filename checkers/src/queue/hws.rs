@@ -38,6 +38,9 @@ impl HwSteps {
     }
 }
 
+/// A high watermark and the op of the poll that saw it.
+type Seen = Option<(u64, i64)>;
+
 /// Fewest steps kept before [`SeenHws`] prunes at all.
 const MIN_HW_STEPS_KEPT: usize = 1024;
 
@@ -70,12 +73,7 @@ impl Default for SeenHws {
 impl SeenHws {
     /// The highest high watermarks completed before op `invoked` on partition `pk`: under any
     /// epoch, and under `epoch`.
-    pub(super) fn before(
-        &self,
-        pk: u32,
-        epoch: Option<i64>,
-        invoked: u64,
-    ) -> (Option<(u64, i64)>, Option<(u64, i64)>) {
+    pub(super) fn before(&self, pk: u32, epoch: Option<i64>, invoked: u64) -> (Seen, Seen) {
         let any = self.any_epoch.get(&pk).and_then(|s| s.before(invoked));
         let same = epoch
             .and_then(|e| self.by_epoch.get(&(pk, e)))
