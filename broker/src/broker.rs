@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{BrokerConfig, LogConfig};
 use crate::controller::{
-    submit_and_wait, ControllerCommand, ControllerReply, Election, MetadataQuorum,
+    fencing, submit_and_wait, ControllerCommand, ControllerReply, Election, MetadataQuorum,
 };
 use crate::errors;
 pub use crate::errors::ApiError;
@@ -234,7 +234,11 @@ impl Broker {
         vec![
             tokio::spawn(self.clone().follow_metadata(shutdown.clone())),
             tokio::spawn(self.clone().register_and_heartbeat(shutdown.clone())),
-            tokio::spawn(self.clone().fence_silent_brokers(shutdown.clone())),
+            tokio::spawn(fencing::fence_silent_brokers(
+                self.quorum.clone(),
+                self.config.session_timeout,
+                shutdown.clone(),
+            )),
             tokio::spawn(self.clone().maintain_isr(shutdown.clone())),
             tokio::spawn(crate::group::run(self.clone(), shutdown)),
         ]
@@ -442,51 +446,6 @@ impl Broker {
             }
             if sleep_or_cancel(&shutdown, self.config.heartbeat_interval).await {
                 return;
-            }
-        }
-    }
-
-    /// On the active controller: fence brokers whose heartbeats stopped, unfence those that
-    /// came back. Elections follow from the fencing inside the state machine.
-    async fn fence_silent_brokers(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut active_since: Option<Instant> = None;
-        loop {
-            if sleep_or_cancel(&shutdown, Duration::from_millis(200)).await {
-                return;
-            }
-            if !self.quorum.is_active() {
-                active_since = None;
-                continue;
-            }
-            let since = *active_since.get_or_insert_with(Instant::now);
-            let session = self.config.session_timeout;
-            let beats = self.quorum.heartbeats();
-            let image = self.metadata();
-            for b in image.brokers.values() {
-                let fresh = beats
-                    .get(&b.id)
-                    .is_some_and(|(inc, at)| *inc == b.incarnation && at.elapsed() < session);
-                let cmd = if !b.fenced && !fresh && since.elapsed() > session {
-                    info!(
-                        broker = b.id,
-                        "fencing broker: no heartbeat within {session:?}"
-                    );
-                    ControllerCommand::FenceBroker {
-                        id: b.id,
-                        incarnation: b.incarnation,
-                    }
-                } else if b.fenced && fresh {
-                    info!(broker = b.id, "unfencing broker: heartbeats resumed");
-                    ControllerCommand::UnfenceBroker {
-                        id: b.id,
-                        incarnation: b.incarnation,
-                    }
-                } else {
-                    continue;
-                };
-                if let Err(e) = self.quorum.submit(cmd).await {
-                    debug!("fencing decision not committed: {e}");
-                }
             }
         }
     }

@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::db::Db;
 use crate::dial::Dialer;
 use crate::generator::Generator;
 use crate::op::{Completion, Invocation};
@@ -43,9 +42,15 @@ pub struct ClientContext {
 }
 
 impl ClientContext {
-    /// The context for the cluster of `nodes` (all of one cluster, not empty) of `db`, dialed
-    /// through `dialer`, with `timeout` per request.
-    pub fn new(nodes: &[Node], db: &dyn Db, dialer: Arc<dyn Dialer>, timeout: Duration) -> Self {
+    /// The context for the cluster of `nodes` (all of one cluster, not empty), each reached at
+    /// `endpoint(node)` (the database's [`endpoint`](crate::db::Db::endpoint)), dialed through
+    /// `dialer`, with `timeout` per request.
+    pub fn new(
+        nodes: &[Node],
+        endpoint: impl Fn(&Node) -> SocketAddr,
+        dialer: Arc<dyn Dialer>,
+        timeout: Duration,
+    ) -> Self {
         let cluster = nodes.first().map(|n| n.cluster.clone()).unwrap_or_default();
         assert!(
             nodes.iter().all(|n| n.cluster == cluster),
@@ -59,7 +64,7 @@ impl ClientContext {
                     name: n.name.clone(),
                     cluster: n.cluster.clone(),
                     id: n.id,
-                    addr: db.endpoint(n),
+                    addr: endpoint(n),
                 })
                 .collect(),
             dialer,

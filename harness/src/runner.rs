@@ -143,7 +143,7 @@ async fn run_phases(
         .map(|name| {
             ClientContext::new(
                 &members(name),
-                test.db.as_ref(),
+                |n| test.db.endpoint(n),
                 test.runtime.dialer(),
                 opts.op_timeout,
             )

@@ -129,7 +129,7 @@ async fn raw_rate(concurrency: usize) -> f64 {
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext::new(&nodes, &db, runtime.dialer(), Duration::from_secs(5));
+    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), Duration::from_secs(5));
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

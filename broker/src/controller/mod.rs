@@ -3,6 +3,7 @@
 //! changes, fencing) are made inside `apply`, a pure function of the image and one command, so
 //! every node reaches the same image and a recorded log can be replayed exactly.
 
+pub mod fencing;
 pub mod local;
 pub mod raft;
 pub mod rebalance;

@@ -12,6 +12,7 @@
 //! (lost writes, aborted reads, skips, epoch ownership) is decided in [`QueueAnalysis::finish`].
 
 mod event;
+mod hws;
 mod replicas;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,7 @@ use crate::Checker;
 
 pub(crate) use event::LineOp;
 use event::{check_poll_offsets, topic_partition, Event, PollBody, SendBody};
+use hws::SeenHws;
 use replicas::FinalLogs;
 
 /// Sentinel for "no op" in packed fields.
@@ -194,26 +196,6 @@ struct Pending {
     send: Option<(u32, Vec<i64>)>,
 }
 
-/// The highest high watermark the polls completed so far saw, as steps `(op, high watermark)`
-/// appended each time it rises: the highest seen before any point of the history is one binary
-/// search away, and the steps are at most as many as the distinct high watermarks.
-#[derive(Debug, Default)]
-struct HwSteps(Vec<(u64, i64)>);
-
-impl HwSteps {
-    /// The highest high watermark completed before op `index`, and the poll that saw it.
-    fn before(&self, index: u64) -> Option<(u64, i64)> {
-        let n = self.0.partition_point(|s| s.0 < index);
-        n.checked_sub(1).map(|i| self.0[i])
-    }
-
-    fn record(&mut self, op: u64, hw: i64) {
-        if self.0.last().is_none_or(|l| hw > l.1) {
-            self.0.push((op, hw));
-        }
-    }
-}
-
 /// The streaming queue analysis behind [`QueueChecker`]: feed it every op in history order with
 /// [`observe`](Self::observe), then [`finish`](Self::finish).
 pub struct QueueAnalysis<'r> {
@@ -232,10 +214,8 @@ pub struct QueueAnalysis<'r> {
     conflicts: FxHashMap<(u32, i64), Vec<(i64, Proof)>>,
     duplicates: FxHashMap<i64, Vec<(u32, i64, Proof)>>,
     pending: FxHashMap<u64, Pending>,
-    /// Per partition, the high watermarks polls saw, under any leader epoch.
-    hws: FxHashMap<u32, HwSteps>,
-    /// Per partition and leader epoch, the high watermarks polls served under it saw.
-    epoch_hws: FxHashMap<(u32, i64), HwSteps>,
+    /// The high watermarks polls saw.
+    hws: SeenHws,
     mirror: MirrorHistory,
     stats: BTreeMap<String, OpStats>,
     anomalies: Anomalies,
@@ -274,8 +254,7 @@ impl<'r> QueueAnalysis<'r> {
             conflicts: FxHashMap::default(),
             duplicates: FxHashMap::default(),
             pending: FxHashMap::default(),
-            hws: FxHashMap::default(),
-            epoch_hws: FxHashMap::default(),
+            hws: SeenHws::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             stats: BTreeMap::new(),
             anomalies: Anomalies::default(),
@@ -684,13 +663,9 @@ impl<'r> QueueAnalysis<'r> {
     /// in Kafka), so a drop against an earlier epoch is counted in the poll stats, and so is a
     /// drop seen by a poll whose epoch is unknown.
     fn observe_hw(&mut self, p: u64, pk: u32, hw: i64, epoch: Option<i64>, invoked: u64, op: u64) {
-        let dropped = |steps: Option<&HwSteps>| {
-            steps
-                .and_then(|s| s.before(invoked))
-                .filter(|&(_, seen)| seen > hw)
-        };
-        let any_epoch = dropped(self.hws.get(&pk));
-        let same_epoch = epoch.and_then(|e| dropped(self.epoch_hws.get(&(pk, e))));
+        let (before_any, before_same) = self.hws.before(pk, epoch, invoked);
+        let dropped = |seen: Option<(u64, i64)>| seen.filter(|&(_, seen)| seen > hw);
+        let (any_epoch, same_epoch) = (dropped(before_any), dropped(before_same));
         if let (Some(e), Some((prev_op, prev_hw))) = (epoch, same_epoch) {
             let part = &self.parts[pk as usize];
             let entry = json!({
@@ -707,10 +682,10 @@ impl<'r> QueueAnalysis<'r> {
                 None => stats.hw_drops_epoch_unknown += 1,
             }
         }
-        self.hws.entry(pk).or_default().record(op, hw);
-        if let Some(e) = epoch {
-            self.epoch_hws.entry((pk, e)).or_default().record(op, hw);
-        }
+        let pending = &self.pending;
+        self.hws.record(pk, epoch, op, hw, || {
+            pending.values().map(|p| p.invoke).min()
+        });
     }
 
     /// Records that `value` was observed at `offset` of partition `pk`: the offset must hold

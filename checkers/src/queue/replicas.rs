@@ -236,24 +236,40 @@ fn diverging_offsets(
     lows.sort_unstable();
     highs.sort_unstable();
     let covers = |m: usize, o: i64| ranges[m].0 <= o && o < ranges[m].1;
-    // Every committed record as (offset, member, record), one per member and offset.
-    let mut held: Vec<(i64, usize, Record)> = Vec::new();
-    for (m, &i) in members.iter().enumerate() {
-        let (low, high) = ranges[m];
-        let records = sorted(&replicas[i]);
-        let s = records.partition_point(|r| r.offset < low);
-        let e = records.partition_point(|r| r.offset < high).max(s);
-        held.extend(records[s..e].iter().map(|r| (r.offset, m, *r)));
-    }
-    held.sort_unstable_by_key(|&(o, m, _)| (o, m));
-    held.dedup_by_key(|&mut (o, m, _)| (o, m));
+    // Each member's committed records, walked together in offset order: one (offset, member,
+    // record) per member holding the offset, without gathering every record of the partition.
+    let logs: Vec<(Cow<'_, [Record]>, usize)> = members
+        .iter()
+        .enumerate()
+        .map(|(m, &i)| {
+            let high = ranges[m].1;
+            let records = sorted(&replicas[i]);
+            let e = records.partition_point(|r| r.offset < high);
+            (records, e)
+        })
+        .collect();
+    let mut cursor: Vec<usize> = logs
+        .iter()
+        .zip(&ranges)
+        .map(|((records, e), &(low, _))| records.partition_point(|r| r.offset < low).min(*e))
+        .collect();
     let first = &replicas[members[0]];
-    let mut at = 0;
-    while at < held.len() {
-        let offset = held[at].0;
-        let end = at + held[at..].partition_point(|h| h.0 == offset);
-        let here = &held[at..end];
-        at = end;
+    let mut here: Vec<(i64, usize, Record)> = Vec::with_capacity(members.len());
+    loop {
+        let next = |m: usize| (cursor[m] < logs[m].1).then(|| logs[m].0[cursor[m]]);
+        let Some(offset) = (0..logs.len()).filter_map(next).map(|r| r.offset).min() else {
+            break;
+        };
+        here.clear();
+        for (m, (records, e)) in logs.iter().enumerate() {
+            if cursor[m] < *e && records[cursor[m]].offset == offset {
+                here.push((offset, m, records[cursor[m]]));
+                while cursor[m] < *e && records[cursor[m]].offset == offset {
+                    cursor[m] += 1;
+                }
+            }
+        }
+        let here = &here[..];
         let covering =
             lows.partition_point(|&l| l <= offset) - highs.partition_point(|&h| h <= offset);
         let reference = if covers(0, offset) {

@@ -43,7 +43,7 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext::new(&nodes, &db, runtime.dialer(), Duration::from_secs(5));
+    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), Duration::from_secs(5));
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

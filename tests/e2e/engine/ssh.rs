@@ -226,7 +226,7 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
     db.setup(&node, std::slice::from_ref(&node)).unwrap();
     let cx = ClientContext::new(
         std::slice::from_ref(&node),
-        &db,
+        |n| db.endpoint(n),
         runtime.dialer(),
         Duration::from_secs(5),
     );
