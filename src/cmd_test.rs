@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker, MIRROR_UNCLEAN_KEY};
-use tidemark_harness::client::Workload;
 use tidemark_harness::hosts::{read_nodes_file, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
@@ -18,6 +17,7 @@ use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
 use tidemark_harness::test::{cluster_names, node_names, Test, TestOptions};
+use tidemark_harness::workload::Workload;
 use tidemark_nemesis::mirror::MirrorSetup;
 use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
 use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};

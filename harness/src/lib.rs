@@ -60,3 +60,4 @@ pub mod runtime;
 pub mod ssh;
 pub mod store;
 pub mod test;
+pub mod workload;

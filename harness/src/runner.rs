@@ -25,7 +25,7 @@ use serde_json::Value;
 pub use tokio_util::sync::CancellationToken;
 
 use crate::checker::{check_run, write_results, Results};
-use crate::client::{Client, ClientContext, SetupContext, Workload};
+use crate::client::{Client, ClientContext};
 use crate::collect::{dump_replicas, snarf_logs};
 use crate::db::Db;
 use crate::generator::{self, Generator};
@@ -39,6 +39,7 @@ use crate::progress::Progress;
 use crate::runtime::Node;
 use crate::store::RunDir;
 use crate::test::Test;
+use crate::workload::{SetupContext, Workload};
 
 /// How a run ended.
 #[derive(Debug)]

@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::client::Workload;
 use crate::db::Db;
 use crate::nemesis::Nemesis;
 use crate::net::Net;
 use crate::runtime::{Node, NodeRecord, Runtime};
+use crate::workload::Workload;
 
 /// Everything about a test that is chosen rather than built.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, SetupContext, Workload};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::leftovers;
 use tidemark_harness::net::Iptables;
@@ -22,6 +22,7 @@ use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
 use tidemark_harness::test::{cluster_names, Test, TestOptions};
+use tidemark_harness::workload::{SetupContext, Workload};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 /// Replicas per partition, as `tidemark test` chooses for three nodes.
@@ -129,7 +130,12 @@ async fn raw_rate(concurrency: usize) -> f64 {
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), Duration::from_secs(5));
+    let cx = ClientContext::new(
+        &nodes,
+        |n| db.endpoint(n),
+        runtime.dialer(),
+        Duration::from_secs(5),
+    );
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

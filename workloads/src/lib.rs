@@ -1,5 +1,5 @@
 //! tidemark's workloads: what clients do, and on what schedule. Each workload implements the
-//! engine's [`Workload`](tidemark_harness::client::Workload) trait; the checkers crate judges a
+//! engine's [`Workload`](tidemark_harness::workload::Workload) trait; the checkers crate judges a
 //! run by the workload name its history header records.
 //!
 //! - [`queue`]: unique integers sent to and polled from several topic-partitions (Jepsen's

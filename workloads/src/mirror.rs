@@ -16,9 +16,10 @@ use futures::future::BoxFuture;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tidemark_harness::client::{Client, ClientContext, SetupContext, Workload};
+use tidemark_harness::client::{Client, ClientContext};
 use tidemark_harness::generator::{self, Context, Generator, Next, Rng, Worker};
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome};
+use tidemark_harness::workload::{SetupContext, Workload};
 
 use crate::queue::{create_topics, Drain, QueueClient, QueueGen, QueueOptions};
 

@@ -15,13 +15,14 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidemark_checkers::{PollValue, Record, SendValue};
-use tidemark_harness::client::{Client, ClientContext, SetupContext, Workload};
+use tidemark_harness::client::{Client, ClientContext};
 use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::kafka::{
     error_name, ClusterMetadata, Connection, KafkaError, ParseResponseErrorCode, ResponseError,
     READ_ONLY_TOPIC,
 };
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome, Process};
+use tidemark_harness::workload::{SetupContext, Workload};
 
 /// The queue workload's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

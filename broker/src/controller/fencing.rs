@@ -101,6 +101,7 @@ mod tests {
                     port: 9092,
                     incarnation,
                     fenced,
+                    shutting_down: false,
                 },
             );
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::support::engine::*;
 use serde_json::json;
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
-use tidemark_harness::client::{ClientContext, SetupContext, Workload};
+use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::kafka::Connection;
 use tidemark_harness::leftovers;
@@ -17,6 +17,7 @@ use tidemark_harness::op::{Invocation, Outcome};
 use tidemark_harness::probe::await_ready;
 use tidemark_harness::runner::CancellationToken;
 use tidemark_harness::runtime::Runtime;
+use tidemark_harness::workload::{SetupContext, Workload};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
 fn op(f: &str, value: serde_json::Value) -> Invocation {
@@ -43,7 +44,12 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), Duration::from_secs(5));
+    let cx = ClientContext::new(
+        &nodes,
+        |n| db.endpoint(n),
+        runtime.dialer(),
+        Duration::from_secs(5),
+    );
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();

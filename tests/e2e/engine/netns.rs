@@ -29,7 +29,12 @@ fn reaches(from: &Node, to: &Node) -> bool {
 }
 
 fn client_context(runtime: &NetnsRuntime, db: &dyn Db, nodes: &[Node]) -> ClientContext {
-    ClientContext::new(nodes, |n| db.endpoint(n), runtime.dialer(), Duration::from_secs(5))
+    ClientContext::new(
+        nodes,
+        |n| db.endpoint(n),
+        runtime.dialer(),
+        Duration::from_secs(5),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,7 +55,12 @@ impl Cluster {
         for node in &nodes {
             db.setup(node, &nodes).unwrap();
         }
-        let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), Duration::from_secs(5));
+        let cx = ClientContext::new(
+            &nodes,
+            |n| db.endpoint(n),
+            runtime.dialer(),
+            Duration::from_secs(5),
+        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
