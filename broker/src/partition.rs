@@ -1060,6 +1060,21 @@ impl Partition {
         Ok(())
     }
 
+    /// Whether the LMLE truncation to `lmle` would cut records below the high watermark: records
+    /// readers may have seen committed under the current leader epoch.
+    pub fn lmle_truncation_cuts_committed(&self, lmle: i32) -> bool {
+        self.with_state(|s| {
+            let entries: Vec<(i32, i64)> = s
+                .log
+                .epochs()
+                .entries()
+                .iter()
+                .map(|e| (e.epoch, e.start_offset))
+                .collect();
+            lmle_truncation_offset(&entries, s.log.log_end_offset(), lmle) < s.high_watermark
+        })
+    }
+
     /// Phase 1 of the LMLE truncation (KIP-1279): once enough replicas are in the ISR to
     /// take part (all of them when `all_replicas`), cuts the log at the end of epoch `lmle` and
     /// starts watching the followers' fetches. Returns what it still waits for, if anything.

@@ -338,11 +338,20 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
         ));
     }
     write(&a, &[3])?;
+    let ea_written = leader_epoch(&a, 1);
     start(&a, "b-to-a")?;
     a.wait_for("A fails back: r3 replaced by r3'", T, |a| {
         log_of(a, 1).0.iter().any(|r| r.1 == 103)
     });
     wait_state(&a, "A mirroring", MirrorState::Mirroring);
+    // The truncation took back r3, which readers saw committed: it runs in a new leader epoch,
+    // so they are fenced and check their position instead of seeing the high watermark drop.
+    if leader_epoch(&a, 1) <= ea_written {
+        return Err(format!(
+            "A truncated committed r3 still in epoch {} (it was written in {ea_written})",
+            leader_epoch(&a, 1)
+        ));
+    }
     if describe_t(&a).unwrap().lmle != ea {
         return Err(format!(
             "A looked up LMLE {}, B stored {ea}",

@@ -413,6 +413,9 @@ async fn prepare(
         warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
         return Ok(());
     }
+    if p.lmle_truncation_cuts_committed(lmle) {
+        new_epoch_before_truncation(ctx, p, cancel).await?;
+    }
     let all_replicas = waits_for_all_replicas(ctx, p);
     // Phase 1: truncate once enough replicas are in the ISR to take part.
     let mut logged = None;
@@ -435,6 +438,27 @@ async fn prepare(
         }
     }
     ctx.tasks.update(p, |s| s.waiting_for = None);
+    Ok(())
+}
+
+/// Moves the leader to a new epoch before the LMLE truncation cuts committed records (a
+/// failback): readers fetching under the old epoch are fenced and, as after any leader change,
+/// check their position against the new epoch's log (KIP-320). Truncating under the epoch they
+/// read in would take back records they saw committed with nothing to tell them.
+async fn new_epoch_before_truncation(
+    ctx: &MirrorContext,
+    p: &Partition,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    let Some(epoch) = p.leading_epoch() else {
+        return Ok(());
+    };
+    bump_epoch(ctx, p, epoch + 1).await?;
+    while p.leading_epoch().is_some_and(|e| e <= epoch) {
+        if sleep_or_cancel(cancel, POLL).await {
+            break;
+        }
+    }
     Ok(())
 }
 
