@@ -338,20 +338,11 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
         ));
     }
     write(&a, &[3])?;
-    let ea_written = leader_epoch(&a, 1);
     start(&a, "b-to-a")?;
     a.wait_for("A fails back: r3 replaced by r3'", T, |a| {
         log_of(a, 1).0.iter().any(|r| r.1 == 103)
     });
     wait_state(&a, "A mirroring", MirrorState::Mirroring);
-    // The truncation took back r3, which readers saw committed: it runs in a new leader epoch,
-    // so they are fenced and check their position instead of seeing the high watermark drop.
-    if leader_epoch(&a, 1) <= ea_written {
-        return Err(format!(
-            "A truncated committed r3 still in epoch {} (it was written in {ea_written})",
-            leader_epoch(&a, 1)
-        ));
-    }
     if describe_t(&a).unwrap().lmle != ea {
         return Err(format!(
             "A looked up LMLE {}, B stored {ea}",
@@ -967,6 +958,39 @@ fn source_topic_deleted_is_a_terminal_failure() {
     );
     stop(&b, "a-to-b").unwrap();
     write(&b, &[1]).unwrap();
+}
+
+/// A failback whose LMLE truncation takes back records readers saw committed runs in a new
+/// leader epoch: readers under the old one are fenced and check their position (KIP-320)
+/// instead of seeing the high watermark drop under the epoch they read in (the harness found it
+/// as `hw-regression`). A's epoch is first moved above B's, so no mirrored batch bumps it later.
+#[test]
+fn a_failback_truncating_committed_records_moves_to_a_new_epoch() {
+    let mut a = cluster("A", 1, SEED_EPOCHS, None);
+    let b = cluster("B", 1, SEED_EPOCHS, None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    stop(&b, "a-to-b").unwrap();
+    write(&b, &[100]).unwrap();
+    while leader_epoch(&a, 1) <= leader_epoch(&b, 1) {
+        restart_leader(&mut a);
+    }
+    assert_eq!(write(&a, &[1]).unwrap(), 1, "r1 committed on A at offset 1");
+    let written_in = leader_epoch(&a, 1);
+    create_mirror(&a, "b-to-a", &b).unwrap();
+    start(&a, "b-to-a").unwrap();
+    a.wait_for("A fails back: r1 replaced by B's 100", T, |a| {
+        log_of(a, 1).0.iter().any(|r| r.1 == 100)
+    });
+    wait_state(&a, "A mirroring", MirrorState::Mirroring);
+    assert_eq!(log_of(&a, 1).0, log_of(&b, 1).0);
+    assert!(
+        leader_epoch(&a, 1) > written_in,
+        "A took back committed r1 still in epoch {written_in}"
+    );
 }
 
 /// KIP-1279's proactive epoch bump: B mirrors r0 (A's epoch 0) while its own leader epoch is 0,
