@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tokio::sync::Mutex;
 
-use crate::broker::ApiError;
 use crate::controller::{ControllerCommand, ControllerReply, MetadataQuorum};
 use crate::errors;
+use crate::errors::ApiError;
 
 /// The ids this broker still holds.
 #[derive(Debug, Default)]
