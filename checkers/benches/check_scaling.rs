@@ -138,8 +138,9 @@ fn main() {
 }
 
 /// The simulated run as a mirror run: its ops on cluster a, its replicas copied onto cluster b,
-/// and a failover to b or a failback into a every [`CHANGE_EVERY`] lines (marks that abandon
-/// nothing, so the verdict stays valid), so every mirror check runs on every record.
+/// and a failover to b or a failback of b (mirroring a again) every [`CHANGE_EVERY`] lines
+/// (marks that abandon nothing, and a stays writable, so the verdict stays valid), so every
+/// mirror check runs on every record.
 fn mirror(op: &mut tidemark_checkers::Op, history: &mut Vec<u8>, next: &mut u64) {
     op.cluster = Some("a".into());
     if op.index < CHANGE_EVERY * (*next + 1) {
@@ -148,7 +149,7 @@ fn mirror(op: &mut tidemark_checkers::Op, history: &mut Vec<u8>, next: &mut u64)
     let (f, from, to) = if next.is_multiple_of(2) {
         ("failover", "a", "b")
     } else {
-        ("failback", "b", "a")
+        ("failback", "a", "b")
     };
     *next += 1;
     let far = i64::MAX / 2;
