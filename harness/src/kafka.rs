@@ -216,6 +216,29 @@ impl ClusterMetadata {
 }
 
 impl Connection {
+    /// Sends one request frame and reads one response frame within the timeout. On any failure
+    /// the connection is marked broken: a late response would be read as the answer to the next
+    /// request.
+    async fn round_trip(&mut self, request: Bytes) -> Result<Bytes, KafkaError> {
+        let result = tokio::time::timeout(self.timeout, async {
+            self.framed
+                .send(request)
+                .await
+                .map_err(|e| KafkaError::ConnectionLost(e.to_string()))?;
+            match self.framed.next().await {
+                Some(Ok(frame)) => Ok(frame.freeze()),
+                Some(Err(e)) => Err(KafkaError::ConnectionLost(e.to_string())),
+                None => Err(KafkaError::ConnectionLost("closed by broker".into())),
+            }
+        })
+        .await
+        .unwrap_or(Err(KafkaError::Timeout(self.timeout)));
+        if let Err(e) = &result {
+            self.broken = Some(e.to_string());
+        }
+        result
+    }
+
     /// Connects to `addr` through `dialer` and negotiates API versions, all within `timeout`.
     pub async fn connect(
         dialer: Arc<dyn Dialer>,
@@ -300,27 +323,7 @@ impl Connection {
             .encode(&mut buf, R::header_version(version))
             .and_then(|_| req.encode(&mut buf, version))
             .map_err(|e| KafkaError::NotSent(format!("encoding {key:?} v{version}: {e}")))?;
-        let result = tokio::time::timeout(self.timeout, async {
-            self.framed
-                .send(buf.freeze())
-                .await
-                .map_err(|e| KafkaError::ConnectionLost(e.to_string()))?;
-            match self.framed.next().await {
-                Some(Ok(frame)) => Ok(frame),
-                Some(Err(e)) => Err(KafkaError::ConnectionLost(e.to_string())),
-                None => Err(KafkaError::ConnectionLost("closed by broker".into())),
-            }
-        })
-        .await
-        .unwrap_or(Err(KafkaError::Timeout(self.timeout)));
-        let mut frame = match result {
-            Ok(f) => f.freeze(),
-            Err(e) => {
-                // A late response would be read as the answer to the next request.
-                self.broken = Some(e.to_string());
-                return Err(e);
-            }
-        };
+        let mut frame = self.round_trip(buf.freeze()).await?;
         let decoded = ResponseHeader::decode(&mut frame, R::Response::header_version(version))
             .and_then(|h| {
                 if h.correlation_id != correlation {
@@ -463,26 +466,7 @@ impl Connection {
             .encode(&mut buf, 2)
             .map_err(|e| KafkaError::NotSent(format!("encoding API key {key}: {e}")))?;
         buf.extend_from_slice(body);
-        let result = tokio::time::timeout(self.timeout, async {
-            self.framed
-                .send(buf.freeze())
-                .await
-                .map_err(|e| KafkaError::ConnectionLost(e.to_string()))?;
-            match self.framed.next().await {
-                Some(Ok(frame)) => Ok(frame),
-                Some(Err(e)) => Err(KafkaError::ConnectionLost(e.to_string())),
-                None => Err(KafkaError::ConnectionLost("closed by broker".into())),
-            }
-        })
-        .await
-        .unwrap_or(Err(KafkaError::Timeout(self.timeout)));
-        let mut frame = match result {
-            Ok(f) => f.freeze(),
-            Err(e) => {
-                self.broken = Some(e.to_string());
-                return Err(e);
-            }
-        };
+        let mut frame = self.round_trip(buf.freeze()).await?;
         match ResponseHeader::decode(&mut frame, 1) {
             Ok(h) if h.correlation_id == correlation => Ok(frame),
             Ok(h) => {
