@@ -12,6 +12,7 @@ pub mod faults;
 pub mod group;
 pub mod log;
 pub mod log_dir;
+pub mod logging;
 pub mod metadata;
 pub mod mirror;
 pub mod partition;

@@ -266,7 +266,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            init_tracing(config.node_id);
+            tidemark_broker::logging::init(config.node_id);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -280,18 +280,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-fn init_tracing(node_id: i32) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
-        .unwrap_or_else(|_| "info,openraft=off".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
-    let span = tracing::info_span!("node", id = node_id);
-    std::mem::forget(span.entered());
 }
 
 async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
