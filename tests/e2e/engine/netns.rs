@@ -164,7 +164,7 @@ async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
 
 #[test]
 fn the_netns_runtime_names_what_it_needs_when_not_root() {
-    if root_or_skip("(root) the_netns_runtime_names_what_it_needs_when_not_root") {
+    if leftovers::is_root() {
         // As root the runtime must be available.
         let work = tempfile::tempdir().unwrap();
         assert!(NetnsRuntime::new(work.path(), "x").is_ok());
