@@ -165,3 +165,42 @@ fn tidemark_test_names_a_missing_libfaketime_once_and_plainly() {
         "no runs of spaces inside a line: {err:?}"
     );
 }
+
+/// The one-line commands of the README's `sh` blocks.
+fn readme_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(checkout().join("README.md")).unwrap();
+    let mut commands = Vec::new();
+    let mut in_sh = false;
+    for line in readme.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            l if in_sh => commands.push(l.to_string()),
+            _ => {}
+        }
+    }
+    commands
+}
+
+/// CI proves what a newcomer copies: `.ci/run` runs the README's test command verbatim and
+/// nothing else, and both of the README's commands set the host up first.
+#[test]
+fn ci_runs_the_readmes_test_command_verbatim() {
+    let set_up: Vec<String> = readme_commands()
+        .into_iter()
+        .filter(|c| c.starts_with("scripts/setup-host && "))
+        .collect();
+    let [main_job, test_command] = set_up.as_slice() else {
+        panic!("two README commands start with scripts/setup-host: {set_up:?}");
+    };
+    assert!(main_job.ends_with("target/release/tidemark test"), "{main_job}");
+    assert!(test_command.contains("&& cargo test "), "{test_command}");
+    let ci = std::fs::read_to_string(checkout().join(".ci/run")).unwrap();
+    let ci_commands: Vec<&str> = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter(|l| !l.starts_with("set ") && !l.starts_with("cd "))
+        .collect();
+    assert_eq!(ci_commands, [test_command.as_str()], ".ci/run:\n{ci}");
+}
