@@ -193,7 +193,10 @@ fn ci_runs_the_readmes_test_command_verbatim() {
     let [main_job, test_command] = set_up.as_slice() else {
         panic!("two README commands start with scripts/setup-host: {set_up:?}");
     };
-    assert!(main_job.ends_with("target/release/tidemark test"), "{main_job}");
+    assert!(
+        main_job.ends_with("target/release/tidemark test"),
+        "{main_job}"
+    );
     assert!(test_command.contains("&& cargo test "), "{test_command}");
     let ci = std::fs::read_to_string(checkout().join(".ci/run")).unwrap();
     let ci_commands: Vec<&str> = ci
