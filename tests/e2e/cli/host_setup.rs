@@ -207,3 +207,23 @@ fn ci_runs_the_readmes_test_command_verbatim() {
         .collect();
     assert_eq!(ci_commands, [test_command.as_str()], ".ci/run:\n{ci}");
 }
+
+#[test]
+fn setup_host_names_what_to_install_on_a_machine_without_apt() {
+    let bin = path_with(&["bash", "sed", "dirname", "id", "cmp"]);
+    let list = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(list.path(), "coreutils\n").unwrap();
+    let out = Command::new(checkout().join("scripts/setup-host"))
+        .arg("--packages")
+        .arg(list.path())
+        .env("PATH", bin.path())
+        .output()
+        .expect("run scripts/setup-host");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert!(
+        err.contains("this is not a Debian or Ubuntu machine"),
+        "{err}"
+    );
+    assert!(err.contains("by hand: coreutils\n"), "{err}");
+}
