@@ -21,3 +21,4 @@ pub mod protocol;
 pub mod replica;
 pub mod retention;
 pub mod shutdown;
+pub mod tiered;
