@@ -10,3 +10,4 @@
 
 pub mod metadata;
 pub mod storage;
+pub mod upload;
