@@ -521,6 +521,21 @@ fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListO
         for p in topic.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;
+            // Each sentinel from the version that introduced it (KIP-405, KIP-1005, KIP-1023).
+            let min_version = match p.timestamp {
+                -3 => 7,
+                -4 => 8,
+                -5 => 9,
+                -6 => 11,
+                _ => 0,
+            };
+            if version < min_version {
+                pr.error_code = errors::UNSUPPORTED_VERSION;
+                pr.timestamp = -1;
+                pr.offset = -1;
+                tr.partitions.push(pr);
+                continue;
+            }
             match broker.list_offset(
                 topic.name.0.as_str(),
                 p.partition_index,

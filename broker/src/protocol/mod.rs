@@ -31,7 +31,7 @@ pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::ApiVersions, 0, 3),
