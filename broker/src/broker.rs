@@ -32,6 +32,7 @@ pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
 use crate::producer_ids::ProducerIdAllocator;
 use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
+use crate::tiered::follower::TieredFollower;
 use crate::tiered::manager::{self, TieredStore};
 use crate::tiered::storage::TopicIdPartition;
 
@@ -224,6 +225,15 @@ impl Broker {
             node_id: self.config.node_id,
             hw_truncation: self.faults.has(Bug::HwTruncation),
             data_changed: self.data_generation.clone(),
+            tiered: self.tiered.clone().map(|store| TieredFollower {
+                store,
+                image: self.applied.subscribe(),
+                fetch_last_tiered_offset: self
+                    .config
+                    .tiered
+                    .follower_fetch_last_tiered_offset_enable,
+                bootstrap_off_by_one: self.faults.has(Bug::TieredBootstrapOffByOne),
+            }),
         }
     }
 

@@ -1020,6 +1020,28 @@ impl Partition {
         self.with_state(|s| s.tiered.log_start(s.log.log_start_offset()))
     }
 
+    /// Whether the topic keeps closed segments in the remote store (`remote.storage.enable`).
+    pub fn remote_storage_enable(&self) -> bool {
+        self.with_state(|s| s.config.remote_storage_enable)
+    }
+
+    /// A follower's start from the remote store (see [`PartitionLog::start_after_remote`]): the
+    /// log starts empty at `offset`, the partition's log start is the leader's.
+    pub fn start_after_remote(
+        &self,
+        offset: i64,
+        leader_log_start: i64,
+        epochs: &[crate::log::epoch_cache::EpochEntry],
+        producers: crate::log::producer_state::ProducerStates,
+    ) -> Result<(), LogError> {
+        self.with_state(|s| {
+            s.log.start_after_remote(offset, epochs, producers)?;
+            s.tiered.log_start_offset = (leader_log_start < offset).then_some(leader_log_start);
+            s.high_watermark = s.high_watermark.min(offset);
+            Ok(())
+        })
+    }
+
     /// Lends the log and its tiered offsets to the remote log manager ([`crate::tiered::manager`]).
     pub fn with_tiered<R>(&self, f: impl FnOnce(TieredAccess<'_>) -> R) -> R {
         self.with_state(|s| {

@@ -627,6 +627,24 @@ impl PartitionLog {
         self.epochs.clear()
     }
 
+    /// A follower's start from the remote store: deletes everything and starts empty at
+    /// `offset` with the leader's epoch cache up to there and the producer state as of there
+    /// (both from the remote segment ending before `offset`).
+    pub fn start_after_remote(
+        &mut self,
+        offset: i64,
+        epochs: &[epoch_cache::EpochEntry],
+        producers: ProducerStates,
+    ) -> Result<(), LogError> {
+        self.truncate_fully_and_start_at(offset)?;
+        for e in epochs.iter().filter(|e| e.start_offset < offset) {
+            self.epochs.assign(e.epoch, e.start_offset)?;
+        }
+        producer_state::write_snapshot(&self.dir, offset, &producers)?;
+        self.producers = producers;
+        Ok(())
+    }
+
     /// Every batch header in the log, in order (for dumps and tests).
     pub fn batch_headers(&self) -> Result<Vec<(u64, i64, BatchHeader)>, LogError> {
         let mut out = Vec::new();

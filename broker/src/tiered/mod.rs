@@ -8,6 +8,7 @@
 //! which offsets and epochs, in which state), and the pure rules the partition and the fetcher
 //! ask them through.
 
+pub mod follower;
 pub mod manager;
 pub mod metadata;
 pub mod storage;
