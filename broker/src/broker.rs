@@ -622,6 +622,27 @@ impl Broker {
         .map(|_| ())
     }
 
+    /// IncrementalAlterConfigs of the cluster-default broker resource, through the controller.
+    pub async fn alter_cluster_configs(
+        &self,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        let cmd = ControllerCommand::AlterClusterConfigs {
+            changes: changes.to_vec(),
+            validate_only,
+        };
+        let expect: BTreeMap<String, Option<String>> = changes.iter().cloned().collect();
+        self.submit_and_wait(cmd, |i| {
+            validate_only
+                || expect
+                    .iter()
+                    .all(|(k, v)| i.cluster_configs.get(k) == v.as_ref())
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// ElectLeaders through the controller; one result per partition.
     pub async fn elect_leaders(
         &self,

@@ -17,6 +17,8 @@ pub enum Origin {
     Override,
     /// A topic-level setting from CreateTopics or IncrementalAlterConfigs.
     Topic,
+    /// A cluster-wide dynamic broker setting from IncrementalAlterConfigs.
+    Dynamic,
 }
 
 impl fmt::Display for Origin {
@@ -25,6 +27,7 @@ impl fmt::Display for Origin {
             Origin::File { path, line } => write!(f, "{}:{}", path.display(), line),
             Origin::Override => write!(f, "--override"),
             Origin::Topic => write!(f, "topic config"),
+            Origin::Dynamic => write!(f, "dynamic cluster config"),
         }
     }
 }
@@ -107,6 +110,22 @@ impl Default for LogConfig {
             local_retention_ms: -2,
             local_retention_bytes: -2,
         }
+    }
+}
+
+/// Broker keys that may be changed at run time for the whole cluster (Kafka's cluster-default
+/// dynamic broker configs).
+pub const DYNAMIC_CLUSTER_KEYS: &[&str] = &["follower.fetch.last.tiered.offset.enable"];
+
+/// Checks a dynamic cluster config: a key of [`DYNAMIC_CLUSTER_KEYS`] with a value it takes.
+pub fn validate_dynamic_cluster_config(key: &str, value: &str) -> Result<(), ConfigError> {
+    let origin = Origin::Dynamic;
+    match key {
+        "follower.fetch.last.tiered.offset.enable" => parse_bool(key, value, &origin).map(|_| ()),
+        _ => Err(ConfigError::UnknownKey {
+            key: key.to_string(),
+            origin,
+        }),
     }
 }
 

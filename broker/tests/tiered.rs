@@ -222,6 +222,7 @@ fn move_leadership(c: &mut Cluster, from: i32, to: i32, epoch: i32) {
 /// offset it fetched after starting from the remote store (from its log).
 fn seed_scenario(
     flag: bool,
+    dynamic_flag: Option<bool>,
     b_holds: i64,
     bug: Option<&str>,
 ) -> (Vec<i64>, Vec<(i64, i64)>, i64, i64) {
@@ -299,6 +300,12 @@ fn seed_scenario(
     );
     assert_eq!(list_offset(&c.addr(3), "t", -2, 4).1, 0);
 
+    if let Some(on) = dynamic_flag {
+        // Any broker takes it; the metadata log carries it to every broker, B included, which
+        // applies the log before it acts on a replica.
+        let (code, message) = set_cluster_flag(&c.addr(1), on);
+        assert_eq!(code, 0, "{message:?}");
+    }
     c.node(2).restart();
     c.wait_for("B caught up", Duration::from_secs(30), |c| {
         c.partition_state_at(3, "t", 0)
@@ -326,11 +333,46 @@ fn seed_scenario(
     (offsets, epochs, log_start, first_fetch)
 }
 
+/// IncrementalAlterConfigs of `follower.fetch.last.tiered.offset.enable` on the cluster-default
+/// broker resource: (error code, error message).
+fn set_cluster_flag(addr: &str, on: bool) -> (i16, Option<String>) {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = KafkaConnection::connect(addr, Duration::from_secs(10), "test")
+            .await
+            .unwrap();
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_static_str(""))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str(
+                        "follower.fetch.last.tiered.offset.enable",
+                    ))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_string(on.to_string())))]),
+        ]);
+        let resp = c.call(0, &req).await.unwrap();
+        let r = &resp.responses[0];
+        (
+            r.error_code,
+            r.error_message.as_ref().map(|m| m.to_string()),
+        )
+    })
+}
+
 const SEED_EPOCHS: [(i64, i64); 4] = [(0, 0), (1, 3), (2, 5), (3, 7)];
 
 #[test]
 fn scenario_1_new_empty_follower_starts_at_the_earliest_pending_upload_with_the_flag_on() {
-    let (offsets, epochs, log_start, first_fetch) = seed_scenario(true, 0, None);
+    let (offsets, epochs, log_start, first_fetch) = seed_scenario(true, None, 0, None);
     assert_eq!(first_fetch, 6);
     assert_eq!(offsets, vec![6, 7], "B's local log = {{6, 7}}");
     assert_eq!(epochs, SEED_EPOCHS);
@@ -339,7 +381,7 @@ fn scenario_1_new_empty_follower_starts_at_the_earliest_pending_upload_with_the_
 
 #[test]
 fn scenario_1_with_the_flag_off_the_empty_follower_starts_at_the_leaders_local_log_start() {
-    let (offsets, epochs, log_start, first_fetch) = seed_scenario(false, 0, None);
+    let (offsets, epochs, log_start, first_fetch) = seed_scenario(false, None, 0, None);
     assert_eq!(first_fetch, 3);
     assert_eq!(offsets, vec![3, 4, 5, 6, 7]);
     assert_eq!(epochs, SEED_EPOCHS);
@@ -349,7 +391,7 @@ fn scenario_1_with_the_flag_off_the_empty_follower_starts_at_the_leaders_local_l
 #[test]
 fn scenario_2_out_of_sync_follower_ignores_the_flag_and_starts_after_the_tiered_segment() {
     for flag in [true, false] {
-        let (offsets, epochs, log_start, first_fetch) = seed_scenario(flag, 2, None);
+        let (offsets, epochs, log_start, first_fetch) = seed_scenario(flag, None, 2, None);
         assert_eq!(first_fetch, 3, "flag {flag}");
         assert_eq!(offsets, vec![3, 4, 5, 6, 7], "flag {flag}");
         assert_eq!(epochs, SEED_EPOCHS, "flag {flag}");
@@ -359,9 +401,18 @@ fn scenario_2_out_of_sync_follower_ignores_the_flag_and_starts_after_the_tiered_
 
 #[test]
 fn tiered_bootstrap_off_by_one_starts_the_empty_follower_at_the_local_log_start() {
-    let (_, _, _, first_fetch) = seed_scenario(true, 0, Some("tiered-bootstrap-off-by-one"));
+    let (_, _, _, first_fetch) = seed_scenario(true, None, 0, Some("tiered-bootstrap-off-by-one"));
     assert_eq!(
         first_fetch, 3,
         "the bug resumes at the leader's local log start, not at 6"
     );
+}
+
+#[test]
+fn the_flag_set_at_run_time_for_the_cluster_takes_effect_without_a_restart_of_the_leader() {
+    let (offsets, epochs, log_start, first_fetch) = seed_scenario(false, Some(true), 0, None);
+    assert_eq!(first_fetch, 6);
+    assert_eq!(offsets, vec![6, 7]);
+    assert_eq!(epochs, SEED_EPOCHS);
+    assert_eq!(log_start, 0);
 }

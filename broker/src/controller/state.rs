@@ -71,6 +71,11 @@ pub enum ControllerCommand {
         changes: Vec<(String, Option<String>)>,
         validate_only: bool,
     },
+    /// Sets or removes (`None`) cluster-default dynamic broker configs.
+    AlterClusterConfigs {
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    },
     /// A partition leader asks to change its ISR (Kafka's AlterPartition).
     AlterPartition {
         broker_id: i32,
@@ -592,6 +597,29 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             p.leader_recovery_state = *recovery_state;
             p.partition_epoch += 1;
             ControllerReply::Partition(p.clone())
+        }
+        ControllerCommand::AlterClusterConfigs {
+            changes,
+            validate_only,
+        } => {
+            for (k, v) in changes {
+                let checked = match v {
+                    Some(v) => crate::config::validate_dynamic_cluster_config(k, v),
+                    None => crate::config::validate_dynamic_cluster_config(k, "false"),
+                };
+                if let Err(e) = checked {
+                    return error(errors::INVALID_CONFIG, e.to_string());
+                }
+            }
+            if !validate_only {
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => image.cluster_configs.insert(k.clone(), v.clone()),
+                        None => image.cluster_configs.remove(k),
+                    };
+                }
+            }
+            ControllerReply::Done
         }
         ControllerCommand::ElectLeaders {
             election,

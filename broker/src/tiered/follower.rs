@@ -29,11 +29,26 @@ pub struct TieredFollower {
     pub store: TieredStore,
     /// The image this broker acts on, for the topic ids the remote store names partitions by.
     pub image: watch::Receiver<Arc<MetadataImage>>,
-    /// `follower.fetch.last.tiered.offset.enable` (KIP-1023).
+    /// `follower.fetch.last.tiered.offset.enable` (KIP-1023) as this broker was started with;
+    /// the cluster-wide dynamic value, when set, wins.
     pub fetch_last_tiered_offset: bool,
     /// The injected `tiered-bootstrap-off-by-one` bug.
     pub bootstrap_off_by_one: bool,
 }
+
+impl TieredFollower {
+    /// The flag now: the dynamic cluster config when set, else the static one.
+    pub fn fetch_last_tiered_offset_enabled(&self) -> bool {
+        self.image
+            .borrow()
+            .cluster_configs
+            .get(FETCH_LAST_TIERED_OFFSET_KEY)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.fetch_last_tiered_offset)
+    }
+}
+
+const FETCH_LAST_TIERED_OFFSET_KEY: &str = "follower.fetch.last.tiered.offset.enable";
 
 /// The outcome of a start from the remote store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +153,7 @@ pub async fn start_from_remote(
     };
     let replica_end = p.log_end_offset();
     let (fetch_offset, fetch_epoch) = if should_fetch_from_last_tiered_offset(
-        tiered.fetch_last_tiered_offset,
+        tiered.fetch_last_tiered_offset_enabled(),
         remote,
         replica_end,
         leader_end,
