@@ -63,6 +63,10 @@ enum Command {
         /// Add `"cluster": NAME` to every line.
         #[arg(long)]
         cluster: Option<String>,
+        /// The remote store (`remote.log.storage.dir`): add each replica's tiered side (both
+        /// log starts, the remote segments).
+        #[arg(long)]
+        remote_dir: Option<PathBuf>,
     },
 }
 
@@ -238,6 +242,7 @@ fn main() -> ExitCode {
             partition,
             node,
             cluster,
+            remote_dir,
         }) => {
             let opts = DumpOptions {
                 data_dir,
@@ -245,6 +250,7 @@ fn main() -> ExitCode {
                 partition,
                 node,
                 cluster,
+                remote_dir,
             };
             let stdout = std::io::stdout();
             match dump(&opts, &mut stdout.lock()) {

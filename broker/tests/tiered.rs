@@ -89,13 +89,10 @@ fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote
     }
     let data = c.nodes[0].data_dir();
     c.wait_for(
-        "uploaded segments deleted locally",
+        "every closed segment uploaded and deleted locally",
         Duration::from_secs(30),
-        |_| {
-            local_bases(&data, "t")
-                .first()
-                .is_some_and(|b| *b > total / 2)
-        },
+        // Nothing is produced any more: the copy task ends with only the active segment local.
+        |_| local_bases(&data, "t").len() == 1,
     );
     let local_start = local_bases(&data, "t")[0];
 
@@ -120,6 +117,34 @@ fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote
     let got: Vec<(i64, i64)> = records.iter().map(|(o, v, _)| (*o, *v)).collect();
     let want: Vec<(i64, i64)> = (0..total).map(|v| (v, v)).collect();
     assert_eq!(got, want);
+
+    // dump-log with the remote store: both log starts and the remote segments, 0 to the
+    // highest tiered offset without a gap, every one finished.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+        .args(["dump-log", "--data-dir"])
+        .arg(&data)
+        .arg("--remote-dir")
+        .arg(remote.path())
+        .args(["--topic", "t"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tiered = &line["tiered"];
+    assert_eq!(tiered["log_start_offset"], 0, "{line}");
+    assert_eq!(tiered["local_log_start_offset"], local_start, "{line}");
+    let segments = tiered["remote_segments"].as_array().unwrap();
+    let mut next = 0;
+    for s in segments {
+        assert_eq!(s["state"], "COPY_SEGMENT_FINISHED", "{s}");
+        assert_eq!(s["start_offset"], next, "{s}");
+        next = s["end_offset"].as_i64().unwrap() + 1;
+    }
+    assert_eq!(next, highest_tiered + 1);
 
     // librdkafka from the beginning: it sees the remote offsets as any others.
     let out = kcat(
