@@ -347,7 +347,7 @@ fn seed_scenario(
         .filter(|l| l.contains("started from the remote store"))
         .filter_map(|l| l.split("fetch_offset=").nth(1))
         .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .last()
+        .next_back()
         .unwrap_or(-1);
     // Every offset stays readable from the leader, remote part and local part.
     let (records, _) = client::read_all(&c.addr(3), "t", 0).unwrap();
