@@ -972,6 +972,50 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn cluster_configs_take_only_dynamic_keys_with_valid_values() {
+        let key = "follower.fetch.last.tiered.offset.enable".to_string();
+        let alter = |changes: Vec<(String, Option<String>)>, validate_only| {
+            ControllerCommand::AlterClusterConfigs {
+                changes,
+                validate_only,
+            }
+        };
+        let mut image = MetadataImage::default();
+        let on = vec![(key.clone(), Some("true".to_string()))];
+        assert_eq!(
+            apply(&mut image, &alter(on.clone(), true)),
+            ControllerReply::Done
+        );
+        assert!(image.cluster_configs.is_empty(), "validate only");
+        assert_eq!(apply(&mut image, &alter(on, false)), ControllerReply::Done);
+        assert_eq!(
+            image.cluster_configs.get(&key).map(String::as_str),
+            Some("true")
+        );
+        for bad in [
+            (key.clone(), Some("yes".to_string())),
+            ("log.retention.ms".to_string(), Some("1".to_string())),
+        ] {
+            match apply(&mut image, &alter(vec![bad.clone()], false)) {
+                ControllerReply::Error { code, message } => {
+                    assert_eq!(code, errors::INVALID_CONFIG);
+                    assert!(message.contains(&bad.0), "{message}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            image.cluster_configs.get(&key).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            apply(&mut image, &alter(vec![(key, None)], false)),
+            ControllerReply::Done
+        );
+        assert!(image.cluster_configs.is_empty());
+    }
+
     fn cluster(unclean: bool) -> MetadataImage {
         let mut image = MetadataImage::default();
         for id in 1..=3 {

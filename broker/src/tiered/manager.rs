@@ -231,6 +231,52 @@ pub fn after_uploads(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::testing::{batch, values};
+    use crate::log::LogSettings;
+    use crate::tiered::upload::{upload_candidates, UploadJob};
+
+    #[test]
+    fn a_remote_read_starts_at_the_batch_holding_the_offset_and_stops_at_the_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = LogSettings {
+            segment_bytes: 10_000,
+            flush_interval_messages: u64::MAX,
+            max_batch_bytes: u64::MAX,
+        };
+        let (mut log, _) = PartitionLog::open(&dir.path().join("t-0"), settings).unwrap();
+        log.assign_epoch_start(0).unwrap();
+        for v in 0..4 {
+            log.append_as_leader(&batch(&[format!("{v}").as_bytes()]), 0)
+                .unwrap();
+        }
+        // Roll: a batch larger than what is left of the segment.
+        log.set_settings(LogSettings {
+            segment_bytes: 1,
+            ..settings
+        });
+        log.append_as_leader(&batch(&[b"4"]), 0).unwrap();
+        let tp = TopicIdPartition {
+            topic_id: uuid::Uuid::from_u128(3),
+            topic: "t".into(),
+            partition: 0,
+        };
+        let store = TieredStore::open_dir(&dir.path().join("remote")).unwrap();
+        let segments = log.segments();
+        for s in upload_candidates(&segments, 5, None) {
+            let job = UploadJob::prepare(&log, tp.clone(), s).unwrap();
+            job.run(1, 0, &*store.storage, &*store.metadata).unwrap();
+        }
+        let offsets = |bytes: Vec<u8>| values(&bytes).iter().map(|v| v.0).collect::<Vec<_>>();
+        assert_eq!(
+            offsets(store.read(&tp, 1, 5, 1 << 20).unwrap()),
+            vec![1, 2, 3]
+        );
+        assert_eq!(offsets(store.read(&tp, 1, 3, 1 << 20).unwrap()), vec![1, 2]);
+        // At least one batch, however small the budget.
+        assert_eq!(offsets(store.read(&tp, 2, 5, 1).unwrap()), vec![2]);
+        // Offset 4 is in the local active segment, not in the remote store.
+        assert!(store.read(&tp, 4, 5, 1 << 20).unwrap().is_empty());
+    }
 
     #[test]
     fn below_the_local_start_followers_are_sent_to_tiered_storage_and_consumers_read_it() {
