@@ -32,6 +32,9 @@ pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
 use crate::producer_ids::ProducerIdAllocator;
 use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
+use crate::tiered::follower::TieredFollower;
+use crate::tiered::manager::{self, TieredStore};
+use crate::tiered::storage::TopicIdPartition;
 
 /// Name of the high-watermark checkpoint in the log dir, as Kafka names it.
 pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
@@ -82,6 +85,8 @@ pub struct Broker {
     pub producer_ids: ProducerIdAllocator,
     /// The consumer groups this broker coordinates.
     pub groups: crate::group::GroupCoordinator,
+    /// The remote store of tiered topics, when `remote.log.storage.dir` is set.
+    pub tiered: Option<TieredStore>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -107,6 +112,10 @@ impl Broker {
             .ok_or_else(|| anyhow::anyhow!("no client listener in `listeners`"))?;
         let stored_hw = read_hw_checkpoint(&config.log_dir.join(HW_CHECKPOINT_FILE))?;
         let stored_log_start = read_hw_checkpoint(&config.log_dir.join(LOG_START_CHECKPOINT_FILE))?;
+        let tiered = match &config.tiered.storage_dir {
+            Some(dir) => Some(TieredStore::open_dir(dir).map_err(|e| anyhow::anyhow!(e))?),
+            None => None,
+        };
         write_meta_properties(&config)?;
         let data_generation = Arc::new(watch::channel(0).0);
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -134,6 +143,7 @@ impl Broker {
             mirrors,
             producer_ids: ProducerIdAllocator::default(),
             groups: Default::default(),
+            tiered,
         }))
     }
 
@@ -215,6 +225,15 @@ impl Broker {
             node_id: self.config.node_id,
             hw_truncation: self.faults.has(Bug::HwTruncation),
             data_changed: self.data_generation.clone(),
+            tiered: self.tiered.clone().map(|store| TieredFollower {
+                store,
+                image: self.applied.subscribe(),
+                fetch_last_tiered_offset: self
+                    .config
+                    .tiered
+                    .follower_fetch_last_tiered_offset_enable,
+                bootstrap_off_by_one: self.faults.has(Bug::TieredBootstrapOffByOne),
+            }),
         }
     }
 
@@ -603,6 +622,27 @@ impl Broker {
         .map(|_| ())
     }
 
+    /// IncrementalAlterConfigs of the cluster-default broker resource, through the controller.
+    pub async fn alter_cluster_configs(
+        &self,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        let cmd = ControllerCommand::AlterClusterConfigs {
+            changes: changes.to_vec(),
+            validate_only,
+        };
+        let expect: BTreeMap<String, Option<String>> = changes.iter().cloned().collect();
+        self.submit_and_wait(cmd, |i| {
+            validate_only
+                || expect
+                    .iter()
+                    .all(|(k, v)| i.cluster_configs.get(k) == v.as_ref())
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// ElectLeaders through the controller; one result per partition.
     pub async fn elect_leaders(
         &self,
@@ -738,12 +778,81 @@ impl Broker {
                 ..Default::default()
             };
         };
-        let (result, expand) = p.fetch(spec);
+        let (mut result, expand) = p.fetch(spec);
         if let Some(isr) = expand {
             info!(topic = ?topic, partition = index, ?isr, "expanding ISR");
             self.alter_partition(&p, isr, LeaderRecoveryState::Recovered);
         }
+        if result.read_remote {
+            let read = match (&self.tiered, self.topic_id_partition(topic, index)) {
+                (Some(store), Some(tp)) => store.read(
+                    &tp,
+                    spec.fetch_offset,
+                    result.high_watermark,
+                    spec.max_bytes,
+                ),
+                _ => Err("no remote store is configured (remote.log.storage.dir)".into()),
+            };
+            match read {
+                Ok(records) => result.records = records,
+                Err(e) => {
+                    warn!(topic = ?topic, partition = index, offset = spec.fetch_offset, "remote read failed: {e}");
+                    result.error = errors::KAFKA_STORAGE_ERROR;
+                }
+            }
+        }
         result
+    }
+
+    /// A partition as the remote store names it, by the topic's id in the metadata.
+    pub fn topic_id_partition(&self, topic: &str, index: i32) -> Option<TopicIdPartition> {
+        let image = self.metadata();
+        let t = image.topics.get(topic)?;
+        Some(TopicIdPartition {
+            topic_id: t.id,
+            topic: topic.to_string(),
+            partition: index,
+        })
+    }
+
+    /// One round of the remote log manager on every hosted replica
+    /// (`remote.log.manager.task.interval.ms`): a leader of a tiered topic uploads its closed
+    /// committed segments, then every replica learns the tiered offsets and a leader deletes the
+    /// uploaded segments local retention lets go.
+    pub fn run_tiered_tasks(&self) {
+        let Some(store) = &self.tiered else {
+            return;
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for p in self.all_partitions() {
+            let Some(tp) = self.topic_id_partition(&p.topic, p.index) else {
+                continue;
+            };
+            let jobs = p.with_tiered(|access| manager::plan_uploads(access, &tp, store));
+            for job in jobs {
+                match job.run(
+                    self.config.node_id,
+                    now_ms,
+                    &*store.storage,
+                    &*store.metadata,
+                ) {
+                    Ok(meta) => {
+                        info!(partition = %tp, start = meta.start_offset, end = meta.end_offset, "uploaded segment")
+                    }
+                    Err(e) => {
+                        warn!(partition = %tp, base = job.segment.base_offset, "upload failed: {e}");
+                        break;
+                    }
+                }
+            }
+            if p.with_tiered(|access| manager::after_uploads(access, &tp, store, now_ms))
+                .is_some()
+            {
+                self.data_generation.send_modify(|g| *g = g.wrapping_add(1));
+            }
+        }
     }
 
     /// ListOffsets for one partition this broker leads (see [`Partition::list_offset`]).

@@ -17,6 +17,8 @@ pub enum Origin {
     Override,
     /// A topic-level setting from CreateTopics or IncrementalAlterConfigs.
     Topic,
+    /// A cluster-wide dynamic broker setting from IncrementalAlterConfigs.
+    Dynamic,
 }
 
 impl fmt::Display for Origin {
@@ -25,6 +27,7 @@ impl fmt::Display for Origin {
             Origin::File { path, line } => write!(f, "{}:{}", path.display(), line),
             Origin::Override => write!(f, "--override"),
             Origin::Topic => write!(f, "topic config"),
+            Origin::Dynamic => write!(f, "dynamic cluster config"),
         }
     }
 }
@@ -77,6 +80,13 @@ pub struct LogConfig {
     pub retention_ms: i64,
     /// Delete the oldest closed segments while the log is larger than this (bytes); -1: never.
     pub retention_bytes: i64,
+    /// KIP-405 `remote.storage.enable`: the leader uploads closed segments below the last stable
+    /// offset to the remote store, and local retention may then delete them here.
+    pub remote_storage_enable: bool,
+    /// `local.retention.ms`: how long uploaded segments stay local; -2: as `retention.ms`.
+    pub local_retention_ms: i64,
+    /// `local.retention.bytes`: how large the local part may grow; -2: as `retention.bytes`.
+    pub local_retention_bytes: i64,
 }
 
 /// Kafka's default `message.max.bytes`: 1 MiB plus the 12-byte log overhead.
@@ -96,7 +106,26 @@ impl Default for LogConfig {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             retention_ms: DEFAULT_RETENTION_MS,
             retention_bytes: -1,
+            remote_storage_enable: false,
+            local_retention_ms: -2,
+            local_retention_bytes: -2,
         }
+    }
+}
+
+/// Broker keys that may be changed at run time for the whole cluster (Kafka's cluster-default
+/// dynamic broker configs).
+pub const DYNAMIC_CLUSTER_KEYS: &[&str] = &["follower.fetch.last.tiered.offset.enable"];
+
+/// Checks a dynamic cluster config: a key of [`DYNAMIC_CLUSTER_KEYS`] with a value it takes.
+pub fn validate_dynamic_cluster_config(key: &str, value: &str) -> Result<(), ConfigError> {
+    let origin = Origin::Dynamic;
+    match key {
+        "follower.fetch.last.tiered.offset.enable" => parse_bool(key, value, &origin).map(|_| ()),
+        _ => Err(ConfigError::UnknownKey {
+            key: key.to_string(),
+            origin,
+        }),
     }
 }
 
@@ -116,6 +145,9 @@ pub const TOPIC_KEYS: &[(&str, &str)] = &[
     ("max.message.bytes", "message.max.bytes"),
     ("retention.ms", "log.retention.ms"),
     ("retention.bytes", "log.retention.bytes"),
+    ("remote.storage.enable", "remote.storage.enable"),
+    ("local.retention.ms", "log.local.retention.ms"),
+    ("local.retention.bytes", "log.local.retention.bytes"),
 ];
 
 impl LogConfig {
@@ -146,6 +178,15 @@ impl LogConfig {
             "retention.bytes" => {
                 self.retention_bytes = parse_num(key, value, -1, i64::MAX, &origin)?
             }
+            "remote.storage.enable" => {
+                self.remote_storage_enable = parse_bool(key, value, &origin)?
+            }
+            "local.retention.ms" => {
+                self.local_retention_ms = parse_num(key, value, -2, i64::MAX, &origin)?
+            }
+            "local.retention.bytes" => {
+                self.local_retention_bytes = parse_num(key, value, -2, i64::MAX, &origin)?
+            }
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: key.to_string(),
@@ -175,6 +216,9 @@ impl LogConfig {
             "max.message.bytes" => self.max_message_bytes.to_string(),
             "retention.ms" => self.retention_ms.to_string(),
             "retention.bytes" => self.retention_bytes.to_string(),
+            "remote.storage.enable" => self.remote_storage_enable.to_string(),
+            "local.retention.ms" => self.local_retention_ms.to_string(),
+            "local.retention.bytes" => self.local_retention_bytes.to_string(),
             _ => return None,
         })
     }
@@ -261,8 +305,25 @@ pub struct BrokerConfig {
     pub mirror_failed_retry_initial_backoff: Duration,
     pub mirror_failed_retry_max_backoff: Duration,
     pub mirror_failed_retry_max_attempts: i32,
+    /// Tiered storage (KIP-405, KIP-1023): where the remote store is and how the broker uses it.
+    pub tiered: TieredConfig,
     /// Every key as finally set, for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
+}
+
+/// The broker's tiered-storage settings, under Kafka's key names where Kafka has them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TieredConfig {
+    /// `remote.log.storage.dir`: the directory the local-directory remote store (data and
+    /// metadata) lives in, shared by every broker of the cluster; `None`: no remote store, and a
+    /// topic cannot enable remote storage.
+    pub storage_dir: Option<PathBuf>,
+    /// `remote.log.manager.task.interval.ms`: how often a leader uploads closed segments and
+    /// applies local retention (Kafka's default 30000).
+    pub task_interval: Duration,
+    /// `follower.fetch.last.tiered.offset.enable` (KIP-1023): an empty follower of a tiered topic
+    /// starts at the leader's earliest offset pending upload; dynamic, cluster-wide default.
+    pub follower_fetch_last_tiered_offset_enable: bool,
 }
 
 /// The group coordinator's settings, under Kafka's key names.
@@ -328,6 +389,11 @@ const BROKER_KEYS: &[&str] = &[
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "offset.metadata.max.bytes",
+    "remote.log.storage.dir",
+    "remote.log.manager.task.interval.ms",
+    "follower.fetch.last.tiered.offset.enable",
+    "log.local.retention.ms",
+    "log.local.retention.bytes",
 ];
 
 impl BrokerConfig {
@@ -529,6 +595,9 @@ impl BrokerConfig {
             )? as u64,
             retention_ms,
             retention_bytes: num("log.retention.bytes", -1, -1, i64::MAX)?,
+            remote_storage_enable: false,
+            local_retention_ms: num("log.local.retention.ms", -2, -2, i64::MAX)?,
+            local_retention_bytes: num("log.local.retention.bytes", -2, -2, i64::MAX)?,
         };
         let cluster_id = match get("cluster.id") {
             Some((v, o)) => {
@@ -543,6 +612,25 @@ impl BrokerConfig {
                 v.to_string()
             }
             None => "tidemark".to_string(),
+        };
+        let tiered = TieredConfig {
+            storage_dir: match get("remote.log.storage.dir") {
+                Some((v, o)) if v.is_empty() => {
+                    return Err(bad("remote.log.storage.dir", v, "must be a path", o))
+                }
+                Some((v, _)) => Some(PathBuf::from(v)),
+                None => None,
+            },
+            task_interval: Duration::from_millis(num(
+                "remote.log.manager.task.interval.ms",
+                30_000,
+                1,
+                i64::MAX,
+            )? as u64),
+            follower_fetch_last_tiered_offset_enable: boolean(
+                "follower.fetch.last.tiered.offset.enable",
+                false,
+            )?,
         };
         let mirror_api_key_base = num("mirror.api.key.base", 94, 0, i16::MAX as i64 - 16)? as i16;
         if let Some(clash) = crate::mirror::wire::clashing_key(mirror_api_key_base) {
@@ -651,6 +739,7 @@ impl BrokerConfig {
                 1,
                 i16::MAX as i64,
             )? as i32,
+            tiered,
             raw: set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
         })
     }
@@ -933,6 +1022,49 @@ mod tests {
         assert_eq!(topic.topic_value("retention.ms").as_deref(), Some("60000"));
         let err = topic.set_topic_key("retention.bytes", "-2").unwrap_err();
         assert!(err.to_string().contains("retention.bytes"), "{err}");
+    }
+
+    #[test]
+    fn tiered_storage_keys_default_as_kafka_and_refuse_bad_values() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(extra);
+            BrokerConfig::from_entries(entries(&pairs)).unwrap()
+        };
+        let cfg = with(&[]);
+        assert_eq!(cfg.tiered.storage_dir, None);
+        assert_eq!(cfg.tiered.task_interval, Duration::from_secs(30));
+        assert!(!cfg.tiered.follower_fetch_last_tiered_offset_enable);
+        assert_eq!(
+            (cfg.log.local_retention_ms, cfg.log.local_retention_bytes),
+            (-2, -2)
+        );
+        let cfg = with(&[
+            ("remote.log.storage.dir", "/srv/remote"),
+            ("remote.log.manager.task.interval.ms", "200"),
+            ("follower.fetch.last.tiered.offset.enable", "true"),
+            ("log.local.retention.ms", "1000"),
+        ]);
+        assert_eq!(cfg.tiered.storage_dir, Some(PathBuf::from("/srv/remote")));
+        assert_eq!(cfg.tiered.task_interval, Duration::from_millis(200));
+        assert!(cfg.tiered.follower_fetch_last_tiered_offset_enable);
+        let mut topic = cfg.log.clone();
+        assert_eq!(topic.local_retention_ms, 1000);
+        topic
+            .set_topic_key("remote.storage.enable", "true")
+            .unwrap();
+        topic.set_topic_key("local.retention.bytes", "-2").unwrap();
+        assert!(topic.remote_storage_enable);
+        assert_eq!(
+            topic.topic_value("local.retention.ms").as_deref(),
+            Some("1000")
+        );
+        let err = topic.set_topic_key("local.retention.ms", "-3").unwrap_err();
+        assert!(err.to_string().contains("local.retention.ms"), "{err}");
+        let err = topic
+            .set_topic_key("remote.storage.enable", "yes")
+            .unwrap_err();
+        assert!(err.to_string().contains("remote.storage.enable"), "{err}");
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct DumpOptions {
     pub partition: Option<i32>,
     pub node: Option<String>,
     pub cluster: Option<String>,
+    /// The remote store (`remote.log.storage.dir`): its segments of each partition are listed
+    /// under `"tiered"`.
+    pub remote_dir: Option<PathBuf>,
 }
 
 /// Writes one line per replica found; returns how many were written.
@@ -80,6 +83,10 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
             Ok(v) => v,
             Err(e) => json!({"error": e.to_string()}),
         };
+        if let Some(remote) = &opts.remote_dir {
+            let local_start = line["log_start_offset"].as_i64();
+            line["tiered"] = tiered_state(remote, &topic, part, stored_start, local_start)?;
+        }
         let obj = line.as_object_mut().expect("a JSON object");
         obj.insert("topic".into(), json!(topic));
         obj.insert("partition".into(), json!(part));
@@ -97,6 +104,58 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+/// A replica's tiered side: the partition's log start (below the local one when older offsets
+/// are remote), the local log start, and every segment the remote store's metadata lists for the
+/// partition (any topic id of that name), oldest first.
+fn tiered_state(
+    remote_dir: &Path,
+    topic: &str,
+    partition: i32,
+    stored_start: Option<i64>,
+    local_start: Option<i64>,
+) -> anyhow::Result<Value> {
+    use crate::tiered::metadata::{DirMetadataStore, RemoteLogMetadataStore, METADATA_DIR};
+    use crate::tiered::storage::TopicIdPartition;
+    let prefix = format!("{topic}-{partition}-");
+    let mut segments = Vec::new();
+    let store = DirMetadataStore::new(remote_dir);
+    if let Ok(entries) = std::fs::read_dir(remote_dir.join(METADATA_DIR)) {
+        for entry in entries {
+            let name = entry?.file_name().to_string_lossy().to_string();
+            let Some(topic_id) = name
+                .strip_prefix(&prefix)
+                .and_then(|id| uuid::Uuid::parse_str(id).ok())
+            else {
+                continue;
+            };
+            let tp = TopicIdPartition {
+                topic_id,
+                topic: topic.to_string(),
+                partition,
+            };
+            segments.extend(store.list(&tp)?);
+        }
+    }
+    segments.sort_by_key(|s| (s.start_offset, s.event_timestamp_ms));
+    let log_start = match (stored_start, local_start) {
+        (Some(s), Some(l)) => Some(s.min(l)),
+        (s, l) => l.or(s),
+    };
+    Ok(json!({
+        "log_start_offset": log_start,
+        "local_log_start_offset": local_start,
+        "remote_segments": segments.iter().map(|s| json!({
+            "topic_id": s.segment.partition.topic_id,
+            "id": s.segment.id,
+            "start_offset": s.start_offset,
+            "end_offset": s.end_offset,
+            "state": s.state,
+            "segment_leader_epochs": s.segment_leader_epochs.iter().map(|(e, o)| json!([e, o])).collect::<Vec<_>>(),
+            "broker_id": s.broker_id,
+        })).collect::<Vec<_>>(),
+    }))
 }
 
 /// Renders a record value as the queue workload wrote it: a decimal integer, else base64 `raw`.

@@ -42,10 +42,16 @@ pub enum Bug {
     /// A mirror leader records its own leader epoch in its epoch cache (KIP-1279). Breaks
     /// M11: the cache holds an epoch no mirrored batch has, so divergence answers are wrong.
     LocalEpochInMirrorCache,
+    /// A follower starting from the remote store resumes at the leader's local log start instead
+    /// of after the remote segment its epoch cache and producer state came from (the review
+    /// finding of KAFKA-13369). Breaks T1: the follower applies the batches between the two
+    /// again on top of a producer state that already holds them, and its first fetch offset is
+    /// not the one the protocol gives.
+    TieredBootstrapOffByOne,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::HwTruncation,
         Bug::AckBeforeReplication,
         Bug::AcceptStaleEpoch,
@@ -54,6 +60,7 @@ impl Bug {
         Bug::NoEpochBumpOnFailover,
         Bug::IsrOnlyLmleTruncation,
         Bug::LocalEpochInMirrorCache,
+        Bug::TieredBootstrapOffByOne,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +73,7 @@ impl Bug {
             Bug::NoEpochBumpOnFailover => "no-epoch-bump-on-failover",
             Bug::IsrOnlyLmleTruncation => "isr-only-lmle-truncation",
             Bug::LocalEpochInMirrorCache => "local-epoch-in-mirror-cache",
+            Bug::TieredBootstrapOffByOne => "tiered-bootstrap-off-by-one",
         }
     }
 }

@@ -22,3 +22,4 @@ pub mod protocol;
 pub mod replica;
 pub mod retention;
 pub mod shutdown;
+pub mod tiered;

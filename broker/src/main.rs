@@ -63,6 +63,10 @@ enum Command {
         /// Add `"cluster": NAME` to every line.
         #[arg(long)]
         cluster: Option<String>,
+        /// The remote store (`remote.log.storage.dir`): add each replica's tiered side (both
+        /// log starts, the remote segments).
+        #[arg(long)]
+        remote_dir: Option<PathBuf>,
     },
 }
 
@@ -238,6 +242,7 @@ fn main() -> ExitCode {
             partition,
             node,
             cluster,
+            remote_dir,
         }) => {
             let opts = DumpOptions {
                 data_dir,
@@ -245,6 +250,7 @@ fn main() -> ExitCode {
                 partition,
                 node,
                 cluster,
+                remote_dir,
             };
             let stdout = std::io::stdout();
             match dump(&opts, &mut stdout.lock()) {
@@ -305,6 +311,7 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     let duties = broker.start(shutdown.clone());
     let checkpointer = tokio::spawn(checkpoint_loop(broker.clone(), shutdown.clone()));
     let retention = tokio::spawn(retention_loop(broker.clone(), shutdown.clone()));
+    let tiered = tokio::spawn(tiered_loop(broker.clone(), shutdown.clone()));
     let rebalance = broker.config.auto_leader_rebalance_enable.then(|| {
         tokio::spawn(tidemark_broker::controller::rebalance::run(
             broker.quorum().clone(),
@@ -333,6 +340,7 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = checkpointer.await;
     let _ = retention.await;
+    let _ = tiered.await;
     if let Some(r) = rebalance {
         let _ = r.await;
     }
@@ -355,6 +363,26 @@ async fn checkpoint_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
             _ = tick.tick() => {
                 if let Err(e) = broker.checkpoint_high_watermarks() {
                     warn!("high watermark checkpoint failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Runs the remote log manager's round each `remote.log.manager.task.interval.ms` (off the
+/// async workers: it copies files).
+async fn tiered_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
+    if broker.tiered.is_none() {
+        return;
+    }
+    let mut tick = tokio::time::interval(broker.config.tiered.task_interval);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                let b = broker.clone();
+                if let Err(e) = tokio::task::spawn_blocking(move || b.run_tiered_tasks()).await {
+                    warn!("remote log manager round failed: {e}");
                 }
             }
         }

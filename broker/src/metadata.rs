@@ -103,6 +103,10 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, BrokerEndpoint>,
     #[serde(default)]
     pub defaults: ClusterDefaults,
+    /// Dynamic broker configs at the cluster-default scope (IncrementalAlterConfigs on the
+    /// broker resource named ""), by key; they override every broker's static value.
+    #[serde(default)]
+    pub cluster_configs: BTreeMap<String, String>,
     #[serde(default)]
     pub mirrors: BTreeMap<String, MirrorRegistration>,
     /// The first producer id not yet handed to a broker.

@@ -23,6 +23,8 @@ use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 use crate::mirror::rules::{lmle_truncation_offset, truncation_wait, MirrorState, TruncationWait};
 use crate::retention::{segments_to_delete, RetentionPolicy};
+use crate::tiered::manager::{below_local_start, BelowLocalStart, TieredAccess, TieredState};
+use crate::tiered::metadata::{earliest_pending_upload, epoch_at, TieredOffsets};
 
 /// Per-partition file recording the last registration this replica acted on, so that
 /// `dump-log` can tell roles and epochs without asking a running broker.
@@ -107,6 +109,9 @@ pub struct FetchResult {
     pub records: Vec<u8>,
     /// KIP-595: set when the follower's log diverged from ours.
     pub diverging_epoch: Option<(i32, i64)>,
+    /// A consumer's offset is below the local log start but in the remote store: the caller
+    /// reads it there (up to the high watermark) without this partition's lock.
+    pub read_remote: bool,
 }
 
 /// An append as leader: where the records went, in which epoch.
@@ -147,6 +152,8 @@ struct PartitionState {
     /// While an LMLE truncation waits for the replicas: each follower's latest fetch offset
     /// since the leader truncated (such a fetch passed the divergence check).
     mirror_truncation_fetches: Option<BTreeMap<i32, i64>>,
+    /// Tiered storage: the log start below the local one, the highest uploaded offset.
+    tiered: TieredState,
 }
 
 impl PartitionState {
@@ -385,6 +392,13 @@ impl Partition {
             .high_watermark
             .unwrap_or(0)
             .clamp(log.log_start_offset(), log.log_end_offset());
+        // A checkpointed log start below the local one: the older offsets are in the remote store.
+        let tiered = TieredState {
+            log_start_offset: stored
+                .log_start_offset
+                .filter(|start| config.remote_storage_enable && *start < log.log_start_offset()),
+            highest_remote_offset: None,
+        };
         let state = PartitionState {
             log,
             config,
@@ -400,6 +414,7 @@ impl Partition {
             needs_truncation: false,
             mirror_state: None,
             mirror_truncation_fetches: None,
+            tiered,
         };
         let (tx, _) = watch::channel(hw);
         let p = Partition {
@@ -691,7 +706,8 @@ impl Partition {
             if !s.is_leader() {
                 return fail(ResponseError::NotLeaderOrFollower.code());
             }
-            let (start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
+            let (local_start, leo) = (s.log.log_start_offset(), s.log.log_end_offset());
+            let start = s.tiered.log_start(local_start);
             let follower = spec.replica_id >= 0;
             let out_of_range = FetchResult {
                 error: ResponseError::OffsetOutOfRange.code(),
@@ -699,8 +715,20 @@ impl Partition {
                 log_start_offset: start,
                 ..Default::default()
             };
-            if spec.fetch_offset < start {
-                return out_of_range;
+            if spec.fetch_offset < local_start {
+                let remote = s.config.remote_storage_enable;
+                return match below_local_start(remote, start, spec.fetch_offset, follower) {
+                    BelowLocalStart::OutOfRange => out_of_range,
+                    BelowLocalStart::MovedToTieredStorage => FetchResult {
+                        error: ResponseError::OffsetMovedToTieredStorage.code(),
+                        ..out_of_range
+                    },
+                    BelowLocalStart::ReadRemote => FetchResult {
+                        error: 0,
+                        read_remote: true,
+                        ..out_of_range
+                    },
+                };
             }
             // Any fetcher that says which epoch it fetched last (followers, and the mirror
             // fetchers of another cluster, which fetch as consumers) learns of a divergence
@@ -791,8 +819,29 @@ impl Partition {
     ) -> Result<(i64, i64, i32), i16> {
         self.with_leader(current_leader_epoch, |s| {
             let epoch = s.leader_epoch();
+            let local_start = s.log.log_start_offset();
+            let epoch_of = |offset| epoch_at(s.log.epochs().entries(), offset).unwrap_or(-1);
             match timestamp {
-                -2 => Ok((-1, s.log.log_start_offset(), epoch)),
+                -2 => Ok((-1, s.tiered.log_start(local_start), epoch)),
+                // KIP-405 EARLIEST_LOCAL and KIP-1005 LATEST_TIERED (-1 when nothing is).
+                -4 => Ok((-1, local_start, epoch_of(local_start))),
+                -5 => Ok(s
+                    .tiered
+                    .highest_remote_offset
+                    .filter(|_| s.config.remote_storage_enable)
+                    .map_or((-1, -1, -1), |o| (-1, o, epoch_of(o)))),
+                // KIP-1023 EARLIEST_PENDING_UPLOAD.
+                -6 => {
+                    let offsets = TieredOffsets {
+                        remote_storage_enabled: s.config.remote_storage_enable,
+                        log_start_offset: s.tiered.log_start(local_start),
+                        local_log_start_offset: local_start,
+                        highest_remote_offset: s.tiered.highest_remote_offset,
+                    };
+                    let (offset, epoch) =
+                        earliest_pending_upload(offsets, |o| epoch_at(s.log.epochs().entries(), o));
+                    Ok((-1, offset, epoch))
+                }
                 // Followers and debug tools (-2) see the log end; consumers the high watermark.
                 -1 if replica_id >= 0 || replica_id == -2 => {
                     Ok((-1, s.log.log_end_offset(), epoch))
@@ -965,8 +1014,46 @@ impl Partition {
         self.with_state(|s| s.log.log_end_offset())
     }
 
+    /// The partition's log start, below the local one when older offsets are in the remote
+    /// store.
     pub fn log_start_offset(&self) -> i64 {
-        self.with_state(|s| s.log.log_start_offset())
+        self.with_state(|s| s.tiered.log_start(s.log.log_start_offset()))
+    }
+
+    /// Whether the topic keeps closed segments in the remote store (`remote.storage.enable`).
+    pub fn remote_storage_enable(&self) -> bool {
+        self.with_state(|s| s.config.remote_storage_enable)
+    }
+
+    /// A follower's start from the remote store (see [`PartitionLog::start_after_remote`]): the
+    /// log starts empty at `offset`, the partition's log start is the leader's.
+    pub fn start_after_remote(
+        &self,
+        offset: i64,
+        leader_log_start: i64,
+        epochs: &[crate::log::epoch_cache::EpochEntry],
+        producers: crate::log::producer_state::ProducerStates,
+    ) -> Result<(), LogError> {
+        self.with_state(|s| {
+            s.log.start_after_remote(offset, epochs, producers)?;
+            s.tiered.log_start_offset = (leader_log_start < offset).then_some(leader_log_start);
+            s.high_watermark = s.high_watermark.min(offset);
+            Ok(())
+        })
+    }
+
+    /// Lends the log and its tiered offsets to the remote log manager ([`crate::tiered::manager`]).
+    pub fn with_tiered<R>(&self, f: impl FnOnce(TieredAccess<'_>) -> R) -> R {
+        self.with_state(|s| {
+            let is_leader = s.is_leader();
+            f(TieredAccess {
+                log: &mut s.log,
+                state: &mut s.tiered,
+                config: &s.config,
+                high_watermark: s.high_watermark,
+                is_leader,
+            })
+        })
     }
 
     /// Applies the topic's retention at wall-clock `now_ms` (see [`crate::retention`]): deletes
@@ -974,6 +1061,11 @@ impl Partition {
     /// start when it moved.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<Option<i64>, LogError> {
         self.with_state(|s| {
+            // A tiered topic's local segments go by local retention once uploaded (the remote
+            // log manager's duty); deleting them here could lose what is not uploaded yet.
+            if s.config.remote_storage_enable {
+                return Ok(None);
+            }
             let policy = RetentionPolicy {
                 retention_ms: s.config.retention_ms,
                 retention_bytes: s.config.retention_bytes,

@@ -71,6 +71,11 @@ pub enum ControllerCommand {
         changes: Vec<(String, Option<String>)>,
         validate_only: bool,
     },
+    /// Sets or removes (`None`) cluster-default dynamic broker configs.
+    AlterClusterConfigs {
+        changes: Vec<(String, Option<String>)>,
+        validate_only: bool,
+    },
     /// A partition leader asks to change its ISR (Kafka's AlterPartition).
     AlterPartition {
         broker_id: i32,
@@ -593,6 +598,29 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             p.partition_epoch += 1;
             ControllerReply::Partition(p.clone())
         }
+        ControllerCommand::AlterClusterConfigs {
+            changes,
+            validate_only,
+        } => {
+            for (k, v) in changes {
+                let checked = match v {
+                    Some(v) => crate::config::validate_dynamic_cluster_config(k, v),
+                    None => crate::config::validate_dynamic_cluster_config(k, "false"),
+                };
+                if let Err(e) = checked {
+                    return error(errors::INVALID_CONFIG, e.to_string());
+                }
+            }
+            if !validate_only {
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => image.cluster_configs.insert(k.clone(), v.clone()),
+                        None => image.cluster_configs.remove(k),
+                    };
+                }
+            }
+            ControllerReply::Done
+        }
         ControllerCommand::ElectLeaders {
             election,
             partitions,
@@ -942,6 +970,50 @@ mod tests {
             ),
             ControllerReply::Error { .. }
         ));
+    }
+
+    #[test]
+    fn cluster_configs_take_only_dynamic_keys_with_valid_values() {
+        let key = "follower.fetch.last.tiered.offset.enable".to_string();
+        let alter = |changes: Vec<(String, Option<String>)>, validate_only| {
+            ControllerCommand::AlterClusterConfigs {
+                changes,
+                validate_only,
+            }
+        };
+        let mut image = MetadataImage::default();
+        let on = vec![(key.clone(), Some("true".to_string()))];
+        assert_eq!(
+            apply(&mut image, &alter(on.clone(), true)),
+            ControllerReply::Done
+        );
+        assert!(image.cluster_configs.is_empty(), "validate only");
+        assert_eq!(apply(&mut image, &alter(on, false)), ControllerReply::Done);
+        assert_eq!(
+            image.cluster_configs.get(&key).map(String::as_str),
+            Some("true")
+        );
+        for bad in [
+            (key.clone(), Some("yes".to_string())),
+            ("log.retention.ms".to_string(), Some("1".to_string())),
+        ] {
+            match apply(&mut image, &alter(vec![bad.clone()], false)) {
+                ControllerReply::Error { code, message } => {
+                    assert_eq!(code, errors::INVALID_CONFIG);
+                    assert!(message.contains(&bad.0), "{message}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            image.cluster_configs.get(&key).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            apply(&mut image, &alter(vec![(key, None)], false)),
+            ControllerReply::Done
+        );
+        assert!(image.cluster_configs.is_empty());
     }
 
     fn cluster(unclean: bool) -> MetadataImage {

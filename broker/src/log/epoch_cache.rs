@@ -162,10 +162,7 @@ impl LeaderEpochCache {
 
     fn flush(&self) -> Result<(), LogError> {
         let tmp = self.path.with_extension("tmp");
-        let mut text = format!("0\n{}\n", self.entries.len());
-        for e in &self.entries {
-            text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
-        }
+        let text = render_checkpoint(&self.entries);
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(text.as_bytes())?;
@@ -178,6 +175,15 @@ impl LeaderEpochCache {
         };
         write().map_err(|e| LogError::io(&self.path, e))
     }
+}
+
+/// Kafka's checkpoint format of `entries`: version line, count line, then `epoch offset` lines.
+pub fn render_checkpoint(entries: &[EpochEntry]) -> String {
+    let mut text = format!("0\n{}\n", entries.len());
+    for e in entries {
+        text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
+    }
+    text
 }
 
 /// Parses Kafka's checkpoint format: version line, count line, then `epoch offset` lines.

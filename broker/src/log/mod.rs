@@ -311,6 +311,55 @@ impl PartitionLog {
         Ok(self.log_start_offset)
     }
 
+    /// Tiered storage's local retention: deletes the `count` oldest segments (never the active
+    /// one), which are already uploaded, and moves the local log start to the first offset left.
+    /// Unlike [`Self::delete_oldest_segments`] the epoch cache keeps its entries for the deleted
+    /// offsets: they are still the partition's, served from the remote store. Returns the new
+    /// local log start.
+    pub fn delete_uploaded_segments(&mut self, count: usize) -> Result<i64, LogError> {
+        let doomed: Vec<i64> = self
+            .segments
+            .keys()
+            .take(count.min(self.segments.len() - 1))
+            .copied()
+            .collect();
+        self.delete_segments(&doomed)?;
+        self.log_start_offset = self.log_start_offset.max(self.first_segment_base());
+        Ok(self.log_start_offset)
+    }
+
+    /// The file of the segment starting at `base_offset`, if the log has it.
+    pub fn segment_file(&self, base_offset: i64) -> Option<PathBuf> {
+        self.segments
+            .get(&base_offset)
+            .map(|s| s.path().to_path_buf())
+    }
+
+    /// The producer state as of `offset` (covering every batch below it, `offset` at most the log
+    /// end): the newest snapshot at or below it plus the batches after the snapshot.
+    pub fn producer_state_at(&self, offset: i64) -> Result<ProducerStates, LogError> {
+        let (mut states, from) = producer_state::load_snapshot(
+            &self.dir,
+            offset,
+            self.log_start_offset,
+            &mut Vec::new(),
+        )?;
+        for seg in self.segments.values() {
+            if seg.next_offset() <= from || seg.base_offset >= offset {
+                continue;
+            }
+            let mut pos = 0;
+            while pos < seg.size() {
+                let h = seg.header_at(pos)?;
+                if h.base_offset >= from && h.base_offset < offset {
+                    states.update(&h);
+                }
+                pos += h.size as u64;
+            }
+        }
+        Ok(states)
+    }
+
     /// Removes segments (never the active one) and makes the removal durable.
     fn delete_segments(&mut self, bases: &[i64]) -> Result<(), LogError> {
         if bases.is_empty() {
@@ -576,6 +625,24 @@ impl PartitionLog {
         self.producers = ProducerStates::default();
         self.log_start_offset = offset;
         self.epochs.clear()
+    }
+
+    /// A follower's start from the remote store: deletes everything and starts empty at
+    /// `offset` with the leader's epoch cache up to there and the producer state as of there
+    /// (both from the remote segment ending before `offset`).
+    pub fn start_after_remote(
+        &mut self,
+        offset: i64,
+        epochs: &[epoch_cache::EpochEntry],
+        producers: ProducerStates,
+    ) -> Result<(), LogError> {
+        self.truncate_fully_and_start_at(offset)?;
+        for e in epochs.iter().filter(|e| e.start_offset < offset) {
+            self.epochs.assign(e.epoch, e.start_offset)?;
+        }
+        producer_state::write_snapshot(&self.dir, offset, &producers)?;
+        self.producers = producers;
+        Ok(())
     }
 
     /// Every batch header in the log, in order (for dumps and tests).

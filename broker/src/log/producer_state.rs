@@ -214,16 +214,33 @@ pub fn snapshot_offsets(dir: &Path) -> Result<Vec<i64>, LogError> {
     Ok(out)
 }
 
+/// The snapshot file's bytes for the state as of `offset` (tiered storage uploads them with the
+/// segment ending there).
+pub fn encode_snapshot(offset: i64, states: &ProducerStates) -> Result<Vec<u8>, LogError> {
+    let snapshot = Snapshot {
+        offset,
+        producers: states.producers.values().cloned().collect(),
+    };
+    serde_json::to_vec(&snapshot).map_err(|e| LogError::Invalid(e.to_string()))
+}
+
+/// Parses a snapshot file's bytes: the offset it covers up to and the state.
+pub fn decode_snapshot(bytes: &[u8]) -> Result<(i64, ProducerStates), String> {
+    let snap: Snapshot = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let producers = snap
+        .producers
+        .into_iter()
+        .map(|p| (p.producer_id, p))
+        .collect();
+    Ok((snap.offset, ProducerStates { producers }))
+}
+
 /// Writes the state as of `offset` (it covers every batch below it), durably, and drops all but
 /// the newest [`KEPT_SNAPSHOTS`].
 pub fn write_snapshot(dir: &Path, offset: i64, states: &ProducerStates) -> Result<(), LogError> {
     let path = snapshot_path(dir, offset);
     let tmp = path.with_extension("snapshot.tmp");
-    let snapshot = Snapshot {
-        offset,
-        producers: states.producers.values().cloned().collect(),
-    };
-    let bytes = serde_json::to_vec(&snapshot).map_err(|e| LogError::Invalid(e.to_string()))?;
+    let bytes = encode_snapshot(offset, states)?;
     {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp).map_err(|e| LogError::io(&tmp, e))?;

@@ -521,6 +521,21 @@ fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListO
         for p in topic.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;
+            // Each sentinel from the version that introduced it (KIP-405, KIP-1005, KIP-1023).
+            let min_version = match p.timestamp {
+                -3 => 7,
+                -4 => 8,
+                -5 => 9,
+                -6 => 11,
+                _ => 0,
+            };
+            if version < min_version {
+                pr.error_code = errors::UNSUPPORTED_VERSION;
+                pr.timestamp = -1;
+                pr.offset = -1;
+                tr.partitions.push(pr);
+                continue;
+            }
             match broker.list_offset(
                 topic.name.0.as_str(),
                 p.partition_index,
@@ -615,11 +630,19 @@ fn describe_configs(broker: &Broker, req: DescribeConfigsRequest) -> DescribeCon
             RESOURCE_BROKER => {
                 let id = res.resource_name.to_string();
                 if id.is_empty() || id == broker.config.node_id.to_string() {
-                    Ok(broker
+                    // Static values (source 4), overridden by cluster-wide dynamic ones (3).
+                    let mut entries: BTreeMap<String, (String, i8)> = broker
                         .config
                         .raw
                         .iter()
-                        .map(|(k, v)| (k.clone(), v.clone(), 4))
+                        .map(|(k, v)| (k.clone(), (v.clone(), 4)))
+                        .collect();
+                    for (k, v) in &broker.metadata().cluster_configs {
+                        entries.insert(k.clone(), (v.clone(), 3));
+                    }
+                    Ok(entries
+                        .into_iter()
+                        .map(|(k, (v, src))| (k, v, src))
                         .collect())
                 } else {
                     Err((
@@ -671,10 +694,18 @@ async fn incremental_alter_configs(
         let mut r = AlterConfigsResourceResponse::default();
         r.resource_type = res.resource_type;
         r.resource_name = res.resource_name.clone();
-        let outcome = if res.resource_type != RESOURCE_TOPIC {
+        let outcome = if res.resource_type == RESOURCE_BROKER && !res.resource_name.is_empty() {
             Err((
                 errors::INVALID_REQUEST,
-                "only topic configs can be altered".to_string(),
+                format!(
+                    "broker {}: only cluster-wide dynamic configs (resource name \"\") can be altered",
+                    res.resource_name.as_str()
+                ),
+            ))
+        } else if res.resource_type != RESOURCE_TOPIC && res.resource_type != RESOURCE_BROKER {
+            Err((
+                errors::INVALID_REQUEST,
+                "only topic and cluster-wide broker configs can be altered".to_string(),
             ))
         } else {
             let mut changes = Vec::new();
@@ -696,6 +727,10 @@ async fn incremental_alter_configs(
             }
             match bad {
                 Some(b) => Err(b),
+                None if res.resource_type == RESOURCE_BROKER => broker
+                    .alter_cluster_configs(&changes, req.validate_only)
+                    .await
+                    .map_err(|e| (e.code, e.message)),
                 None => broker
                     .alter_topic_configs(res.resource_name.as_str(), &changes, req.validate_only)
                     .await

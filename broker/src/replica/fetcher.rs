@@ -23,6 +23,7 @@ use tracing::{debug, info};
 use super::client::KafkaConnection;
 use crate::partition::Partition;
 use crate::pause::sleep_or_cancel;
+use crate::tiered::follower::{start_from_remote, RemoteStart, TieredFollower};
 
 /// What a follower fetcher needs of its broker, and nothing more.
 #[derive(Clone, Debug)]
@@ -33,6 +34,8 @@ pub struct FollowerContext {
     pub hw_truncation: bool,
     /// Bumped when the follower's log or high watermark moved, waking long-polling fetches.
     pub data_changed: Arc<watch::Sender<u64>>,
+    /// Tiered storage, when the broker has a remote store.
+    pub tiered: Option<TieredFollower>,
 }
 
 /// Whom to fetch from.
@@ -135,7 +138,24 @@ async fn one_round(
             info!(topic = ?p.topic, partition = p.index, "fenced by the leader; waiting for new metadata");
             return Ok(Step::Stop);
         }
-        Some(ResponseError::OffsetOutOfRange) => return out_of_range(ctx, p, target, conn).await,
+        Some(
+            code @ (ResponseError::OffsetOutOfRange | ResponseError::OffsetMovedToTieredStorage),
+        ) => {
+            let moved = code == ResponseError::OffsetMovedToTieredStorage;
+            if let Some(tiered) = &ctx.tiered {
+                let start =
+                    start_from_remote(tiered, ctx.node_id, p, target.leader_epoch, conn, moved);
+                match start.await? {
+                    RemoteStart::Started => return Ok(Step::Continue),
+                    RemoteStart::Retry => return Ok(Step::Reconnect),
+                    RemoteStart::NotApplicable => {}
+                }
+            }
+            if moved {
+                return Ok(Step::Reconnect);
+            }
+            return out_of_range(ctx, p, target, conn).await;
+        }
         Some(code) => {
             debug!(topic = ?p.topic, partition = p.index, "fetch error {code}");
             return Ok(Step::Reconnect);

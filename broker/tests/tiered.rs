@@ -1,0 +1,443 @@
+//! Tiered storage (KIP-405, KIP-1023) on real broker processes sharing a local-directory remote
+//! store: the leader uploads closed committed segments, local retention deletes only uploaded
+//! ones, and every offset stays readable from remote plus local, by the test client and by kcat;
+//! ListOffsets answers the tiered sentinels, each only from its version.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{client, kcat, Cluster};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tidemark_broker::replica::client::KafkaConnection;
+
+/// ListOffsets for partition 0 of `topic` at `version`: (error, offset, leader epoch).
+fn list_offset(addr: &str, topic: &str, timestamp: i64, version: i16) -> (i16, i64, i32) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = KafkaConnection::connect(addr, Duration::from_secs(5), "test")
+            .await
+            .unwrap();
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp)])]);
+        let resp = c.call(version, &req).await.unwrap();
+        let p = &resp.topics[0].partitions[0];
+        (p.error_code, p.offset, p.leader_epoch)
+    })
+}
+
+/// Base offsets of the local segment files of `topic`-0 in a data directory.
+fn local_bases(data_dir: &Path, topic: &str) -> Vec<i64> {
+    let mut bases: Vec<i64> = std::fs::read_dir(data_dir.join(format!("{topic}-0")))
+        .map(|d| {
+            d.filter_map(|e| {
+                let name = e.ok()?.file_name().to_string_lossy().to_string();
+                name.strip_suffix(".log")?.parse().ok()
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    bases.sort_unstable();
+    bases
+}
+
+#[test]
+fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote_and_local() {
+    let remote = tempfile::tempdir().unwrap();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
+        remote.path().display()
+    );
+    let c = Cluster::start(1, &props, &[]);
+    let addr = c.addr(1);
+    assert_eq!(
+        client::create_topic(
+            &addr,
+            "t",
+            1,
+            1,
+            &[
+                ("segment.bytes", "300"),
+                ("remote.storage.enable", "true"),
+                ("local.retention.ms", "0"),
+            ],
+        ),
+        0
+    );
+    // Before anything is uploaded or deleted, the earliest pending upload is the log start.
+    c.wait_for("a leader", Duration::from_secs(20), |c| {
+        list_offset(&c.addr(1), "t", -1, 10).0 == 0
+    });
+    let total = 60;
+    for v in 0..total {
+        assert_eq!(
+            client::produce(&addr, "t", 0, &[v], -1, Duration::from_secs(5)),
+            Ok(v)
+        );
+    }
+    let data = c.nodes[0].data_dir();
+    c.wait_for(
+        "every closed segment uploaded and deleted locally",
+        Duration::from_secs(30),
+        // Nothing is produced any more: the copy task ends with only the active segment local.
+        |_| local_bases(&data, "t").len() == 1,
+    );
+    let local_start = local_bases(&data, "t")[0];
+
+    // ListOffsets: -2 the log start (in the remote store), -4 the local log start, -5 the
+    // highest tiered offset, -6 refused below v11 (KIP-1023's version).
+    assert_eq!(list_offset(&addr, "t", -2, 10).1, 0);
+    let (err, earliest_local, _) = list_offset(&addr, "t", -4, 8);
+    assert_eq!((err, earliest_local), (0, local_start));
+    let (err, highest_tiered, _) = list_offset(&addr, "t", -5, 9);
+    assert_eq!(err, 0);
+    assert!(
+        highest_tiered >= local_start - 1 && highest_tiered < total,
+        "highest tiered {highest_tiered}, local start {local_start}"
+    );
+    assert_eq!(list_offset(&addr, "t", -4, 7).0, 35, "-4 before v8");
+    assert_eq!(list_offset(&addr, "t", -5, 8).0, 35, "-5 before v9");
+    assert_eq!(list_offset(&addr, "t", -6, 10).0, 35, "-6 before v11");
+
+    // Every offset from 0, the remote part first, then the local part.
+    let (records, hw) = client::read_all(&addr, "t", 0).unwrap();
+    assert_eq!(hw, total);
+    let got: Vec<(i64, i64)> = records.iter().map(|(o, v, _)| (*o, *v)).collect();
+    let want: Vec<(i64, i64)> = (0..total).map(|v| (v, v)).collect();
+    assert_eq!(got, want);
+
+    // dump-log with the remote store: both log starts and the remote segments, 0 to the
+    // highest tiered offset without a gap, every one finished.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+        .args(["dump-log", "--data-dir"])
+        .arg(&data)
+        .arg("--remote-dir")
+        .arg(remote.path())
+        .args(["--topic", "t"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tiered = &line["tiered"];
+    assert_eq!(tiered["log_start_offset"], 0, "{line}");
+    assert_eq!(tiered["local_log_start_offset"], local_start, "{line}");
+    let segments = tiered["remote_segments"].as_array().unwrap();
+    let mut next = 0;
+    for s in segments {
+        assert_eq!(s["state"], "COPY_SEGMENT_FINISHED", "{s}");
+        assert_eq!(s["start_offset"], next, "{s}");
+        next = s["end_offset"].as_i64().unwrap() + 1;
+    }
+    assert_eq!(next, highest_tiered + 1);
+
+    // librdkafka from the beginning: it sees the remote offsets as any others.
+    let out = kcat(
+        &[
+            "-C",
+            "-b",
+            &addr,
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %s\n",
+        ],
+        b"",
+    );
+    let lines: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let want: Vec<String> = (0..total).map(|v| format!("{v} {v}")).collect();
+    assert_eq!(lines, want);
+}
+
+/// The log start offset node `node` checkpointed for `topic`-0 (the partition's, below the local
+/// one when it started from the remote store).
+fn checkpointed_log_start(c: &Cluster, node: i32, topic: &str) -> Option<i64> {
+    let text = std::fs::read_to_string(
+        c.nodes[node as usize - 1]
+            .data_dir()
+            .join("log-start-offset-checkpoint"),
+    )
+    .ok()?;
+    text.lines().find_map(|l| {
+        let parts: Vec<&str> = l.split_whitespace().collect();
+        (parts.len() == 3 && parts[0] == topic && parts[1] == "0")
+            .then(|| parts[2].parse().ok())
+            .flatten()
+    })
+}
+
+/// What a follower's replica of `t`-0 looks like on disk: local records' offsets and the epoch
+/// cache.
+fn replica(c: &Cluster, node: i32) -> (Vec<i64>, Vec<(i64, i64)>) {
+    let r = c
+        .dump(node)
+        .into_iter()
+        .find(|r| r["topic"] == "t")
+        .expect("a replica of t");
+    let offsets = r["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x[0].as_i64().unwrap())
+        .collect();
+    let epochs = r["epochs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e[0].as_i64().unwrap(), e[1].as_i64().unwrap()))
+        .collect();
+    (offsets, epochs)
+}
+
+/// Kills `from`, the leader, waits until `to` leads, restarts `from` and waits until it is back
+/// in the ISR: one leader epoch more.
+fn move_leadership(c: &mut Cluster, from: i32, to: i32, epoch: i32) {
+    c.node(from).kill9();
+    c.wait_for(
+        &format!("node {to} leading in epoch {epoch}"),
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(to, "t", 0)
+                .is_some_and(|(l, e, _)| l == to && e == epoch)
+        },
+    );
+    c.node(from).restart();
+    c.wait_for(
+        &format!("node {from} back in the ISR"),
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(to, "t", 0)
+                .is_some_and(|(_, _, isr)| isr.contains(&(from as i64)))
+        },
+    );
+}
+
+/// The seed's scenarios (kips.md §2.4, §2.5) on five brokers, the topic on nodes 1, 3 and 2. Node
+/// 2 is follower B; nodes 1 and
+/// 3 take turns leading so the epochs start where the seed's tables have them: LE-0 at 0, LE-1
+/// at 3, LE-2 at 5, LE-3 at 7. Segments hold three batches, so the remote store gets 0-2 and 3-5
+/// (highest tiered offset 5, EPUO 6) and local retention by bytes keeps 3-5 on the leader (local
+/// log start 3). B holds `b_holds` records when it is killed and is started once all eight are
+/// written. Returns B's local offsets, epoch cache and log start once it caught up, and the first
+/// offset it fetched after starting from the remote store (from its log).
+fn seed_scenario(
+    flag: bool,
+    dynamic_flag: Option<bool>,
+    b_holds: i64,
+    bug: Option<&str>,
+) -> (Vec<i64>, Vec<(i64, i64)>, i64, i64) {
+    let remote = tempfile::tempdir().unwrap();
+    let batch = tidemark_broker::log::testing::batch(&[b"0"]).len();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\nfollower.fetch.last.tiered.offset.enable={flag}\nauto.leader.rebalance.enable=false\n",
+        remote.path().display()
+    );
+    let args: Vec<&str> = bug.map(|b| vec!["--inject-bug", b]).unwrap_or_default();
+    // Five voters, so the metadata quorum outlives B and a leader down at once.
+    let mut c = Cluster::start(5, &props, &args);
+    let segment_bytes = (3 * batch).to_string();
+    assert_eq!(
+        client::create_topic_assigned(
+            &c.addr(1),
+            "t",
+            1,
+            3,
+            &[&[1, 3, 2]],
+            &[
+                ("segment.bytes", &segment_bytes),
+                ("local.retention.bytes", &segment_bytes),
+                ("remote.storage.enable", "true"),
+                ("min.insync.replicas", "1"),
+            ],
+        ),
+        0
+    );
+    c.wait_for(
+        "node 1 leading with all in the ISR",
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(1, "t", 0)
+                .is_some_and(|(l, e, isr)| l == 1 && e == 0 && isr.len() == 3)
+        },
+    );
+    let produce = |c: &Cluster, leader: i32, v: i64| {
+        assert_eq!(
+            client::produce(&c.addr(leader), "t", 0, &[v], -1, Duration::from_secs(5)),
+            Ok(v)
+        );
+    };
+    for v in 0..3 {
+        if v == b_holds {
+            c.node(2).kill9();
+        }
+        produce(&c, 1, v);
+    }
+    if b_holds == 3 {
+        c.node(2).kill9();
+    }
+    move_leadership(&mut c, 1, 3, 1);
+    for v in 3..5 {
+        produce(&c, 3, v);
+    }
+    move_leadership(&mut c, 3, 1, 2);
+    for v in 5..7 {
+        produce(&c, 1, v);
+    }
+    move_leadership(&mut c, 1, 3, 3);
+    produce(&c, 3, 7);
+    // The leader's side as the seed's table has it once the copy task ran.
+    c.wait_for(
+        "segments 0-2 and 3-5 tiered, 0-2 deleted locally",
+        Duration::from_secs(20),
+        |c| {
+            list_offset(&c.addr(3), "t", -5, 9).1 == 5 && list_offset(&c.addr(3), "t", -4, 8).1 == 3
+        },
+    );
+    assert_eq!(
+        list_offset(&c.addr(3), "t", -6, 11),
+        (0, 6, 2),
+        "EPUO 6 in epoch 2"
+    );
+    assert_eq!(list_offset(&c.addr(3), "t", -2, 4).1, 0);
+
+    if let Some(on) = dynamic_flag {
+        // Any broker takes it; the metadata log carries it to every broker, B included, which
+        // applies the log before it acts on a replica.
+        let (code, message) = set_cluster_flag(&c.addr(1), on);
+        assert_eq!(code, 0, "{message:?}");
+    }
+    c.node(2).restart();
+    c.wait_for("B caught up", Duration::from_secs(30), |c| {
+        c.partition_state_at(3, "t", 0)
+            .is_some_and(|(_, _, isr)| isr.contains(&2))
+    });
+    c.wait_for("B's checkpoints written", Duration::from_secs(10), |c| {
+        checkpointed_log_start(c, 2, "t").is_some() && replica(c, 2).0.last() == Some(&7)
+    });
+    let (offsets, epochs) = replica(&c, 2);
+    let log_start = checkpointed_log_start(&c, 2, "t").unwrap();
+    let log = c.nodes[1].log();
+    let first_fetch = log
+        .lines()
+        .filter(|l| l.contains("started from the remote store"))
+        .filter_map(|l| l.split("fetch_offset=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .next_back()
+        .unwrap_or(-1);
+    // Every offset stays readable from the leader, remote part and local part.
+    let (records, _) = client::read_all(&c.addr(3), "t", 0).unwrap();
+    assert_eq!(
+        records.iter().map(|r| r.1).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>()
+    );
+    (offsets, epochs, log_start, first_fetch)
+}
+
+/// IncrementalAlterConfigs of `follower.fetch.last.tiered.offset.enable` on the cluster-default
+/// broker resource: (error code, error message).
+fn set_cluster_flag(addr: &str, on: bool) -> (i16, Option<String>) {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = KafkaConnection::connect(addr, Duration::from_secs(10), "test")
+            .await
+            .unwrap();
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_static_str(""))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str(
+                        "follower.fetch.last.tiered.offset.enable",
+                    ))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_string(on.to_string())))]),
+        ]);
+        let resp = c.call(0, &req).await.unwrap();
+        let r = &resp.responses[0];
+        (
+            r.error_code,
+            r.error_message.as_ref().map(|m| m.to_string()),
+        )
+    })
+}
+
+const SEED_EPOCHS: [(i64, i64); 4] = [(0, 0), (1, 3), (2, 5), (3, 7)];
+
+#[test]
+fn scenario_1_new_empty_follower_starts_at_the_earliest_pending_upload_with_the_flag_on() {
+    let (offsets, epochs, log_start, first_fetch) = seed_scenario(true, None, 0, None);
+    assert_eq!(first_fetch, 6);
+    assert_eq!(offsets, vec![6, 7], "B's local log = {{6, 7}}");
+    assert_eq!(epochs, SEED_EPOCHS);
+    assert_eq!(log_start, 0);
+}
+
+#[test]
+fn scenario_1_with_the_flag_off_the_empty_follower_starts_at_the_leaders_local_log_start() {
+    let (offsets, epochs, log_start, first_fetch) = seed_scenario(false, None, 0, None);
+    assert_eq!(first_fetch, 3);
+    assert_eq!(offsets, vec![3, 4, 5, 6, 7]);
+    assert_eq!(epochs, SEED_EPOCHS);
+    assert_eq!(log_start, 0);
+}
+
+#[test]
+fn scenario_2_out_of_sync_follower_ignores_the_flag_and_starts_after_the_tiered_segment() {
+    for flag in [true, false] {
+        let (offsets, epochs, log_start, first_fetch) = seed_scenario(flag, None, 2, None);
+        assert_eq!(first_fetch, 3, "flag {flag}");
+        assert_eq!(offsets, vec![3, 4, 5, 6, 7], "flag {flag}");
+        assert_eq!(epochs, SEED_EPOCHS, "flag {flag}");
+        assert_eq!(log_start, 0, "flag {flag}");
+    }
+}
+
+#[test]
+fn tiered_bootstrap_off_by_one_starts_the_empty_follower_at_the_local_log_start() {
+    let (_, _, _, first_fetch) = seed_scenario(true, None, 0, Some("tiered-bootstrap-off-by-one"));
+    assert_eq!(
+        first_fetch, 3,
+        "the bug resumes at the leader's local log start, not at 6"
+    );
+}
+
+#[test]
+fn the_flag_set_at_run_time_for_the_cluster_takes_effect_without_a_restart_of_the_leader() {
+    let (offsets, epochs, log_start, first_fetch) = seed_scenario(false, Some(true), 0, None);
+    assert_eq!(first_fetch, 6);
+    assert_eq!(offsets, vec![6, 7]);
+    assert_eq!(epochs, SEED_EPOCHS);
+    assert_eq!(log_start, 0);
+}
