@@ -949,6 +949,23 @@ impl Partition {
         })
     }
 
+    /// Drops this replica's latest leader epoch and the records in it: the mirror source answered
+    /// a fetch inside its offset range with OFFSET_OUT_OF_RANGE, so it knows no epoch at or
+    /// below that one (all of its epochs are lower) and none of these records are its. Each
+    /// call removes one epoch, so repeated answers converge where Kafka's `fetchOffsetAndTruncate`
+    /// would keep refetching the same offset forever. Returns the log end before and after.
+    pub fn drop_epoch_unknown_to_source(&self) -> Result<(i64, i64), LogError> {
+        self.with_state(|s| {
+            let leo = s.log.log_end_offset();
+            let Some(latest) = s.log.epochs().latest() else {
+                return Ok((leo, leo));
+            };
+            s.log.truncate_to(latest.start_offset.min(leo))?;
+            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+            Ok((leo, s.log.log_end_offset()))
+        })
+    }
+
     /// Where a mirror leader fetches from the source: its log end, its latest epoch (the last
     /// fetched one), and its own leader epoch (which a mirrored batch must not exceed).
     pub fn mirror_fetch_position(&self) -> (i64, i32, i32) {

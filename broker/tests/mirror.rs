@@ -394,8 +394,19 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
     same_logs("S-LMLE-3", &a, &b)?;
 
     // B's own leadership changes while it mirrors: its epoch cache must not record B's epoch
-    // (M11). A fetch since the restart reports the source's offset.
+    // (M11). Paused, B fetches nothing that could mend its cache before it is read (a fetch
+    // would: A knows no such epoch, so B drops it); a failover now would store it as the LMLE.
+    pause_or_resume(&b, "a-to-b", true);
+    wait_state(&b, "B paused", MirrorState::Paused);
     restart_leader(&mut b);
+    let (cache_a, cache_b) = (log_of(&a, 1).1, log_of(&b, 1).1);
+    if cache_a != cache_b {
+        return Err(format!(
+            "M11: B's epoch cache after its restart {cache_b:?}, A's {cache_a:?}"
+        ));
+    }
+    pause_or_resume(&b, "a-to-b", false);
+    // A fetch since the restart reports the source's offset.
     poll(&b, "M11: B mirrors again after its restart", |b| {
         describe_t(b).is_some_and(|d| d.source_offset >= 0 && d.lag == 0)
     })?;
@@ -423,6 +434,37 @@ fn s_lmle_catches_local_epoch_in_mirror_cache() {
     let err = s_lmle(Some("local-epoch-in-mirror-cache")).expect_err("the bug must break M11");
     eprintln!("{err}");
     assert!(err.contains("M11"), "{err}");
+}
+
+/// With `local-epoch-in-mirror-cache` and proactive bumps, every bump put B's own epoch in B's
+/// cache; A knows no epoch that high, so it answered each fetch with OFFSET_OUT_OF_RANGE for an
+/// offset inside its range, and B refetched the same offset forever. B now drops an epoch the
+/// source does not know and mirrors on: r1 arrives, after B's restart r2 too, and the logs and
+/// epoch caches end identical.
+#[test]
+fn an_epoch_the_source_does_not_know_is_dropped_not_refetched_forever() {
+    let a = cluster("A", 1, "", None);
+    let mut b = cluster("B", 1, "", Some("local-epoch-in-mirror-cache"));
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    b.wait_for("B's proactive bump", T, |b| leader_epoch(b, 1) >= 10);
+    write(&a, &[1]).unwrap();
+    b.wait_for("B mirrors r1 after its bump", T, |b| {
+        log_of(b, 1).0.len() == 2
+    });
+    restart_leader(&mut b);
+    write(&a, &[2]).unwrap();
+    b.wait_for("B mirrors r2 after its restart", T, |b| {
+        log_of(b, 1).0.len() == 3
+    });
+    same_logs("after B's restart", &a, &b).unwrap();
+    assert_eq!(
+        describe_t(&b).map(|d| d.state),
+        Some(MirrorState::Mirroring)
+    );
 }
 
 /// Which node leads `t`-0, as node 3 of A (never a replica of `t`, never stopped) sees it.

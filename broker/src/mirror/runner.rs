@@ -584,7 +584,7 @@ async fn mirror_round(
     match pd.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
-            out_of_range(p, src).await?;
+            out_of_range(p, src, fetch_offset, last_epoch).await?;
             return Ok(None);
         }
         errors::FENCED_LEADER_EPOCH
@@ -702,8 +702,16 @@ impl BatchSpan {
 }
 
 /// Kafka's `fetchOffsetAndTruncate` toward the source: restart at its log start when we are
-/// below it, cut back to its end when we are beyond it.
-async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<()> {
+/// below it, cut back to its end when we are beyond it. An answer for an offset inside its
+/// range means the source knows no epoch at or below our last fetched one: that epoch is not
+/// the source's (a leader epoch a mirror wrongly recorded as its own, or records a chained
+/// source took back), so it goes, or every fetch would get the same answer forever.
+async fn out_of_range(
+    p: &Partition,
+    src: &mut SourceLeader,
+    fetch_offset: i64,
+    last_epoch: i32,
+) -> anyhow::Result<()> {
     let mut offsets = Vec::new();
     for ts in [-1i64, -2] {
         let req = ListOffsetsRequest::default()
@@ -726,6 +734,12 @@ async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<(
         offsets.push(r.offset);
     }
     let (source_end, source_start) = (offsets[0], offsets[1]);
+    let in_range = (source_start..=source_end).contains(&fetch_offset);
+    if in_range && last_epoch >= 0 {
+        let (from, to) = p.drop_epoch_unknown_to_source()?;
+        warn!(topic = %p.topic, partition = p.index, last_epoch, from, to, "the source knows no epoch at or below this log's latest: dropping that epoch");
+        return Ok(());
+    }
     info!(topic = %p.topic, partition = p.index, source_start, source_end, "out of the source's range: realigning");
     p.truncate_out_of_range(source_end, source_start)?;
     Ok(())
