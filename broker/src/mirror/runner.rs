@@ -9,7 +9,7 @@
 //! one was.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -26,7 +26,8 @@ use super::context::MirrorContext;
 use super::rules::{
     epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
 };
-use super::service::{call, connect_any, metadata, write_lmle};
+use super::client::{call, connect_any, metadata};
+use super::store::write_lmle;
 use super::wire::{LmleLookup, MirrorRequest};
 use crate::controller::ControllerCommand;
 use crate::errors;
@@ -52,95 +53,11 @@ impl std::fmt::Display for SourceTopicGone {
 
 impl std::error::Error for SourceTopicGone {}
 
-/// What the describe API reports of a partition's mirroring, kept across task restarts.
-#[derive(Clone, Debug)]
-pub struct MirrorStatus {
-    /// The source high watermark at the last fetch, or -1.
-    pub source_high_watermark: i64,
-    /// The LMLE the last preparation used, or -1.
-    pub lmle: i32,
-    /// The epoch an EPOCH_FENCING partition must reach.
-    pub fencing_target: Option<i32>,
-    /// What a PREPARING partition waits for, if anything.
-    pub waiting_for: Option<String>,
-}
-
-impl Default for MirrorStatus {
-    fn default() -> Self {
-        MirrorStatus {
-            source_high_watermark: -1,
-            lmle: -1,
-            fencing_target: None,
-            waiting_for: None,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Entry {
-    running: Option<(u64, CancellationToken)>,
-    status: MirrorStatus,
-}
-
-/// The running mirror tasks of this ctx, by partition.
-#[derive(Default)]
-pub struct MirrorTasks {
-    entries: Mutex<BTreeMap<(String, i32), Entry>>,
-    next_id: Mutex<u64>,
-}
-
-impl MirrorTasks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Stops the partition's task, if any.
-    pub fn stop(&self, p: &Partition) {
-        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
-            if let Some((_, cancel)) = e.running.take() {
-                cancel.cancel();
-            }
-        }
-    }
-
-    fn finished(&self, p: &Partition, id: u64) {
-        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
-            if e.running.as_ref().is_some_and(|(i, _)| *i == id) {
-                e.running = None;
-            }
-        }
-    }
-
-    pub fn status(&self, topic: &str, index: i32) -> Option<MirrorStatus> {
-        self.lock()
-            .get(&(topic.to_string(), index))
-            .map(|e| e.status.clone())
-    }
-
-    fn update(&self, p: &Partition, f: impl FnOnce(&mut MirrorStatus)) {
-        f(&mut self
-            .lock()
-            .entry((p.topic.clone(), p.index))
-            .or_default()
-            .status);
-    }
-}
-
 /// Starts the partition's mirror task unless one runs.
 pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
-    let mut entries = ctx.tasks.lock();
-    let entry = entries.entry((p.topic.clone(), p.index)).or_default();
-    if entry.running.is_some() {
-        return;
+    if let Some((id, cancel)) = ctx.tasks.claim(p) {
+        tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
     }
-    let id = {
-        let mut n = ctx.tasks.next_id.lock().unwrap_or_else(|x| x.into_inner());
-        *n += 1;
-        *n
-    };
-    let cancel = CancellationToken::new();
-    entry.running = Some((id, cancel.clone()));
-    tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
 }
 
 /// How often a mirroring topic takes its source topic's configs.
