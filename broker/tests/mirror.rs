@@ -1139,6 +1139,120 @@ fn source_log_start_past_the_mirror_keeps_offsets_identical() {
     );
 }
 
+/// Deletes topic `t` on the cluster of `addr`.
+fn delete_topic_t(addr: &str) {
+    use kafka_protocol::messages::DeleteTopicsRequest;
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![kafka_protocol::messages::TopicName(
+            kafka_protocol::protocol::StrBytes::from_static_str("t"),
+        )])
+        .with_timeout_ms(15_000);
+    let resp = rt()
+        .block_on(async {
+            let mut c = tidemark_broker::replica::client::KafkaConnection::connect(
+                addr,
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            c.call(4, &req).await
+        })
+        .unwrap();
+    assert_eq!(resp.responses[0].error_code, 0);
+}
+
+/// KIP-1279 mirrors a topic by its id: a source topic deleted and re-created under the same
+/// name is another topic. B, paused while A re-creates `t` and writes r9 into it, must not
+/// truncate its r0..r2 to the new topic's log or copy r9: its partition goes FAILED for good,
+/// naming both ids.
+#[test]
+fn a_recreated_source_topic_is_not_mirrored_into_the_old_one() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    for v in 0..3 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0..r2", T, |b| log_of(b, 1).0.len() == 3);
+    let before = log_of(&b, 1);
+    pause_or_resume(&b, "a-to-b", true);
+    wait_state(&b, "B paused", MirrorState::Paused);
+    delete_topic_t(&a.addr(1));
+    a.wait_for("A re-creates t", T, |a| {
+        create_topic(&a.addr(1), "t", 1, 1, &[]) == 0
+    });
+    write(&a, &[9]).unwrap();
+    pause_or_resume(&b, "a-to-b", false);
+    b.wait_for("B's partition FAILED for good", T, |b| {
+        describe_t(b).is_some_and(|d| d.state == MirrorState::Failed && d.retry_attempt == -1)
+    });
+    let d = describe_t(&b).unwrap();
+    assert!(
+        d.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("deleted and re-created")),
+        "{d:?}"
+    );
+    assert_eq!(log_of(&b, 1), before, "B's log kept as it was");
+}
+
+/// KIP-1279: the destination's log start follows the source's. DeleteRecords on A moves A's
+/// log start to 3 while B mirrors (in range of B's log); B's leader raises its own log start to
+/// 3 from the fetch answers, and both logs then hold r3..r5 at the same offsets.
+#[test]
+fn destination_log_start_follows_the_source() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    // One batch per segment, so the log start can move to any offset and delete segments.
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("segment.bytes", "14")]),
+        0
+    );
+    for v in 0..6 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0..r5", T, |b| log_of(b, 1).0.len() == 6);
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(15_000)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(kafka_protocol::messages::TopicName(
+                kafka_protocol::protocol::StrBytes::from_static_str("t"),
+            ))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(3)])]);
+    let resp = rt()
+        .block_on(async {
+            let mut c = tidemark_broker::replica::client::KafkaConnection::connect(
+                &a.addr(1),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            c.call(2, &req).await
+        })
+        .unwrap();
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    b.wait_for("B's log start follows A's to 3", T, |b| {
+        replica(b, 1)["log_start_offset"] == 3
+    });
+    let offsets: Vec<i64> = log_of(&b, 1).0.iter().map(|r| r.0).collect();
+    assert_eq!(offsets, [3, 4, 5]);
+    same_logs("after DeleteRecords on A", &a, &b).unwrap();
+    assert_eq!(
+        describe_t(&b).map(|d| d.state),
+        Some(MirrorState::Mirroring)
+    );
+}
+
 /// KIP-1279's source outage with retries exhausted (S-FAILED's variant): B's partition fails
 /// while A is down, retries twice (`mirror.failed.retry.max.attempts=2`) and then stays FAILED
 /// with RetryAttempt -1 even once A is back; RecoverMirrorTopics makes it retry, and it mirrors

@@ -21,6 +21,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+use uuid::Uuid;
 
 use super::context::MirrorContext;
 use super::rules::{
@@ -189,7 +190,7 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             MirrorState::Preparing => prepare(ctx, p, topic, mirror, cancel)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
-            MirrorState::Mirroring => mirror_round(ctx, p, mirror, &mut source).await,
+            MirrorState::Mirroring => mirror_round(ctx, p, mirror, topic.id, &mut source).await,
             MirrorState::EpochFencing => fence_epoch(ctx, p)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
@@ -419,10 +420,12 @@ fn note_wait(
     }
 }
 
-/// Finds and connects to the source partition's leader through the mirror's bootstrap.
+/// Finds and connects to the source partition's leader through the mirror's bootstrap, if the
+/// source topic still has this mirror topic's id.
 async fn resolve_source(
     mirror: &MirrorRegistration,
     p: &Partition,
+    topic_id: Uuid,
 ) -> anyhow::Result<SourceLeader> {
     let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
     let md = metadata(&mut conn, Some(&p.topic)).await?;
@@ -445,6 +448,7 @@ async fn resolve_source(
                 anyhow::anyhow!(what)
             }
         })?;
+    same_source_topic(mirror, p, topic_id, topic.map(|t| t.topic_id))?;
     let leader = part.leader_id.0;
     let b = md
         .brokers
@@ -466,10 +470,11 @@ async fn mirror_round(
     ctx: &MirrorContext,
     p: &Partition,
     mirror: &MirrorRegistration,
+    topic_id: Uuid,
     source: &mut Option<SourceLeader>,
 ) -> anyhow::Result<Option<MirrorState>> {
     if source.is_none() {
-        *source = Some(resolve_source(mirror, p).await?);
+        *source = Some(resolve_source(mirror, p, topic_id).await?);
     }
     let src = source.as_mut().expect("just set");
     let (fetch_offset, last_epoch, local_epoch) = p.mirror_fetch_position();
@@ -501,6 +506,8 @@ async fn mirror_round(
     match pd.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
+            // The fetch named the topic, not its id: never cut this log for another topic.
+            check_source_topic(mirror, p, topic_id, src).await?;
             out_of_range(p, src, fetch_offset, last_epoch).await?;
             return Ok(None);
         }
@@ -515,7 +522,7 @@ async fn mirror_round(
         }
         errors::UNKNOWN_TOPIC_OR_PARTITION | errors::UNKNOWN_TOPIC_ID => {
             // Deleted, or a restarted leader not hosting it yet: the source's metadata decides.
-            *source = Some(resolve_source(mirror, p).await?);
+            *source = Some(resolve_source(mirror, p, topic_id).await?);
             return Ok(None);
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),
@@ -523,6 +530,7 @@ async fn mirror_round(
     ctx.tasks
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        check_source_topic(mirror, p, topic_id, src).await?;
         let before = p.log_end_offset();
         p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
         ctx.notify_data();
@@ -536,6 +544,7 @@ async fn mirror_round(
     }
     let records = pd.records.clone().unwrap_or_default();
     if records.is_empty() {
+        follow_log_start(p, pd.log_start_offset)?;
         return Ok(None);
     }
     let span = BatchSpan::of(&records)?;
@@ -558,6 +567,7 @@ async fn mirror_round(
     }
     p.append_mirrored(&records, local_epoch)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    follow_log_start(p, pd.log_start_offset)?;
     ctx.notify_data();
     let proactive = proactive_bump_target(
         highest,
@@ -570,6 +580,45 @@ async fn mirror_round(
         bump_epoch(ctx, p, target).await?;
     }
     Ok(None)
+}
+
+/// KIP-1279: the destination's log start follows the source's (retention or DeleteRecords on
+/// the source), as far as the local high watermark.
+fn follow_log_start(p: &Partition, source_start: i64) -> anyhow::Result<()> {
+    if let Some(start) = p.follow_source_log_start(source_start)? {
+        info!(topic = %p.topic, partition = p.index, log_start = start, "log start follows the source's");
+    }
+    Ok(())
+}
+
+/// Refuses a source topic of this name with another id than the mirror topic's: the source
+/// topic was deleted and re-created, and its records are not this topic's.
+fn same_source_topic(
+    mirror: &MirrorRegistration,
+    p: &Partition,
+    topic_id: Uuid,
+    source_id: Option<Uuid>,
+) -> anyhow::Result<()> {
+    match source_id {
+        Some(id) if id != topic_id => Err(anyhow::Error::new(SourceTopicGone(format!(
+            "source {} topic {} is {id}, this mirror topic is {topic_id}: the source topic was deleted and re-created",
+            mirror.source_cluster_id, p.topic
+        )))),
+        _ => Ok(()),
+    }
+}
+
+/// Asks the source (over the fetch connection) which id its topic of this name has now, before
+/// its answer cuts this log.
+async fn check_source_topic(
+    mirror: &MirrorRegistration,
+    p: &Partition,
+    topic_id: Uuid,
+    src: &mut SourceLeader,
+) -> anyhow::Result<()> {
+    let md = metadata(&mut src.conn, Some(&p.topic)).await?;
+    let t = md.topics.first().filter(|t| t.error_code == errors::NONE);
+    same_source_topic(mirror, p, topic_id, t.map(|t| t.topic_id))
 }
 
 /// A consumer fetch (replica id -1) of the partition from the source leader in `leader_epoch`.
