@@ -1253,6 +1253,109 @@ fn destination_log_start_follows_the_source() {
     );
 }
 
+/// Commits `offset` for group `g` on `t`-0 on the cluster, as an operator does (generation -1,
+/// no member): 0 once a node took it, else -1.
+fn commit_g(c: &Cluster, offset: i64) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    rt().block_on(async {
+        for n in 1..=c.nodes.len() as i32 {
+            let Ok(mut conn) = tidemark_broker::replica::client::KafkaConnection::connect(
+                &c.addr(n),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await
+            else {
+                continue;
+            };
+            // Kafka creates `__consumer_offsets` when a coordinator is first looked for.
+            let find = FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_static_str("g"))
+                .with_key_type(0);
+            if conn.call(3, &find).await.is_err() {
+                continue;
+            }
+            if let Ok(r) = conn.call(8, &req).await {
+                let code = r.topics[0].partitions[0].error_code;
+                if code == 0 {
+                    return 0;
+                }
+            }
+        }
+        -1
+    })
+}
+
+/// The offset group `g` committed for `t`-0 on the cluster, asked of every node (one of them
+/// coordinates it), or -1.
+fn committed_g(c: &Cluster) -> i64 {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partition_indexes(vec![0])]));
+    rt().block_on(async {
+        for n in 1..=c.nodes.len() as i32 {
+            let Ok(mut conn) = tidemark_broker::replica::client::KafkaConnection::connect(
+                &c.addr(n),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await
+            else {
+                continue;
+            };
+            if let Ok(r) = conn.call(7, &req).await {
+                if r.error_code == 0 {
+                    if let Some(p) = r.topics.first().and_then(|t| t.partitions.first()) {
+                        if p.committed_offset >= 0 {
+                            return p.committed_offset;
+                        }
+                    }
+                }
+            }
+        }
+        -1
+    })
+}
+
+/// KIP-1279's group offset sync: group `g` commits offset 2 for `t`-0 on A; B, mirroring `t`,
+/// takes it for its own `g` (untranslated: offsets are identical), and a later commit of 3 on
+/// A too.
+#[test]
+fn group_offsets_follow_the_source() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    for v in 0..4 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0..r3", T, |b| log_of(b, 1).0.len() == 4);
+    a.wait_for("g commits 2 on A", T, |a| commit_g(a, 2) == 0);
+    b.wait_for("B's g at A's offset 2", T, |b| committed_g(b) == 2);
+    a.wait_for("g commits 3 on A", T, |a| commit_g(a, 3) == 0);
+    b.wait_for("B's g at A's offset 3", T, |b| committed_g(b) == 3);
+}
+
 /// KIP-1279's source outage with retries exhausted (S-FAILED's variant): B's partition fails
 /// while A is down, retries twice (`mirror.failed.retry.max.attempts=2`) and then stays FAILED
 /// with RetryAttempt -1 even once A is back; RecoverMirrorTopics makes it retry, and it mirrors

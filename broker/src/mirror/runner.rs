@@ -24,6 +24,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::context::MirrorContext;
+use super::groups::sync_group_offsets;
 use super::rules::{
     epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
 };
@@ -61,7 +62,7 @@ pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
     }
 }
 
-/// How often a mirroring topic takes its source topic's configs.
+/// How often a mirroring topic takes its source topic's configs and group offsets.
 const CONFIG_SYNC_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Topic configs a mirror topic keeps its own (KIP-1279's `mirror.topic.properties.exclude`):
@@ -174,12 +175,16 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             return;
         }
         let state = pm.state;
-        // One task per topic (partition 0's) takes the source topic's configs now and then.
+        // One task per topic (partition 0's) takes the source topic's configs and its groups'
+        // offsets now and then.
         let sync_due = configs_synced.is_none_or(|t| t.elapsed() >= CONFIG_SYNC_INTERVAL);
         if state == MirrorState::Mirroring && p.index == 0 && sync_due {
             configs_synced = Some(tokio::time::Instant::now());
             if let Err(e) = sync_topic_configs(ctx, mirror, topic).await {
                 warn!(topic = %p.topic, "topic config sync from the source failed: {e:#}");
+            }
+            if let Err(e) = sync_group_offsets(ctx, mirror, topic).await {
+                warn!(topic = %p.topic, "group offset sync from the source failed: {e:#}");
             }
         }
         if state != MirrorState::Mirroring {
