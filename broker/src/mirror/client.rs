@@ -47,11 +47,13 @@ pub async fn metadata(
     conn: &mut KafkaConnection,
     topic: Option<&str>,
 ) -> anyhow::Result<MetadataResponse> {
-    let topics =
-        vec![topic.map(|t| MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(t.to_string())))))]
-            .into_iter()
-            .flatten()
-            .collect();
+    let topics = vec![topic.map(|t| {
+        MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
+    })]
+    .into_iter()
+    .flatten()
+    .collect();
     let req = MetadataRequest::default()
         .with_topics(Some(topics))
         .with_allow_auto_topic_creation(false);

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
@@ -18,6 +17,7 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use tracing::{info, warn};
 
 use super::client::{connect_any, metadata, RPC_TIMEOUT};
@@ -60,7 +60,9 @@ pub async fn sync_group_offsets(
             }
             // Active here: its own members' progress wins (KIP-1279).
             code if code == ResponseError::IllegalGeneration.code() => {}
-            code => warn!(group, topic = %topic.name, "group offset sync refused with error {code}"),
+            code => {
+                warn!(group, topic = %topic.name, "group offset sync refused with error {code}")
+            }
         }
     }
     Ok(synced)

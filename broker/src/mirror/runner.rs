@@ -23,12 +23,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use super::client::{call, connect_any, metadata};
 use super::context::MirrorContext;
 use super::groups::sync_group_offsets;
 use super::rules::{
     epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
 };
-use super::client::{call, connect_any, metadata};
 use super::store::write_lmle;
 use super::wire::{LmleLookup, MirrorRequest};
 use crate::controller::ControllerCommand;
@@ -156,9 +156,21 @@ async fn run(ctx: Arc<MirrorContext>, p: Arc<Partition>, cancel: CancellationTok
     info!(topic = %p.topic, partition = p.index, "mirror task ended");
 }
 
+/// The group offset sync in flight, aborted when the mirror task ends.
+struct GroupSync(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for GroupSync {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
+
 async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &CancellationToken) {
     let mut source: Option<SourceLeader> = None;
     let mut configs_synced: Option<tokio::time::Instant> = None;
+    let mut group_sync = GroupSync(None);
     loop {
         let image = ctx.metadata();
         let Some(topic) = image.topics.get(&p.topic) else {
@@ -183,8 +195,15 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             if let Err(e) = sync_topic_configs(ctx, mirror, topic).await {
                 warn!(topic = %p.topic, "topic config sync from the source failed: {e:#}");
             }
-            if let Err(e) = sync_group_offsets(ctx, mirror, topic).await {
-                warn!(topic = %p.topic, "group offset sync from the source failed: {e:#}");
+            // Beside the mirroring, one at a time: a group sync talks to every source broker
+            // and coordinator, and the fetches must not wait for that.
+            if group_sync.0.as_ref().is_none_or(|h| h.is_finished()) {
+                let (ctx, mirror, topic) = (ctx.clone(), mirror.clone(), topic.clone());
+                group_sync.0 = Some(tokio::spawn(async move {
+                    if let Err(e) = sync_group_offsets(&ctx, &mirror, &topic).await {
+                        warn!(topic = %topic.name, "group offset sync from the source failed: {e:#}");
+                    }
+                }));
             }
         }
         if state != MirrorState::Mirroring {

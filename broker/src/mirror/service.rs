@@ -14,8 +14,8 @@ use super::context::MirrorContext;
 use super::rules::{lookup_lmle, MirrorState};
 use super::store::read_lmle;
 use super::wire::{
-    decode_body, MirrorApi, MirrorDescription, MirrorRequest, MirrorResponse,
-    PartitionDescription, TopicDescription, TopicResult,
+    decode_body, MirrorApi, MirrorDescription, MirrorRequest, MirrorResponse, PartitionDescription,
+    TopicDescription, TopicResult,
 };
 use crate::controller::ControllerCommand;
 use crate::errors::{self, ApiError};

@@ -99,4 +99,3 @@ impl MirrorTasks {
             .status);
     }
 }
-
