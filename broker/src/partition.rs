@@ -949,23 +949,6 @@ impl Partition {
         })
     }
 
-    /// Drops this replica's latest leader epoch and the records in it: the mirror source answered
-    /// a fetch inside its offset range with OFFSET_OUT_OF_RANGE, so it knows no epoch at or
-    /// below that one (all of its epochs are lower) and none of these records are its. Each
-    /// call removes one epoch, so repeated answers converge where Kafka's `fetchOffsetAndTruncate`
-    /// would keep refetching the same offset forever. Returns the log end before and after.
-    pub fn drop_epoch_unknown_to_source(&self) -> Result<(i64, i64), LogError> {
-        self.with_state(|s| {
-            let leo = s.log.log_end_offset();
-            let Some(latest) = s.log.epochs().latest() else {
-                return Ok((leo, leo));
-            };
-            s.log.truncate_to(latest.start_offset.min(leo))?;
-            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
-            Ok((leo, s.log.log_end_offset()))
-        })
-    }
-
     /// Raises a mirror leader's log start to the source's (retention or DeleteRecords there),
     /// bounded by the local high watermark as a follower's is by its leader's; the followers
     /// then take it from this leader. Returns the new log start when it moved.

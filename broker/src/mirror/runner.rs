@@ -693,9 +693,10 @@ impl BatchSpan {
 
 /// Kafka's `fetchOffsetAndTruncate` toward the source: restart at its log start when we are
 /// below it, cut back to its end when we are beyond it. An answer for an offset inside its
-/// range means the source knows no epoch at or below our last fetched one: that epoch is not
-/// the source's (a leader epoch a mirror wrongly recorded as its own, or records a chained
-/// source took back), so it goes, or every fetch would get the same answer forever.
+/// range means the source knows no epoch at or below our last fetched one, so this log holds an
+/// epoch the source never wrote (a mirror leader's own epoch in its cache, records kept past
+/// an LMLE truncation that did not happen): the same fetch would get the same answer forever,
+/// so the partition fails, naming the epoch, and the operator decides.
 async fn out_of_range(
     p: &Partition,
     src: &mut SourceLeader,
@@ -724,11 +725,10 @@ async fn out_of_range(
         offsets.push(r.offset);
     }
     let (source_end, source_start) = (offsets[0], offsets[1]);
-    let in_range = (source_start..=source_end).contains(&fetch_offset);
-    if in_range && last_epoch >= 0 {
-        let (from, to) = p.drop_epoch_unknown_to_source()?;
-        warn!(topic = %p.topic, partition = p.index, last_epoch, from, to, "the source knows no epoch at or below this log's latest: dropping that epoch");
-        return Ok(());
+    if (source_start..=source_end).contains(&fetch_offset) && last_epoch >= 0 {
+        anyhow::bail!(
+            "the source knows no leader epoch at or below {last_epoch}, the latest of this log (ending at {fetch_offset}; the source's spans {source_start}..{source_end}): this log holds an epoch the source never wrote"
+        );
     }
     info!(topic = %p.topic, partition = p.index, source_start, source_end, "out of the source's range: realigning");
     p.truncate_out_of_range(source_end, source_start)?;
