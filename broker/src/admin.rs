@@ -92,15 +92,15 @@ pub async fn mirror(
     req: MirrorRequest,
 ) -> anyhow::Result<(serde_json::Value, bool)> {
     let mut conn = KafkaConnection::connect(bootstrap, TIMEOUT, "tidemark-admin").await?;
-    let mut resp = crate::mirror::service::call(&mut conn, api_key_base, &req).await?;
+    let mut resp = crate::mirror::client::call(&mut conn, api_key_base, &req).await?;
     if matches!(req, MirrorRequest::Describe { .. }) && resp.error_code == 0 {
-        let md = crate::mirror::service::metadata(&mut conn, None).await?;
+        let md = crate::mirror::client::metadata(&mut conn, None).await?;
         for b in &md.brokers {
             let addr = format!("{}:{}", b.host.as_str(), b.port);
             let Ok(mut c) = KafkaConnection::connect(&addr, TIMEOUT, "tidemark-admin").await else {
                 continue;
             };
-            let Ok(other) = crate::mirror::service::call(&mut c, api_key_base, &req).await else {
+            let Ok(other) = crate::mirror::client::call(&mut c, api_key_base, &req).await else {
                 continue;
             };
             merge_leader_views(&mut resp, &other);

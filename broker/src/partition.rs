@@ -998,6 +998,18 @@ impl Partition {
         })
     }
 
+    /// Raises a mirror leader's log start to the source's (retention or DeleteRecords there),
+    /// bounded by the local high watermark as a follower's is by its leader's; the followers
+    /// then take it from this leader. Returns the new log start when it moved.
+    pub fn follow_source_log_start(&self, source_start: i64) -> Result<Option<i64>, LogError> {
+        self.with_state(|s| {
+            let target = source_start.min(s.high_watermark);
+            Ok(s.log
+                .increment_log_start_offset(target)?
+                .then(|| s.log.log_start_offset()))
+        })
+    }
+
     /// Where a mirror leader fetches from the source: its log end, its latest epoch (the last
     /// fetched one), and its own leader epoch (which a mirrored batch must not exceed).
     pub fn mirror_fetch_position(&self) -> (i64, i32, i32) {

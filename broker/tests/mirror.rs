@@ -394,8 +394,20 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
     same_logs("S-LMLE-3", &a, &b)?;
 
     // B's own leadership changes while it mirrors: its epoch cache must not record B's epoch
-    // (M11). A fetch since the restart reports the source's offset.
+    // (M11). Paused, B fetches nothing before its cache is read, so the check sees the cache
+    // itself, not what a fetch makes of it; a failover now would store a local epoch as the
+    // LMLE.
+    pause_or_resume(&b, "a-to-b", true);
+    wait_state(&b, "B paused", MirrorState::Paused);
     restart_leader(&mut b);
+    let (cache_a, cache_b) = (log_of(&a, 1).1, log_of(&b, 1).1);
+    if cache_a != cache_b {
+        return Err(format!(
+            "M11: B's epoch cache after its restart {cache_b:?}, A's {cache_a:?}"
+        ));
+    }
+    pause_or_resume(&b, "a-to-b", false);
+    // A fetch since the restart reports the source's offset.
     poll(&b, "M11: B mirrors again after its restart", |b| {
         describe_t(b).is_some_and(|d| d.source_offset >= 0 && d.lag == 0)
     })?;
@@ -423,6 +435,30 @@ fn s_lmle_catches_local_epoch_in_mirror_cache() {
     let err = s_lmle(Some("local-epoch-in-mirror-cache")).expect_err("the bug must break M11");
     eprintln!("{err}");
     assert!(err.contains("M11"), "{err}");
+}
+
+/// With `local-epoch-in-mirror-cache` and proactive bumps, B's first bump puts B's own epoch
+/// in B's cache; A knows no epoch that high, so it answers the next fetch with
+/// OFFSET_OUT_OF_RANGE for an offset inside its range. B used to refetch that offset forever,
+/// still MIRRORING; now the partition fails, naming the epoch A does not know.
+#[test]
+fn an_epoch_the_source_does_not_know_fails_the_partition_not_refetched_forever() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", Some("local-epoch-in-mirror-cache"));
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    b.wait_for("B's proactive bump", T, |b| leader_epoch(b, 1) >= 10);
+    b.wait_for("B's partition FAILED", T, |b| {
+        describe_t(b).is_some_and(|d| {
+            d.state == MirrorState::Failed
+                && d.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("the source knows no leader epoch"))
+        })
+    });
 }
 
 /// Which node leads `t`-0, as node 3 of A (never a replica of `t`, never stopped) sees it.
@@ -1095,6 +1131,223 @@ fn source_log_start_past_the_mirror_keeps_offsets_identical() {
         describe_t(&b).map(|d| d.state),
         Some(MirrorState::Mirroring)
     );
+}
+
+/// Deletes topic `t` on the cluster of `addr`.
+fn delete_topic_t(addr: &str) {
+    use kafka_protocol::messages::DeleteTopicsRequest;
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![kafka_protocol::messages::TopicName(
+            kafka_protocol::protocol::StrBytes::from_static_str("t"),
+        )])
+        .with_timeout_ms(15_000);
+    let resp = rt()
+        .block_on(async {
+            let mut c = tidemark_broker::replica::client::KafkaConnection::connect(
+                addr,
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            c.call(4, &req).await
+        })
+        .unwrap();
+    assert_eq!(resp.responses[0].error_code, 0);
+}
+
+/// KIP-1279 mirrors a topic by its id: a source topic deleted and re-created under the same
+/// name is another topic. B, paused while A re-creates `t` and writes r9 into it, must not
+/// truncate its r0..r2 to the new topic's log or copy r9: its partition goes FAILED for good,
+/// naming both ids.
+#[test]
+fn a_recreated_source_topic_is_not_mirrored_into_the_old_one() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    for v in 0..3 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0..r2", T, |b| log_of(b, 1).0.len() == 3);
+    pause_or_resume(&b, "a-to-b", true);
+    wait_state(&b, "B paused", MirrorState::Paused);
+    let before = log_of(&b, 1).0;
+    delete_topic_t(&a.addr(1));
+    a.wait_for("A re-creates t", T, |a| {
+        create_topic(&a.addr(1), "t", 1, 1, &[]) == 0
+    });
+    write(&a, &[9]).unwrap();
+    pause_or_resume(&b, "a-to-b", false);
+    b.wait_for("B's partition FAILED for good", T, |b| {
+        describe_t(b).is_some_and(|d| d.state == MirrorState::Failed && d.retry_attempt == -1)
+    });
+    let d = describe_t(&b).unwrap();
+    assert!(
+        d.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("deleted and re-created")),
+        "{d:?}"
+    );
+    assert_eq!(log_of(&b, 1).0, before, "B's records kept as they were");
+}
+
+/// KIP-1279: the destination's log start follows the source's. DeleteRecords on A moves A's
+/// log start to 3 while B mirrors (in range of B's log); B's leader raises its own log start to
+/// 3 from the fetch answers, and both logs then hold r3..r5 at the same offsets.
+#[test]
+fn destination_log_start_follows_the_source() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    // One batch per segment, so the log start can move to any offset and delete segments.
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("segment.bytes", "14")]),
+        0
+    );
+    for v in 0..6 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0..r5", T, |b| log_of(b, 1).0.len() == 6);
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(15_000)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(kafka_protocol::messages::TopicName(
+                kafka_protocol::protocol::StrBytes::from_static_str("t"),
+            ))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(3)])]);
+    let resp = rt()
+        .block_on(async {
+            let mut c = tidemark_broker::replica::client::KafkaConnection::connect(
+                &a.addr(1),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await?;
+            c.call(2, &req).await
+        })
+        .unwrap();
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    b.wait_for("B's log start follows A's to 3", T, |b| {
+        replica(b, 1)["log_start_offset"] == 3
+    });
+    let offsets: Vec<i64> = log_of(&b, 1).0.iter().map(|r| r.0).collect();
+    assert_eq!(offsets, [3, 4, 5]);
+    same_logs("after DeleteRecords on A", &a, &b).unwrap();
+    assert_eq!(
+        describe_t(&b).map(|d| d.state),
+        Some(MirrorState::Mirroring)
+    );
+}
+
+/// Commits `offset` for group `g` on `t`-0 on the cluster, as an operator does (generation -1,
+/// no member): 0 once a node took it, else -1.
+fn commit_g(c: &Cluster, offset: i64) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    rt().block_on(async {
+        for n in 1..=c.nodes.len() as i32 {
+            let Ok(mut conn) = tidemark_broker::replica::client::KafkaConnection::connect(
+                &c.addr(n),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await
+            else {
+                continue;
+            };
+            // Kafka creates `__consumer_offsets` when a coordinator is first looked for.
+            let find = FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_static_str("g"))
+                .with_key_type(0);
+            if conn.call(3, &find).await.is_err() {
+                continue;
+            }
+            if let Ok(r) = conn.call(8, &req).await {
+                let code = r.topics[0].partitions[0].error_code;
+                if code == 0 {
+                    return 0;
+                }
+            }
+        }
+        -1
+    })
+}
+
+/// The offset group `g` committed for `t`-0 on the cluster, asked of every node (one of them
+/// coordinates it), or -1.
+fn committed_g(c: &Cluster) -> i64 {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partition_indexes(vec![0])]));
+    rt().block_on(async {
+        for n in 1..=c.nodes.len() as i32 {
+            let Ok(mut conn) = tidemark_broker::replica::client::KafkaConnection::connect(
+                &c.addr(n),
+                Duration::from_secs(15),
+                "test",
+            )
+            .await
+            else {
+                continue;
+            };
+            if let Ok(r) = conn.call(7, &req).await {
+                if r.error_code == 0 {
+                    if let Some(p) = r.topics.first().and_then(|t| t.partitions.first()) {
+                        if p.committed_offset >= 0 {
+                            return p.committed_offset;
+                        }
+                    }
+                }
+            }
+        }
+        -1
+    })
+}
+
+/// KIP-1279's group offset sync: group `g` commits offset 2 for `t`-0 on A; B, mirroring `t`,
+/// takes it for its own `g` (untranslated: offsets are identical), and a later commit of 3 on
+/// A too.
+#[test]
+fn group_offsets_follow_the_source() {
+    let a = cluster("A", 1, "", None);
+    let b = cluster("B", 1, "", None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    for v in 0..4 {
+        write(&a, &[v]).unwrap();
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0..r3", T, |b| log_of(b, 1).0.len() == 4);
+    a.wait_for("g commits 2 on A", T, |a| commit_g(a, 2) == 0);
+    b.wait_for("B's g at A's offset 2", T, |b| committed_g(b) == 2);
+    a.wait_for("g commits 3 on A", T, |a| commit_g(a, 3) == 0);
+    b.wait_for("B's g at A's offset 3", T, |b| committed_g(b) == 3);
 }
 
 /// KIP-1279's source outage with retries exhausted (S-FAILED's variant): B's partition fails

@@ -1,6 +1,6 @@
 //! What mirroring needs of its broker, and nothing more: the mirror tasks and the mirror admin
 //! APIs see this context, not the broker, so the broker can own them without a cycle (as the
-//! follower fetchers see `FollowerContext`).
+//! follower fetchers see `FollowerContext`). It imports only `tasks.rs` of `mirror/`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::runner::MirrorTasks;
+use super::tasks::MirrorTasks;
 use crate::config::BrokerConfig;
 use crate::controller::{self, ControllerCommand, ControllerReply, MetadataQuorum};
 use crate::errors::ApiError;

@@ -4,8 +4,12 @@
 //! two logs keep converging. The Last Mirrored Leader Epoch (LMLE) is what makes failback safe:
 //! each leader epoch belongs to one cluster only.
 
+pub mod client;
 pub mod context;
+pub mod groups;
 pub mod rules;
 pub mod runner;
 pub mod service;
+pub mod store;
+pub mod tasks;
 pub mod wire;

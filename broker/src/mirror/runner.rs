@@ -9,7 +9,7 @@
 //! one was.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -21,12 +21,15 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+use uuid::Uuid;
 
+use super::client::{call, connect_any, metadata};
 use super::context::MirrorContext;
+use super::groups::sync_group_offsets;
 use super::rules::{
     epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
 };
-use super::service::{call, connect_any, metadata, write_lmle};
+use super::store::write_lmle;
 use super::wire::{LmleLookup, MirrorRequest};
 use crate::controller::ControllerCommand;
 use crate::errors;
@@ -52,98 +55,14 @@ impl std::fmt::Display for SourceTopicGone {
 
 impl std::error::Error for SourceTopicGone {}
 
-/// What the describe API reports of a partition's mirroring, kept across task restarts.
-#[derive(Clone, Debug)]
-pub struct MirrorStatus {
-    /// The source high watermark at the last fetch, or -1.
-    pub source_high_watermark: i64,
-    /// The LMLE the last preparation used, or -1.
-    pub lmle: i32,
-    /// The epoch an EPOCH_FENCING partition must reach.
-    pub fencing_target: Option<i32>,
-    /// What a PREPARING partition waits for, if anything.
-    pub waiting_for: Option<String>,
-}
-
-impl Default for MirrorStatus {
-    fn default() -> Self {
-        MirrorStatus {
-            source_high_watermark: -1,
-            lmle: -1,
-            fencing_target: None,
-            waiting_for: None,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Entry {
-    running: Option<(u64, CancellationToken)>,
-    status: MirrorStatus,
-}
-
-/// The running mirror tasks of this ctx, by partition.
-#[derive(Default)]
-pub struct MirrorTasks {
-    entries: Mutex<BTreeMap<(String, i32), Entry>>,
-    next_id: Mutex<u64>,
-}
-
-impl MirrorTasks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Stops the partition's task, if any.
-    pub fn stop(&self, p: &Partition) {
-        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
-            if let Some((_, cancel)) = e.running.take() {
-                cancel.cancel();
-            }
-        }
-    }
-
-    fn finished(&self, p: &Partition, id: u64) {
-        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
-            if e.running.as_ref().is_some_and(|(i, _)| *i == id) {
-                e.running = None;
-            }
-        }
-    }
-
-    pub fn status(&self, topic: &str, index: i32) -> Option<MirrorStatus> {
-        self.lock()
-            .get(&(topic.to_string(), index))
-            .map(|e| e.status.clone())
-    }
-
-    fn update(&self, p: &Partition, f: impl FnOnce(&mut MirrorStatus)) {
-        f(&mut self
-            .lock()
-            .entry((p.topic.clone(), p.index))
-            .or_default()
-            .status);
-    }
-}
-
 /// Starts the partition's mirror task unless one runs.
 pub fn ensure(ctx: &Arc<MirrorContext>, p: &Arc<Partition>) {
-    let mut entries = ctx.tasks.lock();
-    let entry = entries.entry((p.topic.clone(), p.index)).or_default();
-    if entry.running.is_some() {
-        return;
+    if let Some((id, cancel)) = ctx.tasks.claim(p) {
+        tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
     }
-    let id = {
-        let mut n = ctx.tasks.next_id.lock().unwrap_or_else(|x| x.into_inner());
-        *n += 1;
-        *n
-    };
-    let cancel = CancellationToken::new();
-    entry.running = Some((id, cancel.clone()));
-    tokio::spawn(run(ctx.clone(), p.clone(), cancel, id));
 }
 
-/// How often a mirroring topic takes its source topic's configs.
+/// How often a mirroring topic takes its source topic's configs and group offsets.
 const CONFIG_SYNC_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Topic configs a mirror topic keeps its own (KIP-1279's `mirror.topic.properties.exclude`):
@@ -237,9 +156,21 @@ async fn run(ctx: Arc<MirrorContext>, p: Arc<Partition>, cancel: CancellationTok
     info!(topic = %p.topic, partition = p.index, "mirror task ended");
 }
 
+/// The group offset sync in flight, aborted when the mirror task ends.
+struct GroupSync(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for GroupSync {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
+
 async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &CancellationToken) {
     let mut source: Option<SourceLeader> = None;
     let mut configs_synced: Option<tokio::time::Instant> = None;
+    let mut group_sync = GroupSync(None);
     loop {
         let image = ctx.metadata();
         let Some(topic) = image.topics.get(&p.topic) else {
@@ -256,12 +187,23 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             return;
         }
         let state = pm.state;
-        // One task per topic (partition 0's) takes the source topic's configs now and then.
+        // One task per topic (partition 0's) takes the source topic's configs and its groups'
+        // offsets now and then.
         let sync_due = configs_synced.is_none_or(|t| t.elapsed() >= CONFIG_SYNC_INTERVAL);
         if state == MirrorState::Mirroring && p.index == 0 && sync_due {
             configs_synced = Some(tokio::time::Instant::now());
             if let Err(e) = sync_topic_configs(ctx, mirror, topic).await {
                 warn!(topic = %p.topic, "topic config sync from the source failed: {e:#}");
+            }
+            // Beside the mirroring, one at a time: a group sync talks to every source broker
+            // and coordinator, and the fetches must not wait for that.
+            if group_sync.0.as_ref().is_none_or(|h| h.is_finished()) {
+                let (ctx, mirror, topic) = (ctx.clone(), mirror.clone(), topic.clone());
+                group_sync.0 = Some(tokio::spawn(async move {
+                    if let Err(e) = sync_group_offsets(&ctx, &mirror, &topic).await {
+                        warn!(topic = %topic.name, "group offset sync from the source failed: {e:#}");
+                    }
+                }));
             }
         }
         if state != MirrorState::Mirroring {
@@ -272,7 +214,7 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             MirrorState::Preparing => prepare(ctx, p, topic, mirror, cancel)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
-            MirrorState::Mirroring => mirror_round(ctx, p, mirror, &mut source).await,
+            MirrorState::Mirroring => mirror_round(ctx, p, mirror, topic.id, &mut source).await,
             MirrorState::EpochFencing => fence_epoch(ctx, p)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
@@ -502,10 +444,12 @@ fn note_wait(
     }
 }
 
-/// Finds and connects to the source partition's leader through the mirror's bootstrap.
+/// Finds and connects to the source partition's leader through the mirror's bootstrap, if the
+/// source topic still has this mirror topic's id.
 async fn resolve_source(
     mirror: &MirrorRegistration,
     p: &Partition,
+    topic_id: Uuid,
 ) -> anyhow::Result<SourceLeader> {
     let mut conn = connect_any(&mirror.source_bootstrap, "tidemark-mirror").await?;
     let md = metadata(&mut conn, Some(&p.topic)).await?;
@@ -528,6 +472,7 @@ async fn resolve_source(
                 anyhow::anyhow!(what)
             }
         })?;
+    same_source_topic(mirror, p, topic_id, topic.map(|t| t.topic_id))?;
     let leader = part.leader_id.0;
     let b = md
         .brokers
@@ -549,10 +494,11 @@ async fn mirror_round(
     ctx: &MirrorContext,
     p: &Partition,
     mirror: &MirrorRegistration,
+    topic_id: Uuid,
     source: &mut Option<SourceLeader>,
 ) -> anyhow::Result<Option<MirrorState>> {
     if source.is_none() {
-        *source = Some(resolve_source(mirror, p).await?);
+        *source = Some(resolve_source(mirror, p, topic_id).await?);
     }
     let src = source.as_mut().expect("just set");
     let (fetch_offset, last_epoch, local_epoch) = p.mirror_fetch_position();
@@ -584,7 +530,9 @@ async fn mirror_round(
     match pd.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
-            out_of_range(p, src).await?;
+            // The fetch named the topic, not its id: never cut this log for another topic.
+            check_source_topic(mirror, p, topic_id, src).await?;
+            out_of_range(p, src, fetch_offset, last_epoch).await?;
             return Ok(None);
         }
         errors::FENCED_LEADER_EPOCH
@@ -598,7 +546,7 @@ async fn mirror_round(
         }
         errors::UNKNOWN_TOPIC_OR_PARTITION | errors::UNKNOWN_TOPIC_ID => {
             // Deleted, or a restarted leader not hosting it yet: the source's metadata decides.
-            *source = Some(resolve_source(mirror, p).await?);
+            *source = Some(resolve_source(mirror, p, topic_id).await?);
             return Ok(None);
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),
@@ -606,6 +554,7 @@ async fn mirror_round(
     ctx.tasks
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        check_source_topic(mirror, p, topic_id, src).await?;
         let before = p.log_end_offset();
         p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
         ctx.notify_data();
@@ -619,6 +568,7 @@ async fn mirror_round(
     }
     let records = pd.records.clone().unwrap_or_default();
     if records.is_empty() {
+        follow_log_start(p, pd.log_start_offset)?;
         return Ok(None);
     }
     let span = BatchSpan::of(&records)?;
@@ -641,6 +591,7 @@ async fn mirror_round(
     }
     p.append_mirrored(&records, local_epoch)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    follow_log_start(p, pd.log_start_offset)?;
     ctx.notify_data();
     let proactive = proactive_bump_target(
         highest,
@@ -653,6 +604,45 @@ async fn mirror_round(
         bump_epoch(ctx, p, target).await?;
     }
     Ok(None)
+}
+
+/// KIP-1279: the destination's log start follows the source's (retention or DeleteRecords on
+/// the source), as far as the local high watermark.
+fn follow_log_start(p: &Partition, source_start: i64) -> anyhow::Result<()> {
+    if let Some(start) = p.follow_source_log_start(source_start)? {
+        info!(topic = %p.topic, partition = p.index, log_start = start, "log start follows the source's");
+    }
+    Ok(())
+}
+
+/// Refuses a source topic of this name with another id than the mirror topic's: the source
+/// topic was deleted and re-created, and its records are not this topic's.
+fn same_source_topic(
+    mirror: &MirrorRegistration,
+    p: &Partition,
+    topic_id: Uuid,
+    source_id: Option<Uuid>,
+) -> anyhow::Result<()> {
+    match source_id {
+        Some(id) if id != topic_id => Err(anyhow::Error::new(SourceTopicGone(format!(
+            "source {} topic {} is {id}, this mirror topic is {topic_id}: the source topic was deleted and re-created",
+            mirror.source_cluster_id, p.topic
+        )))),
+        _ => Ok(()),
+    }
+}
+
+/// Asks the source (over the fetch connection) which id its topic of this name has now, before
+/// its answer cuts this log.
+async fn check_source_topic(
+    mirror: &MirrorRegistration,
+    p: &Partition,
+    topic_id: Uuid,
+    src: &mut SourceLeader,
+) -> anyhow::Result<()> {
+    let md = metadata(&mut src.conn, Some(&p.topic)).await?;
+    let t = md.topics.first().filter(|t| t.error_code == errors::NONE);
+    same_source_topic(mirror, p, topic_id, t.map(|t| t.topic_id))
 }
 
 /// A consumer fetch (replica id -1) of the partition from the source leader in `leader_epoch`.
@@ -702,8 +692,17 @@ impl BatchSpan {
 }
 
 /// Kafka's `fetchOffsetAndTruncate` toward the source: restart at its log start when we are
-/// below it, cut back to its end when we are beyond it.
-async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<()> {
+/// below it, cut back to its end when we are beyond it. An answer for an offset inside its
+/// range means the source knows no epoch at or below our last fetched one, so this log holds an
+/// epoch the source never wrote (a mirror leader's own epoch in its cache, records kept past
+/// an LMLE truncation that did not happen): the same fetch would get the same answer forever,
+/// so the partition fails, naming the epoch, and the operator decides.
+async fn out_of_range(
+    p: &Partition,
+    src: &mut SourceLeader,
+    fetch_offset: i64,
+    last_epoch: i32,
+) -> anyhow::Result<()> {
     let mut offsets = Vec::new();
     for ts in [-1i64, -2] {
         let req = ListOffsetsRequest::default()
@@ -726,6 +725,11 @@ async fn out_of_range(p: &Partition, src: &mut SourceLeader) -> anyhow::Result<(
         offsets.push(r.offset);
     }
     let (source_end, source_start) = (offsets[0], offsets[1]);
+    if (source_start..=source_end).contains(&fetch_offset) && last_epoch >= 0 {
+        anyhow::bail!(
+            "the source knows no leader epoch at or below {last_epoch}, the latest of this log (ending at {fetch_offset}; the source's spans {source_start}..{source_end}): this log holds an epoch the source never wrote"
+        );
+    }
     info!(topic = %p.topic, partition = p.index, source_start, source_end, "out of the source's range: realigning");
     p.truncate_out_of_range(source_end, source_start)?;
     Ok(())

@@ -1,93 +1,28 @@
-//! The broker side of the mirror admin APIs, the client side used toward another cluster, and
-//! the LMLE store: records in the internal topic `__mirror_state` of the cluster that owns them,
-//! written with acks=all and replicated like any topic, read back whole when another cluster
-//! looks its LMLE up.
+//! The broker side of the mirror admin APIs: create, start, stop, pause, resume, describe (with
+//! the LMLE lookups of another cluster), delete and recover, each a change through the
+//! controller.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    BrokerId, FetchRequest, MetadataRequest, MetadataResponse, ProduceRequest, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use tracing::{info, warn};
+use bytes::Bytes;
+use tracing::info;
 
+use super::client::{call, connect_any, metadata};
 use super::context::MirrorContext;
-use super::rules::{lookup_lmle, LmleRecord, MirrorState};
+use super::rules::{lookup_lmle, MirrorState};
+use super::store::read_lmle;
 use super::wire::{
-    decode_body, encode_body, MirrorApi, MirrorDescription, MirrorRequest, MirrorResponse,
-    PartitionDescription, TopicDescription, TopicResult,
+    decode_body, MirrorApi, MirrorDescription, MirrorRequest, MirrorResponse, PartitionDescription,
+    TopicDescription, TopicResult,
 };
 use crate::controller::ControllerCommand;
 use crate::errors::{self, ApiError};
 use crate::metadata::{MetadataImage, MirrorRegistration};
-use crate::replica::client::KafkaConnection;
 
-/// The internal topic holding LMLE records.
-pub const LMLE_TOPIC: &str = "__mirror_state";
-
-const RPC_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a stopping partition keeps trying to persist its LMLE before it counts as failed.
-const LMLE_WRITE_WAIT: Duration = Duration::from_secs(30);
 /// How long a stop waits for its partitions to become writable before answering.
 const STOP_WAIT: Duration = Duration::from_secs(30);
-
-fn s(v: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(v.into())
-}
-
-/// Connects to the first reachable address of a comma-separated bootstrap list.
-pub async fn connect_any(bootstrap: &str, client_id: &str) -> anyhow::Result<KafkaConnection> {
-    let mut last = None;
-    for addr in bootstrap
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-    {
-        match KafkaConnection::connect(addr, RPC_TIMEOUT, client_id).await {
-            Ok(c) => return Ok(c),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("empty bootstrap list `{bootstrap}`")))
-}
-
-/// Sends one mirror request over `conn` with the mirror APIs at `base`.
-pub async fn call(
-    conn: &mut KafkaConnection,
-    base: i16,
-    req: &MirrorRequest,
-) -> anyhow::Result<MirrorResponse> {
-    let mut body = BytesMut::new();
-    encode_body(req, &mut body)?;
-    let mut resp = conn.call_raw(req.api().key(base), 0, &body).await?;
-    decode_body(&mut resp)
-}
-
-/// Metadata (v12) for one topic, or for none (brokers and cluster id only).
-pub async fn metadata(
-    conn: &mut KafkaConnection,
-    topic: Option<&str>,
-) -> anyhow::Result<MetadataResponse> {
-    let topics =
-        vec![topic.map(|t| MetadataRequestTopic::default().with_name(Some(TopicName(s(t)))))]
-            .into_iter()
-            .flatten()
-            .collect();
-    let req = MetadataRequest::default()
-        .with_topics(Some(topics))
-        .with_allow_auto_topic_creation(false);
-    conn.call(12, &req).await
-}
 
 /// Answers one mirror request frame body (after its header).
 pub async fn handle_frame(
@@ -473,159 +408,4 @@ fn describe(ctx: &MirrorContext, only: Option<&str>) -> Vec<MirrorDescription> {
                 .collect(),
         })
         .collect()
-}
-
-/// The leader of `__mirror_state-0` in this cluster, connected.
-async fn lmle_leader(ctx: &MirrorContext) -> anyhow::Result<Option<KafkaConnection>> {
-    let image = ctx.metadata();
-    let Some(t) = image.topics.get(LMLE_TOPIC) else {
-        return Ok(None);
-    };
-    let leader = t.partitions[0].leader;
-    let ep = image
-        .brokers
-        .get(&leader)
-        .ok_or_else(|| anyhow::anyhow!("{LMLE_TOPIC}-0 has no leader"))?;
-    let addr = format!("{}:{}", ep.host, ep.port);
-    Ok(Some(
-        KafkaConnection::connect(&addr, RPC_TIMEOUT, "tidemark-lmle").await?,
-    ))
-}
-
-/// Persists one LMLE record (acks=all), creating the internal topic on first use. Partitions
-/// stopping together race to create the topic and to reach its leader; each retries until the
-/// write lands or `LMLE_WRITE_WAIT` passes.
-pub async fn write_lmle(ctx: &MirrorContext, record: &LmleRecord) -> anyhow::Result<()> {
-    let value = serde_json::to_vec(record)?;
-    let key = serde_json::to_vec(&record.key)?;
-    let batch = encode_record(&key, &value)?;
-    let deadline = tokio::time::Instant::now() + LMLE_WRITE_WAIT;
-    loop {
-        let attempt = async {
-            if !ctx.metadata().topics.contains_key(LMLE_TOPIC) {
-                let image = ctx.metadata();
-                let live = image.brokers.values().filter(|b| !b.fenced).count();
-                let rf = live.clamp(1, 3) as i16;
-                let create = ControllerCommand::CreateTopic {
-                    name: LMLE_TOPIC.to_string(),
-                    id: uuid::Uuid::new_v4(),
-                    partitions: 1,
-                    replication_factor: rf,
-                    configs: BTreeMap::new(),
-                    validate_only: false,
-                    assignments: Vec::new(),
-                    mirror: None,
-                };
-                match ctx
-                    .submit_and_wait(create, |i| i.topics.contains_key(LMLE_TOPIC))
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if e.code == errors::TOPIC_ALREADY_EXISTS => {}
-                    Err(e) => anyhow::bail!("cannot create {LMLE_TOPIC}: {}", e.message),
-                }
-            }
-            let mut conn = lmle_leader(ctx)
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("{LMLE_TOPIC} is not in this broker's image yet"))?;
-            let req = ProduceRequest::default()
-                .with_acks(-1)
-                .with_timeout_ms(RPC_TIMEOUT.as_millis() as i32)
-                .with_topic_data(vec![TopicProduceData::default()
-                    .with_name(TopicName(s(LMLE_TOPIC)))
-                    .with_partition_data(vec![PartitionProduceData::default()
-                        .with_index(0)
-                        .with_records(Some(batch.clone()))])]);
-            let resp = conn.call(9, &req).await?;
-            let code = resp.responses[0].partition_responses[0].error_code;
-            if code != errors::NONE {
-                anyhow::bail!("produce to {LMLE_TOPIC}-0 failed with error {code}");
-            }
-            Ok(())
-        };
-        match attempt.await {
-            Ok(()) => return Ok(()),
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                warn!("LMLE write pending: {e:#}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-fn encode_record(key: &[u8], value: &[u8]) -> anyhow::Result<Bytes> {
-    let record = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
-        key: Some(Bytes::copy_from_slice(key)),
-        value: Some(Bytes::copy_from_slice(value)),
-        headers: IndexMap::new(),
-    };
-    let mut buf = BytesMut::new();
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, [&record], &opts)?;
-    Ok(buf.freeze())
-}
-
-/// Every committed LMLE record of this cluster, in log order.
-pub async fn read_lmle(ctx: &MirrorContext) -> anyhow::Result<Vec<LmleRecord>> {
-    let Some(mut conn) = lmle_leader(ctx).await? else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    let mut offset = 0i64;
-    loop {
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 24)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(s(LMLE_TOPIC)))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(0)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(1 << 24)])]);
-        let resp = conn.call(11, &req).await?;
-        let pd = &resp.responses[0].partitions[0];
-        if pd.error_code != errors::NONE {
-            anyhow::bail!(
-                "fetch from {LMLE_TOPIC}-0 failed with error {}",
-                pd.error_code
-            );
-        }
-        let bytes = pd.records.clone().unwrap_or_default();
-        if bytes.is_empty() {
-            return Ok(out);
-        }
-        for (at, h) in crate::log::batch::split_batches(&bytes)? {
-            let mut one = bytes.slice(at..at + h.size);
-            let set = RecordBatchDecoder::decode(&mut one)
-                .map_err(|e| anyhow::anyhow!("{LMLE_TOPIC}-0 at offset {offset}: {e}"))?;
-            for r in set.records {
-                if r.offset < offset {
-                    continue;
-                }
-                offset = r.offset + 1;
-                let Some(v) = r.value else { continue };
-                let rec: LmleRecord = serde_json::from_slice(&v).map_err(|e| {
-                    anyhow::anyhow!("{LMLE_TOPIC}-0 offset {}: bad LMLE record: {e}", r.offset)
-                })?;
-                out.push(rec);
-            }
-        }
-    }
 }

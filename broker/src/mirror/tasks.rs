@@ -1,0 +1,101 @@
+//! The running mirror tasks of a broker, one per partition it leads, and what describe reports
+//! of each. Apart from the tasks themselves (`runner.rs`) so the broker's `MirrorContext` can
+//! hold them without the context and the runner importing each other.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::partition::Partition;
+
+/// What the describe API reports of a partition's mirroring, kept across task restarts.
+#[derive(Clone, Debug)]
+pub struct MirrorStatus {
+    /// The source high watermark at the last fetch, or -1.
+    pub source_high_watermark: i64,
+    /// The LMLE the last preparation used, or -1.
+    pub lmle: i32,
+    /// The epoch an EPOCH_FENCING partition must reach.
+    pub fencing_target: Option<i32>,
+    /// What a PREPARING partition waits for, if anything.
+    pub waiting_for: Option<String>,
+}
+
+impl Default for MirrorStatus {
+    fn default() -> Self {
+        MirrorStatus {
+            source_high_watermark: -1,
+            lmle: -1,
+            fencing_target: None,
+            waiting_for: None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Entry {
+    running: Option<(u64, CancellationToken)>,
+    status: MirrorStatus,
+}
+
+/// The running mirror tasks of this broker, by partition.
+#[derive(Default)]
+pub struct MirrorTasks {
+    entries: Mutex<BTreeMap<(String, i32), Entry>>,
+    next_id: Mutex<u64>,
+}
+
+impl MirrorTasks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a new task for the partition unless one runs: its id and cancellation.
+    pub fn claim(&self, p: &Partition) -> Option<(u64, CancellationToken)> {
+        let mut entries = self.lock();
+        let entry = entries.entry((p.topic.clone(), p.index)).or_default();
+        if entry.running.is_some() {
+            return None;
+        }
+        let id = {
+            let mut n = self.next_id.lock().unwrap_or_else(|x| x.into_inner());
+            *n += 1;
+            *n
+        };
+        let cancel = CancellationToken::new();
+        entry.running = Some((id, cancel.clone()));
+        Some((id, cancel))
+    }
+
+    /// Stops the partition's task, if any.
+    pub fn stop(&self, p: &Partition) {
+        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
+            if let Some((_, cancel)) = e.running.take() {
+                cancel.cancel();
+            }
+        }
+    }
+
+    pub fn finished(&self, p: &Partition, id: u64) {
+        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
+            if e.running.as_ref().is_some_and(|(i, _)| *i == id) {
+                e.running = None;
+            }
+        }
+    }
+
+    pub fn status(&self, topic: &str, index: i32) -> Option<MirrorStatus> {
+        self.lock()
+            .get(&(topic.to_string(), index))
+            .map(|e| e.status.clone())
+    }
+
+    pub fn update(&self, p: &Partition, f: impl FnOnce(&mut MirrorStatus)) {
+        f(&mut self
+            .lock()
+            .entry((p.topic.clone(), p.index))
+            .or_default()
+            .status);
+    }
+}
