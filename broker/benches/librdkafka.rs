@@ -88,7 +88,9 @@ impl Client {
             .lines()
             .find_map(|l| l.strip_prefix("librdkafka version "))
             .map(|v| v.split_whitespace().next().unwrap_or(v).to_string())
-            .unwrap_or_else(|| panic!("`rdkafka_performance -h` names no librdkafka version:\n{help}"));
+            .unwrap_or_else(|| {
+                panic!("`rdkafka_performance -h` names no librdkafka version:\n{help}")
+            });
         c
     }
 
@@ -121,7 +123,11 @@ impl Client {
         scratch: &Path,
     ) -> ProduceRun {
         let lat_file = scratch.join("latency.txt");
-        let (acks, count, size) = (acks.to_string(), count.to_string(), RECORD_BYTES.to_string());
+        let (acks, count, size) = (
+            acks.to_string(),
+            count.to_string(),
+            RECORD_BYTES.to_string(),
+        );
         let lat_path = lat_file.display().to_string();
         let rate = rate.map(|r| r.to_string());
         let mut args = vec![
@@ -155,7 +161,17 @@ impl Client {
     fn consume(&self, bootstrap: &str, topic: &str, count: u64) -> f64 {
         let count = count.to_string();
         let out = self.run(&[
-            "-C", "-t", topic, "-p", "0", "-b", bootstrap, "-o", "beginning", "-c", &count,
+            "-C",
+            "-t",
+            topic,
+            "-p",
+            "0",
+            "-b",
+            bootstrap,
+            "-o",
+            "beginning",
+            "-c",
+            &count,
         ]);
         msgs_per_s(summary(&out, "consumed in"))
     }
@@ -256,11 +272,14 @@ impl Subject {
             &[("min.insync.replicas", min_isr.as_str())],
         );
         assert_eq!(code, 0, "creating {name} failed");
-        self.cluster
-            .wait_for(&format!("{name} ISR of {rf}"), Duration::from_secs(30), |c| {
+        self.cluster.wait_for(
+            &format!("{name} ISR of {rf}"),
+            Duration::from_secs(30),
+            |c| {
                 c.partition_state(&name, 0)
                     .is_some_and(|s| s.2.len() == rf as usize)
-            });
+            },
+        );
         name
     }
 
@@ -338,7 +357,14 @@ fn main() {
             let half = (median(&rates) / 2.0) as u64;
             let topic = s.topic(*rf);
             // About three seconds of records.
-            let run = client.produce(&s.bootstrap(), &topic, *acks, half * 3, Some(half), scratch.path());
+            let run = client.produce(
+                &s.bootstrap(),
+                &topic,
+                *acks,
+                half * 3,
+                Some(half),
+                scratch.path(),
+            );
             s.delete(&topic);
             rows[si][ci].half_rate = Some(run);
         }
@@ -357,7 +383,10 @@ fn main() {
         for (ci, (rf, acks)) in CONFIGS.iter().enumerate() {
             let row = &rows[si][ci];
             let rates: Vec<f64> = row.produce.iter().map(|r| r.rate).collect();
-            let rounds: Vec<String> = rates.iter().map(|r| format!("{:.0}k", r / 1000.0)).collect();
+            let rounds: Vec<String> = rates
+                .iter()
+                .map(|r| format!("{:.0}k", r / 1000.0))
+                .collect();
             let mid = row.produce.iter().copied().min_by(|a, b| {
                 (a.rate - median(&rates))
                     .abs()
@@ -383,9 +412,22 @@ fn main() {
     println!();
     for (si, s) in subjects.iter().enumerate() {
         let ratios: Vec<String> = (0..ROUNDS)
-            .map(|r| format!("{:.2}", rows[si][1].produce[r].rate / rows[si][0].produce[r].rate))
+            .map(|r| {
+                format!(
+                    "{:.2}",
+                    rows[si][1].produce[r].rate / rows[si][0].produce[r].rate
+                )
+            })
             .collect();
-        let med = |ci: usize| median(&rows[si][ci].produce.iter().map(|r| r.rate).collect::<Vec<_>>());
+        let med = |ci: usize| {
+            median(
+                &rows[si][ci]
+                    .produce
+                    .iter()
+                    .map(|r| r.rate)
+                    .collect::<Vec<_>>(),
+            )
+        };
         println!(
             "{}: RF 3 acks=all / acks=1 per round {} (median rates {:.2}; issue 19 wants >= 0.8, Kafka publishes 0.54)",
             s.label,
@@ -395,7 +437,15 @@ fn main() {
     }
     if subjects.len() == 2 {
         for (ci, (rf, acks)) in CONFIGS.iter().enumerate() {
-            let med = |si: usize| median(&rows[si][ci].produce.iter().map(|r| r.rate).collect::<Vec<_>>());
+            let med = |si: usize| {
+                median(
+                    &rows[si][ci]
+                        .produce
+                        .iter()
+                        .map(|r| r.rate)
+                        .collect::<Vec<_>>(),
+                )
+            };
             println!(
                 "new / old, RF {rf} acks={}: {:.2}",
                 acks_name(*acks),
@@ -441,7 +491,8 @@ fn failover(s: &mut Subject) -> FailoverSplit {
             while !stop.load(Ordering::Relaxed) {
                 let addr = &addrs[leader as usize - 1].1;
                 value += 1;
-                match common::client::produce(addr, &topic, 0, &[value], -1, Duration::from_secs(2)) {
+                match common::client::produce(addr, &topic, 0, &[value], -1, Duration::from_secs(2))
+                {
                     Ok(_) => acks.lock().unwrap().push((Instant::now(), leader)),
                     Err(_) => {
                         // Metadata from any node that answers.
@@ -450,7 +501,9 @@ fn failover(s: &mut Subject) -> FailoverSplit {
                                 .enable_all()
                                 .build()
                                 .unwrap();
-                            if let Ok(d) = rt.block_on(tidemark_broker::admin::describe(a, Some(&topic))) {
+                            if let Ok(d) =
+                                rt.block_on(tidemark_broker::admin::describe(a, Some(&topic)))
+                            {
                                 if let Some(l) = d["partitions"][0]["leader"].as_i64() {
                                     if l > 0 {
                                         leader = l as i32;
