@@ -572,7 +572,7 @@ impl PartitionLog {
                 {
                     return Ok(ReadResult { records: out });
                 }
-                out.extend_from_slice(&seg.read(pos, h.size)?);
+                seg.read_into(pos, h.size, &mut out)?;
                 pos += h.size as u64;
                 if pos >= seg.size() {
                     break;

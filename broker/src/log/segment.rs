@@ -190,11 +190,22 @@ impl Segment {
     }
 
     pub fn read(&self, pos: u64, len: usize) -> Result<Vec<u8>, LogError> {
-        let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, pos)
-            .map_err(|e| LogError::io(&self.log_path, e))?;
+        let mut buf = Vec::new();
+        self.read_into(pos, len, &mut buf)?;
         Ok(buf)
+    }
+
+    /// Appends `len` bytes from `pos` to `out`, read straight into it: a fetch's response is
+    /// built without an intermediate copy per batch.
+    pub fn read_into(&self, pos: u64, len: usize, out: &mut Vec<u8>) -> Result<(), LogError> {
+        let at = out.len();
+        out.resize(at + len, 0);
+        let read = self.file.read_exact_at(&mut out[at..], pos);
+        if let Err(e) = read {
+            out.truncate(at);
+            return Err(LogError::io(&self.log_path, e));
+        }
+        Ok(())
     }
 
     /// Cuts the segment so that no batch with an offset ≥ `offset` remains. Returns the new

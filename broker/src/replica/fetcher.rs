@@ -48,6 +48,11 @@ pub struct FetchTarget {
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
 const BACKOFF: Duration = Duration::from_millis(100);
+/// How soon to ask again a leader that does not know our epoch yet: the controller elected it,
+/// and it adopts the new metadata within moments of us (a failover waits on this). After
+/// `NEW_EPOCH_RETRIES` such answers in a row the usual backoff applies.
+const NEW_EPOCH_RETRY: Duration = Duration::from_millis(5);
+const NEW_EPOCH_RETRIES: u32 = 20;
 const FETCH_MAX_WAIT_MS: i32 = 250;
 const FETCH_MAX_BYTES: i32 = 8 << 20;
 
@@ -55,6 +60,8 @@ enum Step {
     Continue,
     /// The leader fenced us or the epoch moved on: wait for new metadata.
     Stop,
+    /// The leader has not adopted our epoch yet: ask again shortly on the same connection.
+    Retry,
     Reconnect,
 }
 
@@ -82,14 +89,26 @@ pub async fn run(
                 continue;
             }
         };
+        let mut retries = 0;
         loop {
             let step = tokio::select! {
                 _ = cancel.cancelled() => return,
                 s = one_round(&ctx, &partition, &target, &mut conn) => s,
             };
             match step {
-                Ok(Step::Continue) => {}
+                Ok(Step::Continue) => retries = 0,
                 Ok(Step::Stop) => return,
+                Ok(Step::Retry) => {
+                    retries += 1;
+                    let wait = if retries > NEW_EPOCH_RETRIES {
+                        BACKOFF
+                    } else {
+                        NEW_EPOCH_RETRY
+                    };
+                    if sleep_or_cancel(&cancel, wait).await {
+                        return;
+                    }
+                }
                 Ok(Step::Reconnect) | Err(_) => {
                     if let Err(e) = step {
                         debug!(topic = ?partition.topic, partition = partition.index, "fetch from {} failed: {e}", target.leader);
@@ -156,6 +175,9 @@ async fn one_round(
             }
             return out_of_range(ctx, p, target, conn).await;
         }
+        Some(ResponseError::UnknownLeaderEpoch | ResponseError::NotLeaderOrFollower) => {
+            return Ok(Step::Retry)
+        }
         Some(code) => {
             debug!(topic = ?p.topic, partition = p.index, "fetch error {code}");
             return Ok(Step::Reconnect);
@@ -205,6 +227,9 @@ async fn reconcile(
     match ResponseError::try_from_code(e.error_code) {
         None => {}
         Some(ResponseError::FencedLeaderEpoch) => return Ok(Step::Stop),
+        Some(ResponseError::UnknownLeaderEpoch | ResponseError::NotLeaderOrFollower) => {
+            return Ok(Step::Retry)
+        }
         Some(_) => return Ok(Step::Reconnect),
     }
     let complete = p.truncate_by_epoch(e.leader_epoch, e.end_offset)?;
