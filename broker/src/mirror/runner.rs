@@ -24,7 +24,8 @@ use tracing::{info, warn};
 
 use super::context::MirrorContext;
 use super::rules::{
-    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
+    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorRules, MirrorState,
+    TruncationWait,
 };
 use super::service::{call, connect_any, metadata, write_lmle};
 use super::wire::{LmleLookup, MirrorRequest};
