@@ -17,7 +17,7 @@ pub trait MirrorRules: Sized {
     /// KIP-1279's valid transitions; staying in a state is always allowed.
     fn may_become(self, next: MirrorState) -> bool;
     /// Clients may produce only to a stopped partition (M2).
-    fn is_read_only(self) -> bool;
+    fn is_read_only(&self) -> bool;
     /// Where a FAILED partition's retry goes.
     fn retry_from(failed_in: Option<MirrorState>) -> MirrorState;
 }
@@ -49,8 +49,8 @@ impl MirrorRules for MirrorState {
     }
 
     /// Clients may produce only to a stopped partition (M2).
-    fn is_read_only(self) -> bool {
-        self != MirrorState::Stopped
+    fn is_read_only(&self) -> bool {
+        *self != MirrorState::Stopped
     }
 
     /// Where a FAILED partition's retry goes (KIP-1279: back to the state it failed in):
