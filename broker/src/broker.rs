@@ -21,14 +21,14 @@ use crate::controller::{
 use crate::errors;
 pub use crate::errors::ApiError;
 use crate::faults::{Bug, Faults};
+use crate::group::context::GroupContext;
+use crate::group::GroupCoordinator;
 use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
     TopicRegistration,
 };
 use crate::mirror::context::{HostedPartitions, MirrorContext};
 use crate::mirror::runner;
-use crate::group::context::GroupContext;
-use crate::group::GroupCoordinator;
 use crate::partition::{Checkpointed, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
@@ -643,7 +643,8 @@ impl Broker {
                 format!("{topic}-{index} is not hosted here"),
             ));
         };
-        let appended = produce::append(p, records, acks, self.faults.has(Bug::AckBeforeReplication));
+        let appended =
+            produce::append(p, records, acks, self.faults.has(Bug::AckBeforeReplication));
         // Only an append that happened moves the log end.
         if !matches!(&appended, Err(r) if r.error != errors::NONE) {
             self.notify_data();

@@ -28,7 +28,7 @@ use crate::db::{
     ReplicaDump,
 };
 use crate::kafka::{error_name, Connection};
-use crate::mirror::{self as mirror_api, PartitionDescription, MirrorRequest};
+use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
 use crate::prerequisites::Requirement;
 use crate::probe;
 use crate::remote::{self, command_line, escape};

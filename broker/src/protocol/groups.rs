@@ -326,9 +326,7 @@ async fn sync_group(
     };
     if let Some((generation, entry)) = store {
         let result = match broker.groups.append(at, &[entry]) {
-            Ok(pending) => GroupCoordinator::acknowledged(pending)
-                .await
-                .map(|_| ()),
+            Ok(pending) => GroupCoordinator::acknowledged(pending).await.map(|_| ()),
             Err(code) => Err(code),
         };
         if let Err(code) = result {
