@@ -14,59 +14,22 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
-use std::io::{BufReader, BufWriter, Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use support::{PER_BATCH, RECORD};
 use tidemark_broker::mirror::rules::MirrorState;
 use tidemark_broker::mirror::wire::{MirrorRequest, MirrorResponse};
 
-const RECORD: usize = 1024;
-const PER_BATCH: usize = 32;
-const IN_FLIGHT: usize = 16;
 const TOTAL_BYTES: usize = 64 << 20;
 
-fn produce_frame(acks: i16) -> Vec<u8> {
-    let value = vec![b'x'; RECORD];
-    let values: Vec<&[u8]> = (0..PER_BATCH).map(|_| value.as_slice()).collect();
-    let batch = tidemark_broker::log::testing::batch(&values);
-    let req = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("bench")))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch.into()))])]);
-    common::frame(ApiKey::Produce, 9, 1, &req)
-}
-
-/// Sends `n` produce frames with `IN_FLIGHT` outstanding and returns the elapsed time.
+/// Sends `n` acks=all produce requests to `bench`-0 and returns the elapsed time.
 fn drive(addr: &str, n: usize) -> Duration {
-    let s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
-    let mut reader = BufReader::new(s.try_clone().unwrap());
-    let mut writer = BufWriter::new(s);
-    let frame = produce_frame(-1);
-    let start = Instant::now();
-    let (mut sent, mut received) = (0, 0);
-    while received < n {
-        while sent < n && sent - received < IN_FLIGHT {
-            writer.write_all(&frame).unwrap();
-            sent += 1;
-        }
-        writer.flush().unwrap();
-        let mut len = [0u8; 4];
-        reader.read_exact(&mut len).unwrap();
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-        reader.read_exact(&mut body).unwrap();
-        received += 1;
-    }
-    start.elapsed()
+    let values = support::record_values();
+    let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let batch = tidemark_broker::log::testing::batch(&values);
+    support::drive(addr, n, support::produce_frame(-1, &batch), |_, _| {})
 }
 
 fn admin(c: &common::Cluster, req: MirrorRequest) -> MirrorResponse {

@@ -15,21 +15,17 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, InitProducerIdRequest, ProduceRequest, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, InitProducerIdRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use support::{IN_FLIGHT, PER_BATCH, RECORD};
 
-const RECORD: usize = 1024;
-const PER_BATCH: usize = 32;
-const IN_FLIGHT: usize = 16;
 const DEFAULT_MIB: usize = 512;
 
 /// A producer's identity: plain, or an idempotent producer id (epoch 0).
@@ -45,64 +41,32 @@ const ATTRIBUTES_AT: usize = 21;
 const BASE_SEQUENCE_AT: usize = 53;
 
 /// A produce frame and where its record batch lies in it (start, length).
-fn produce_frame(corr: i32, acks: i16, producer: Producer) -> (Vec<u8>, usize, usize) {
-    let value = vec![b'x'; RECORD];
-    let values: Vec<&[u8]> = (0..PER_BATCH).map(|_| value.as_slice()).collect();
+fn produce_frame(acks: i16, producer: Producer) -> (Vec<u8>, usize, usize) {
+    let values = support::record_values();
+    let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
     let batch = match producer {
         Producer::Plain => tidemark_broker::log::testing::batch(&values),
         Producer::Idempotent(pid) => {
             tidemark_broker::log::testing::idempotent_batch(&values, pid, 0, 0)
         }
     };
-    let req = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("bench")))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch.clone().into()))])]);
-    let frame = common::frame(ApiKey::Produce, 9, corr, &req);
-    let at = frame
-        .windows(batch.len())
-        .position(|w| w == batch.as_slice())
-        .expect("the frame holds the batch");
-    (frame, at, batch.len())
+    support::produce_frame(acks, &batch)
 }
 
 /// Sends `n` produce frames with `IN_FLIGHT` outstanding and returns the elapsed time. An
 /// idempotent producer's batches carry sequences from `first_seq` on; the next free one is
 /// `first_seq + n * PER_BATCH`.
 fn drive(addr: &str, n: usize, acks: i16, producer: Producer, first_seq: i32) -> Duration {
-    let s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
-    let mut reader = BufReader::new(s.try_clone().unwrap());
-    let mut writer = BufWriter::new(s);
-    let (mut frame, batch_at, batch_len) = produce_frame(1, acks, producer);
-    let start = Instant::now();
-    let mut sent = 0;
-    let mut received = 0;
-    while received < n {
-        while sent < n && sent - received < IN_FLIGHT {
-            let seq = match producer {
-                Producer::Plain => -1,
-                Producer::Idempotent(_) => first_seq + (sent * PER_BATCH) as i32,
-            };
-            let batch = &mut frame[batch_at..batch_at + batch_len];
-            batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&seq.to_be_bytes());
-            let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
-            batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-            writer.write_all(&frame).unwrap();
-            sent += 1;
-        }
-        writer.flush().unwrap();
-        let mut len = [0u8; 4];
-        reader.read_exact(&mut len).unwrap();
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-        reader.read_exact(&mut body).unwrap();
-        received += 1;
-    }
-    start.elapsed()
+    let frame = produce_frame(acks, producer);
+    support::drive(addr, n, frame, |batch, sent| {
+        let seq = match producer {
+            Producer::Plain => -1,
+            Producer::Idempotent(_) => first_seq + (sent * PER_BATCH) as i32,
+        };
+        batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&seq.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    })
 }
 
 /// InitProducerId v4 from `addr`: a fresh producer id.
@@ -178,7 +142,7 @@ fn main() {
             .unwrap_or_else(|_| panic!("TIDEMARK_BENCH_MIB={v:?} is not a number of MiB")),
         Err(_) => DEFAULT_MIB,
     } << 20;
-    let frame_bytes = produce_frame(1, 1, Producer::Plain).0.len();
+    let frame_bytes = produce_frame(1, Producer::Plain).0.len();
     let n = total_bytes / (RECORD * PER_BATCH);
     let payload = (n * PER_BATCH * RECORD) as f64;
     let sink = spawn_sink();

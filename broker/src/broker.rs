@@ -21,15 +21,19 @@ use crate::controller::{
 use crate::errors;
 pub use crate::errors::ApiError;
 use crate::faults::{Bug, Faults};
+use crate::group::context::GroupContext;
+use crate::group::GroupCoordinator;
 use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
     TopicRegistration,
 };
 use crate::mirror::context::{HostedPartitions, MirrorContext};
 use crate::mirror::runner;
-use crate::partition::{AckCheck, Checkpointed, Deviations, Host, Partition, RoleChange};
+use crate::partition::{Checkpointed, Deviations, Host, Partition, RoleChange};
 pub use crate::partition::{FetchResult, FetchSpec};
 use crate::pause::sleep_or_cancel;
+use crate::produce;
+pub use crate::produce::{PendingAck, ProduceResult};
 use crate::producer_ids::ProducerIdAllocator;
 use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
 use crate::tiered::follower::TieredFollower;
@@ -41,25 +45,6 @@ pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
 
 /// Name of the log-start-offset checkpoint in the log dir, as Kafka names it; same format.
 pub const LOG_START_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
-
-/// One partition's answer to a produce.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProduceResult {
-    pub error: i16,
-    pub base_offset: i64,
-    pub log_start_offset: i64,
-    pub message: Option<String>,
-}
-
-/// An acks=all append waiting for the ISR.
-pub struct PendingAck {
-    partition: Arc<Partition>,
-    /// The high watermark that acknowledges the append.
-    required: i64,
-    /// The leader epoch it was appended in; a change means the append may be truncated.
-    epoch: i32,
-    ok: ProduceResult,
-}
 
 /// The broker of one node.
 pub struct Broker {
@@ -76,7 +61,7 @@ pub struct Broker {
     /// Log start offsets from their checkpoint at start, for partitions opened later.
     stored_log_start: BTreeMap<(String, i32), i64>,
     /// Set once the image holds this process's registration; see [`Broker::caught_up`].
-    caught_up: AtomicBool,
+    caught_up: Arc<AtomicBool>,
     /// The last image this broker has acted on (its replicas opened, led, followed, deleted).
     applied: watch::Sender<Arc<MetadataImage>>,
     /// Mirroring as it sees this broker, with the mirror tasks of the partitions it leads.
@@ -84,7 +69,7 @@ pub struct Broker {
     /// Producer ids for InitProducerId, taken from the controller in blocks.
     pub producer_ids: ProducerIdAllocator,
     /// The consumer groups this broker coordinates.
-    pub groups: crate::group::GroupCoordinator,
+    pub groups: Arc<GroupCoordinator>,
     /// The remote store of tiered topics, when `remote.log.storage.dir` is set.
     pub tiered: Option<TieredStore>,
 }
@@ -129,6 +114,13 @@ impl Broker {
             data_generation.clone(),
             partitions.clone(),
         ));
+        let caught_up = Arc::new(AtomicBool::new(false));
+        let groups = Arc::new(GroupCoordinator::new(GroupContext::new(
+            quorum.clone(),
+            partitions.clone(),
+            data_generation.clone(),
+            caught_up.clone(),
+        )));
         Ok(Arc::new(Broker {
             config,
             faults,
@@ -138,11 +130,11 @@ impl Broker {
             data_generation,
             stored_hw,
             stored_log_start,
-            caught_up: AtomicBool::new(false),
+            caught_up,
             applied,
             mirrors,
             producer_ids: ProducerIdAllocator::default(),
-            groups: Default::default(),
+            groups,
             tiered,
         }))
     }
@@ -259,7 +251,7 @@ impl Broker {
                 shutdown.clone(),
             )),
             tokio::spawn(self.clone().maintain_isr(shutdown.clone())),
-            tokio::spawn(crate::group::run(self.clone(), shutdown)),
+            tokio::spawn(crate::group::run(self.groups.clone(), shutdown)),
         ]
     }
 
@@ -676,8 +668,7 @@ impl Broker {
             .map(|t| self.log_config_for(&image, t))
     }
 
-    /// Appends client records to a partition this broker leads. For acks=all the result is the
-    /// pending acknowledgement to pass to [`Broker::await_ack`]; otherwise the final answer.
+    /// Appends client records to a partition this broker leads (see [`produce::append`]).
     /// Appending is synchronous so that requests on one connection append in their order.
     pub fn append_produce(
         &self,
@@ -686,85 +677,19 @@ impl Broker {
         records: &[u8],
         acks: i16,
     ) -> Result<PendingAck, ProduceResult> {
-        let fail = |error: i16, message: String| ProduceResult {
-            error,
-            base_offset: -1,
-            log_start_offset: -1,
-            message: Some(message),
-        };
         let Some(p) = self.partition(topic, index) else {
-            return Err(fail(
+            return Err(ProduceResult::failed(
                 self.not_hosted_error(topic, index),
                 format!("{topic}-{index} is not hosted here"),
             ));
         };
-        let appended = p
-            .append_records_to_leader(records, acks)
-            .map_err(|(code, msg)| fail(code, msg))?;
-        self.notify_data();
-        let ok = ProduceResult {
-            error: errors::NONE,
-            base_offset: appended.info.first_offset,
-            log_start_offset: appended.log_start_offset,
-            message: None,
-        };
-        if acks != -1 || self.faults.has(Bug::AckBeforeReplication) {
-            return Err(ok);
+        let appended =
+            produce::append(p, records, acks, self.faults.has(Bug::AckBeforeReplication));
+        // Only an append that happened moves the log end.
+        if !matches!(&appended, Err(r) if r.error != errors::NONE) {
+            self.notify_data();
         }
-        Ok(PendingAck {
-            partition: p,
-            required: appended.info.last_offset + 1,
-            epoch: appended.leader_epoch,
-            ok,
-        })
-    }
-
-    /// Waits until the ISR has an acks=all append (the high watermark passes it), leadership is
-    /// lost, or `timeout` runs out.
-    pub async fn await_ack(&self, pending: PendingAck, timeout: Duration) -> ProduceResult {
-        let PendingAck {
-            partition: p,
-            required,
-            epoch,
-            ok,
-        } = pending;
-        let fail = |error: i16, message: String| ProduceResult {
-            error,
-            base_offset: -1,
-            log_start_offset: -1,
-            message: Some(message),
-        };
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut rx = p.watch_high_watermark();
-        loop {
-            match p.check_enough_replicas_reach_offset(required, epoch) {
-                AckCheck::Reached => return ok,
-                AckCheck::LeadershipChanged => {
-                    return fail(
-                        errors::NOT_LEADER_OR_FOLLOWER,
-                        "leadership changed while waiting for the ISR".into(),
-                    )
-                }
-                AckCheck::Waiting => {}
-            }
-            // Leadership changes do not move the high watermark, so poll as well as wait.
-            let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(100));
-            if tick.is_zero() {
-                break;
-            }
-            let _ = tokio::time::timeout(tick, rx.changed()).await;
-        }
-        if p.isr_below_min() {
-            fail(
-                errors::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                "ISR shrank below min.insync.replicas".into(),
-            )
-        } else {
-            fail(
-                errors::REQUEST_TIMED_OUT,
-                format!("ISR did not reach offset {required} in time"),
-            )
-        }
+        appended
     }
 
     /// Reads from a partition this broker leads (see [`Partition::fetch`]), asking the

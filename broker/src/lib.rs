@@ -17,6 +17,7 @@ pub mod metadata;
 pub mod mirror;
 pub mod partition;
 pub mod pause;
+pub mod produce;
 pub mod producer_ids;
 pub mod protocol;
 pub mod replica;

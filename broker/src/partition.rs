@@ -21,7 +21,9 @@ use crate::errors;
 use crate::log::producer_state::ProducerError;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
-use crate::mirror::rules::{lmle_truncation_offset, truncation_wait, MirrorState, TruncationWait};
+use crate::mirror::rules::{
+    lmle_truncation_offset, truncation_wait, MirrorRules, MirrorState, TruncationWait,
+};
 use crate::retention::{segments_to_delete, RetentionPolicy};
 use crate::tiered::manager::{below_local_start, BelowLocalStart, TieredAccess, TieredState};
 use crate::tiered::metadata::{earliest_pending_upload, epoch_at, TieredOffsets};

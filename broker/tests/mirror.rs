@@ -510,32 +510,58 @@ fn s_ule(flag: bool, bug: Option<&str>) -> Result<(Records, Records), String> {
     Ok((log_of(&a, 2).0, log_of(&b, 1).0))
 }
 
+/// Topic `t` on A's nodes 1 and 2 with `configs`; once both are in the ISR, r0 is written and B
+/// mirrors it from A (mirror `a-to-b`).
+fn t_mirrored_by_b(a: &Cluster, b: &Cluster, configs: &[(&str, &str)]) -> Result<(), String> {
+    assert_eq!(
+        create_topic_assigned(&a.addr(1), "t", 1, -1, &[&[1, 2]], configs),
+        0
+    );
+    poll(a, "ISR [1, 2]", |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2 == vec![1, 2])
+    })?;
+    write(a, &[0])?;
+    create_mirror(b, "a-to-b", a)?;
+    start(b, "a-to-b")?;
+    poll(b, "B mirrors r0", |b| {
+        describe_t(b).is_some_and(|d| d.destination_offset == 1)
+    })
+}
+
+/// An unclean election of `t`-0 in A: its leader `dead` is killed, `stale` (out of the ISR)
+/// comes back, and once `t` is leaderless node 3 (never a replica) elects uncleanly until
+/// `stale` leads.
+fn unclean_election_in_a(a: &mut Cluster, dead: i32, stale: i32) -> Result<(), String> {
+    a.node(dead).kill9();
+    a.node(stale).restart();
+    poll(a, "t leaderless", |a| a_leader(a) == -1)?;
+    poll(a, &format!("an unclean election of replica {stale}"), |a| {
+        rt().block_on(tidemark_broker::admin::elect_leaders(
+            &a.addr(3),
+            "t",
+            0,
+            true,
+        ))
+        .is_ok_and(|(_, ok)| ok)
+    })?;
+    poll(a, &format!("replica {stale} leads"), |a| {
+        a_leader(a) == stale && replica(a, stale)["role"] == "leader"
+    })
+}
+
 /// The common start of the S-ULE scenarios, up to A starting to fail back from B (replica 2 of
 /// A is down, holding r1..r3 in the epoch B took at its failover).
 fn ule_setup(flag: bool, bug: Option<&str>) -> Result<(Cluster, Cluster), String> {
     let mut a = cluster("A", 5, SEED_EPOCHS, bug);
     let b = cluster("B", 1, SEED_EPOCHS, None);
     let flag_value = if flag { "true" } else { "false" };
-    assert_eq!(
-        create_topic_assigned(
-            &a.addr(1),
-            "t",
-            1,
-            -1,
-            &[&[1, 2]],
-            &[("mirror.support.unclean.leader.election", flag_value)]
-        ),
-        0
-    );
-    poll(&a, "ISR [1, 2]", |a| {
-        a.partition_state_at(3, "t", 0)
-            .is_some_and(|s| s.2 == vec![1, 2])
-    })?;
-    write(&a, &[0])?;
     // B mirrors r0, then pauses: it sees nothing of what A does next.
-    create_mirror(&b, "a-to-b", &a)?;
-    start(&b, "a-to-b")?;
-    poll(&b, "B mirrors r0", |b| log_of(b, 1).0.len() == 1)?;
+    t_mirrored_by_b(
+        &a,
+        &b,
+        &[("mirror.support.unclean.leader.election", flag_value)],
+    )?;
     let pause = admin(
         &b,
         MirrorRequest::Pause {
@@ -552,21 +578,7 @@ fn ule_setup(flag: bool, bug: Option<&str>) -> Result<(Cluster, Cluster), String
         write(&a, &[v])?;
     }
     // Replica 2 dies; replica 1 comes back stale and is elected uncleanly; it writes r4.
-    a.node(2).kill9();
-    poll(&a, "t leaderless", |a| a_leader(a) == -1)?;
-    a.node(1).restart();
-    poll(&a, "an unclean election of replica 1", |a| {
-        rt().block_on(tidemark_broker::admin::elect_leaders(
-            &a.addr(3),
-            "t",
-            0,
-            true,
-        ))
-        .is_ok_and(|(_, ok)| ok)
-    })?;
-    poll(&a, "replica 1 leads", |a| {
-        a_leader(a) == 1 && replica(a, 1)["role"] == "leader"
-    })?;
+    unclean_election_in_a(&mut a, 2, 1)?;
     write(&a, &[4])?;
     // Failover to B: LMLE 0, B's epoch bumped to 1, the epoch replica 2 wrote r1..r3 in.
     stop(&b, "a-to-b")?;
@@ -780,21 +792,7 @@ fn s_ule_3_4(enable_flag: bool) -> Result<(Records, Records, i64), String> {
         log_of(b, 1).0.iter().any(|r| r.1 == 200)
     })?;
     if !enable_flag {
-        a.node(1).kill9();
-        a.node(2).restart();
-        poll(&a, "t leaderless", |a| a_leader(a) == -1)?;
-        poll(&a, "an unclean election of replica 2", |a| {
-            rt().block_on(tidemark_broker::admin::elect_leaders(
-                &a.addr(3),
-                "t",
-                0,
-                true,
-            ))
-            .is_ok_and(|(_, ok)| ok)
-        })?;
-        poll(&a, "replica 2 leads", |a| {
-            a_leader(a) == 2 && replica(a, 2)["role"] == "leader"
-        })?;
+        unclean_election_in_a(&mut a, 1, 2)?;
         poll(&b, "B mirrors A's new leader", |b| {
             describe_t(b).is_some_and(|d| d.source_offset >= 0 && d.lag == 0)
         })?;
@@ -878,20 +876,7 @@ fn ule_while_mirroring_catches_isr_only_lmle_truncation() {
 fn ule_while_mirroring(bug: Option<&str>) {
     let mut a = cluster("A", 5, "", None);
     let mut b = cluster("B", 3, "", bug);
-    assert_eq!(
-        create_topic_assigned(&a.addr(1), "t", 1, -1, &[&[1, 2]], &[]),
-        0
-    );
-    a.wait_for("ISR [1, 2]", T, |a| {
-        a.partition_state_at(3, "t", 0)
-            .is_some_and(|s| s.2 == vec![1, 2])
-    });
-    write(&a, &[0]).unwrap();
-    create_mirror(&b, "a-to-b", &a).unwrap();
-    start(&b, "a-to-b").unwrap();
-    b.wait_for("B mirrors r0", T, |b| {
-        describe_t(b).is_some_and(|d| d.destination_offset == 1)
-    });
+    t_mirrored_by_b(&a, &b, &[]).unwrap();
     set_topic_config(&b, "mirror.support.unclean.leader.election", "true").unwrap();
     // A's replica 2 falls out of the ISR; r1 and r2 reach B but not it.
     a.node(2).kill9();
@@ -917,18 +902,7 @@ fn ule_while_mirroring(bug: Option<&str>) {
             .is_some_and(|s| s.2 == vec![leader as i64])
     });
     // Unclean election in A: replica 2 (only r0) leads and writes r3'.
-    a.node(1).kill9();
-    a.node(2).restart();
-    a.wait_for("t leaderless", T, |a| a_leader(a) == -1);
-    a.wait_for("an unclean election of replica 2", T, |a| {
-        rt().block_on(tidemark_broker::admin::elect_leaders(
-            &a.addr(3),
-            "t",
-            0,
-            true,
-        ))
-        .is_ok_and(|(_, ok)| ok)
-    });
+    unclean_election_in_a(&mut a, 1, 2).unwrap();
     write(&a, &[30]).unwrap();
     b.wait_for("B waits in ULE_RECOVERY for its follower", T, |b| {
         describe_t(b).is_some_and(|d| {

@@ -28,7 +28,7 @@ use crate::db::{
     ReplicaDump,
 };
 use crate::kafka::{error_name, Connection};
-use crate::mirror::{self as mirror_api, MirrorPartition, MirrorRequest};
+use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
 use crate::prerequisites::Requirement;
 use crate::probe;
 use crate::remote::{self, command_line, escape};
@@ -673,7 +673,7 @@ impl Mirror for TidemarkBroker {
         &'a self,
         cluster: &'a ClientContext,
         name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, MirrorPartition)>>> {
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, PartitionDescription)>>> {
         Box::pin(async move {
             let r = mirror_api::describe(cluster, name).await?;
             r.check(&format!("describe mirror {name} on {}", cluster.cluster))?;

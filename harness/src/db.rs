@@ -14,7 +14,7 @@ use serde_json::Value;
 pub use tidemark_checkers::ReplicaState;
 
 use crate::client::{ClientContext, NodeAddr};
-use crate::mirror::MirrorPartition;
+use crate::mirror::PartitionDescription;
 use crate::runtime::Node;
 
 /// Installs, configures, starts and stops the database on a node.
@@ -146,7 +146,7 @@ pub trait Mirror: Send + Sync {
         &'a self,
         cluster: &'a ClientContext,
         name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, MirrorPartition)>>>;
+    ) -> BoxFuture<'a, anyhow::Result<Vec<(String, PartitionDescription)>>>;
 
     /// The LMLEs of mirror `name`'s `topic` that `cluster` keeps for `requester`, as
     /// (partition, LMLE).

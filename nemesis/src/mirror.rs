@@ -23,7 +23,7 @@ use tidemark_harness::broker::MIRROR_UNCLEAN_KEY;
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Mirror;
 use tidemark_harness::kafka::Connection;
-use tidemark_harness::mirror::MirrorPartition;
+use tidemark_harness::mirror::{MirrorState, PartitionDescription};
 use tidemark_harness::op::Invocation;
 
 use crate::cluster::block_on;
@@ -310,7 +310,7 @@ impl FaultOp for MoveOp<'_> {
             !ps.is_empty()
                 && ps
                     .iter()
-                    .all(|(_, p)| p.state != "STOPPED" && p.state != "FAILED")
+                    .all(|(_, p)| p.state != MirrorState::Stopped && p.state != MirrorState::Failed)
         });
         if mirroring_already {
             record["already_mirroring"] = json!(true);
@@ -339,7 +339,7 @@ impl FaultOp for MoveOp<'_> {
                 ps.len() >= expected_partitions(&topics, ps)
                     && ps
                         .iter()
-                        .all(|(_, p)| p.state == "MIRRORING" && (!settle || p.lag == 0))
+                        .all(|(_, p)| p.state == MirrorState::Mirroring && (!settle || p.lag == 0))
             });
             if done || Instant::now() >= deadline {
                 break (now, done);
@@ -378,7 +378,7 @@ fn set_lmles(partitions: &mut Value, topic: &str, kept: &[(i32, i32)]) {
 
 /// At least one partition per topic describe named: describe lists every partition of a topic
 /// it knows, so a topic missing altogether is what to wait for.
-fn expected_partitions(topics: &[String], ps: &[(String, MirrorPartition)]) -> usize {
+fn expected_partitions(topics: &[String], ps: &[(String, PartitionDescription)]) -> usize {
     let seen: std::collections::BTreeSet<&str> = ps.iter().map(|(t, _)| t.as_str()).collect();
     if topics.iter().all(|t| seen.contains(t.as_str())) {
         ps.len()
@@ -387,7 +387,7 @@ fn expected_partitions(topics: &[String], ps: &[(String, MirrorPartition)]) -> u
     }
 }
 
-type Described = anyhow::Result<Vec<(String, MirrorPartition)>>;
+type Described = anyhow::Result<Vec<(String, PartitionDescription)>>;
 
 /// Per partition of `topics` on `cluster`: the LMLE, the destination's log end offset (under
 /// `offset_key`) and the state as `after` shows them, the state `before`, and the leader epoch
@@ -405,7 +405,7 @@ fn partitions(
         before.as_ref().ok().and_then(|ps| {
             ps.iter()
                 .find(|(topic, x)| topic == t && x.partition == p)
-                .map(|(_, x)| x.state.clone())
+                .map(|(_, x)| x.state)
         })
     };
     match after {

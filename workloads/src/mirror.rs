@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tidemark_harness::client::{Client, ClientContext};
 use tidemark_harness::generator::{self, Context, Generator, Next, Rng, Worker};
+use tidemark_harness::mirror::MirrorState;
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome};
 use tidemark_harness::workload::{SetupContext, Workload};
 
@@ -116,7 +117,7 @@ impl Workload for MirrorWorkload {
             loop {
                 let parts = mirror.describe_mirror(b, &ab).await;
                 let mirroring = parts.as_ref().is_ok_and(|ps| {
-                    ps.len() == wanted && ps.iter().all(|(_, p)| p.state == "MIRRORING")
+                    ps.len() == wanted && ps.iter().all(|(_, p)| p.state == MirrorState::Mirroring)
                 });
                 if mirroring {
                     break;

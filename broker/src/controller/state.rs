@@ -15,7 +15,7 @@ use crate::metadata::{
     validate_topic_name, BrokerEndpoint, ClusterDefaults, LeaderRecoveryState, MetadataImage,
     MirrorRegistration, PartitionMirror, PartitionRegistration, TopicMirror, TopicRegistration,
 };
-use crate::mirror::rules::{bumped_epoch, MirrorState};
+use crate::mirror::rules::{bumped_epoch, MirrorRules, MirrorState};
 
 /// Kafka's ElectLeaders election types (KIP-460).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@
 //! change a client must be able to rely on (a commit, an assignment) is appended with acks=all
 //! and acknowledged only once the ISR has it, so it survives the coordinator's failover.
 
+pub mod context;
 pub mod records;
 pub mod state;
 
@@ -18,8 +19,9 @@ use kafka_protocol::ResponseError;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::broker::{Broker, PendingAck};
 use crate::pause::sleep_or_cancel;
+use crate::produce::{self, PendingAck};
+use context::GroupContext;
 use records::{Entry, Loader};
 use state::Group;
 
@@ -66,8 +68,8 @@ struct Shard {
 }
 
 /// The groups this broker coordinates.
-#[derive(Debug, Default)]
 pub struct GroupCoordinator {
+    broker: GroupContext,
     shards: Mutex<BTreeMap<i32, Shard>>,
 }
 
@@ -98,6 +100,13 @@ fn now_ms() -> i64 {
 }
 
 impl GroupCoordinator {
+    pub fn new(broker: GroupContext) -> Self {
+        GroupCoordinator {
+            broker,
+            shards: Mutex::default(),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Shard>> {
         self.shards.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -106,13 +115,14 @@ impl GroupCoordinator {
     /// error Kafka answers (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, or
     /// COORDINATOR_NOT_AVAILABLE before the topic exists). Starts loading a partition that
     /// this broker leads but has not loaded.
-    pub fn place(&self, broker: &Arc<Broker>, group: &str) -> Result<Placement, i16> {
-        let image = broker.metadata();
+    pub fn place(self: &Arc<Self>, group: &str) -> Result<Placement, i16> {
+        let image = self.broker.metadata();
         let Some(topic) = image.topics.get(OFFSETS_TOPIC) else {
             return Err(ResponseError::CoordinatorNotAvailable.code());
         };
         let partition = partition_for(group, topic.partitions.len());
-        let Some(epoch) = broker
+        let Some(epoch) = self
+            .broker
             .partition(OFFSETS_TOPIC, partition)
             .and_then(|p| p.leading_epoch())
         else {
@@ -125,7 +135,7 @@ impl GroupCoordinator {
             }
             Some(s) if s.epoch == epoch => Err(ResponseError::CoordinatorLoadInProgress.code()),
             _ => {
-                start_loading(&mut shards, broker, partition, epoch);
+                self.start_loading(&mut shards, partition, epoch);
                 Err(ResponseError::CoordinatorLoadInProgress.code())
             }
         }
@@ -172,49 +182,43 @@ impl GroupCoordinator {
 
     /// Appends `entries` to the placement's partition if it is still led in the same epoch,
     /// while holding the coordinator's lock, so appends keep the order of the changes.
-    pub fn append(
-        &self,
-        broker: &Broker,
-        at: Placement,
-        entries: &[Entry],
-    ) -> Result<PendingAck, i16> {
+    pub fn append(&self, at: Placement, entries: &[Entry]) -> Result<PendingAck, i16> {
         let shards = self.lock();
-        self.append_locked(&shards, broker, at, entries)
+        self.append_locked(&shards, at, entries)
     }
 
     fn append_locked(
         &self,
         shards: &BTreeMap<i32, Shard>,
-        broker: &Broker,
         at: Placement,
         entries: &[Entry],
     ) -> Result<PendingAck, i16> {
         let current = shards
             .get(&at.partition)
             .is_some_and(|s| s.epoch == at.epoch && s.status == Status::Loaded);
-        let leading = broker
+        let Some(p) = self
+            .broker
             .partition(OFFSETS_TOPIC, at.partition)
-            .and_then(|p| p.leading_epoch());
-        if !current || leading != Some(at.epoch) {
+            .filter(|p| p.leading_epoch() == Some(at.epoch))
+        else {
+            return Err(ResponseError::NotCoordinator.code());
+        };
+        if !current {
             return Err(ResponseError::NotCoordinator.code());
         }
         let batch = records::encode_batch(entries, now_ms()).map_err(|e| {
             warn!("cannot encode a {OFFSETS_TOPIC} batch: {e:#}");
             ResponseError::UnknownServerError.code()
         })?;
-        match broker.append_produce(OFFSETS_TOPIC, at.partition, &batch, -1) {
-            Ok(pending) => Ok(pending),
-            Err(result) if result.error == 0 => {
-                unreachable!("acks=all appends wait for the ISR")
-            }
-            Err(result) => Err(append_error(result.error)),
-        }
+        self.broker
+            .append_all(p, &batch)
+            .map_err(|result| append_error(result.error))
     }
 
     /// Waits for an append to reach the ISR; its base offset, or the error Kafka tells the
     /// client.
-    pub async fn acknowledged(broker: &Broker, pending: PendingAck) -> Result<i64, i16> {
-        let result = broker.await_ack(pending, COMMIT_TIMEOUT).await;
+    pub async fn acknowledged(pending: PendingAck) -> Result<i64, i16> {
+        let result = produce::await_ack(pending, COMMIT_TIMEOUT).await;
         if result.error == 0 {
             Ok(result.base_offset)
         } else {
@@ -224,12 +228,12 @@ impl GroupCoordinator {
 
     /// One pass of the coordinator's duties: drop partitions no longer led here, load those
     /// newly led, run every group's timers and store groups that became Empty.
-    fn tick(&self, broker: &Arc<Broker>) {
+    fn tick(self: &Arc<Self>) {
         let now = Instant::now();
-        let led: BTreeMap<i32, i32> = broker
-            .all_partitions()
+        let led: BTreeMap<i32, i32> = self
+            .broker
+            .partitions_of(OFFSETS_TOPIC)
             .into_iter()
-            .filter(|p| p.topic == OFFSETS_TOPIC)
             .filter_map(|p| Some((p.index, p.leading_epoch()?)))
             .collect();
         let mut shards = self.lock();
@@ -253,7 +257,7 @@ impl GroupCoordinator {
         }
         for (p, epoch) in &led {
             if !shards.contains_key(p) {
-                start_loading(&mut shards, broker, *p, *epoch);
+                self.start_loading(&mut shards, *p, *epoch);
             }
         }
         let mut to_store = Vec::new();
@@ -277,11 +281,10 @@ impl GroupCoordinator {
         for (at, entry) in to_store {
             // An Empty group's record only spares a reload the members that left; if it is
             // lost they expire again after loading.
-            match self.append_locked(&shards, broker, at, &[entry]) {
+            match self.append_locked(&shards, at, &[entry]) {
                 Ok(pending) => {
-                    let broker = broker.clone();
                     tokio::spawn(async move {
-                        if let Err(code) = Self::acknowledged(&broker, pending).await {
+                        if let Err(code) = Self::acknowledged(pending).await {
                             warn!("storing an empty group failed with error {code}");
                         }
                     });
@@ -289,6 +292,54 @@ impl GroupCoordinator {
                 Err(code) => warn!("storing an empty group failed with error {code}"),
             }
         }
+    }
+
+    /// Marks a partition loading and reads it on a task of its own.
+    fn start_loading(
+        self: &Arc<Self>,
+        shards: &mut BTreeMap<i32, Shard>,
+        partition: i32,
+        epoch: i32,
+    ) {
+        if let Some(mut old) = shards.insert(
+            partition,
+            Shard {
+                epoch,
+                status: Status::Loading,
+                groups: BTreeMap::new(),
+            },
+        ) {
+            for g in old.groups.values_mut() {
+                g.unload();
+            }
+        }
+        let coordinator = self.clone();
+        tokio::spawn(async move {
+            let result = coordinator.load(partition, epoch);
+            coordinator.finish_loading(partition, epoch, result);
+        });
+    }
+
+    /// Reads a partition this broker leads from its start to its log end.
+    fn load(&self, partition: i32, epoch: i32) -> anyhow::Result<BTreeMap<String, Group>> {
+        let p = self
+            .broker
+            .partition(OFFSETS_TOPIC, partition)
+            .ok_or_else(|| anyhow::anyhow!("the replica is gone"))?;
+        let mut loader = Loader::default();
+        loop {
+            let (bytes, end, read_epoch) = p
+                .read_to_log_end(loader.next_offset, LOAD_CHUNK)
+                .map_err(|code| anyhow::anyhow!("read failed with error {code}"))?;
+            if read_epoch != epoch {
+                anyhow::bail!("leadership moved to epoch {read_epoch} while loading");
+            }
+            if loader.next_offset >= end || bytes.is_empty() {
+                break;
+            }
+            loader.apply(&bytes)?;
+        }
+        loader.finish(Instant::now())
     }
 
     fn finish_loading(
@@ -327,61 +378,14 @@ impl GroupCoordinator {
     }
 }
 
-/// Marks a partition loading and reads it on a task of its own.
-fn start_loading(
-    shards: &mut BTreeMap<i32, Shard>,
-    broker: &Arc<Broker>,
-    partition: i32,
-    epoch: i32,
-) {
-    if let Some(mut old) = shards.insert(
-        partition,
-        Shard {
-            epoch,
-            status: Status::Loading,
-            groups: BTreeMap::new(),
-        },
-    ) {
-        for g in old.groups.values_mut() {
-            g.unload();
-        }
-    }
-    let broker = broker.clone();
-    tokio::spawn(async move {
-        let result = load(&broker, partition, epoch);
-        broker.groups.finish_loading(partition, epoch, result);
-    });
-}
-
-/// Reads a partition this broker leads from its start to its log end.
-fn load(broker: &Broker, partition: i32, epoch: i32) -> anyhow::Result<BTreeMap<String, Group>> {
-    let p = broker
-        .partition(OFFSETS_TOPIC, partition)
-        .ok_or_else(|| anyhow::anyhow!("the replica is gone"))?;
-    let mut loader = Loader::default();
-    loop {
-        let (bytes, end, read_epoch) = p
-            .read_to_log_end(loader.next_offset, LOAD_CHUNK)
-            .map_err(|code| anyhow::anyhow!("read failed with error {code}"))?;
-        if read_epoch != epoch {
-            anyhow::bail!("leadership moved to epoch {read_epoch} while loading");
-        }
-        if loader.next_offset >= end || bytes.is_empty() {
-            break;
-        }
-        loader.apply(&bytes)?;
-    }
-    loader.finish(Instant::now())
-}
-
 /// The coordinator's background duty, until `shutdown`.
-pub async fn run(broker: Arc<Broker>, shutdown: CancellationToken) {
+pub async fn run(coordinator: Arc<GroupCoordinator>, shutdown: CancellationToken) {
     loop {
         if sleep_or_cancel(&shutdown, TICK).await {
             return;
         }
-        if broker.caught_up() {
-            broker.groups.tick(&broker);
+        if coordinator.broker.caught_up() {
+            coordinator.tick();
         }
     }
 }

@@ -9,42 +9,22 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The state of one partition of a mirror topic (KIP-1279's semantic states).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum MirrorState {
-    /// LMLE lookup, truncation and waiting for the replicas to truncate (LOG_TRUNCATION).
-    Preparing,
-    /// A mirrored batch carries an epoch above the local leader epoch: bump first.
-    EpochFencing,
-    Mirroring,
-    /// The source's unclean election truncated this leader while mirroring, and
-    /// `mirror.support.unclean.leader.election` is on: wait for every replica to follow.
-    UleRecovery,
-    Pausing,
-    Paused,
-    /// Failover in progress: persist the LMLE, bump the epoch.
-    Stopping,
-    /// Writable: the partition no longer mirrors.
-    Stopped,
-    Failed,
+pub use tidemark_mirrorwire::MirrorState;
+
+/// KIP-1279's rules on a partition's mirror state (the state itself is a wire shape: describe
+/// reports it).
+pub trait MirrorRules: Sized {
+    /// KIP-1279's valid transitions; staying in a state is always allowed.
+    fn may_become(self, next: MirrorState) -> bool;
+    /// Clients may produce only to a stopped partition (M2).
+    fn is_read_only(&self) -> bool;
+    /// Where a FAILED partition's retry goes.
+    fn retry_from(failed_in: Option<MirrorState>) -> MirrorState;
 }
 
-impl MirrorState {
-    pub const ALL: [MirrorState; 9] = [
-        MirrorState::Preparing,
-        MirrorState::EpochFencing,
-        MirrorState::Mirroring,
-        MirrorState::UleRecovery,
-        MirrorState::Pausing,
-        MirrorState::Paused,
-        MirrorState::Stopping,
-        MirrorState::Stopped,
-        MirrorState::Failed,
-    ];
-
+impl MirrorRules for MirrorState {
     /// KIP-1279's valid transitions; staying in a state is always allowed.
-    pub fn may_become(self, next: MirrorState) -> bool {
+    fn may_become(self, next: MirrorState) -> bool {
         use MirrorState::*;
         if self == next {
             return true;
@@ -69,33 +49,19 @@ impl MirrorState {
     }
 
     /// Clients may produce only to a stopped partition (M2).
-    pub fn is_read_only(self) -> bool {
-        self != MirrorState::Stopped
+    fn is_read_only(&self) -> bool {
+        *self != MirrorState::Stopped
     }
 
     /// Where a FAILED partition's retry goes (KIP-1279: back to the state it failed in):
     /// a partition that had finished its LMLE truncation resumes mirroring without another; one
     /// that failed waiting for its replicas after a source's unclean election starts over.
-    pub fn retry_from(failed_in: Option<MirrorState>) -> MirrorState {
+    fn retry_from(failed_in: Option<MirrorState>) -> MirrorState {
         use MirrorState::*;
         match failed_in {
             Some(Mirroring | EpochFencing | Pausing | Paused) => Mirroring,
             Some(Stopping) => Stopping,
             _ => Preparing,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            MirrorState::Preparing => "PREPARING",
-            MirrorState::EpochFencing => "EPOCH_FENCING",
-            MirrorState::Mirroring => "MIRRORING",
-            MirrorState::UleRecovery => "ULE_RECOVERY",
-            MirrorState::Pausing => "PAUSING",
-            MirrorState::Paused => "PAUSED",
-            MirrorState::Stopping => "STOPPING",
-            MirrorState::Stopped => "STOPPED",
-            MirrorState::Failed => "FAILED",
         }
     }
 }

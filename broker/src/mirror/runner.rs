@@ -27,7 +27,8 @@ use super::client::{call, connect_any, metadata};
 use super::context::MirrorContext;
 use super::groups::sync_group_offsets;
 use super::rules::{
-    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorState, TruncationWait,
+    epoch_fencing_target, proactive_bump_target, LmleKey, LmleRecord, MirrorRules, MirrorState,
+    TruncationWait,
 };
 use super::store::write_lmle;
 use super::wire::{LmleLookup, MirrorRequest};

@@ -241,7 +241,7 @@ async fn join_group(
     } else {
         session_timeout
     };
-    let at = match broker.groups.place(broker, &group_id) {
+    let at = match broker.groups.place(&group_id) {
         Ok(at) => at,
         Err(code) => return join_error(code, &member_id, version),
     };
@@ -293,7 +293,7 @@ async fn sync_group(
     let group_id = req.group_id.0.to_string();
     let member_id = req.member_id.to_string();
     let fail = |code: i16| SyncGroupResponse::default().with_error_code(code);
-    let at = match broker.groups.place(broker, &group_id) {
+    let at = match broker.groups.place(&group_id) {
         Ok(at) => at,
         Err(code) => return fail(code),
     };
@@ -325,10 +325,8 @@ async fn sync_group(
         Ok(Some(step)) => step,
     };
     if let Some((generation, entry)) = store {
-        let result = match broker.groups.append(broker, at, &[entry]) {
-            Ok(pending) => GroupCoordinator::acknowledged(broker, pending)
-                .await
-                .map(|_| ()),
+        let result = match broker.groups.append(at, &[entry]) {
+            Ok(pending) => GroupCoordinator::acknowledged(pending).await.map(|_| ()),
             Err(code) => Err(code),
         };
         if let Err(code) = result {
@@ -361,7 +359,7 @@ fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
     let group_id = req.group_id.0.to_string();
     let code = broker
         .groups
-        .place(broker, &group_id)
+        .place(&group_id)
         .and_then(|at| {
             broker.groups.with_group(at, &group_id, false, |g| {
                 g.heartbeat(req.member_id.as_str(), req.generation_id, Instant::now())
@@ -382,7 +380,7 @@ fn leave_group(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> Le
     } else {
         vec![req.member_id.to_string()]
     };
-    let placed = broker.groups.place(broker, &group_id).and_then(|at| {
+    let placed = broker.groups.place(&group_id).and_then(|at| {
         broker.groups.with_group(at, &group_id, false, |g| {
             ids.iter()
                 .map(|id| (id.clone(), g.leave(id, Instant::now())))
@@ -441,7 +439,7 @@ async fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> Offset
     if group_id.is_empty() {
         return answer(&|_, _| ResponseError::InvalidGroupId.code());
     }
-    let at = match broker.groups.place(broker, &group_id) {
+    let at = match broker.groups.place(&group_id) {
         Ok(at) => at,
         Err(code) => return answer(&|_, _| code),
     };
@@ -504,8 +502,8 @@ async fn offset_commit(broker: &Arc<Broker>, req: OffsetCommitRequest) -> Offset
             .iter()
             .map(|(t, p, o)| records::offset_entry(&group_id, t, *p, o))
             .collect();
-        match broker.groups.append(broker, at, &entries) {
-            Ok(pending) => GroupCoordinator::acknowledged(broker, pending).await,
+        match broker.groups.append(at, &entries) {
+            Ok(pending) => GroupCoordinator::acknowledged(pending).await,
             Err(code) => Err(code),
         }
     };
@@ -537,7 +535,7 @@ fn fetch_offsets(
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
 ) -> Result<TopicOffsets, i16> {
-    let at: Placement = broker.groups.place(broker, group_id)?;
+    let at: Placement = broker.groups.place(group_id)?;
     let offsets = broker
         .groups
         .with_group(at, group_id, false, |g| g.offsets.clone())?
@@ -698,7 +696,7 @@ fn describe_groups(broker: &Arc<Broker>, req: DescribeGroupsRequest) -> Describe
         .map(|id| {
             let group_id = id.0.to_string();
             let base = DescribedGroup::default().with_group_id(id.clone());
-            let at = match broker.groups.place(broker, &group_id) {
+            let at = match broker.groups.place(&group_id) {
                 Ok(at) => at,
                 Err(code) => return base.with_error_code(code),
             };

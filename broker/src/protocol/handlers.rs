@@ -399,7 +399,7 @@ async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceR
     let results =
         futures::future::join_all(staged.into_iter().map(|(name, index, outcome)| async move {
             let result = match outcome {
-                Ok(pending) => broker.await_ack(pending, timeout).await,
+                Ok(pending) => crate::produce::await_ack(pending, timeout).await,
                 Err(done) => done,
             };
             (name, index, result)

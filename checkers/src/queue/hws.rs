@@ -7,22 +7,38 @@ use rustc_hash::FxHashMap;
 
 /// The highest high watermark the polls completed so far saw, as steps `(op, high watermark)`
 /// appended each time it rises: the highest seen before any point of the history is one binary
-/// search away, and the steps are at most as many as the distinct high watermarks.
-#[derive(Debug, Default)]
-struct HwSteps(Vec<(u64, i64)>);
+/// search away, and the steps are at most as many as the distinct high watermarks. The newest
+/// step is kept inline and only older ones on the heap: most leader epochs see one step, and a
+/// heap block for each of thousands of epochs cost more memory than the values they check.
+#[derive(Debug)]
+struct HwSteps {
+    /// Steps before `last`, oldest first.
+    older: Vec<(u64, i64)>,
+    last: (u64, i64),
+}
 
 impl HwSteps {
+    fn new(op: u64, hw: i64) -> Self {
+        HwSteps {
+            older: Vec::new(),
+            last: (op, hw),
+        }
+    }
+
     /// The highest high watermark completed before op `index`, and the poll that saw it.
     fn before(&self, index: u64) -> Option<(u64, i64)> {
-        let n = self.0.partition_point(|s| s.0 < index);
-        n.checked_sub(1).map(|i| self.0[i])
+        if self.last.0 < index {
+            return Some(self.last);
+        }
+        let n = self.older.partition_point(|s| s.0 < index);
+        n.checked_sub(1).map(|i| self.older[i])
     }
 
     /// Records a poll's high watermark; true when it added a step.
     fn record(&mut self, op: u64, hw: i64) -> bool {
-        let rises = self.0.last().is_none_or(|l| hw > l.1);
+        let rises = hw > self.last.1;
         if rises {
-            self.0.push((op, hw));
+            self.older.push(std::mem::replace(&mut self.last, (op, hw)));
         }
         rises
     }
@@ -30,11 +46,34 @@ impl HwSteps {
     /// Drops the steps no `before(index)` with `index >= floor` needs: all but the last one
     /// before `floor`. Returns how many remain.
     fn forget_before(&mut self, floor: u64) -> usize {
-        let n = self.0.partition_point(|s| s.0 < floor);
-        if n > 1 {
-            self.0.drain(..n - 1);
+        if self.last.0 < floor {
+            self.older = Vec::new();
+        } else {
+            let n = self.older.partition_point(|s| s.0 < floor);
+            if n > 1 {
+                self.older.drain(..n - 1);
+            }
+            if self.older.is_empty() {
+                self.older = Vec::new();
+            }
         }
-        self.0.len()
+        self.older.len() + 1
+    }
+}
+
+/// Records a poll's high watermark in the steps under `key`; true when it added a step.
+fn record_in<K: std::hash::Hash + Eq>(
+    steps: &mut FxHashMap<K, HwSteps>,
+    key: K,
+    op: u64,
+    hw: i64,
+) -> bool {
+    match steps.entry(key) {
+        std::collections::hash_map::Entry::Occupied(mut o) => o.get_mut().record(op, hw),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            v.insert(HwSteps::new(op, hw));
+            true
+        }
     }
 }
 
@@ -92,9 +131,9 @@ impl SeenHws {
         hw: i64,
         open_since: impl FnOnce() -> Option<u64>,
     ) {
-        self.steps += usize::from(self.any_epoch.entry(pk).or_default().record(op, hw));
+        self.steps += usize::from(record_in(&mut self.any_epoch, pk, op, hw));
         if let Some(e) = epoch {
-            self.steps += usize::from(self.by_epoch.entry((pk, e)).or_default().record(op, hw));
+            self.steps += usize::from(record_in(&mut self.by_epoch, (pk, e), op, hw));
         }
         if self.steps >= self.prune_at {
             // Invocations after this completion come later than every step recorded so far.
