@@ -205,6 +205,9 @@ impl Broker {
                 no_strict_min_isr: self.faults.has(Bug::NoStrictMinIsr),
                 accept_stale_epoch: self.faults.has(Bug::AcceptStaleEpoch),
                 local_epoch_in_mirror_cache: self.faults.has(Bug::LocalEpochInMirrorCache),
+                read_past_high_watermark: self.faults.has(Bug::ReadPastHighWatermark),
+                isr_join_before_caught_up: self.faults.has(Bug::IsrJoinBeforeCaughtUp),
+                hw_from_sent_records: self.faults.has(Bug::HwFromSentRecords),
             },
         }
     }
@@ -214,6 +217,7 @@ impl Broker {
         FollowerContext {
             node_id: self.config.node_id,
             hw_truncation: self.faults.has(Bug::HwTruncation),
+            fetch_max_bytes: self.config.replica_fetch_max_bytes,
             data_changed: self.data_generation.clone(),
         }
     }
@@ -699,6 +703,11 @@ impl Broker {
         loop {
             match p.check_enough_replicas_reach_offset(required, epoch) {
                 AckCheck::Reached => return ok,
+                // The injected `ack-on-leadership-loss` bug answers success for a write the new
+                // leader may never have had.
+                AckCheck::LeadershipChanged if self.faults.has(Bug::AckOnLeadershipLoss) => {
+                    return ok
+                }
                 AckCheck::LeadershipChanged => {
                     return fail(
                         errors::NOT_LEADER_OR_FOLLOWER,
