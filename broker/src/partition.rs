@@ -539,6 +539,11 @@ impl Partition {
             Ok((s.high_watermark, change))
         })?;
         self.publish_high_watermark(hw);
+        if change != RoleChange::None {
+            // acks=all writers waiting on this leader learn at once that it no longer leads,
+            // before a controlled shutdown closes their connections.
+            self.high_watermark.send_modify(|_| {});
+        }
         Ok(change)
     }
 
