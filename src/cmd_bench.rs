@@ -142,7 +142,12 @@ fn one_run(
     let started = std::time::Instant::now();
     let mut cmd = Command::new(exe);
     cmd.arg("test")
-        .args(["--time-limit", &limit.to_string(), "--seed", &seed.to_string()])
+        .args([
+            "--time-limit",
+            &limit.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
         .arg("--quiet")
         .arg("--store")
         .arg(&store)
@@ -150,7 +155,9 @@ fn one_run(
     if let Some(b) = bug {
         cmd.args(["--inject-bug", b]);
     }
-    let out = cmd.output().map_err(|e| format!("cannot run tidemark test: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run tidemark test: {e}"))?;
     let wall_s = started.elapsed().as_secs_f64();
     let dir = std::fs::canonicalize(store.join("latest"))
         .map_err(|e| format!("{}: no run directory: {e}", store.display()))?;
@@ -165,8 +172,8 @@ fn one_run(
                 String::from_utf8_lossy(&out.stderr)
             )
         })?;
-    let history = File::open(dir.join("history.jsonl"))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let history =
+        File::open(dir.join("history.jsonl")).map_err(|e| format!("{}: {e}", dir.display()))?;
     let ops: Vec<Op> = read_history(BufReader::new(history))
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .collect::<Result<_, _>>()
@@ -191,7 +198,11 @@ fn one_run(
 
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -269,10 +280,7 @@ struct Row {
 }
 
 fn bug_row(bug: &str, outcomes: &[Outcome]) -> Row {
-    let caught: Vec<&Outcome> = outcomes
-        .iter()
-        .filter(|o| o.valid == Some(false))
-        .collect();
+    let caught: Vec<&Outcome> = outcomes.iter().filter(|o| o.valid == Some(false)).collect();
     let mut times: Vec<f64> = caught.iter().filter_map(|o| o.first_anomaly_s).collect();
     times.sort_by(f64::total_cmp);
     let mut anomalies: Vec<String> = caught.iter().flat_map(|o| o.anomalies.clone()).collect();

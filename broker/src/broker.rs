@@ -895,7 +895,17 @@ fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<()> {
         "version=1\ncluster.id={}\nnode.id={}\n",
         config.cluster_id, config.node_id
     );
-    std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    // Written whole or not at all, as Kafka does: a power loss must not leave a torn file that
+    // names another cluster and keeps the broker from ever starting again.
+    let tmp = config.log_dir.join(format!("{META_PROPERTIES_FILE}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        crate::log::sync_dir(&config.log_dir)
+    };
+    write().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Name of the file naming the cluster a log dir belongs to.

@@ -18,8 +18,8 @@ use tracing::{error, info, warn};
 
 use crate::config::LogConfig;
 use crate::errors;
-use crate::log::producer_state::ProducerError;
 use crate::log::batch::split_batches;
+use crate::log::producer_state::ProducerError;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 use crate::mirror::rules::{lmle_truncation_offset, truncation_wait, MirrorState, TruncationWait};

@@ -576,7 +576,9 @@ fn r_isrjoin(bug: Option<&str>) -> Result<(), String> {
     c.node(3).restart();
     let deadline = Instant::now() + T;
     loop {
-        if c.partition_state_at(5, "j", 0).is_some_and(|s| s.2.contains(&3)) {
+        if c.partition_state_at(5, "j", 0)
+            .is_some_and(|s| s.2.contains(&3))
+        {
             break;
         }
         if Instant::now() > deadline {

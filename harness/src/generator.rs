@@ -465,9 +465,7 @@ impl<G: Generator> Generator for Clients<G> {
     }
 
     fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
-        if matches!(worker, Worker::Client(_))
-            || op.kind == OpType::Info
-            || burst_end(op).is_some()
+        if matches!(worker, Worker::Client(_)) || op.kind == OpType::Info || burst_end(op).is_some()
         {
             self.0.update(ctx, worker, op)
         }
@@ -817,7 +815,10 @@ mod tests {
         let burst = between(burst_at, burst_at + S);
         let after = between(burst_at + S + 10 * MS, burst_at + 2 * S);
         assert!((3..=20).contains(&calm), "{calm}");
-        assert!(burst > 10 * calm, "{burst} ops in the burst, {calm} in a calm second");
+        assert!(
+            burst > 10 * calm,
+            "{burst} ops in the burst, {calm} in a calm second"
+        );
         assert!(after <= 20, "{after} ops in the second after the burst");
     }
 

@@ -667,7 +667,10 @@ mod tests {
         for f in ["start-partition", "kill", "pause"] {
             let of_f = |o: &&Invocation| o.f == f;
             assert!(aimed.iter().any(of_f), "{f}");
-            assert!(faults.iter().filter(|o| !at_leaders(o)).any(|o| o.f == f), "{f}");
+            assert!(
+                faults.iter().filter(|o| !at_leaders(o)).any(|o| o.f == f),
+                "{f}"
+            );
         }
         assert!(aimed.iter().all(|o| o.value[crate::BURST_KEY] == BURST_MS));
         assert!(faults
@@ -683,7 +686,10 @@ mod tests {
         for _ in 0..50 {
             let o = p.cycle.next(&mut r);
             p.cycle.done(&json!({"nodes": ["n1"]}));
-            assert!(!at_leaders(&o) && o.value.get(crate::BURST_KEY).is_none(), "{o:?}");
+            assert!(
+                !at_leaders(&o) && o.value.get(crate::BURST_KEY).is_none(),
+                "{o:?}"
+            );
         }
         let mut p = package(Kind::Pause, vec!["leader".into()], None);
         assert_eq!(
