@@ -464,3 +464,15 @@ fn a_leader_serving_consumers_past_the_high_watermark_is_caught() {
         &["inconsistent-offsets", "aborted-read"],
     );
 }
+
+#[test]
+fn a_leader_acknowledging_as_it_loses_leadership_is_caught() {
+    if !root_or_skip("a_leader_acknowledging_as_it_loses_leadership_is_caught") {
+        return;
+    }
+    caught_by_the_default_mix(
+        "ack-on-leadership-loss",
+        &["1", "2"],
+        &["lost-write", "inconsistent-offsets"],
+    );
+}
