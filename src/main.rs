@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd_bench;
 mod cmd_check;
 mod cmd_report;
 mod cmd_serve;
@@ -41,6 +42,9 @@ enum Command {
     Report(cmd_report::Args),
     /// Browse the store's runs, reports and files over HTTP (loopback by default).
     Serve(cmd_serve::Args),
+    /// Measure detection: every injectable one-cluster bug over several seeds, and the correct
+    /// broker, under the default faults; prints caught runs, time to first anomaly, false alarms.
+    BenchDetection(cmd_bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Teardown(args) => cmd_teardown::run(args),
         Command::Report(args) => cmd_report::run(args),
         Command::Serve(args) => cmd_serve::run(args),
+        Command::BenchDetection(args) => cmd_bench::run(args),
     };
     ExitCode::from(code)
 }

@@ -207,6 +207,9 @@ impl Broker {
                 no_strict_min_isr: self.faults.has(Bug::NoStrictMinIsr),
                 accept_stale_epoch: self.faults.has(Bug::AcceptStaleEpoch),
                 local_epoch_in_mirror_cache: self.faults.has(Bug::LocalEpochInMirrorCache),
+                read_past_high_watermark: self.faults.has(Bug::ReadPastHighWatermark),
+                isr_join_before_caught_up: self.faults.has(Bug::IsrJoinBeforeCaughtUp),
+                hw_from_sent_records: self.faults.has(Bug::HwFromSentRecords),
             },
         }
     }
@@ -216,6 +219,7 @@ impl Broker {
         FollowerContext {
             node_id: self.config.node_id,
             hw_truncation: self.faults.has(Bug::HwTruncation),
+            fetch_max_bytes: self.config.replica_fetch_max_bytes,
             data_changed: self.data_generation.clone(),
             tiered: self.tiered.clone().map(|store| TieredFollower {
                 store,
@@ -668,6 +672,14 @@ impl Broker {
             .map(|t| self.log_config_for(&image, t))
     }
 
+    /// The injected bugs of the acks=all path, for client produce.
+    fn ack_bugs(&self) -> produce::AckBugs {
+        produce::AckBugs {
+            ack_before_replication: self.faults.has(Bug::AckBeforeReplication),
+            ack_on_leadership_loss: self.faults.has(Bug::AckOnLeadershipLoss),
+        }
+    }
+
     /// Appends client records to a partition this broker leads (see [`produce::append`]).
     /// Appending is synchronous so that requests on one connection append in their order.
     pub fn append_produce(
@@ -684,7 +696,7 @@ impl Broker {
             ));
         };
         let appended =
-            produce::append(p, records, acks, self.faults.has(Bug::AckBeforeReplication));
+            produce::append(p, records, acks, self.ack_bugs());
         // Only an append that happened moves the log end.
         if !matches!(&appended, Err(r) if r.error != errors::NONE) {
             self.notify_data();
@@ -920,7 +932,17 @@ fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<()> {
         "version=1\ncluster.id={}\nnode.id={}\n",
         config.cluster_id, config.node_id
     );
-    std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    // Written whole or not at all, as Kafka does: a power loss must not leave a torn file that
+    // names another cluster and keeps the broker from ever starting again.
+    let tmp = config.log_dir.join(format!("{META_PROPERTIES_FILE}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        crate::log::sync_dir(&config.log_dir)
+    };
+    write().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Name of the file naming the cluster a log dir belongs to.

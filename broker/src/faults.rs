@@ -27,6 +27,30 @@ pub enum Bug {
     /// rule undone). Breaks I4: records count as committed on fewer replicas than promised, so
     /// losing that replica loses them. Checkers report `lost-write`.
     NoStrictMinIsr,
+    /// Consumers are served records up to the leader's log end instead of its high watermark
+    /// (Kafka's fetch isolation for consumers, `FetchHighWatermark`, undone; KIP-101 states the
+    /// rule: "consumers can only read up to the high watermark"). Breaks I4: a consumer reads a
+    /// record that a leader change then truncates and replaces. Checkers report
+    /// `inconsistent-offsets` (and `aborted-read` when the replaced record's send failed).
+    ReadPastHighWatermark,
+    /// A follower joins the ISR on its first fetch, caught up or not (Kafka's `maybeExpandIsr`
+    /// rule, restated by KIP-966, that a replica joins only once its log end reaches the high
+    /// watermark and the leader's epoch start offset, undone). Breaks I3: the controller may
+    /// elect the lagging replica cleanly, and the committed records it lacks are gone. Checkers
+    /// report `lost-write`.
+    IsrJoinBeforeCaughtUp,
+    /// The leader counts records it sends a follower as already in the follower's log and
+    /// advances the high watermark on that, instead of waiting for the follower's next fetch
+    /// offset to report them (the replication protocol's rule, KIP-101: the high watermark is
+    /// the smallest log end offset the ISR has reported). Breaks I3: a fetch response lost with
+    /// the follower cut off or killed leaves acknowledged records on the leader alone. Checkers
+    /// report `lost-write`.
+    HwFromSentRecords,
+    /// An acks=all produce waiting for the ISR is answered success when its leader loses
+    /// leadership, instead of NOT_LEADER_OR_FOLLOWER (Kafka's `DelayedProduce` completes with an
+    /// error once the partition is led elsewhere). Breaks I3: the new leader never had the record
+    /// and truncates it from the old one. Checkers report `lost-write`.
+    AckOnLeadershipLoss,
     /// A mirror partition starts mirroring without the LMLE truncation (KIP-1279's LMLE truncation). Breaks
     /// M3/M4: records this cluster wrote under epochs the other cluster now owns stay, the
     /// divergence check cannot see them, and after failback the two logs differ (`divergence`).
@@ -51,11 +75,15 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 13] = [
         Bug::HwTruncation,
         Bug::AckBeforeReplication,
         Bug::AcceptStaleEpoch,
         Bug::NoStrictMinIsr,
+        Bug::ReadPastHighWatermark,
+        Bug::IsrJoinBeforeCaughtUp,
+        Bug::HwFromSentRecords,
+        Bug::AckOnLeadershipLoss,
         Bug::SkipLmleTruncation,
         Bug::NoEpochBumpOnFailover,
         Bug::IsrOnlyLmleTruncation,
@@ -63,12 +91,27 @@ impl Bug {
         Bug::TieredBootstrapOffByOne,
     ];
 
+    /// Whether the bug lives in cluster mirroring (so only a two-cluster test can show it).
+    pub fn mirrors(self) -> bool {
+        matches!(
+            self,
+            Bug::SkipLmleTruncation
+                | Bug::NoEpochBumpOnFailover
+                | Bug::IsrOnlyLmleTruncation
+                | Bug::LocalEpochInMirrorCache
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Bug::HwTruncation => "hw-truncation",
             Bug::AckBeforeReplication => "ack-before-replication",
             Bug::AcceptStaleEpoch => "accept-stale-epoch",
             Bug::NoStrictMinIsr => "no-strict-min-isr",
+            Bug::ReadPastHighWatermark => "read-past-high-watermark",
+            Bug::IsrJoinBeforeCaughtUp => "isr-join-before-caught-up",
+            Bug::HwFromSentRecords => "hw-from-sent-records",
+            Bug::AckOnLeadershipLoss => "ack-on-leadership-loss",
             Bug::SkipLmleTruncation => "skip-lmle-truncation",
             Bug::NoEpochBumpOnFailover => "no-epoch-bump-on-failover",
             Bug::IsrOnlyLmleTruncation => "isr-only-lmle-truncation",

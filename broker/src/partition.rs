@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 
 use crate::config::LogConfig;
 use crate::errors;
+use crate::log::batch::split_batches;
 use crate::log::producer_state::ProducerError;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
@@ -80,6 +81,12 @@ pub struct Deviations {
     pub accept_stale_epoch: bool,
     /// A mirror leader records its own leader epoch in its epoch cache.
     pub local_epoch_in_mirror_cache: bool,
+    /// Consumers are served records up to the log end, past the high watermark.
+    pub read_past_high_watermark: bool,
+    /// A follower joins the ISR on any fetch, caught up or not.
+    pub isr_join_before_caught_up: bool,
+    /// A follower sent records counts as holding them.
+    pub hw_from_sent_records: bool,
 }
 
 /// What the hosting broker fixes for every replica it opens.
@@ -266,6 +273,22 @@ impl PartitionState {
         f.log_start_offset = log_start_offset;
     }
 
+    /// The injected `hw-from-sent-records` bug: the leader takes the records it is sending
+    /// `replica` as already in its log and moves the high watermark on that, instead of waiting
+    /// for the follower's next fetch offset to say so.
+    fn count_sent_as_replicated(&mut self, replica: i32, records: &[u8], strict_min_isr: bool) {
+        let Some(end) = split_batches(records)
+            .ok()
+            .and_then(|b| b.last().map(|(_, h)| h.next_offset()))
+        else {
+            return;
+        };
+        if let Some(f) = self.followers.get_mut(&replica) {
+            f.log_end_offset = f.log_end_offset.max(end);
+        }
+        self.maybe_increment_high_watermark(strict_min_isr);
+    }
+
     /// Kafka's low watermark: the smallest log start offset among this leader and the ISR
     /// followers (a follower not yet heard from counts as -1).
     fn low_watermark(&self) -> i64 {
@@ -278,13 +301,15 @@ impl PartitionState {
     }
 
     /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
-    /// leader's epoch start, and the leader not RECOVERING).
-    fn may_join_isr(&self, replica: i32) -> bool {
+    /// leader's epoch start, and the leader not RECOVERING). `unchecked` is the injected
+    /// `isr-join-before-caught-up` bug: any fetch will do.
+    fn may_join_isr(&self, replica: i32, unchecked: bool) -> bool {
         !self.registration.isr.contains(&replica)
             && self.registration.leader_recovery_state == LeaderRecoveryState::Recovered
             && self.followers.get(&replica).is_some_and(|f| {
-                f.log_end_offset >= self.high_watermark
-                    && f.log_end_offset >= self.leader_epoch_start_offset
+                unchecked
+                    || (f.log_end_offset >= self.high_watermark
+                        && f.log_end_offset >= self.leader_epoch_start_offset)
             })
     }
 
@@ -531,6 +556,11 @@ impl Partition {
             Ok((s.high_watermark, change))
         })?;
         self.publish_high_watermark(hw);
+        if change != RoleChange::None {
+            // acks=all writers waiting on this leader learn at once that it no longer leads,
+            // before a controlled shutdown closes their connections.
+            self.high_watermark.send_modify(|_| {});
+        }
         Ok(change)
     }
 
@@ -700,6 +730,7 @@ impl Partition {
             ..Default::default()
         };
         let strict = self.strict_min_isr();
+        let dev = self.deviations;
         let mut expand = None;
         let result = self.with_state(|s| {
             if let Err(code) = self.check_epoch(s, spec.current_leader_epoch) {
@@ -764,21 +795,31 @@ impl Partition {
                 if let Some(fetches) = s.mirror_truncation_fetches.as_mut() {
                     fetches.insert(spec.replica_id, spec.fetch_offset);
                 }
-                if s.may_join_isr(spec.replica_id) {
+                if s.may_join_isr(spec.replica_id, dev.isr_join_before_caught_up) {
                     let mut isr = s.registration.isr.clone();
                     isr.push(spec.replica_id);
                     expand = Some(isr);
                 }
                 s.maybe_increment_high_watermark(strict);
             }
-            let max_offset = if follower { leo } else { s.high_watermark };
+            let max_offset = if follower || dev.read_past_high_watermark {
+                leo
+            } else {
+                s.high_watermark
+            };
             let mut result = FetchResult {
                 high_watermark: s.high_watermark,
                 log_start_offset: start,
                 ..Default::default()
             };
             match s.log.read(spec.fetch_offset, max_offset, spec.max_bytes) {
-                Ok(r) => result.records = r.records,
+                Ok(r) => {
+                    if follower && dev.hw_from_sent_records {
+                        s.count_sent_as_replicated(spec.replica_id, &r.records, strict);
+                        result.high_watermark = s.high_watermark;
+                    }
+                    result.records = r.records
+                }
                 Err(LogError::OutOfRange { .. }) => {
                     result.error = ResponseError::OffsetOutOfRange.code()
                 }

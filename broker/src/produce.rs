@@ -29,6 +29,15 @@ impl ProduceResult {
     }
 }
 
+/// Injected bugs of the acks=all path (see `faults.rs`); the default is the correct broker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AckBugs {
+    /// `ack-before-replication`: acks=all is answered as soon as the leader has appended.
+    pub ack_before_replication: bool,
+    /// `ack-on-leadership-loss`: a wait cut short by a leadership change answers success.
+    pub ack_on_leadership_loss: bool,
+}
+
 /// An acks=all append waiting for the ISR.
 pub struct PendingAck {
     partition: Arc<Partition>,
@@ -37,16 +46,18 @@ pub struct PendingAck {
     /// The leader epoch it was appended in; a change means the append may be truncated.
     epoch: i32,
     ok: ProduceResult,
+    /// Whether a leadership change answers success (the injected `ack-on-leadership-loss`).
+    ack_on_leadership_loss: bool,
 }
 
 /// Appends records to `p` as its leader. For acks=all the result is the pending
-/// acknowledgement to pass to [`await_ack`]; otherwise the final answer. `ack_before_replication`
-/// is the injected bug that answers acks=all at once. The caller wakes the data watchers.
+/// acknowledgement to pass to [`await_ack`]; otherwise the final answer. The caller wakes the
+/// data watchers.
 pub fn append(
     p: Arc<Partition>,
     records: &[u8],
     acks: i16,
-    ack_before_replication: bool,
+    bugs: AckBugs,
 ) -> Result<PendingAck, ProduceResult> {
     let appended = p
         .append_records_to_leader(records, acks)
@@ -57,7 +68,7 @@ pub fn append(
         log_start_offset: appended.log_start_offset,
         message: None,
     };
-    if acks != -1 || ack_before_replication {
+    if acks != -1 || bugs.ack_before_replication {
         return Err(ok);
     }
     Ok(PendingAck {
@@ -65,6 +76,7 @@ pub fn append(
         required: appended.info.last_offset + 1,
         epoch: appended.leader_epoch,
         ok,
+        ack_on_leadership_loss: bugs.ack_on_leadership_loss,
     })
 }
 
@@ -76,12 +88,15 @@ pub async fn await_ack(pending: PendingAck, timeout: Duration) -> ProduceResult 
         required,
         epoch,
         ok,
+        ack_on_leadership_loss,
     } = pending;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut rx = p.watch_high_watermark();
     loop {
         match p.check_enough_replicas_reach_offset(required, epoch) {
             AckCheck::Reached => return ok,
+            // The injected bug answers success for a write the new leader may never have had.
+            AckCheck::LeadershipChanged if ack_on_leadership_loss => return ok,
             AckCheck::LeadershipChanged => {
                 return ProduceResult::failed(
                     errors::NOT_LEADER_OR_FOLLOWER,

@@ -499,3 +499,211 @@ fn r_ule_unclean_election_loses_exactly_the_unreplicated_writes() {
         a.len() == 5 && (2..=3).all(|n| replica_records(c, n, "u") == a)
     });
 }
+
+/// A topic `topic` on nodes 1–3 (leader 1) with min.insync.replicas=2 and its ISR full.
+fn three_replicas(c: &Cluster, topic: &str) {
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            topic,
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[("min.insync.replicas", "2")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state(topic, 0).is_some_and(|s| s.2.len() == 3)
+    });
+}
+
+/// R-HWREAD: a consumer reads only below the high watermark (I4), so a record the ISR does not
+/// have yet, which a leader change could take back, is never served to it.
+fn r_hwread(bug: Option<&str>) -> Result<(), String> {
+    let mut c = start("", bug);
+    three_replicas(&c, "h");
+    produce(&c.addr(1), "h", 0, &[1], -1, Duration::from_secs(5))
+        .map_err(|e| format!("setup: {e}"))?;
+    c.node(2).pause();
+    c.node(3).pause();
+    // Appended on the leader alone: the followers cannot fetch it.
+    let _ = produce(&c.addr(1), "h", 0, &[2], -1, Duration::from_millis(700));
+    let read = read_all(&c.addr(1), "h", 0);
+    c.node(2).resume();
+    c.node(3).resume();
+    let (records, hw) = read.map_err(|e| format!("read failed: {e}"))?;
+    if let Some((offset, value, _)) = records.iter().find(|r| r.0 >= hw) {
+        return Err(format!(
+            "a consumer read value {value} at offset {offset}, at or above the high watermark {hw}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn r_hwread_correct_broker() {
+    r_hwread(None).unwrap();
+}
+
+#[test]
+fn r_hwread_catches_read_past_high_watermark() {
+    let err = r_hwread(Some("read-past-high-watermark")).expect_err("the bug must serve it");
+    assert!(err.contains("above the high watermark"), "{err}");
+}
+
+/// R-ISRJOIN: a restarted follower rejoins the ISR only once its log reaches the high watermark
+/// (Kafka's ISR expansion rule): were it in the ISR while lagging, a clean election could
+/// make it leader without committed records. The follower fetches one batch at a time
+/// (`replica.fetch.max.bytes=1`), so catching up on the backlog takes many fetches.
+fn r_isrjoin(bug: Option<&str>) -> Result<(), String> {
+    const BACKLOG: i64 = 2000;
+    let mut c = start("replica.fetch.max.bytes=1\n", bug);
+    three_replicas(&c, "j");
+    c.node(3).kill9();
+    c.wait_for("ISR [1, 2]", T, |c| {
+        c.partition_state("j", 0).is_some_and(|s| s.2 == vec![1, 2])
+    });
+    let mut producer = common::client::Producer::new(&c.addr(1));
+    for v in 0..BACKLOG {
+        producer
+            .send("j", 0, v, 1)
+            .map_err(|e| format!("backlog write {v}: {e}"))?;
+    }
+    c.wait_for("the backlog committed", T, |c| {
+        read_all(&c.addr(1), "j", 0).is_ok_and(|(_, hw)| hw == BACKLOG)
+    });
+    c.node(3).restart();
+    let deadline = Instant::now() + T;
+    loop {
+        if c.partition_state_at(5, "j", 0)
+            .is_some_and(|s| s.2.contains(&3))
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("node 3 never rejoined the ISR".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The log only grows from here: if it is short now, it was short when node 3 joined.
+    let leo = c.dump(3).into_iter().find(|r| r["topic"] == "j").unwrap()["log_end_offset"]
+        .as_i64()
+        .unwrap();
+    if leo < BACKLOG {
+        return Err(format!(
+            "node 3 joined the ISR with log end {leo}, below the high watermark {BACKLOG}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn r_isrjoin_correct_broker() {
+    r_isrjoin(None).unwrap();
+}
+
+#[test]
+fn r_isrjoin_catches_isr_join_before_caught_up() {
+    let err = r_isrjoin(Some("isr-join-before-caught-up")).expect_err("the bug must let it in");
+    assert!(err.contains("below the high watermark"), "{err}");
+}
+
+/// R-SENT: the leader's high watermark moves on the offsets followers report in their next
+/// fetches, not on what it sent them: a write whose only follower is frozen, with the leader's
+/// answer to its fetch unread in its socket, is not acknowledged (I3 needs the ISR to hold it).
+fn r_sent(bug: Option<&str>) -> Result<(), String> {
+    let mut c = start("", bug);
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "s",
+            1,
+            2,
+            &[&[1, 2]],
+            &[("min.insync.replicas", "2")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 2", T, |c| {
+        c.partition_state("s", 0).is_some_and(|s| s.2.len() == 2)
+    });
+    produce(&c.addr(1), "s", 0, &[1], -1, Duration::from_secs(5))
+        .map_err(|e| format!("setup: {e}"))?;
+    // Let the follower park a long-polling fetch at the leader, then freeze it: the leader
+    // answers that fetch with the next write, and the answer sits unread in its socket.
+    std::thread::sleep(Duration::from_millis(100));
+    c.node(2).pause();
+    let acked = produce(&c.addr(1), "s", 0, &[2], -1, Duration::from_millis(1500)).is_ok();
+    let follower: Vec<i64> = replica_records(&c, 2, "s")
+        .iter()
+        .filter_map(|r| r[1].as_i64())
+        .collect();
+    c.node(2).resume();
+    if acked && !follower.contains(&2) {
+        return Err(format!(
+            "value 2 acknowledged while follower 2, in the ISR, held only {follower:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn r_sent_correct_broker() {
+    r_sent(None).unwrap();
+}
+
+#[test]
+fn r_sent_catches_hw_from_sent_records() {
+    let err = r_sent(Some("hw-from-sent-records")).expect_err("the bug must acknowledge it");
+    assert!(err.contains("acknowledged"), "{err}");
+}
+
+/// R-LEADLOSS: an acks=all write still waiting for the ISR when its leader hands leadership
+/// over (a controlled shutdown) is answered NOT_LEADER_OR_FOLLOWER, never success: no follower
+/// holds it, so the new leader may not have it (I3).
+fn r_leadloss(bug: Option<&str>) -> Result<(), String> {
+    let mut c = start(common::FAST_FAILOVER, bug);
+    three_replicas(&c, "l");
+    produce(&c.addr(1), "l", 0, &[1], -1, Duration::from_secs(5))
+        .map_err(|e| format!("setup: {e}"))?;
+    c.node(2).pause();
+    c.node(3).pause();
+    let addr = c.addr(1);
+    let write =
+        std::thread::spawn(move || produce(&addr, "l", 0, &[2], -1, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(300));
+    // SIGTERM: node 1 moves its leadership to a follower (both still registered) and keeps
+    // serving until it leads nothing.
+    let pid = c.node(1).pid().expect("node 1 runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let answer = write.join().unwrap();
+    let held: Vec<bool> = [2, 3]
+        .iter()
+        .map(|n| replica_records(&c, *n, "l").iter().any(|r| r[1] == 2))
+        .collect();
+    c.node(2).resume();
+    c.node(3).resume();
+    c.node(1).wait_exit(T);
+    if answer.is_ok() && held == [false, false] {
+        return Err(
+            "value 2 acknowledged after leadership moved, while neither follower held it".into(),
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn r_leadloss_correct_broker() {
+    r_leadloss(None).unwrap();
+}
+
+#[test]
+fn r_leadloss_catches_ack_on_leadership_loss() {
+    let err = r_leadloss(Some("ack-on-leadership-loss")).expect_err("the bug must ack it");
+    assert!(err.contains("acknowledged"), "{err}");
+}

@@ -259,11 +259,26 @@ impl Generator for Mix {
     }
 }
 
+/// The field of a nemesis op's invocation asking for a burst of client load before the fault
+/// acts: its value is the burst's length in milliseconds.
+pub const BURST_KEY: &str = "burst_ms";
+
+/// When a burst a nemesis invocation asked for (`BURST_KEY`) ends, in nanoseconds.
+pub fn burst_end(op: &Op) -> Option<u64> {
+    if op.process != Process::Nemesis || op.kind != OpType::Invoke {
+        return None;
+    }
+    let ms = op.value.get(BURST_KEY)?.as_u64()?;
+    Some(op.time.saturating_add(ms.saturating_mul(1_000_000)))
+}
+
 /// Spaces ops out by a uniform random interval in [0, 2·dt] (Jepsen's `stagger`): over all
-/// workers together this gives about one op per `dt`.
+/// workers together this gives about one op per `dt`. During a burst a nemesis op asked for
+/// ([`BURST_KEY`]) ops go out as fast as workers are free.
 pub struct Stagger<G> {
     dt: u64,
     next_time: Option<u64>,
+    burst_until: u64,
     inner: G,
 }
 
@@ -272,6 +287,7 @@ pub fn stagger<G: Generator>(dt: u64, inner: G) -> Stagger<G> {
     Stagger {
         dt,
         next_time: None,
+        burst_until: 0,
         inner,
     }
 }
@@ -280,9 +296,14 @@ impl<G: Generator> Generator for Stagger<G> {
     fn next(&mut self, ctx: &Context, rng: &mut Rng) -> Next {
         match self.inner.next(ctx, rng) {
             Next::Op(mut p) => {
-                let t = p.time.max(self.next_time.unwrap_or(ctx.time));
+                let bursting = ctx.time < self.burst_until;
+                let t = if bursting {
+                    p.time
+                } else {
+                    p.time.max(self.next_time.unwrap_or(ctx.time))
+                };
                 p.time = t;
-                let gap = if self.dt == 0 {
+                let gap = if self.dt == 0 || bursting {
                     0
                 } else {
                     rng.random_range(0..=2 * self.dt)
@@ -295,6 +316,9 @@ impl<G: Generator> Generator for Stagger<G> {
     }
 
     fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
+        if let Some(end) = burst_end(op) {
+            self.burst_until = self.burst_until.max(end);
+        }
         self.inner.update(ctx, worker, op)
     }
 }
@@ -441,7 +465,8 @@ impl<G: Generator> Generator for Clients<G> {
     }
 
     fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
-        if matches!(worker, Worker::Client(_)) || op.kind == OpType::Info {
+        if matches!(worker, Worker::Client(_)) || op.kind == OpType::Info || burst_end(op).is_some()
+        {
             self.0.update(ctx, worker, op)
         }
     }
@@ -763,6 +788,38 @@ mod tests {
         assert_eq!(nem[2].0, "stop-partition");
         assert!(nem[0].2 >= 3 && nem[2].2 >= 6, "{nem:?}");
         assert!(h.iter().any(|o| o.process == Process::Client(0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_nemesis_op_asking_for_a_burst_unstaggers_the_clients_until_it_ends() {
+        // 100 ms between client ops on average, except for the second after the nemesis's op.
+        let clients = Clients(time_limit(4 * S, stagger(100 * MS, counter_gen())));
+        let nemesis = NemesisOnly(phases(vec![
+            Box::new(sleep(2 * S)),
+            Box::new(nemesis_once("kill", json!({BURST_KEY: 1000}))),
+        ]));
+        let mut g = any(vec![Box::new(clients), Box::new(nemesis)]);
+        let h = simulate(&mut g, 4, 1, 100_000, ok_after(2)).await;
+        let burst_at = h
+            .iter()
+            .find(|o| o.process == Process::Nemesis)
+            .map(|o| o.time)
+            .unwrap();
+        let between = |from: u64, to: u64| {
+            h.iter()
+                .filter(|o| o.process != Process::Nemesis && o.kind == OpType::Invoke)
+                .filter(|o| o.time >= from && o.time < to)
+                .count()
+        };
+        let calm = between(burst_at - S, burst_at);
+        let burst = between(burst_at, burst_at + S);
+        let after = between(burst_at + S + 10 * MS, burst_at + 2 * S);
+        assert!((3..=20).contains(&calm), "{calm}");
+        assert!(
+            burst > 10 * calm,
+            "{burst} ops in the burst, {calm} in a calm second"
+        );
+        assert!(after <= 20, "{after} ops in the second after the burst");
     }
 
     #[tokio::test(start_paused = true)]

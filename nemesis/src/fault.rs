@@ -3,6 +3,7 @@
 //! resolve (`"targets": "minority"`) or the resolved record an earlier `info` wrote, so a recorded
 //! history replays.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -21,6 +22,8 @@ pub struct Env<'a> {
     pub cx: &'a NemesisContext<'a>,
     /// Draws for resolving specs (seeded from the test's seed).
     pub rng: &'a mut Rng,
+    /// The nodes leading some partition when a leader spec was last resolved, for the record.
+    pub leaders: Option<BTreeSet<String>>,
 }
 
 impl Env<'_> {
@@ -41,7 +44,9 @@ impl Env<'_> {
     /// Resolves `targets`, reading the cluster only when the spec needs leaders.
     pub fn resolve(&mut self, targets: &Targets) -> Result<Vec<String>, Failed> {
         let view = if targets.needs_leaders() {
-            Some(ClusterView::read(self.cx).map_err(Failed::from_error)?)
+            let view = ClusterView::read(self.cx).map_err(Failed::from_error)?;
+            self.leaders = Some(view.leaders());
+            Some(view)
         } else {
             None
         };

@@ -182,7 +182,14 @@ impl Kind {
     /// The targets a kind draws from unless told otherwise.
     pub fn default_targets(self) -> Vec<&'static str> {
         match self {
-            Kind::Partition => vec!["one", "majority", "majorities-ring", "bridge", "leaders"],
+            Kind::Partition => vec![
+                "one",
+                "majority",
+                "majorities-ring",
+                "bridge",
+                "leader",
+                "leaders",
+            ],
             Kind::Kill => vec!["one", "minority", "majority", "leader", "leaders", "all"],
             // A whole cluster paused only stands still.
             Kind::Pause => vec!["one", "minority", "majority", "leader", "leaders"],
@@ -416,20 +423,43 @@ impl Nemesis for Nemeses {
             c.error = Some(format!("no fault kind performs {:?}", op.f));
             return c;
         };
+        let (value, burst) = match take_burst(&op.value) {
+            Ok(split) => split,
+            Err(error) => {
+                let mut c = Completion::new(Outcome::Info, json!({}));
+                c.error = Some(error);
+                return c;
+            }
+        };
+        // The clients send as fast as they can meanwhile: the fault lands on a leader with
+        // writes in flight and just acknowledged.
+        if let Some(ms) = burst {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        let mut env = Env { cx, rng: &mut rng };
+        let mut env = Env {
+            cx,
+            rng: &mut rng,
+            leaders: None,
+        };
         let performed = fault
-            .parse(&op.f, &op.value, &env.names())
+            .parse(&op.f, &value, &env.names())
             .map_err(Failed::nothing)
             .and_then(|parsed| parsed.invoke(&mut env));
-        match performed {
-            Ok(value) => Completion::new(Outcome::Info, value),
-            Err(Failed { done, error }) => {
-                let mut c = Completion::new(Outcome::Info, done);
-                c.error = Some(error);
-                c
+        let (mut value, error) = match performed {
+            Ok(value) => (value, None),
+            Err(Failed { done, error }) => (done, Some(error)),
+        };
+        // The invocation records the burst; the info only what the fault did, so replaying it
+        // acts at once.
+        if let Value::Object(m) = &mut value {
+            if let Some(leaders) = env.leaders.take() {
+                m.entry("leaders").or_insert(json!(leaders));
             }
         }
+        let mut c = Completion::new(Outcome::Info, value);
+        c.error = error;
+        c
     }
 
     fn generator(&self) -> Box<dyn Generator> {
@@ -478,9 +508,41 @@ impl Nemesis for Nemeses {
     }
 }
 
+/// The field of a fault op asking for a burst of client sends before it acts (milliseconds);
+/// the queue workload's generator hears it on the op's invocation.
+pub const BURST_KEY: &str = tidemark_harness::generator::BURST_KEY;
+
+/// Splits the burst off an op's value: the value the fault parses, and the burst's length.
+pub(crate) fn take_burst(value: &Value) -> Result<(Value, Option<u64>), String> {
+    let mut value = value.clone();
+    let burst = match &mut value {
+        Value::Object(m) => m.remove(BURST_KEY),
+        _ => None,
+    };
+    match burst {
+        None => Ok((value, None)),
+        Some(b) => match b.as_u64() {
+            Some(ms) if ms <= 60_000 => Ok((value, Some(ms))),
+            _ => Err(format!(
+                "{BURST_KEY} must be a whole number of milliseconds up to 60000, not {b}"
+            )),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_is_split_off_before_the_fault_parses_its_op() {
+        let (v, b) = take_burst(&json!({"targets": "leader", "burst_ms": 800})).unwrap();
+        assert_eq!((v, b), (json!({"targets": "leader"}), Some(800)));
+        let (v, b) = take_burst(&json!({"targets": "one"})).unwrap();
+        assert_eq!((v, b), (json!({"targets": "one"}), None));
+        let e = take_burst(&json!({"burst_ms": "soon"})).unwrap_err();
+        assert!(e.contains("burst_ms"), "{e}");
+    }
 
     #[test]
     fn kinds_parse_with_all_none_and_default() {

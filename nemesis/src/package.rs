@@ -142,6 +142,30 @@ fn pick(choices: &[String], rng: &mut Rng) -> String {
     choices.choose(rng).cloned().unwrap_or_default()
 }
 
+/// The share of faults aimed at partition leaders when a kind's targets include leader specs:
+/// replication bugs live where a leader acknowledges, fails or hands over.
+pub const LEADER_SHARE: f64 = 0.5;
+
+/// How long clients send as fast as they can before a fault aimed at leaders acts, so it lands
+/// on a leader with writes just acknowledged and in flight.
+pub const BURST_MS: u64 = 1000;
+
+fn is_leader_target(name: &str) -> bool {
+    matches!(name, "leader" | "leaders")
+}
+
+/// A fault op's value naming its targets under `key`: a leader spec with [`LEADER_SHARE`]
+/// (and a burst before it) when `targets` has one, else one of the others.
+fn aimed(key: &str, targets: &[String], rng: &mut Rng) -> Value {
+    let (leader, other): (Vec<String>, Vec<String>) =
+        targets.iter().cloned().partition(|t| is_leader_target(t));
+    if !leader.is_empty() && (other.is_empty() || rng.random_bool(LEADER_SHARE)) {
+        json!({ key: pick(&leader, rng), crate::BURST_KEY: BURST_MS })
+    } else {
+        json!({ key: pick(&other, rng) })
+    }
+}
+
 /// Failover, then failback, then failover again ...: each resolved against the mirror's
 /// direction when performed.
 struct Alternate {
@@ -194,12 +218,7 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
     let (cycle, heal, perf): (Box<dyn Cycle>, Vec<Invocation>, Perf) = match kind {
         Kind::Partition => (
             flip_flop(
-                move |rng| {
-                    (
-                        op("start-partition", json!({"kind": pick(&targets, rng)})),
-                        true,
-                    )
-                },
+                move |rng| (op("start-partition", aimed("kind", &targets, rng)), true),
                 |_| op("stop-partition", json!({})),
             ),
             Vec::new(),
@@ -216,11 +235,12 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                     let roll: f64 = rng.random();
                     if roll < 0.25 {
                         let times = rng.random_range(2..=4);
-                        (op("bounce", json!({ "times": times })), false)
+                        let v = json!({ "times": times, crate::BURST_KEY: BURST_MS });
+                        (op("bounce", v), false)
                     } else if roll < 0.65 {
-                        (op("handoff", json!({})), false)
+                        (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
                     } else {
-                        (op("kill", json!({"targets": pick(&targets, rng)})), true)
+                        (op("kill", aimed("targets", &targets, rng)), true)
                     }
                 },
                 undo("start"),
@@ -230,7 +250,7 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         ),
         Kind::Pause => (
             flip_flop(
-                move |rng| (op("pause", json!({"targets": pick(&targets, rng)})), true),
+                move |rng| (op("pause", aimed("targets", &targets, rng)), true),
                 undo("resume"),
             ),
             Vec::new(),
@@ -594,6 +614,88 @@ mod tests {
         }
         assert!(seen["bounce"] > 10 && seen["handoff"] > 10, "{seen:?}");
         assert!(seen["kill"] - seen["start"] <= 1, "{seen:?}");
+    }
+
+    /// Whether a fault op is aimed at partition leaders.
+    fn at_leaders(o: &Invocation) -> bool {
+        matches!(o.f.as_str(), "bounce" | "handoff")
+            || ["targets", "kind"]
+                .iter()
+                .any(|k| o.value[k].as_str().is_some_and(is_leader_target))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_mix_aims_at_least_half_its_faults_at_leaders_after_a_burst() {
+        let packages: Vec<Package> = crate::Kind::DEFAULT
+            .iter()
+            .map(|k| {
+                let targets = k.default_targets().into_iter().map(String::from).collect();
+                package(*k, targets, None)
+            })
+            .collect();
+        let mut gen = Combined::new(packages, 2 * S);
+        let history = simulate(&mut gen, 0, 1, 600, |op| {
+            let value = match op.f.as_str() {
+                "kill" | "pause" | "start-loss" | "clock-skew" | "clock-strobe" => {
+                    json!({"nodes": ["n1"]})
+                }
+                _ => op.value.clone(),
+            };
+            (Outcome::Info, value, 100_000_000)
+        })
+        .await;
+        let faults: Vec<Invocation> = history
+            .iter()
+            .filter(|o| o.kind == OpType::Invoke)
+            .filter(|o| {
+                matches!(
+                    o.f.as_str(),
+                    "start-partition" | "kill" | "bounce" | "handoff" | "pause" | "start-loss"
+                )
+            })
+            .map(|o| op(&o.f, o.value.clone()))
+            .collect();
+        let aimed: Vec<&Invocation> = faults.iter().filter(|o| at_leaders(o)).collect();
+        assert!(faults.len() > 100, "{}", faults.len());
+        assert!(
+            aimed.len() * 2 >= faults.len(),
+            "{} of {} faults at leaders",
+            aimed.len(),
+            faults.len()
+        );
+        // Every kind that can aim at leaders does, and so do the rest of the time.
+        for f in ["start-partition", "kill", "pause"] {
+            let of_f = |o: &&Invocation| o.f == f;
+            assert!(aimed.iter().any(of_f), "{f}");
+            assert!(
+                faults.iter().filter(|o| !at_leaders(o)).any(|o| o.f == f),
+                "{f}"
+            );
+        }
+        assert!(aimed.iter().all(|o| o.value[crate::BURST_KEY] == BURST_MS));
+        assert!(faults
+            .iter()
+            .filter(|o| !at_leaders(o))
+            .all(|o| o.value.get(crate::BURST_KEY).is_none()));
+    }
+
+    #[test]
+    fn targets_without_leader_specs_are_drawn_as_before() {
+        let mut p = package(Kind::Pause, vec!["one".into(), "all".into()], None);
+        let mut r = rng(4);
+        for _ in 0..50 {
+            let o = p.cycle.next(&mut r);
+            p.cycle.done(&json!({"nodes": ["n1"]}));
+            assert!(
+                !at_leaders(&o) && o.value.get(crate::BURST_KEY).is_none(),
+                "{o:?}"
+            );
+        }
+        let mut p = package(Kind::Pause, vec!["leader".into()], None);
+        assert_eq!(
+            p.cycle.next(&mut r).value,
+            json!({"targets": "leader", "burst_ms": BURST_MS})
+        );
     }
 
     #[tokio::test(start_paused = true)]

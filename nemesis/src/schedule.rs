@@ -218,8 +218,9 @@ fn parse_op(entry: &Value, clusters: &[ClusterNodes], faults: &Faults) -> Result
             map.insert("cluster".into(), Value::String(cluster.clone()));
         }
     }
+    let (fault_value, _) = crate::take_burst(&value).map_err(|e| format!("{f}: {e}"))?;
     fault
-        .parse(&f, &value, nodes)
+        .parse(&f, &fault_value, nodes)
         .map_err(|e| format!("{f}: {}", in_value(&e)))?;
     Ok(Timed {
         time,

@@ -520,6 +520,8 @@ pub struct QueueGen {
     partitions: Vec<(String, i32)>,
     next_value: i64,
     positions: BTreeMap<(u64, usize), i64>,
+    /// Until when a nemesis op asked for a burst: only sends meanwhile.
+    burst_until: u64,
 }
 
 impl QueueGen {
@@ -530,6 +532,7 @@ impl QueueGen {
             options,
             next_value: 0,
             positions: BTreeMap::new(),
+            burst_until: 0,
         }
     }
 
@@ -547,7 +550,8 @@ impl Generator for QueueGen {
         };
         let tp = rng.random_range(0..self.partitions.len());
         let (topic, partition) = self.partitions[tp].clone();
-        let op = if rng.random_bool(self.options.send_fraction) {
+        let bursting = ctx.time < self.burst_until;
+        let op = if bursting || rng.random_bool(self.options.send_fraction) {
             let n = rng.random_range(1..=self.options.max_values_per_send.max(1)) as i64;
             let values: Vec<i64> = (self.next_value..self.next_value + n).collect();
             self.next_value += n;
@@ -570,6 +574,9 @@ impl Generator for QueueGen {
     }
 
     fn update(&mut self, _ctx: &Context, _worker: Worker, op: &Op) {
+        if let Some(end) = generator::burst_end(op) {
+            self.burst_until = self.burst_until.max(end);
+        }
         let Some(poll) = completed_poll(op) else {
             return;
         };

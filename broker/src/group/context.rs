@@ -66,7 +66,7 @@ impl GroupContext {
     /// coordinator always waits for the ISR: the injected `ack-before-replication` bug is about
     /// client produce, not the coordinator's own records.
     pub fn append_all(&self, p: Arc<Partition>, batch: &[u8]) -> Result<PendingAck, ProduceResult> {
-        let appended = produce::append(p, batch, -1, false);
+        let appended = produce::append(p, batch, -1, produce::AckBugs::default());
         if appended.is_ok() {
             self.data_changed.send_modify(|g| *g = g.wrapping_add(1));
         }

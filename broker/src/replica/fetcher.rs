@@ -32,6 +32,8 @@ pub struct FollowerContext {
     pub node_id: i32,
     /// The injected `hw-truncation` bug: truncate to the high watermark, not by leader epoch.
     pub hw_truncation: bool,
+    /// `replica.fetch.max.bytes`.
+    pub fetch_max_bytes: i32,
     /// Bumped when the follower's log or high watermark moved, waking long-polling fetches.
     pub data_changed: Arc<watch::Sender<u64>>,
     /// Tiered storage, when the broker has a remote store.
@@ -54,7 +56,6 @@ const BACKOFF: Duration = Duration::from_millis(100);
 const NEW_EPOCH_RETRY: Duration = Duration::from_millis(5);
 const NEW_EPOCH_RETRIES: u32 = 20;
 const FETCH_MAX_WAIT_MS: i32 = 250;
-const FETCH_MAX_BYTES: i32 = 8 << 20;
 
 enum Step {
     Continue,
@@ -137,7 +138,7 @@ async fn one_round(
         .with_replica_id(BrokerId(ctx.node_id))
         .with_max_wait_ms(FETCH_MAX_WAIT_MS)
         .with_min_bytes(1)
-        .with_max_bytes(FETCH_MAX_BYTES)
+        .with_max_bytes(ctx.fetch_max_bytes)
         .with_topics(vec![FetchTopic::default()
             .with_topic(p.topic_name())
             .with_partitions(vec![FetchPartition::default()
@@ -146,7 +147,7 @@ async fn one_round(
                 .with_fetch_offset(fetch_offset)
                 .with_last_fetched_epoch(last_epoch)
                 .with_log_start_offset(log_start)
-                .with_partition_max_bytes(FETCH_MAX_BYTES)])]);
+                .with_partition_max_bytes(ctx.fetch_max_bytes)])]);
     let resp = conn.call(12, &req).await?;
     let Some(pd) = resp.responses.first().and_then(|t| t.partitions.first()) else {
         anyhow::bail!("fetch response without the partition");

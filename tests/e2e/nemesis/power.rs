@@ -162,6 +162,20 @@ fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing() {
     per_message_flush_loses_nothing(1);
 }
 
+/// Seed 5 cuts the power while `meta.properties`, written at the brokers' first start, was
+/// never fsynced: torn to `cluster.id=tide`, it kept every broker from starting again until the
+/// broker wrote it atomically (temporary file, fsync, rename, directory fsync).
+#[test]
+fn a_cluster_wide_power_loss_leaves_every_broker_able_to_start() {
+    if !root_or_skip("power loss after the first start") {
+        return;
+    }
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let r = run(5, &["--broker-config", "log.flush.interval.messages=1"]);
+    assert_cluster_lost_power(&r);
+    assert_eq!(r.results["valid"], true, "{}", r.results);
+}
+
 #[test]
 fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
     if !root_or_skip("one node power loss") {
