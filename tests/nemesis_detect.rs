@@ -5,7 +5,8 @@
 //! CI runs one short run per bug with a targeted mix and a seed known to catch it, and one run
 //! of the correct broker under the default mix. The mirroring bugs are each run against a
 //! scripted schedule of failovers, failbacks and the faults around them that the bug's catalogue
-//! entry needs (`--workload mirror --nemesis-schedule`), one seed each. The full matrix (five seeds of 60 s per bug and
+//! entry needs (`--workload mirror --nemesis-schedule`), one seed each; a leader change in the
+//! destination while it mirrors exposes `local-epoch-in-mirror-cache`. The full matrix (five seeds of 60 s per bug and
 //! for the correct broker, under the default mix) and the time-to-detection benchmark take tens
 //! of minutes, so they are `#[ignore]`d; run them with
 //! `cargo test --test nemesis_detect -- --ignored --nocapture --test-threads 1`.
@@ -204,6 +205,13 @@ const FAILOVER_KILL_FAILBACK: &str = r#"[
   {"time_s": 11, "f": "failback", "value": {}}
 ]"#;
 
+/// The destination's partition leaders killed and restarted while it mirrors: each partition
+/// gets a new leader in B, which must keep its epoch cache to the mirrored batches (M11).
+const DESTINATION_LEADERS_KILLED: &str = r#"[
+  {"time_s": 3, "f": "kill", "value": {"cluster": "b", "targets": "leaders"}},
+  {"time_s": 5, "f": "start", "value": {"cluster": "b", "nodes": ["b1", "b2", "b3"]}}
+]"#;
+
 /// A mirror run replaying `schedule` for `time_limit` seconds with `args` besides.
 fn mirror_run(schedule: &str, time_limit: &str, seed: &str, args: &[&str]) -> Verdict {
     let dir = tempfile::tempdir().unwrap();
@@ -330,6 +338,20 @@ fn detection_matrix() {
     }
 }
 
+#[test]
+fn a_mirror_leader_recording_its_own_epoch_is_caught() {
+    if !root_or_skip("a_mirror_leader_recording_its_own_epoch_is_caught") {
+        return;
+    }
+    mirror_bug_caught(
+        "local-epoch-in-mirror-cache",
+        DESTINATION_LEADERS_KILLED,
+        "10",
+        &[],
+        "mirror-epoch-cache",
+    );
+}
+
 /// The issue's matrix: `--workload mirror --nemesis failover,partition,kill,unclean
 /// --time-limit 60` over five seeds, the correct broker valid in all five and each mirroring
 /// bug reported invalid, with an anomaly its catalogue entry names, in four at least. The bug
@@ -365,7 +387,7 @@ fn mirror_detection_matrix() {
         (
             "local-epoch-in-mirror-cache",
             &no_bumps,
-            &["mirror-divergence"],
+            &["mirror-divergence", "mirror-epoch-cache"],
         ),
     ];
     let mut table = Vec::new();

@@ -160,8 +160,8 @@ fn a_failover_without_marks_allows_lost_writes_and_says_so() {
 
 /// M11: after the round trip a mirrors b, and one of its replicas' epoch caches holds an epoch
 /// of a's own leadership (a leader change while mirroring, at its log end) that no replica of b
-/// has: `mirror-epoch-cache`, never allowed. When the last failback fell short, which cluster
-/// mirrors is not known and the check is skipped.
+/// has: `mirror-epoch-cache`, never allowed. When the last failback fell short without starting
+/// to mirror, which cluster mirrors is not known and the check is skipped.
 #[test]
 fn a_mirror_epoch_cache_holding_its_own_epoch_is_mirror_epoch_cache() {
     let (h, mut replicas) = round_trip();
@@ -205,6 +205,15 @@ fn a_mirror_epoch_cache_holding_its_own_epoch_is_mirror_epoch_cache() {
         .skipped_checks
         .iter()
         .any(|s| s.check == "mirror-epoch-cache"));
+    // One that started mirroring and timed out waiting for it says so: a mirrors b.
+    h.ops[back].value["direction"] = json!({"source": "b", "destination": "a", "mirroring": true});
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["mirror-epoch-cache"],
+        "{}",
+        r.summary(5)
+    );
 }
 
 /// a wrote 2 under epoch 2 after the failover (LMLE 0); the failback truncated above epoch 0

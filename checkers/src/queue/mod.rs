@@ -217,7 +217,8 @@ pub struct QueueAnalysis<'r> {
     /// The high watermarks polls saw.
     hws: SeenHws,
     mirror: MirrorHistory,
-    /// The last failover or failback recorded an error.
+    /// The last failover or failback recorded an error and no direction it left mirroring in
+    /// (a failback that started mirroring and timed out waiting for it records one).
     last_move_failed: bool,
     stats: BTreeMap<String, OpStats>,
     anomalies: Anomalies,
@@ -382,7 +383,8 @@ impl<'r> QueueAnalysis<'r> {
             let value = ev.value.json();
             let invoke = ev.kind == OpType::Invoke;
             if !invoke && matches!(ev.f, "failover" | "failback") {
-                self.last_move_failed = ev.failed;
+                let mirroring = value.pointer("/direction/mirroring") == Some(&Value::Bool(true));
+                self.last_move_failed = ev.failed && !mirroring;
             }
             if let Err(problem) = self
                 .mirror
@@ -1197,7 +1199,7 @@ impl<'r> QueueAnalysis<'r> {
         if self.last_move_failed {
             self.skipped.push(SkippedCheck {
                 check: AnomalyKind::MirrorEpochCache.name().into(),
-                reason: "the last failover or failback fell short, so which cluster mirrors is not known".into(),
+                reason: "the last failover or failback fell short and recorded no direction left mirroring, so which cluster mirrors is not known".into(),
             });
         } else {
             replicas::mirror_epoch_cache(
