@@ -20,7 +20,9 @@ use tidemark_harness::test::{cluster_names, node_names, Test, TestOptions};
 use tidemark_harness::workload::Workload;
 use tidemark_nemesis::mirror::MirrorSetup;
 use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
-use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
+use tidemark_nemesis::{
+    aim, all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions,
+};
 use tidemark_workloads::mirror::{MirrorOptions, MirrorWorkload};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
@@ -120,7 +122,7 @@ struct NemesisArgs {
     /// power, and with `--workload mirror` failover (failover then failback) and mirror-config
     /// (flip mirror.support.unclean.leader.election); or `all`, or `none`
     /// [default: partition,kill,pause,clock,loss]. Between mirrored clusters each fault lands on
-    /// the mirror's source or destination at random.
+    /// the mirror's source or destination at random, unless --nemesis-targets names roles.
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
     /// Seconds a fault lasts on average; calms between faults of one kind last up to twice this.
@@ -128,8 +130,10 @@ struct NemesisArgs {
     #[arg(long, default_value_t = 6.0, value_name = "S")]
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,
-    /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge. A
-    /// `kind:target` entry applies to that kind only.
+    /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge. With
+    /// `--workload mirror` also which cluster, by its role when the fault happens: source (the
+    /// one clients write to), destination, source-leaders, destination-leaders (unclean and
+    /// corrupt: source, destination). A `kind:target` entry applies to that kind only.
     #[arg(long, value_name = "LIST")]
     nemesis_targets: Option<String>,
     /// Replay a scripted schedule instead: a JSON list of timed fault ops as the history records
@@ -231,6 +235,7 @@ fn faults(
                 Some(list) => parse_targets(list, &kinds).map_err(usage)?,
                 None => Default::default(),
             };
+            aim::check_mirrored(options.targets.values().flatten(), mirroring).map_err(usage)?;
             options.kinds = kinds;
             Nemeses::new(options)
         }

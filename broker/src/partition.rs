@@ -982,20 +982,7 @@ impl Partition {
     pub fn truncate_by_epoch(&self, leader_epoch: i32, leader_end: i64) -> Result<bool, LogError> {
         self.with_state(|s| {
             let leo = s.log.log_end_offset();
-            let (target, complete) = if leader_end < 0 {
-                (s.high_watermark, true)
-            } else if leader_epoch < 0 {
-                (leader_end.min(leo), true)
-            } else {
-                let (fe, fo) = s.log.end_offset_for_epoch(leader_epoch);
-                if fe < 0 {
-                    (leader_end.min(leo), true)
-                } else if fe != leader_epoch {
-                    (fo.min(leo), false)
-                } else {
-                    (fo.min(leader_end).min(leo), true)
-                }
-            };
+            let (target, complete) = epoch_truncation_target(s, leader_epoch, leader_end);
             if target <= leo {
                 if target < leo {
                     info!(topic = ?self.topic, partition = self.index, from = leo, to = target, "truncating by leader epoch");
@@ -1207,6 +1194,15 @@ impl Partition {
         Ok(())
     }
 
+    /// Whether truncating by the other side's diverging epoch (`leader_epoch`, `leader_end`, as
+    /// [`truncate_by_epoch`](Self::truncate_by_epoch) takes them) would cut records below the
+    /// high watermark: records readers may have seen committed under the current leader epoch.
+    pub fn epoch_truncation_cuts_committed(&self, leader_epoch: i32, leader_end: i64) -> bool {
+        self.with_state(|s| {
+            epoch_truncation_target(s, leader_epoch, leader_end).0 < s.high_watermark
+        })
+    }
+
     /// Whether the LMLE truncation to `lmle` would cut records below the high watermark: records
     /// readers may have seen committed under the current leader epoch.
     pub fn lmle_truncation_cuts_committed(&self, lmle: i32) -> bool {
@@ -1307,5 +1303,26 @@ impl Partition {
     pub fn close(self) -> Result<(), LogError> {
         let state = self.state.into_inner().unwrap_or_else(|p| p.into_inner());
         state.log.close()
+    }
+}
+
+/// Where truncating by the other side's diverging epoch (its `leader_epoch` ending at
+/// `leader_end`) cuts this log (KIP-279), and whether that is final (`false`: the epoch is
+/// unknown here, so the next fetch compares again from the epoch below it).
+fn epoch_truncation_target(s: &PartitionState, leader_epoch: i32, leader_end: i64) -> (i64, bool) {
+    let leo = s.log.log_end_offset();
+    if leader_end < 0 {
+        (s.high_watermark, true)
+    } else if leader_epoch < 0 {
+        (leader_end.min(leo), true)
+    } else {
+        let (fe, fo) = s.log.end_offset_for_epoch(leader_epoch);
+        if fe < 0 {
+            (leader_end.min(leo), true)
+        } else if fe != leader_epoch {
+            (fo.min(leo), false)
+        } else {
+            (fo.min(leader_end).min(leo), true)
+        }
     }
 }

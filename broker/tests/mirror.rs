@@ -1003,6 +1003,41 @@ fn a_failback_truncating_committed_records_moves_to_a_new_epoch() {
     );
 }
 
+/// The second truncation of a failback, by the diverging epoch the source answers the first
+/// fetch with, takes back what A wrote after the failover under the last mirrored epoch itself
+/// (the LMLE truncation keeps it: its epoch is not above the LMLE). When that cuts records readers
+/// saw committed it too runs in a new leader epoch (the harness found readers of A seeing the
+/// high watermark drop under one epoch). A's epoch is first moved above B's, so no mirrored batch
+/// bumps it later.
+#[test]
+fn a_failback_truncating_committed_records_by_diverging_epoch_moves_to_a_new_epoch() {
+    let mut a = cluster("A", 1, SEED_EPOCHS, None);
+    let b = cluster("B", 1, SEED_EPOCHS, None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    write(&a, &[0]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors r0", T, |b| log_of(b, 1).0.len() == 1);
+    stop(&b, "a-to-b").unwrap();
+    write(&b, &[100]).unwrap();
+    assert_eq!(write(&a, &[1]).unwrap(), 1, "r1 committed on A at offset 1");
+    while leader_epoch(&a, 1) <= leader_epoch(&b, 1) {
+        restart_leader(&mut a);
+    }
+    let before = leader_epoch(&a, 1);
+    create_mirror(&a, "b-to-a", &b).unwrap();
+    start(&a, "b-to-a").unwrap();
+    a.wait_for("A fails back: r1 replaced by B's 100", T, |a| {
+        log_of(a, 1).0.iter().any(|r| r.1 == 100)
+    });
+    wait_state(&a, "A mirroring", MirrorState::Mirroring);
+    assert_eq!(log_of(&a, 1).0, log_of(&b, 1).0);
+    assert!(
+        leader_epoch(&a, 1) > before,
+        "A took back committed r1 still in epoch {before}"
+    );
+}
+
 /// KIP-1279's proactive epoch bump: B mirrors r0 (A's epoch 0) while its own leader epoch is 0,
 /// within the threshold of 3, so B moves its leader epoch to 0 + 10 and mirrors on; its epoch
 /// cache still holds only A's epoch (M11). With the bump off, B's epoch stays below that.

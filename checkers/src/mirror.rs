@@ -582,6 +582,11 @@ impl MirrorHistory {
         (!moved).then_some(since)
     }
 
+    /// The clusters that mirror another as the last recorded change left them.
+    pub fn mirroring_at_end(&self) -> &BTreeSet<String> {
+        &self.destinations
+    }
+
     /// The run ended failed over: the last change was a failover, or a failover was invoked
     /// and never recorded.
     pub fn ended_failed_over(&self) -> bool {

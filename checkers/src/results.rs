@@ -56,11 +56,14 @@ pub enum AnomalyKind {
     /// Two polls served under one leader epoch, one after the other, saw the high watermark go
     /// down.
     HwRegression,
+    /// A mirror's epoch cache holds an entry the cluster it mirrors has in none of its replicas:
+    /// an epoch of its own leadership rather than of a mirrored batch (M11).
+    MirrorEpochCache,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 17] = [
+    pub const ALL: [AnomalyKind; 18] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -78,6 +81,7 @@ impl AnomalyKind {
         AnomalyKind::EpochAboveLeader,
         AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
+        AnomalyKind::MirrorEpochCache,
     ];
 
     /// The name used in `results.json`.
@@ -100,6 +104,7 @@ impl AnomalyKind {
             AnomalyKind::EpochAboveLeader => "epoch-above-leader",
             AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
+            AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
         }
     }
 }

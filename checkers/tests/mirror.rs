@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::{entries, replica, Hist};
-use tidemark_checkers::{check, OpType, Process, ReplicaState, Results, Validity};
+use tidemark_checkers::{check, EpochEntry, OpType, Process, ReplicaState, Results, Validity};
 
 use OpType::{Info, Ok};
 
@@ -155,6 +155,64 @@ fn a_failover_without_marks_allows_lost_writes_and_says_so() {
         skipped.reason.contains("recorded no partitions"),
         "{}",
         skipped.reason
+    );
+}
+
+/// M11: after the round trip a mirrors b, and one of its replicas' epoch caches holds an epoch
+/// of a's own leadership (a leader change while mirroring, at its log end) that no replica of b
+/// has: `mirror-epoch-cache`, never allowed. When the last failback fell short without starting
+/// to mirror, which cluster mirrors is not known and the check is skipped.
+#[test]
+fn a_mirror_epoch_cache_holding_its_own_epoch_is_mirror_epoch_cache() {
+    let (h, mut replicas) = round_trip();
+    replicas[1].epochs.push(EpochEntry {
+        epoch: 7,
+        start_offset: 3,
+    });
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["mirror-epoch-cache"],
+        "{}",
+        r.summary(5)
+    );
+    let e = &entries(&r, "mirror-epoch-cache")[0];
+    assert_eq!(
+        (&e["cluster"], &e["node"], &e["entry"]),
+        (&json!("a"), &json!("a2"), &json!([7, 3]))
+    );
+    // b's caches (the source now) are not judged: it wrote under its own epochs.
+    let (h, mut replicas) = round_trip();
+    replicas[2].epochs.push(EpochEntry {
+        epoch: 7,
+        start_offset: 3,
+    });
+    assert_eq!(run(&test(), &h, &replicas).valid, Validity::Valid);
+    // The failback fell short: a may not mirror b.
+    let (mut h, mut replicas) = round_trip();
+    let last = h.ops.len() - 1;
+    let back = h.ops.iter().rposition(|o| o.f == "failback").unwrap();
+    assert!(back < last);
+    h.ops[back].error = Some("not mirroring within 20s".into());
+    replicas[1].epochs.push(EpochEntry {
+        epoch: 7,
+        start_offset: 3,
+    });
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r
+        .skipped_checks
+        .iter()
+        .any(|s| s.check == "mirror-epoch-cache"));
+    // One that started mirroring and timed out waiting for it says so: a mirrors b.
+    h.ops[back].value["direction"] = json!({"source": "b", "destination": "a", "mirroring": true});
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(
+        r.bad_anomaly_types,
+        ["mirror-epoch-cache"],
+        "{}",
+        r.summary(5)
     );
 }
 

@@ -9,7 +9,8 @@
 //!   what was not fsynced), and between two clusters [`mirror`] (failover, failback, and the
 //!   mirror's unclean-election flag). Every op's `info` records what was actually done, in a
 //!   form the same op accepts again, so histories replay.
-//! - [`targets`] and [`grudge`] are the pure parts: which nodes, which cuts.
+//! - [`targets`] and [`grudge`] are the pure parts: which nodes, which cuts; [`aim`] says which
+//!   of two mirrored clusters, by its role.
 //! - [`cluster`] reads leaders and ISRs from Metadata and asks for elections.
 //! - [`package`] gives each kind a cycle of ops, final heals and a plot colour, and combines them
 //!   on one staggered schedule, like Jepsen's combined package.
@@ -17,6 +18,7 @@
 //!
 //! [`Nemeses`] puts it together as the engine's [`Nemesis`].
 
+pub mod aim;
 pub mod clock;
 pub mod cluster;
 pub mod corrupt;
@@ -141,8 +143,15 @@ impl Kind {
         })
     }
 
-    /// The target names this kind understands.
+    /// The target names this kind understands (with the mirror's roles of [`aim`]).
     pub fn target_names(self) -> Vec<&'static str> {
+        let mut names = self.node_target_names();
+        names.extend(aim::Aim::names_for(self));
+        names
+    }
+
+    /// The target names of nodes within one cluster this kind understands.
+    fn node_target_names(self) -> Vec<&'static str> {
         match self {
             Kind::Partition => {
                 let mut v: Vec<&str> = PartitionKind::ALL.map(PartitionKind::name).to_vec();
@@ -312,7 +321,8 @@ pub struct NemesisOptions {
     /// The forced unclean election's ports and timings.
     pub unclean: unclean::Unclean,
     /// What is mirrored between two clusters, when the test mirrors: the mirror faults act on
-    /// it, and the other kinds' faults land on the source or the destination at random.
+    /// it, and the other kinds' faults land on the source or the destination (at random, or
+    /// as their targets aim them).
     pub mirror: Option<mirror::MirrorSetup>,
 }
 
@@ -393,7 +403,8 @@ impl Nemeses {
         &self.options.kinds
     }
 
-    /// The packages of the kinds in use.
+    /// The packages of the kinds in use, their faults aimed at the mirror's roles their
+    /// targets name.
     pub fn packages(&self) -> Vec<Package> {
         self.options
             .kinds
@@ -403,7 +414,10 @@ impl Nemeses {
                     self.options.targets.get(k).cloned().unwrap_or_else(|| {
                         k.default_targets().into_iter().map(String::from).collect()
                     });
-                package(*k, targets, self.options.mirror.as_ref())
+                let (aims, specs) = aim::Aim::split(*k, &targets);
+                let mut p = package(*k, specs, self.options.mirror.as_ref());
+                p.aims = aims;
+                p
             })
             .collect()
     }
@@ -453,6 +467,10 @@ impl Nemesis for Nemeses {
         // The invocation records the burst; the info only what the fault did, so replaying it
         // acts at once.
         if let Value::Object(m) = &mut value {
+            // An aimed fault's record keeps the role it was aimed at.
+            if let Some(role) = op.value.get("role") {
+                m.insert("role".into(), role.clone());
+            }
             if let Some(leaders) = env.leaders.take() {
                 m.entry("leaders").or_insert(json!(leaders));
             }
@@ -593,6 +611,15 @@ mod tests {
         assert!(e.contains("not among the chosen"), "{e}");
         let e = parse_targets("x:one", &kinds).unwrap_err();
         assert!(e.contains("unknown fault kind"), "{e}");
+        // The mirror's roles mix with node specs; the unclean election takes clusters only.
+        let kinds = vec![Kind::Kill, Kind::Unclean];
+        let t = parse_targets("source-leaders,destination,kill:one", &kinds).unwrap();
+        assert_eq!(t[&Kind::Kill], vec!["one"]);
+        assert_eq!(t[&Kind::Unclean], vec!["destination"]);
+        let t = parse_targets("kill:source,kill:leader", &kinds).unwrap();
+        assert_eq!(t[&Kind::Kill], vec!["source", "leader"]);
+        let e = parse_targets("unclean:source-leaders", &kinds).unwrap_err();
+        assert!(e.contains("unclean targets are source, destination"), "{e}");
     }
 
     #[test]

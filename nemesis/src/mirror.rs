@@ -53,6 +53,23 @@ pub enum Direction {
     },
 }
 
+impl Direction {
+    /// The direction as a failover or failback records leaving it: the `source` clients write
+    /// to (after a failover, the cluster that took over), the other cluster as `destination`,
+    /// and whether it mirrors the source yet.
+    pub fn record(&self) -> Value {
+        match self {
+            Direction::Mirroring {
+                source,
+                destination,
+            } => json!({"source": source, "destination": destination, "mirroring": true}),
+            Direction::FailedOver { from, to } => {
+                json!({"source": to, "destination": from, "mirroring": false})
+            }
+        }
+    }
+}
+
 /// What the mirror faults mirror.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MirrorSetup {
@@ -297,13 +314,15 @@ impl FaultOp for MoveOp<'_> {
                 }
             }
             if let Err(e) = stopped {
+                record["direction"] = direction.record();
                 return Err(Failed {
                     done: record,
                     error: format!("{e:#}"),
                 });
             }
-            self.faults
-                .set_direction(Direction::FailedOver { from, to });
+            let now = Direction::FailedOver { from, to };
+            record["direction"] = now.record();
+            self.faults.set_direction(now);
             return Ok(record);
         }
         let mirroring_already = before.as_ref().is_ok_and(|ps| {
@@ -316,15 +335,18 @@ impl FaultOp for MoveOp<'_> {
             record["already_mirroring"] = json!(true);
         } else if let Err(e) = block_on(mirror.start_mirror(dst, &name, &topics)) {
             record["partitions"] = partitions(dst, &topics, &before, &before, "log_end_offset");
+            record["direction"] = direction.record();
             return Err(Failed {
                 done: record,
                 error: format!("{e:#}"),
             });
         }
-        self.faults.set_direction(Direction::Mirroring {
+        let now = Direction::Mirroring {
             source: from.clone(),
             destination: to.clone(),
-        });
+        };
+        record["direction"] = now.record();
+        self.faults.set_direction(now);
         // Failback is in force once every partition mirrors (the LMLE truncation is done); the
         // final one also waits until the mirror has caught up.
         let (timeout, settle) = if self.m.settle {

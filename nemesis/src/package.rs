@@ -5,8 +5,9 @@
 //! different kinds overlap as they would with Jepsen's `gen/any` of staggered flip-flops.
 //!
 //! Between two mirrored clusters ([`Combined::between`]) each fault that names no cluster lands
-//! on the mirror's source or its destination at random (as the direction is when it starts), and
-//! its undoing on the same cluster.
+//! where its package's aims ([`aim`](crate::aim)) say, else on the mirror's source or its
+//! destination at random (as the direction is when it starts), and its undoing on the same
+//! cluster.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -15,6 +16,7 @@ use serde_json::{json, Value};
 use tidemark_harness::generator::{Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::op::{Invocation, Op, OpType};
 
+use crate::aim::Aim;
 use crate::mirror::MirrorSetup;
 use crate::Kind;
 
@@ -63,6 +65,8 @@ pub struct Package {
     pub heal: Vec<Invocation>,
     /// Plot label and colour.
     pub perf: Perf,
+    /// Between mirrored clusters, the roles its faults are aimed at (none: either cluster).
+    pub aims: Vec<Aim>,
 }
 
 fn op(f: &str, value: Value) -> Invocation {
@@ -346,6 +350,7 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         cycle,
         heal,
         perf,
+        aims: Vec::new(),
     }
 }
 
@@ -400,6 +405,8 @@ pub struct Combined {
     stamped: Vec<Option<String>>,
     /// The kinds whose ops are not stamped (the mirror's own name their clusters).
     kinds: Vec<Kind>,
+    /// Each cycle's aims.
+    aims: Vec<Vec<Aim>>,
     /// Whether a disruptive turn has been taken.
     turned: bool,
 }
@@ -412,6 +419,7 @@ impl Combined {
             .map(|p| (p.kind != Kind::Clock).then(|| weight(p.kind)))
             .collect();
         let kinds = packages.iter().map(|p| p.kind).collect();
+        let aims = packages.iter().map(|p| p.aims.clone()).collect();
         let cycles: Vec<Box<dyn Cycle>> = packages.into_iter().map(|p| p.cycle).collect();
         Combined {
             due: vec![None; cycles.len()],
@@ -424,6 +432,7 @@ impl Combined {
             waiting_for: None,
             roles: None,
             kinds,
+            aims,
             turned: false,
         }
     }
@@ -445,8 +454,15 @@ impl Combined {
         }
         let cluster = match (&self.stamped[i], undo) {
             (Some(c), true) => c.clone(),
-            _ if rng.random_bool(0.5) => source.clone(),
-            _ => destination.clone(),
+            _ => match self.aims[i].choose(rng) {
+                Some(aim) => {
+                    let cluster = aim.cluster(source, destination).to_string();
+                    aim.apply(&mut op, &cluster);
+                    cluster
+                }
+                None if rng.random_bool(0.5) => source.clone(),
+                None => destination.clone(),
+            },
         };
         if let Value::Object(m) = &mut op.value {
             m.insert("cluster".into(), json!(cluster));
@@ -455,23 +471,22 @@ impl Combined {
         op
     }
 
-    /// Follows the mirror's direction through the recorded failovers and failbacks.
+    /// Follows the mirror's direction through the `direction` each failover and failback
+    /// records leaving (whether or not it fell short: a failback that started mirroring and
+    /// timed out waiting has moved it, a failover whose stop was refused has not).
     fn follow(&mut self, op: &Op) {
-        let (Some(roles), Some(from), Some(to)) = (
+        if !matches!(op.f.as_str(), "failover" | "failback") {
+            return;
+        }
+        let direction = &op.value["direction"];
+        let (Some(roles), Some(source), Some(destination)) = (
             self.roles.as_mut(),
-            op.value.get("from").and_then(Value::as_str),
-            op.value.get("to").and_then(Value::as_str),
+            direction["source"].as_str(),
+            direction["destination"].as_str(),
         ) else {
             return;
         };
-        // After a failover `to` takes the writes; after a failback `from` is the source.
-        let source = match op.f.as_str() {
-            "failover" => to,
-            "failback" => from,
-            _ => return,
-        };
-        let other = if source == from { to } else { from };
-        *roles = (source.to_string(), other.to_string());
+        *roles = (source.to_string(), destination.to_string());
     }
 
     /// The cycle whose turn it is: the one with a fault in force, else a weighted draw.
@@ -773,11 +788,13 @@ mod tests {
             let value = match op.f.as_str() {
                 "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
                 "failover" => {
-                    let v = json!({"from": source, "to": other});
+                    let v = json!({"from": source, "to": other,
+                                   "direction": {"source": other, "destination": source}});
                     source = other.to_string();
                     v
                 }
-                "failback" => json!({"from": source, "to": other}),
+                "failback" => json!({"from": source, "to": other,
+                                     "direction": {"source": source, "destination": other}}),
                 _ => op.value.clone(),
             };
             (Outcome::Info, value, 100_000_000)
@@ -808,5 +825,64 @@ mod tests {
         }
         assert_eq!(clusters.len(), 2, "{clusters:?}");
         assert!(invokes.iter().any(|o| o.f == "failback"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aimed_faults_land_on_the_role_as_the_recorded_direction_has_it() {
+        let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
+        let mut pause = package(Kind::Pause, vec!["one".into()], Some(&setup));
+        pause.aims = vec![Aim::parse("destination-leaders").unwrap()];
+        let packages = vec![pause, package(Kind::Failover, Vec::new(), Some(&setup))];
+        let mut gen = Combined::new(packages, 2 * S).between("a", "b");
+        // Every second failover is refused and records the direction unchanged: the aims must
+        // follow what was recorded, not what was asked.
+        let (mut source, mut refused) = ("a".to_string(), false);
+        let history = simulate(&mut gen, 0, 3, 80, move |op| {
+            let other = if source == "a" { "b" } else { "a" };
+            let value = match op.f.as_str() {
+                "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
+                "failover" if refused => {
+                    refused = false;
+                    json!({"from": source, "to": other,
+                           "direction": {"source": source, "destination": other}})
+                }
+                "failover" => {
+                    refused = true;
+                    let v = json!({"from": source, "to": other,
+                                   "direction": {"source": other, "destination": source}});
+                    source = other.to_string();
+                    v
+                }
+                "failback" => json!({"from": source, "to": other,
+                                     "direction": {"source": source, "destination": other}}),
+                _ => op.value.clone(),
+            };
+            (Outcome::Info, value, 100_000_000)
+        })
+        .await;
+        let mut destination = "b".to_string();
+        let mut aimed = std::collections::BTreeSet::new();
+        for o in history.iter().filter(|o| o.kind == OpType::Info) {
+            let d = &o.value["direction"];
+            if let Some(dst) = d["destination"].as_str() {
+                destination = dst.to_string();
+            }
+            if o.f == "pause" {
+                assert_eq!(o.value["cluster"], destination.as_str(), "{o:?}");
+            }
+        }
+        for o in history.iter().filter(|o| o.kind == OpType::Invoke) {
+            match o.f.as_str() {
+                "pause" => {
+                    assert_eq!(o.value["targets"], "leaders", "{o:?}");
+                    assert_eq!(o.value["role"], "destination-leaders", "{o:?}");
+                    aimed.insert(o.value["cluster"].as_str().unwrap().to_string());
+                }
+                "resume" => assert!(o.value.get("role").is_none(), "{o:?}"),
+                _ => {}
+            }
+        }
+        // Failovers and failbacks moved the destination both ways during the run.
+        assert_eq!(aimed.len(), 2, "{aimed:?}");
     }
 }

@@ -33,6 +33,9 @@ struct PowerValue {
     /// The cluster the op acts on (the engine reads it; the nodes are that cluster's).
     #[serde(default, rename = "cluster")]
     _cluster: Option<String>,
+    /// The mirror role the op was aimed at, when it was (recorded only).
+    #[serde(default, rename = "role")]
+    _role: Option<String>,
     /// Where last writes tear; drawn from the nemesis's RNG when absent.
     #[serde(default)]
     seed: Option<u64>,

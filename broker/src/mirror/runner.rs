@@ -215,7 +215,9 @@ async fn drive(ctx: &Arc<MirrorContext>, p: &Arc<Partition>, cancel: &Cancellati
             MirrorState::Preparing => prepare(ctx, p, topic, mirror, cancel)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
-            MirrorState::Mirroring => mirror_round(ctx, p, mirror, topic.id, &mut source).await,
+            MirrorState::Mirroring => {
+                mirror_round(ctx, p, mirror, topic.id, &mut source, cancel).await
+            }
             MirrorState::EpochFencing => fence_epoch(ctx, p)
                 .await
                 .map(|()| Some(MirrorState::Mirroring)),
@@ -497,6 +499,7 @@ async fn mirror_round(
     mirror: &MirrorRegistration,
     topic_id: Uuid,
     source: &mut Option<SourceLeader>,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<Option<MirrorState>> {
     if source.is_none() {
         *source = Some(resolve_source(mirror, p, topic_id).await?);
@@ -556,8 +559,15 @@ async fn mirror_round(
         .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
         check_source_topic(mirror, p, topic_id, src).await?;
+        let (epoch, end) = (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset);
+        // The second truncation of a failback (the first fetch after the LMLE truncation) takes
+        // back what this cluster wrote under the last mirrored epoch itself, committed records
+        // included: as for the LMLE truncation, in a new leader epoch.
+        if p.epoch_truncation_cuts_committed(epoch, end) {
+            new_epoch_before_truncation(ctx, p, cancel).await?;
+        }
         let before = p.log_end_offset();
-        p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
+        p.truncate_by_epoch(epoch, end)?;
         ctx.notify_data();
         let truncated = p.log_end_offset() < before;
         if truncated && waits_for_all_replicas(ctx, p) {

@@ -28,8 +28,8 @@ pub(crate) struct LineOp<'a> {
     _node: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub cluster: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "error")]
-    _error: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub error: Option<Cow<'a, str>>,
 }
 
 /// An op's value, parsed on demand.
@@ -76,6 +76,8 @@ pub(crate) struct Event<'a> {
     pub f: &'a str,
     pub cluster: Option<&'a str>,
     pub value: Body<'a>,
+    /// The op recorded an error: it fell short of what it was asked.
+    pub failed: bool,
 }
 
 impl<'a> From<&'a Op> for Event<'a> {
@@ -87,6 +89,7 @@ impl<'a> From<&'a Op> for Event<'a> {
             f: &op.f,
             cluster: op.cluster.as_deref(),
             value: Body::Json(&op.value),
+            failed: op.error.is_some(),
         }
     }
 }
@@ -100,6 +103,7 @@ impl<'a> From<&'a LineOp<'a>> for Event<'a> {
             f: &op.f,
             cluster: op.cluster.as_deref(),
             value: Body::Raw(op.value),
+            failed: op.error.is_some(),
         }
     }
 }

@@ -217,6 +217,9 @@ pub struct QueueAnalysis<'r> {
     /// The high watermarks polls saw.
     hws: SeenHws,
     mirror: MirrorHistory,
+    /// The last failover or failback recorded an error and no direction it left mirroring in
+    /// (a failback that started mirroring and timed out waiting for it records one).
+    last_move_failed: bool,
     stats: BTreeMap<String, OpStats>,
     anomalies: Anomalies,
     warnings: Vec<String>,
@@ -256,6 +259,7 @@ impl<'r> QueueAnalysis<'r> {
             pending: FxHashMap::default(),
             hws: SeenHws::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
+            last_move_failed: false,
             stats: BTreeMap::new(),
             anomalies: Anomalies::default(),
             warnings: Vec::new(),
@@ -378,6 +382,10 @@ impl<'r> QueueAnalysis<'r> {
         ) {
             let value = ev.value.json();
             let invoke = ev.kind == OpType::Invoke;
+            if !invoke && matches!(ev.f, "failover" | "failback") {
+                let mirroring = value.pointer("/direction/mirroring") == Some(&Value::Bool(true));
+                self.last_move_failed = ev.failed && !mirroring;
+            }
             if let Err(problem) = self
                 .mirror
                 .observe(ev.index, invoke, ev.f, ev.cluster, &value)
@@ -1188,6 +1196,18 @@ impl<'r> QueueAnalysis<'r> {
             })
         };
         replicas::epoch_ownership(replicas, &origin, &judge, &mut self.anomalies);
+        if self.last_move_failed {
+            self.skipped.push(SkippedCheck {
+                check: AnomalyKind::MirrorEpochCache.name().into(),
+                reason: "the last failover or failback fell short and recorded no direction left mirroring, so which cluster mirrors is not known".into(),
+            });
+        } else {
+            replicas::mirror_epoch_cache(
+                replicas,
+                self.mirror.mirroring_at_end(),
+                &mut self.anomalies,
+            );
+        }
     }
 
     /// What the failovers and failbacks promise about epochs, checked on each committed record

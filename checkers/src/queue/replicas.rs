@@ -4,7 +4,7 @@
 //! written by one cluster only (epoch-ownership).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
@@ -391,6 +391,59 @@ pub(crate) fn mirror_divergence(
                     );
                 }
             }
+        }
+    }
+}
+
+/// M11: a cluster that mirrors another at the end (`mirroring`) keeps in its epoch cache only
+/// the epochs of mirrored batches, so where the two agree every entry of its replicas' caches is,
+/// at the same start offset, an entry of some replica of the other clusters (whose leaders wrote
+/// those batches, or mirrored them in turn). An entry found nowhere else is an epoch of the
+/// mirror's own leadership. Entries starting at a record the other clusters do not hold are
+/// left to the divergence checks (the logs differ there, which may be excused).
+pub(crate) fn mirror_epoch_cache(
+    replicas: &[ReplicaState],
+    mirroring: &BTreeSet<String>,
+    out: &mut Anomalies,
+) {
+    type Seen = (BTreeSet<(i64, i64)>, BTreeSet<Record>);
+    let readable = |r: &&ReplicaState| r.error.is_none();
+    let mut elsewhere: BTreeMap<(&str, i64), Seen> = BTreeMap::new();
+    for r in replicas
+        .iter()
+        .filter(readable)
+        .filter(|r| !mirroring.contains(&r.cluster))
+    {
+        let seen = elsewhere.entry((&r.topic, r.partition)).or_default();
+        seen.0
+            .extend(r.epochs.iter().map(|e| (e.epoch, e.start_offset)));
+        seen.1.extend(r.records.iter().copied());
+    }
+    for r in replicas
+        .iter()
+        .filter(readable)
+        .filter(|r| mirroring.contains(&r.cluster))
+    {
+        // Without a replica of the source to compare with, there is nothing to judge.
+        let Some((entries, records)) = elsewhere.get(&(r.topic.as_str(), r.partition)) else {
+            continue;
+        };
+        let agrees_at = |offset: i64| {
+            r.records
+                .iter()
+                .find(|rec| rec.offset == offset)
+                .is_none_or(|rec| records.contains(rec))
+        };
+        for e in r
+            .epochs
+            .iter()
+            .filter(|e| !entries.contains(&(e.epoch, e.start_offset)) && agrees_at(e.start_offset))
+        {
+            out.push(
+                AnomalyKind::MirrorEpochCache,
+                json!({"cluster": r.cluster, "node": r.node, "topic": r.topic,
+                       "partition": r.partition, "entry": e}),
+            );
         }
     }
 }

@@ -67,6 +67,11 @@ fn mirror_options_are_checked() {
     assert!(e.contains("--workload mirror runs on two clusters"), "{e}");
     let e = usage_error(&["--mirror-unclean-support"]);
     assert!(e.contains("goes with --workload mirror"), "{e}");
+    let e = usage_error(&["--nemesis-targets", "one,source-leaders"]);
+    assert!(
+        e.contains("--nemesis-targets source-leaders: aiming at a mirror's source or destination needs --workload mirror"),
+        "{e}"
+    );
 }
 
 #[test]
