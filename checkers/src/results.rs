@@ -56,11 +56,17 @@ pub enum AnomalyKind {
     /// Two polls served under one leader epoch, one after the other, saw the high watermark go
     /// down.
     HwRegression,
+    /// A consumer group's acknowledged commit of a partition went below one acknowledged
+    /// earlier in the same generation.
+    CommitRegression,
+    /// A consumer group committed past a record of the committed log that no poll of the group
+    /// returned.
+    CommitSkip,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 17] = [
+    pub const ALL: [AnomalyKind; 19] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -78,6 +84,8 @@ impl AnomalyKind {
         AnomalyKind::EpochAboveLeader,
         AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
+        AnomalyKind::CommitRegression,
+        AnomalyKind::CommitSkip,
     ];
 
     /// The name used in `results.json`.
@@ -100,6 +108,8 @@ impl AnomalyKind {
             AnomalyKind::EpochAboveLeader => "epoch-above-leader",
             AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
+            AnomalyKind::CommitRegression => "commit-regression",
+            AnomalyKind::CommitSkip => "commit-skip",
         }
     }
 }
