@@ -115,8 +115,14 @@ fn a_clean_group_history_is_valid() {
 #[test]
 fn a_commit_below_an_earlier_one_of_its_generation_is_a_regression() {
     let mut h = clean();
-    let (_, earlier) = commit(&mut h, 2, "m2", 2, 4, Ok);
     let (_, later) = commit(&mut h, 2, "m2", 2, 3, Ok);
+    // The first commit at the highest offset before it: clean()'s first commit of 4 by m2.
+    let earlier = h
+        .ops
+        .iter()
+        .find(|o| o.f == "commit" && o.kind == Ok && o.value["offsets"][0]["offset"] == 4)
+        .unwrap()
+        .index;
     let r = judge(&h, &log(&RECORDS));
     assert_eq!(r.anomaly_types, vec!["commit-regression"], "{}", r.summary(5));
     assert_eq!(r.valid, Validity::Invalid);
