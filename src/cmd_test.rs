@@ -21,8 +21,8 @@ use tidemark_harness::workload::Workload;
 use tidemark_nemesis::mirror::MirrorSetup;
 use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
 use tidemark_nemesis::{all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions};
-use tidemark_workloads::mirror::{MirrorOptions, MirrorWorkload};
 use tidemark_workloads::group::SESSION_TIMEOUT;
+use tidemark_workloads::mirror::{MirrorOptions, MirrorWorkload};
 use tidemark_workloads::queue::{ConsumerMode, ProducerMode, Queue, QueueOptions};
 
 use crate::hosts_args::HostsArgs;
@@ -515,10 +515,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             ("group.initial.rebalance.delay.ms", "0".to_string()),
             ("offsets.topic.replication.factor", rf.to_string()),
         ] {
-            config
-                .overrides
-                .entry(key.to_string())
-                .or_insert(value);
+            config.overrides.entry(key.to_string()).or_insert(value);
         }
     }
     let powerfs = broker.with_file_name("tidemark-powerfs");

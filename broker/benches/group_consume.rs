@@ -95,11 +95,19 @@ fn main() {
     let (mut solo_join, mut trio_join) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
         let r = read_in_group(&bootstrap, &format!("solo-{round}"), 1);
-        assert!(r.records >= RECORDS, "one consumer read {} of {RECORDS}", r.records);
+        assert!(
+            r.records >= RECORDS,
+            "one consumer read {} of {RECORDS}",
+            r.records
+        );
         solo += r.reading;
         solo_join += r.join;
         let r = read_in_group(&bootstrap, &format!("trio-{round}"), 3);
-        assert!(r.records >= RECORDS, "three consumers read {} of {RECORDS}", r.records);
+        assert!(
+            r.records >= RECORDS,
+            "three consumers read {} of {RECORDS}",
+            r.records
+        );
         trio += r.reading;
         trio_join += r.join;
     }

@@ -124,7 +124,12 @@ fn a_commit_below_an_earlier_one_of_its_generation_is_a_regression() {
         .unwrap()
         .index;
     let r = judge(&h, &log(&RECORDS));
-    assert_eq!(r.anomaly_types, vec!["commit-regression"], "{}", r.summary(5));
+    assert_eq!(
+        r.anomaly_types,
+        vec!["commit-regression"],
+        "{}",
+        r.summary(5)
+    );
     assert_eq!(r.valid, Validity::Invalid);
     let e = &entries(&r, "commit-regression")[0];
     assert_eq!(e["op_index"], later);
@@ -143,7 +148,13 @@ fn a_lower_commit_in_a_new_generation_or_overlapping_in_time_is_not_a_regression
     let mut overlapping = Hist::new();
     overlapping.send(0, &[1, 2], Ok, Some(0));
     group_poll(&mut overlapping, 1, "m1", 1, 0, &RECORDS[..2]);
-    overlapping.push(Process::Client(1), Invoke, "commit", json!({"group": GROUP}), None);
+    overlapping.push(
+        Process::Client(1),
+        Invoke,
+        "commit",
+        json!({"group": GROUP}),
+        None,
+    );
     commit(&mut overlapping, 2, "m1", 1, 2, Ok);
     overlapping.push(
         Process::Client(1),

@@ -19,26 +19,28 @@ use futures::{SinkExt, StreamExt};
 use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::messages::{
     api_versions_request::ApiVersionsRequest,
-    consumer_protocol_assignment::{ConsumerProtocolAssignment, TopicPartition as AssignedPartition},
+    consumer_protocol_assignment::{
+        ConsumerProtocolAssignment, TopicPartition as AssignedPartition,
+    },
     consumer_protocol_subscription::ConsumerProtocolSubscription,
     create_topics_request::{CreatableTopic, CreateTopicsRequest},
     elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
     find_coordinator_request::FindCoordinatorRequest,
     heartbeat_request::HeartbeatRequest,
+    incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+    },
     init_producer_id_request::InitProducerIdRequest,
     join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol},
+    metadata_request::{MetadataRequest, MetadataRequestTopic},
+    metadata_response::MetadataResponse,
     offset_commit_request::{
         OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     },
     offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestTopic},
-    sync_group_request::{SyncGroupRequest, SyncGroupRequestAssignment},
-    incremental_alter_configs_request::{
-        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
-    },
-    metadata_request::{MetadataRequest, MetadataRequestTopic},
-    metadata_response::MetadataResponse,
     produce_request::{PartitionProduceData, ProduceRequest, TopicProduceData},
+    sync_group_request::{SyncGroupRequest, SyncGroupRequestAssignment},
     ApiKey, BrokerId, GroupId, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
@@ -692,7 +694,10 @@ impl Connection {
             .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
             .with_generation_id(generation)
             .with_member_id(StrBytes::from_string(member_id.to_string()));
-        Ok(self.send(ApiKey::Heartbeat, version, &req).await?.error_code)
+        Ok(self
+            .send(ApiKey::Heartbeat, version, &req)
+            .await?
+            .error_code)
     }
 
     /// OffsetCommit of `(topic, partition, offset)`s in `generation`; returns each partition's
@@ -1068,7 +1073,11 @@ mod tests {
         let info = RecordBatchDecoder::decode_batch_info(&mut bytes.clone()).unwrap();
         assert_eq!(info.len(), 1, "one batch");
         assert_eq!(
-            (info[0].producer_id, info[0].producer_epoch, info[0].base_sequence),
+            (
+                info[0].producer_id,
+                info[0].producer_epoch,
+                info[0].base_sequence
+            ),
             (7, 2, 40)
         );
         assert_eq!(info[0].record_count, 2);

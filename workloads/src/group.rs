@@ -157,7 +157,9 @@ impl GroupMember {
                         Err(e) => last = format!("coordinator {}: {e}", coord.name),
                     }
                 }
-                Ok(Err(code)) => last = format!("{}: FindCoordinator {}", node.name, error_name(code)),
+                Ok(Err(code)) => {
+                    last = format!("{}: FindCoordinator {}", node.name, error_name(code))
+                }
                 Err(e) => last = format!("{}: {e}", node.name),
             }
         }

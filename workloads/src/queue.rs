@@ -292,13 +292,9 @@ struct Failure {
 impl QueueClient {
     /// A client of `cx` asking node `home` first, for `options`' topics.
     pub fn new(cx: ClientContext, home: usize, options: QueueOptions) -> Self {
-        let several = options.producer == ProducerMode::Idempotent
-            || options.consumer == ConsumerMode::Group;
-        let request_timeout = if several {
-            cx.timeout / 3
-        } else {
-            cx.timeout
-        };
+        let several =
+            options.producer == ProducerMode::Idempotent || options.consumer == ConsumerMode::Group;
+        let request_timeout = if several { cx.timeout / 3 } else { cx.timeout };
         let member = (options.consumer == ConsumerMode::Group).then(|| {
             GroupMember::new(
                 GROUP.to_string(),
@@ -443,7 +439,6 @@ impl QueueClient {
         }
     }
 
-
     /// This process's producer id, asking the nodes from home on.
     async fn producer_identity(&mut self) -> Result<ProducerIdentity, Failure> {
         if let Some(p) = self.producer {
@@ -488,13 +483,12 @@ impl QueueClient {
         let producer = self.producer_identity().await?;
         let key = (send.topic.clone(), partition);
         let sequence = self.sequences.get(&key).copied().unwrap_or(0);
-        let batch = encode_idempotent_batch(&send.values, producer, sequence).map_err(|e| {
-            Failure {
+        let batch =
+            encode_idempotent_batch(&send.values, producer, sequence).map_err(|e| Failure {
                 outcome: Outcome::Fail,
                 node: None,
                 error: e,
-            }
-        })?;
+            })?;
         // Whether some attempt may have been appended: then giving up is `info`.
         let mut maybe_appended = false;
         let mut attempts = 0u32;
@@ -795,9 +789,7 @@ fn idempotent_outcome(code: i16) -> Retry {
             | KafkaStorageError
             | CorruptMessage,
         ) => Retry::Again,
-        Some(OutOfOrderSequenceNumber | InvalidProducerEpoch | UnknownProducerId) => {
-            Retry::Fenced
-        }
+        Some(OutOfOrderSequenceNumber | InvalidProducerEpoch | UnknownProducerId) => Retry::Fenced,
         Some(_) => Retry::Never,
     }
 }

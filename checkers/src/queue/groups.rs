@@ -101,7 +101,10 @@ impl Groups {
         op: u64,
     ) {
         let commit = Commit { offset, op, member };
-        let seen = self.by_generation.entry((group, generation, pk)).or_default();
+        let seen = self
+            .by_generation
+            .entry((group, generation, pk))
+            .or_default();
         // The highest commit acknowledged before this one was invoked: commits that overlap
         // it in time may land in either order.
         let before = seen.partition_point(|(done, _)| *done < invoked);

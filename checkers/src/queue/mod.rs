@@ -530,7 +530,11 @@ impl<'r> QueueAnalysis<'r> {
         let cluster = self.cluster_id(ev.cluster);
         let pk = self.pk(cluster, &topic, partition);
         let group = self.groups.id(&group);
-        let offsets = body.records.unwrap_or_default().into_iter().map(|r| r.offset);
+        let offsets = body
+            .records
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.offset);
         self.groups.polled(group, pk, offsets);
         Ok(())
     }

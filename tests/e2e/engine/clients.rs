@@ -50,8 +50,16 @@ fn an_idempotent_producer_under_kills_and_partitions_is_valid() {
         return;
     }
     let (test, ops) = valid_run(&[
-        "--producer", "idempotent", "--nemesis", "kill,partition", "--nemesis-interval", "4",
-        "--time-limit", "20", "--seed", "5",
+        "--producer",
+        "idempotent",
+        "--nemesis",
+        "kill,partition",
+        "--nemesis-interval",
+        "4",
+        "--time-limit",
+        "20",
+        "--seed",
+        "5",
     ]);
     assert_eq!(test["workload_options"]["producer"], "idempotent");
     assert_eq!(test["workload_options"]["consumer"], "assign");
@@ -61,7 +69,9 @@ fn an_idempotent_producer_under_kills_and_partitions_is_valid() {
         .iter()
         .filter(|o| o["f"] == "send" && o["type"] == "ok")
         .all(|o| o["value"]["attempts"].as_u64().is_some_and(|a| a >= 1)));
-    assert!(ops.iter().any(|o| o["process"] == "nemesis" && o["f"] == "kill"));
+    assert!(ops
+        .iter()
+        .any(|o| o["process"] == "nemesis" && o["f"] == "kill"));
 }
 
 #[test]
@@ -70,8 +80,20 @@ fn a_consumer_group_whose_members_crash_and_rejoin_is_valid() {
         return;
     }
     let (test, ops) = valid_run(&[
-        "--consumer", "group", "--producer", "idempotent", "--nemesis", "kill,partition",
-        "--nemesis-interval", "4", "--time-limit", "20", "--seed", "7", "--concurrency", "4",
+        "--consumer",
+        "group",
+        "--producer",
+        "idempotent",
+        "--nemesis",
+        "kill,partition",
+        "--nemesis-interval",
+        "4",
+        "--time-limit",
+        "20",
+        "--seed",
+        "7",
+        "--concurrency",
+        "4",
     ]);
     assert_eq!(test["workload_options"]["consumer"], "group");
     assert_eq!(
@@ -79,15 +101,24 @@ fn a_consumer_group_whose_members_crash_and_rejoin_is_valid() {
         "{}",
         test["broker_config"]
     );
-    assert!(count(&ops, "group-poll", "ok") > 0, "no group poll read anything");
-    assert!(count(&ops, "commit", "ok") > 0, "no commit was acknowledged");
+    assert!(
+        count(&ops, "group-poll", "ok") > 0,
+        "no group poll read anything"
+    );
+    assert!(
+        count(&ops, "commit", "ok") > 0,
+        "no commit was acknowledged"
+    );
     let generations: std::collections::BTreeSet<i64> = ops
         .iter()
         .filter(|o| o["f"] == "commit" && o["type"] == "ok")
         .filter_map(|o| o["value"]["generation"].as_i64())
         .collect();
     assert!(!generations.is_empty());
-    for o in ops.iter().filter(|o| o["f"] == "group-poll" && o["type"] == "ok") {
+    for o in ops
+        .iter()
+        .filter(|o| o["f"] == "group-poll" && o["type"] == "ok")
+    {
         assert_eq!(o["value"]["group"], "tidemark");
         assert!(o["value"]["member"].is_string() && o["value"]["topic"].is_string());
     }

@@ -167,7 +167,10 @@ const HEARTBEAT_RESPONSE: &[Field] = &[v("throttle_time_ms", 1, ANY, I32), f("er
 const COMMIT_PARTITION_RESPONSE: &[Field] = &[f("partition_index", I32), f("error_code", I16)];
 const COMMIT_TOPIC_RESPONSE: &[Field] = &[
     f("name", STR),
-    f("partitions", Ty::Array(&Ty::Struct(COMMIT_PARTITION_RESPONSE))),
+    f(
+        "partitions",
+        Ty::Array(&Ty::Struct(COMMIT_PARTITION_RESPONSE)),
+    ),
 ];
 const OFFSET_COMMIT_RESPONSE: &[Field] = &[
     v("throttle_time_ms", 3, ANY, I32),
