@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn unclean_elections_allow_lost_writes() {
-        let expect = vec!["inconsistent-offsets", "lost-write"];
+        let expect = vec!["commit-skip", "inconsistent-offsets", "lost-write"];
         for test in [
             json!({"unclean_leader_election": true}),
             json!({"nemesis": "kill,unclean"}),
@@ -446,7 +446,12 @@ mod tests {
         };
         assert_eq!(
             allowed(json!({}), unmarked),
-            ["abandoned-write", "inconsistent-offsets", "lost-write"]
+            [
+                "abandoned-write",
+                "commit-skip",
+                "inconsistent-offsets",
+                "lost-write"
+            ]
         );
     }
 
@@ -549,7 +554,12 @@ mod tests {
             cluster_power_loss: true,
             ..HistoryFacts::default()
         };
-        let excused = vec!["divergence", "inconsistent-offsets", "lost-write"];
+        let excused = vec![
+            "commit-skip",
+            "divergence",
+            "inconsistent-offsets",
+            "lost-write",
+        ];
         for config in [
             json!({}),
             json!({"broker_config": {"log.flush.interval.messages": "10000"}}),
