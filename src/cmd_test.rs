@@ -23,8 +23,9 @@ use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
 use tidemark_nemesis::{
     aim, all_faults, parse_kinds, parse_targets, Kind, Nemeses, NemesisOptions,
 };
+use tidemark_workloads::group::SESSION_TIMEOUT;
 use tidemark_workloads::mirror::{MirrorOptions, MirrorWorkload};
-use tidemark_workloads::queue::{Queue, QueueOptions};
+use tidemark_workloads::queue::{ConsumerMode, ProducerMode, Queue, QueueOptions};
 
 use crate::hosts_args::HostsArgs;
 
@@ -48,6 +49,16 @@ pub struct Args {
     /// start (the brokers' default; `mirror-config` faults flip it per topic).
     #[arg(long)]
     mirror_unclean_support: bool,
+    /// With `--workload queue`: `plain` sends (one attempt each, no producer id) or
+    /// `idempotent` ones (a producer id per process, a sequence per partition, a batch whose
+    /// answer is lost sent again unchanged; a duplicate is then an anomaly).
+    #[arg(long, default_value = "plain", value_name = "MODE")]
+    producer: String,
+    /// With `--workload queue`: `assign` (each poll names its partition and offset) or `group`
+    /// (every process a member of one consumer group: polls read the partitions it is assigned
+    /// from the group's committed offsets, and commits move them).
+    #[arg(long, default_value = "assign", value_name = "MODE")]
+    consumer: String,
     /// Seconds of workload before healing and the final reads.
     #[arg(long, default_value_t = 60.0, value_name = "S")]
     time_limit: f64,
@@ -326,6 +337,29 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             "--mirror-unclean-support goes with --workload mirror".into(),
         ));
     }
+    let producer = match args.producer.as_str() {
+        "plain" => ProducerMode::Plain,
+        "idempotent" => ProducerMode::Idempotent,
+        other => {
+            return Err(Problem::Usage(format!(
+                "--producer {other:?}: expected plain or idempotent"
+            )))
+        }
+    };
+    let consumer = match args.consumer.as_str() {
+        "assign" => ConsumerMode::Assign,
+        "group" => ConsumerMode::Group,
+        other => {
+            return Err(Problem::Usage(format!(
+                "--consumer {other:?}: expected assign or group"
+            )))
+        }
+    };
+    if mirror_workload && (producer, consumer) != (ProducerMode::Plain, ConsumerMode::Assign) {
+        return Err(Problem::Usage(
+            "--producer and --consumer go with --workload queue".into(),
+        ));
+    }
     let clusters = match (&hosts, args.clusters) {
         (Some((file, _)), Some(n)) if n != file.clusters.len() => {
             return Err(Problem::Usage(format!(
@@ -474,6 +508,21 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             .entry(MIRROR_UNCLEAN_KEY.to_string())
             .or_insert_with(|| args.mirror_unclean_support.to_string());
     }
+    if consumer == ConsumerMode::Group {
+        // The members' session timeout is allowed (it is short, so that a crashed member is
+        // expired within a short test), the first rebalance is not held back, and the offsets
+        // topic fits the cluster.
+        for (key, value) in [
+            (
+                "group.min.session.timeout.ms",
+                SESSION_TIMEOUT.as_millis().to_string(),
+            ),
+            ("group.initial.rebalance.delay.ms", "0".to_string()),
+            ("offsets.topic.replication.factor", rf.to_string()),
+        ] {
+            config.overrides.entry(key.to_string()).or_insert(value);
+        }
+    }
     let powerfs = broker.with_file_name("tidemark-powerfs");
     let mut db = TidemarkBroker::new(broker, config, args.inject_bug);
     if let Some(lib) = faults.faketime {
@@ -559,7 +608,11 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         let (a, b) = (options.clusters[0].clone(), options.clusters[1].clone());
         Arc::new(MirrorWorkload::new(mirror_options, &a, &b))
     } else {
-        Arc::new(Queue::new(QueueOptions::new(rf as i16)))
+        Arc::new(Queue::new(QueueOptions {
+            producer,
+            consumer,
+            ..QueueOptions::new(rf as i16)
+        }))
     };
     let test = Test {
         runtime,

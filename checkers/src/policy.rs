@@ -52,8 +52,14 @@
 //!   the log with every record. With per-message flush every acknowledged record was durable on
 //!   every in-sync replica before the acknowledgement, so nothing is excused; a single node
 //!   losing power excuses nothing either, since its peers kept what it lost.
+//! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
+//!   written again (the unclean, unmarked-failover and power-loss rules), a group's commit may
+//!   stand above records it never read, so `commit-skip` is allowed with `lost-write`.
+//!   `commit-regression` never is.
 //! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
-//!   disagree below their high watermarks after convergence), and every other anomaly.
+//!   disagree below their high watermarks after convergence), and every other anomaly. That
+//!   includes `duplicate` whatever the producer: the plain producer never sends a batch twice,
+//!   and the idempotent one's retries carry their sequence, so the broker must keep one copy.
 
 use std::collections::BTreeMap;
 
@@ -99,12 +105,20 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         when: Condition::Unclean,
-        allows: &[AnomalyKind::LostWrite, AnomalyKind::InconsistentOffsets],
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
+            AnomalyKind::CommitSkip,
+        ],
         why: "unclean leader election may truncate acknowledged records",
     },
     Rule {
         when: Condition::UnmarkedFailover,
-        allows: &[AnomalyKind::LostWrite, AnomalyKind::InconsistentOffsets],
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
+            AnomalyKind::CommitSkip,
+        ],
         why: "failover abandons acknowledged writes not yet mirrored, and this history does not record what was mirrored",
     },
     Rule {
@@ -113,6 +127,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::LostWrite,
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::Divergence,
+            AnomalyKind::CommitSkip,
         ],
         why: "every replica lost power at once, and the flush policy is not per-message",
     },
@@ -392,7 +407,7 @@ mod tests {
 
     #[test]
     fn unclean_elections_allow_lost_writes() {
-        let expect = vec!["inconsistent-offsets", "lost-write"];
+        let expect = vec!["commit-skip", "inconsistent-offsets", "lost-write"];
         for test in [
             json!({"unclean_leader_election": true}),
             json!({"nemesis": "kill,unclean"}),
@@ -431,7 +446,12 @@ mod tests {
         };
         assert_eq!(
             allowed(json!({}), unmarked),
-            ["abandoned-write", "inconsistent-offsets", "lost-write"]
+            [
+                "abandoned-write",
+                "commit-skip",
+                "inconsistent-offsets",
+                "lost-write"
+            ]
         );
     }
 
@@ -534,7 +554,12 @@ mod tests {
             cluster_power_loss: true,
             ..HistoryFacts::default()
         };
-        let excused = vec!["divergence", "inconsistent-offsets", "lost-write"];
+        let excused = vec![
+            "commit-skip",
+            "divergence",
+            "inconsistent-offsets",
+            "lost-write",
+        ];
         for config in [
             json!({}),
             json!({"broker_config": {"log.flush.interval.messages": "10000"}}),

@@ -59,11 +59,17 @@ pub enum AnomalyKind {
     /// A mirror's epoch cache holds an entry the cluster it mirrors has in none of its replicas:
     /// an epoch of its own leadership rather than of a mirrored batch (M11).
     MirrorEpochCache,
+    /// A consumer group's acknowledged commit of a partition went below one acknowledged
+    /// earlier in the same generation.
+    CommitRegression,
+    /// A consumer group committed past a record of the committed log that no poll of the group
+    /// returned.
+    CommitSkip,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 18] = [
+    pub const ALL: [AnomalyKind; 20] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -82,6 +88,8 @@ impl AnomalyKind {
         AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
         AnomalyKind::MirrorEpochCache,
+        AnomalyKind::CommitRegression,
+        AnomalyKind::CommitSkip,
     ];
 
     /// The name used in `results.json`.
@@ -105,6 +113,8 @@ impl AnomalyKind {
             AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
             AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
+            AnomalyKind::CommitRegression => "commit-regression",
+            AnomalyKind::CommitSkip => "commit-skip",
         }
     }
 }

@@ -3,9 +3,11 @@
 //! broker. Clients of workloads decide from that whether an op is `ok`, `fail` or `info`.
 //!
 //! It speaks only what the workloads and nemeses need: ApiVersions, Metadata, CreateTopics,
-//! Produce (v2 record batches whose values are decimal integers), Fetch, ElectLeaders,
-//! IncrementalAlterConfigs of a topic, and raw frames for APIs kafka-protocol does not know (the
-//! cluster-mirroring admin APIs of KIP-1279, see [`crate::mirror`]).
+//! Produce (v2 record batches whose values are decimal integers, plain or idempotent),
+//! InitProducerId, Fetch, the classic consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, OffsetCommit, OffsetFetch), ElectLeaders, IncrementalAlterConfigs of a topic, and
+//! raw frames for APIs kafka-protocol does not know (the cluster-mirroring admin APIs of
+//! KIP-1279, see [`crate::mirror`]). Retrying, rejoining and choosing outcomes is the caller's.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,16 +19,29 @@ use futures::{SinkExt, StreamExt};
 use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::messages::{
     api_versions_request::ApiVersionsRequest,
+    consumer_protocol_assignment::{
+        ConsumerProtocolAssignment, TopicPartition as AssignedPartition,
+    },
+    consumer_protocol_subscription::ConsumerProtocolSubscription,
     create_topics_request::{CreatableTopic, CreateTopicsRequest},
     elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
+    find_coordinator_request::FindCoordinatorRequest,
+    heartbeat_request::HeartbeatRequest,
     incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
     },
+    init_producer_id_request::InitProducerIdRequest,
+    join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol},
     metadata_request::{MetadataRequest, MetadataRequestTopic},
     metadata_response::MetadataResponse,
+    offset_commit_request::{
+        OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    },
+    offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestTopic},
     produce_request::{PartitionProduceData, ProduceRequest, TopicProduceData},
-    ApiKey, BrokerId, RequestHeader, ResponseHeader, TopicName,
+    sync_group_request::{SyncGroupRequest, SyncGroupRequestAssignment},
+    ApiKey, BrokerId, GroupId, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::records::{
@@ -98,7 +113,54 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::ElectLeaders, 1, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::InitProducerId, 0, 4),
+    // The group APIs at one version each: the fields filled in below are those versions'.
+    (ApiKey::FindCoordinator, 3, 3),
+    (ApiKey::JoinGroup, 5, 5),
+    (ApiKey::SyncGroup, 3, 3),
+    (ApiKey::Heartbeat, 3, 3),
+    (ApiKey::OffsetCommit, 7, 7),
+    (ApiKey::OffsetFetch, 7, 7),
 ];
+
+/// An idempotent producer's identity, from InitProducerId.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerIdentity {
+    /// The producer id.
+    pub id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+}
+
+/// A JoinGroup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResult {
+    /// The error code.
+    pub error_code: i16,
+    /// The generation joined.
+    pub generation: i32,
+    /// This member's id (also set with MEMBER_ID_REQUIRED).
+    pub member_id: String,
+    /// The leader's member id.
+    pub leader: String,
+    /// The protocol the group chose.
+    pub protocol_name: Option<String>,
+    /// Every member with its subscription metadata; only the leader gets them.
+    pub members: Vec<(String, Bytes)>,
+}
+
+/// A committed offset as OffsetFetch returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The committed offset, -1 when none.
+    pub offset: i64,
+    /// The partition's error code.
+    pub error_code: i16,
+}
 
 /// One connection to one broker.
 pub struct Connection {
@@ -492,8 +554,20 @@ impl Connection {
         values: &[i64],
         acks: i16,
     ) -> Result<ProduceResult, KafkaError> {
-        let version = self.version(ApiKey::Produce)?;
         let batch = encode_batch(values).map_err(KafkaError::NotSent)?;
+        self.produce_batch(topic, partition, batch, acks).await
+    }
+
+    /// Appends one encoded record batch to a partition (an idempotent producer's batch is sent
+    /// again unchanged when retried).
+    pub async fn produce_batch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        acks: i16,
+    ) -> Result<ProduceResult, KafkaError> {
+        let version = self.version(ApiKey::Produce)?;
         let req = ProduceRequest::default()
             .with_acks(acks)
             .with_timeout_ms(self.timeout.as_millis() as i32)
@@ -512,6 +586,201 @@ impl Connection {
                 base_offset: p.base_offset,
             })
             .ok_or_else(|| KafkaError::Protocol("Produce: partition missing from response".into()))
+    }
+
+    /// A producer id for an idempotent (not transactional) producer. Returns the error code
+    /// when the broker refused.
+    pub async fn init_producer_id(&mut self) -> Result<Result<ProducerIdentity, i16>, KafkaError> {
+        let version = self.version(ApiKey::InitProducerId)?;
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(-1);
+        let resp = self.send(ApiKey::InitProducerId, version, &req).await?;
+        Ok(match resp.error_code.err() {
+            Some(_) => Err(resp.error_code),
+            None => Ok(ProducerIdentity {
+                id: resp.producer_id.0,
+                epoch: resp.producer_epoch,
+            }),
+        })
+    }
+
+    /// The group coordinator's broker id for `group`, or the error code.
+    pub async fn find_coordinator(&mut self, group: &str) -> Result<Result<i32, i16>, KafkaError> {
+        let version = self.version(ApiKey::FindCoordinator)?;
+        let req = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.to_string()))
+            .with_key_type(0);
+        let resp = self.send(ApiKey::FindCoordinator, version, &req).await?;
+        Ok(match resp.error_code.err() {
+            Some(_) => Err(resp.error_code),
+            None => Ok(resp.node_id.0),
+        })
+    }
+
+    /// JoinGroup with one protocol of type `consumer`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn join_group(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_timeout: Duration,
+        rebalance_timeout: Duration,
+        protocol: &str,
+        metadata: Bytes,
+    ) -> Result<JoinResult, KafkaError> {
+        let version = self.version(ApiKey::JoinGroup)?;
+        let req = JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_session_timeout_ms(session_timeout.as_millis() as i32)
+            .with_rebalance_timeout_ms(rebalance_timeout.as_millis() as i32)
+            .with_member_id(StrBytes::from_string(member_id.to_string()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_string(protocol.to_string()))
+                .with_metadata(metadata)]);
+        let resp = self.send(ApiKey::JoinGroup, version, &req).await?;
+        Ok(JoinResult {
+            error_code: resp.error_code,
+            generation: resp.generation_id,
+            member_id: resp.member_id.to_string(),
+            leader: resp.leader.to_string(),
+            protocol_name: resp.protocol_name.map(|p| p.to_string()),
+            members: resp
+                .members
+                .into_iter()
+                .map(|m| (m.member_id.to_string(), m.metadata))
+                .collect(),
+        })
+    }
+
+    /// SyncGroup: the leader sends every member's assignment, the others none. Returns the
+    /// error code and this member's assignment.
+    pub async fn sync_group(
+        &mut self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<(i16, Bytes), KafkaError> {
+        let version = self.version(ApiKey::SyncGroup)?;
+        let req = SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member_id.to_string()))
+            .with_assignments(
+                assignments
+                    .into_iter()
+                    .map(|(m, a)| {
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(StrBytes::from_string(m))
+                            .with_assignment(a)
+                    })
+                    .collect(),
+            );
+        let resp = self.send(ApiKey::SyncGroup, version, &req).await?;
+        Ok((resp.error_code, resp.assignment))
+    }
+
+    /// Heartbeat; returns the error code (REBALANCE_IN_PROGRESS asks the member to rejoin).
+    pub async fn heartbeat(
+        &mut self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<i16, KafkaError> {
+        let version = self.version(ApiKey::Heartbeat)?;
+        let req = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member_id.to_string()));
+        Ok(self
+            .send(ApiKey::Heartbeat, version, &req)
+            .await?
+            .error_code)
+    }
+
+    /// OffsetCommit of `(topic, partition, offset)`s in `generation`; returns each partition's
+    /// error code.
+    pub async fn commit_offsets(
+        &mut self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<Vec<(String, i32, i16)>, KafkaError> {
+        let version = self.version(ApiKey::OffsetCommit)?;
+        let mut topics: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+        for (t, p, o) in offsets {
+            topics.entry(t).or_default().push(
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(*p)
+                    .with_committed_offset(*o),
+            );
+        }
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(StrBytes::from_string(member_id.to_string()))
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                            .with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let resp = self.send(ApiKey::OffsetCommit, version, &req).await?;
+        Ok(resp
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.0.to_string(), p.partition_index, p.error_code))
+            })
+            .collect())
+    }
+
+    /// OffsetFetch of `partitions`; returns the group's error code and each partition's offset.
+    pub async fn fetch_offsets(
+        &mut self,
+        group: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<(i16, Vec<CommittedOffset>), KafkaError> {
+        let version = self.version(ApiKey::OffsetFetch)?;
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in partitions {
+            topics.entry(t).or_default().push(*p);
+        }
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_topics(Some(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetFetchRequestTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                            .with_partition_indexes(ps)
+                    })
+                    .collect(),
+            ));
+        let resp = self.send(ApiKey::OffsetFetch, version, &req).await?;
+        let offsets = resp
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| CommittedOffset {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    error_code: p.error_code,
+                })
+            })
+            .collect();
+        Ok((resp.error_code, offsets))
     }
 
     /// Reads a partition from `offset`, up to `max_bytes`, waiting at most `max_wait` for data.
@@ -577,8 +846,104 @@ impl Connection {
     }
 }
 
+/// A consumer's subscription (`ConsumerProtocolSubscription` v0 behind its version), the
+/// metadata of a `consumer` JoinGroup protocol.
+pub fn encode_subscription(topics: &[String]) -> Result<Bytes, String> {
+    let sub = ConsumerProtocolSubscription::default().with_topics(
+        topics
+            .iter()
+            .map(|t| StrBytes::from_string(t.clone()))
+            .collect(),
+    );
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&0i16.to_be_bytes());
+    sub.encode(&mut buf, 0)
+        .map_err(|e| format!("encoding a subscription: {e}"))?;
+    Ok(buf.freeze())
+}
+
+/// The topics of a member's subscription.
+pub fn decode_subscription(mut bytes: Bytes) -> Result<Vec<String>, String> {
+    let version = consumer_protocol_version(&mut bytes, "subscription")?;
+    ConsumerProtocolSubscription::decode(&mut bytes, version)
+        .map(|s| s.topics.iter().map(|t| t.to_string()).collect())
+        .map_err(|e| format!("decoding a subscription: {e}"))
+}
+
+/// A member's assignment (`ConsumerProtocolAssignment` v0 behind its version).
+pub fn encode_assignment(partitions: &[(String, i32)]) -> Result<Bytes, String> {
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in partitions {
+        topics.entry(t).or_default().push(*p);
+    }
+    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
+        topics
+            .into_iter()
+            .map(|(t, ps)| {
+                AssignedPartition::default()
+                    .with_topic(TopicName(StrBytes::from_string(t.to_string())))
+                    .with_partitions(ps)
+            })
+            .collect(),
+    );
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&0i16.to_be_bytes());
+    assignment
+        .encode(&mut buf, 0)
+        .map_err(|e| format!("encoding an assignment: {e}"))?;
+    Ok(buf.freeze())
+}
+
+/// The partitions of an assignment; empty bytes are no partitions (a member the leader left
+/// out).
+pub fn decode_assignment(mut bytes: Bytes) -> Result<Vec<(String, i32)>, String> {
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let version = consumer_protocol_version(&mut bytes, "assignment")?;
+    let assignment = ConsumerProtocolAssignment::decode(&mut bytes, version)
+        .map_err(|e| format!("decoding an assignment: {e}"))?;
+    Ok(assignment
+        .assigned_partitions
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.0.to_string(), *p)))
+        .collect())
+}
+
+/// The version in front of consumer-protocol bytes, capped at what kafka-protocol decodes (a
+/// newer version only appends fields).
+fn consumer_protocol_version(bytes: &mut Bytes, what: &str) -> Result<i16, String> {
+    if bytes.len() < 2 {
+        return Err(format!("{what} shorter than its version"));
+    }
+    let v = i16::from_be_bytes([bytes[0], bytes[1]]);
+    let _ = bytes.split_to(2);
+    if v < 0 {
+        return Err(format!("{what} version {v} is negative"));
+    }
+    Ok(v.min(3))
+}
+
 /// Encodes integers as one uncompressed v2 batch of a non-idempotent producer.
 pub fn encode_batch(values: &[i64]) -> Result<Bytes, String> {
+    encode_batch_of(values, None, 0)
+}
+
+/// Encodes integers as one uncompressed v2 batch of idempotent producer `producer`, its first
+/// record at sequence `base_sequence`.
+pub fn encode_idempotent_batch(
+    values: &[i64],
+    producer: ProducerIdentity,
+    base_sequence: i32,
+) -> Result<Bytes, String> {
+    encode_batch_of(values, Some(producer), base_sequence)
+}
+
+fn encode_batch_of(
+    values: &[i64],
+    producer: Option<ProducerIdentity>,
+    base_sequence: i32,
+) -> Result<Bytes, String> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -591,13 +956,16 @@ pub fn encode_batch(values: &[i64]) -> Result<Bytes, String> {
             control: false,
             delete_horizon: false,
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
+            producer_id: producer.map_or(NO_PRODUCER_ID, |p| p.id),
+            producer_epoch: producer.map_or(NO_PRODUCER_EPOCH, |p| p.epoch),
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            // The encoder keeps records in one batch while offset - sequence is constant; this
-            // makes the batch's base sequence -1, "no sequence".
-            sequence: i as i32 - 1,
+            // The encoder keeps records in one batch while offset - sequence is constant; without
+            // a producer this makes the batch's base sequence -1, "no sequence".
+            sequence: match producer {
+                Some(_) => base_sequence.wrapping_add(i as i32),
+                None => i as i32 - 1,
+            },
             timestamp: now_ms,
             key: None,
             value: Some(Bytes::from(v.to_string())),
@@ -696,6 +1064,39 @@ mod tests {
             .map(|r| (r.offset, r.value.as_deref().unwrap()))
             .collect();
         assert_eq!(got, vec![(1, &b"18"[..]), (2, &b"19"[..])]);
+    }
+
+    #[test]
+    fn an_idempotent_batch_carries_its_producer_and_sequence() {
+        let producer = ProducerIdentity { id: 7, epoch: 2 };
+        let bytes = encode_idempotent_batch(&[5, 6], producer, 40).unwrap();
+        let info = RecordBatchDecoder::decode_batch_info(&mut bytes.clone()).unwrap();
+        assert_eq!(info.len(), 1, "one batch");
+        assert_eq!(
+            (
+                info[0].producer_id,
+                info[0].producer_epoch,
+                info[0].base_sequence
+            ),
+            (7, 2, 40)
+        );
+        assert_eq!(info[0].record_count, 2);
+    }
+
+    #[test]
+    fn subscriptions_and_assignments_round_trip() {
+        let topics = vec!["t0".to_string(), "t1".to_string()];
+        assert_eq!(
+            decode_subscription(encode_subscription(&topics).unwrap()).unwrap(),
+            topics
+        );
+        let parts = vec![("t0".to_string(), 1), ("t1".to_string(), 0)];
+        assert_eq!(
+            decode_assignment(encode_assignment(&parts).unwrap()).unwrap(),
+            parts
+        );
+        assert!(decode_assignment(Bytes::new()).unwrap().is_empty());
+        assert!(decode_subscription(Bytes::from_static(&[0])).is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`mirror`]: the queue over two clusters, one mirroring the other, writes following
 //!   failovers and failbacks; judged by the same checker, which sees each op's cluster.
 
+pub mod group;
 pub mod mirror;
 pub mod queue;
 

@@ -6,9 +6,17 @@
 //! (from the process's position in that partition, sometimes seeking back). Final phase: with
 //! fresh clients, each worker reads its share of the partitions from offset 0 up to the high
 //! watermark.
+//!
+//! Two modes make the clients behave as Kafka's own do by default. `--producer idempotent`: each
+//! process takes a producer id (InitProducerId) and numbers its batches per partition; a send
+//! whose answer is lost or retriable is sent again, unchanged, within its op, as an idempotent
+//! producer retries, so the broker must deduplicate it. `--consumer group`: each process is a
+//! member of one consumer group (see [`crate::group`]); polls become `group-poll`s of the
+//! partitions the group assigned it, from the group's committed offsets, and `commit`s commit
+//! its positions.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use rand::RngExt;
@@ -18,11 +26,39 @@ use tidemark_checkers::{PollValue, Record, SendValue};
 use tidemark_harness::client::{Client, ClientContext};
 use tidemark_harness::generator::{self, Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::kafka::{
-    error_name, ClusterMetadata, Connection, KafkaError, ParseResponseErrorCode, ResponseError,
-    READ_ONLY_TOPIC,
+    encode_idempotent_batch, error_name, ClusterMetadata, Connection, KafkaError,
+    ParseResponseErrorCode, ProducerIdentity, ResponseError, READ_ONLY_TOPIC,
 };
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome, Process};
 use tidemark_harness::workload::{SetupContext, Workload};
+
+use crate::group::{GroupError, GroupMember};
+
+/// How sends are made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProducerMode {
+    /// One attempt per send, no producer id: what was acknowledged is all the client knows.
+    #[default]
+    Plain,
+    /// A producer id per process, a sequence per partition, retried sends (Kafka's default
+    /// producer since 3.0).
+    Idempotent,
+}
+
+/// How polls are made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsumerMode {
+    /// Each poll names its partition and offset (assign and seek).
+    #[default]
+    Assign,
+    /// Polls read the partitions a consumer group assigned, from its committed offsets.
+    Group,
+}
+
+/// The consumer group of `--consumer group`.
+pub const GROUP: &str = "tidemark";
 
 /// The queue workload's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +79,19 @@ pub struct QueueOptions {
     pub poll_max_bytes: i32,
     /// How long a poll lets the broker wait for data.
     pub poll_max_wait: Duration,
+    /// How sends are made.
+    #[serde(default)]
+    pub producer: ProducerMode,
+    /// How polls are made.
+    #[serde(default)]
+    pub consumer: ConsumerMode,
+    /// With a group consumer, the share of polls that commit instead.
+    #[serde(default = "default_commit_fraction")]
+    pub commit_fraction: f64,
+}
+
+fn default_commit_fraction() -> f64 {
+    0.25
 }
 
 impl QueueOptions {
@@ -57,6 +106,9 @@ impl QueueOptions {
             seek_back_probability: 1.0 / 16.0,
             poll_max_bytes: 64 * 1024,
             poll_max_wait: Duration::from_millis(100),
+            producer: ProducerMode::Plain,
+            consumer: ConsumerMode::Assign,
+            commit_fraction: default_commit_fraction(),
         }
     }
 
@@ -219,6 +271,15 @@ pub struct QueueClient {
     options: QueueOptions,
     metadata: Option<ClusterMetadata>,
     conns: BTreeMap<i32, Connection>,
+    /// The timeout of each request: the op's own with one attempt per op, shorter when an op
+    /// may need several (retried idempotent sends, joining a group).
+    request_timeout: Duration,
+    /// The idempotent producer's id, once InitProducerId gave one.
+    producer: Option<ProducerIdentity>,
+    /// The next sequence number of each partition this producer wrote.
+    sequences: BTreeMap<(String, i32), i32>,
+    /// The consumer-group member, with `--consumer group`.
+    member: Option<GroupMember>,
 }
 
 /// Why an op could not be sent, or what happened to it.
@@ -231,13 +292,32 @@ struct Failure {
 impl QueueClient {
     /// A client of `cx` asking node `home` first, for `options`' topics.
     pub fn new(cx: ClientContext, home: usize, options: QueueOptions) -> Self {
+        let several =
+            options.producer == ProducerMode::Idempotent || options.consumer == ConsumerMode::Group;
+        let request_timeout = if several { cx.timeout / 3 } else { cx.timeout };
+        let member = (options.consumer == ConsumerMode::Group).then(|| {
+            GroupMember::new(
+                GROUP.to_string(),
+                options.topics.clone(),
+                options.partitions(),
+            )
+        });
         QueueClient {
             cx,
             home,
             options,
             metadata: None,
             conns: BTreeMap::new(),
+            request_timeout,
+            producer: None,
+            sequences: BTreeMap::new(),
+            member,
         }
+    }
+
+    /// How long the steps of one op may take together, leaving the runner's op timeout room.
+    fn op_budget(&self) -> Duration {
+        self.cx.timeout * 4 / 5
     }
 
     /// Metadata that names a leader for every partition, asking the home node first and then
@@ -249,7 +329,8 @@ impl QueueClient {
             let node = &self.cx.nodes[(self.home + k) % n];
             let attempt = async {
                 let mut c =
-                    Connection::connect(self.cx.dialer.clone(), node.addr, self.cx.timeout).await?;
+                    Connection::connect(self.cx.dialer.clone(), node.addr, self.request_timeout)
+                        .await?;
                 c.metadata(Some(&self.options.topics)).await
             };
             match attempt.await {
@@ -298,7 +379,7 @@ impl QueueClient {
             });
         };
         if self.conns.get(&id).is_none_or(|c| c.is_broken()) {
-            let c = Connection::connect(self.cx.dialer.clone(), node.addr, self.cx.timeout)
+            let c = Connection::connect(self.cx.dialer.clone(), node.addr, self.request_timeout)
                 .await
                 .map_err(|e| Failure {
                     outcome: if e.maybe_sent() {
@@ -329,6 +410,9 @@ impl QueueClient {
 
     async fn send(&mut self, v: &Value) -> Result<(Value, String), Failure> {
         let send: SendValue = parse_value("send", v)?;
+        if self.options.producer == ProducerMode::Idempotent {
+            return self.send_idempotent(send).await;
+        }
         let partition = partition_index(send.partition)?;
         let (id, node) = self.leader(&send.topic, partition).await?;
         let conn = self.conns.get_mut(&id).expect("connected in leader()");
@@ -353,6 +437,268 @@ impl QueueClient {
                 })
             }
         }
+    }
+
+    /// This process's producer id, asking the nodes from home on.
+    async fn producer_identity(&mut self) -> Result<ProducerIdentity, Failure> {
+        if let Some(p) = self.producer {
+            return Ok(p);
+        }
+        let mut last = String::from("no nodes");
+        let n = self.cx.nodes.len();
+        for k in 0..n {
+            let node = &self.cx.nodes[(self.home + k) % n];
+            let attempt = async {
+                let mut c =
+                    Connection::connect(self.cx.dialer.clone(), node.addr, self.request_timeout)
+                        .await?;
+                c.init_producer_id().await
+            };
+            match attempt.await {
+                Ok(Ok(p)) => {
+                    self.producer = Some(p);
+                    self.sequences.clear();
+                    return Ok(p);
+                }
+                Ok(Err(code)) => {
+                    last = format!("{}: InitProducerId {}", node.name, error_name(code))
+                }
+                Err(e) => last = format!("{}: InitProducerId: {e}", node.name),
+            }
+        }
+        Err(Failure {
+            outcome: Outcome::Fail,
+            node: None,
+            error: format!("no producer id: {last}"),
+        })
+    }
+
+    /// An idempotent send: one batch with this producer's id, epoch and the partition's next
+    /// sequence, sent again unchanged after a lost answer or a retriable error until it is
+    /// answered or the op's budget is spent (as Kafka's producer retries until
+    /// `delivery.timeout.ms`). The broker keeps one copy whatever the attempts.
+    async fn send_idempotent(&mut self, send: SendValue) -> Result<(Value, String), Failure> {
+        let partition = partition_index(send.partition)?;
+        let deadline = Instant::now() + self.op_budget();
+        let producer = self.producer_identity().await?;
+        let key = (send.topic.clone(), partition);
+        let sequence = self.sequences.get(&key).copied().unwrap_or(0);
+        let batch =
+            encode_idempotent_batch(&send.values, producer, sequence).map_err(|e| Failure {
+                outcome: Outcome::Fail,
+                node: None,
+                error: e,
+            })?;
+        // Whether some attempt may have been appended: then giving up is `info`.
+        let mut maybe_appended = false;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let last = match self.leader(&send.topic, partition).await {
+                Err(f) => f,
+                Ok((id, node)) => {
+                    let conn = self.conns.get_mut(&id).expect("connected in leader()");
+                    match conn
+                        .produce_batch(&send.topic, partition, batch.clone(), -1)
+                        .await
+                    {
+                        Err(e) => {
+                            maybe_appended |= e.maybe_sent();
+                            self.lost(id, node, e)
+                        }
+                        Ok(r) => match idempotent_outcome(r.error_code) {
+                            Retry::Done => {
+                                let next = sequence.wrapping_add(send.values.len() as i32);
+                                self.sequences.insert(key, next);
+                                let done = IdempotentSendDone {
+                                    send: SendValue {
+                                        offset: (r.base_offset >= 0).then_some(r.base_offset),
+                                        ..send
+                                    },
+                                    attempts,
+                                };
+                                return Ok((to_value(&done), node));
+                            }
+                            Retry::Again => {
+                                maybe_appended |= produce_outcome(r.error_code) == Outcome::Info;
+                                self.metadata = None;
+                                Failure {
+                                    outcome: Outcome::Info,
+                                    node: Some(node),
+                                    error: error_name(r.error_code),
+                                }
+                            }
+                            Retry::Fenced => {
+                                // The producer's state on the broker is gone or ahead of ours:
+                                // start over with a new producer id, as Kafka's producer does.
+                                self.producer = None;
+                                return Err(Failure {
+                                    outcome: if maybe_appended {
+                                        Outcome::Info
+                                    } else {
+                                        Outcome::Fail
+                                    },
+                                    node: Some(node),
+                                    error: error_name(r.error_code),
+                                });
+                            }
+                            Retry::Never => {
+                                let outcome = match produce_outcome(r.error_code) {
+                                    Outcome::Fail if !maybe_appended => Outcome::Fail,
+                                    _ => Outcome::Info,
+                                };
+                                return Err(Failure {
+                                    outcome,
+                                    node: Some(node),
+                                    error: error_name(r.error_code),
+                                });
+                            }
+                        },
+                    }
+                }
+            };
+            if Instant::now() + Duration::from_millis(100) >= deadline {
+                return Err(Failure {
+                    outcome: if maybe_appended {
+                        Outcome::Info
+                    } else {
+                        Outcome::Fail
+                    },
+                    node: last.node,
+                    error: format!("{} (after {attempts} attempts)", last.error),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs a group step within the op's budget; one cut short forgets the connections it may
+    /// have left mid-request.
+    async fn within_budget<T>(
+        &mut self,
+        step: impl AsyncFnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let budget = self.op_budget();
+        match tokio::time::timeout(budget, step(self)).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.conns.clear();
+                if let Some(m) = self.member.as_mut() {
+                    m.drop_connection();
+                }
+                Err(Failure {
+                    outcome: Outcome::Fail,
+                    node: None,
+                    error: format!("group step not done within {budget:?}"),
+                })
+            }
+        }
+    }
+
+    /// The group member, joined, with a heartbeat sent when one was due.
+    async fn joined_member(&mut self) -> Result<&mut GroupMember, Failure> {
+        let (cx, home, timeout) = (self.cx.clone(), self.home, self.cx.timeout * 3 / 4);
+        let member = self.member.as_mut().ok_or_else(|| Failure {
+            outcome: Outcome::Fail,
+            node: None,
+            error: "this test's consumers are not in a group".into(),
+        })?;
+        let definite = |e: GroupError| Failure {
+            outcome: Outcome::Fail,
+            node: None,
+            error: e.error,
+        };
+        member
+            .heartbeat_if_due(&cx, home, timeout)
+            .await
+            .map_err(definite)?;
+        member
+            .ensure_joined(&cx, home, timeout)
+            .await
+            .map_err(definite)?;
+        Ok(member)
+    }
+
+    /// A `group-poll`: joins (or rejoins) the group, then reads the next assigned partition
+    /// from the member's position and moves the position past what it read. A read observes
+    /// and changes nothing the checker judges, so every failure is `fail`.
+    async fn group_poll(&mut self, v: &Value) -> Result<(Value, String), Failure> {
+        let _: GroupOp = parse_value("group-poll", v)?;
+        self.within_budget(async |c: &mut Self| {
+            let member = c.joined_member().await?;
+            let membership = member.membership().cloned().expect("joined");
+            let Some(((topic, partition), from)) = member.next_partition() else {
+                return Err(Failure {
+                    outcome: Outcome::Fail,
+                    node: None,
+                    error: "no partitions assigned to this member".into(),
+                });
+            };
+            let poll = to_value(&PollValue {
+                topic: topic.clone(),
+                partition: partition.into(),
+                from,
+                records: Vec::new(),
+                high_watermark: None,
+                leader_epoch: None,
+            });
+            let (value, node) = c.poll(&poll).await.map_err(|f| Failure {
+                outcome: Outcome::Fail,
+                ..f
+            })?;
+            let done: PollValue = parse_value("poll", &value)?;
+            if let Some(last) = done.records.last() {
+                c.member
+                    .as_mut()
+                    .expect("a group client")
+                    .advance(&(topic, partition), last.offset + 1);
+            }
+            let mut value = value;
+            let object = value.as_object_mut().expect("a poll value is an object");
+            object.insert("group".into(), GROUP.into());
+            object.insert("member".into(), membership.member_id.into());
+            object.insert("generation".into(), membership.generation.into());
+            Ok((value, node))
+        })
+        .await
+    }
+
+    /// A `commit`: commits every assigned partition's position in the member's generation.
+    async fn commit(&mut self, v: &Value) -> Result<(Value, String), Failure> {
+        let _: GroupOp = parse_value("commit", v)?;
+        self.within_budget(async |c: &mut Self| {
+            c.joined_member().await?;
+            let (cx, home, timeout) = (c.cx.clone(), c.home, c.cx.timeout * 3 / 4);
+            let member = c.member.as_mut().expect("joined above");
+            match member.commit(&cx, home, timeout).await {
+                Ok((m, offsets)) => {
+                    let done = CommitDone {
+                        group: GROUP.into(),
+                        member: m.member_id,
+                        generation: m.generation,
+                        offsets: offsets
+                            .into_iter()
+                            .map(|(topic, partition, offset)| CommittedOffset {
+                                topic,
+                                partition: partition.into(),
+                                offset,
+                            })
+                            .collect(),
+                    };
+                    Ok((to_value(&done), String::new()))
+                }
+                Err(e) => Err(Failure {
+                    outcome: if e.maybe_applied {
+                        Outcome::Info
+                    } else {
+                        Outcome::Fail
+                    },
+                    node: None,
+                    error: e.error,
+                }),
+            }
+        })
+        .await
     }
 
     async fn poll(&mut self, v: &Value) -> Result<(Value, String), Failure> {
@@ -410,6 +756,73 @@ impl QueueClient {
         };
         Ok((to_value(&done), node))
     }
+}
+
+/// What to do after an idempotent send's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Appended, now or by an earlier attempt (DUPLICATE_SEQUENCE_NUMBER).
+    Done,
+    /// Send the same batch again.
+    Again,
+    /// The producer id or epoch is no longer the broker's, or a sequence went missing.
+    Fenced,
+    /// An error no retry mends.
+    Never,
+}
+
+/// How an idempotent producer treats a produce error code (Kafka's retriable errors retry).
+fn idempotent_outcome(code: i16) -> Retry {
+    use ResponseError::*;
+    match code.err() {
+        None | Some(DuplicateSequenceNumber) => Retry::Done,
+        Some(
+            NotLeaderOrFollower
+            | LeaderNotAvailable
+            | NotEnoughReplicas
+            | NotEnoughReplicasAfterAppend
+            | RequestTimedOut
+            | NetworkException
+            | UnknownTopicOrPartition
+            | FencedLeaderEpoch
+            | UnknownLeaderEpoch
+            | KafkaStorageError
+            | CorruptMessage,
+        ) => Retry::Again,
+        Some(OutOfOrderSequenceNumber | InvalidProducerEpoch | UnknownProducerId) => Retry::Fenced,
+        Some(_) => Retry::Never,
+    }
+}
+
+/// An idempotent send's completion value: the send's, plus how many times the batch was sent.
+#[derive(Serialize)]
+struct IdempotentSendDone {
+    #[serde(flatten)]
+    send: SendValue,
+    attempts: u32,
+}
+
+/// The invocation value of `group-poll` and `commit`: the group.
+#[derive(Debug, Serialize, Deserialize)]
+struct GroupOp {
+    group: String,
+}
+
+/// One committed offset of a `commit`'s completion.
+#[derive(Debug, Serialize, Deserialize)]
+struct CommittedOffset {
+    topic: String,
+    partition: i64,
+    offset: i64,
+}
+
+/// A `commit`'s completion value.
+#[derive(Debug, Serialize, Deserialize)]
+struct CommitDone {
+    group: String,
+    member: String,
+    generation: i32,
+    offsets: Vec<CommittedOffset>,
 }
 
 /// A poll's completion value: the invocation's [`PollValue`] with its high watermark, the
@@ -476,6 +889,16 @@ fn poll_op(topic: &str, partition: i32, from: i64) -> Invocation {
     }
 }
 
+/// A `group-poll` or `commit` of the test's group.
+fn group_op(f: &str) -> Invocation {
+    Invocation {
+        f: f.into(),
+        value: to_value(&GroupOp {
+            group: GROUP.into(),
+        }),
+    }
+}
+
 /// The value of a completed poll, when it is one.
 fn completed_poll(op: &Op) -> Option<PollValue> {
     if op.f != "poll" || op.kind != OpType::Ok {
@@ -490,6 +913,8 @@ impl Client for QueueClient {
             let result = match op.f.as_str() {
                 "send" => self.send(&op.value).await,
                 "poll" => self.poll(&op.value).await,
+                "group-poll" => self.group_poll(&op.value).await,
+                "commit" => self.commit(&op.value).await,
                 other => Err(Failure {
                     outcome: Outcome::Fail,
                     node: None,
@@ -500,7 +925,7 @@ impl Client for QueueClient {
                 Ok((value, node)) => Completion {
                     outcome: Outcome::Ok,
                     value,
-                    node: Some(node),
+                    node: (!node.is_empty()).then_some(node),
                     error: None,
                 },
                 Err(f) => Completion {
@@ -556,6 +981,13 @@ impl Generator for QueueGen {
             let values: Vec<i64> = (self.next_value..self.next_value + n).collect();
             self.next_value += n;
             send_op(&topic, partition, values)
+        } else if self.options.consumer == ConsumerMode::Group {
+            let f = if rng.random_bool(self.options.commit_fraction) {
+                "commit"
+            } else {
+                "group-poll"
+            };
+            group_op(f)
         } else {
             let Process::Client(process) = ctx.process(worker) else {
                 return Next::Pending(None);

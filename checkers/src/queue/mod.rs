@@ -12,6 +12,7 @@
 //! (lost writes, aborted reads, skips, epoch ownership) is decided in [`QueueAnalysis::finish`].
 
 mod event;
+mod groups;
 mod hws;
 mod replicas;
 
@@ -29,6 +30,7 @@ use crate::Checker;
 
 pub(crate) use event::LineOp;
 use event::{check_poll_offsets, topic_partition, Event, PollBody, SendBody};
+use groups::{CommitBody, GroupPollBody, Groups};
 use hws::SeenHws;
 use replicas::FinalLogs;
 
@@ -216,6 +218,8 @@ pub struct QueueAnalysis<'r> {
     pending: FxHashMap<u64, Pending>,
     /// The high watermarks polls saw.
     hws: SeenHws,
+    /// Consumer groups' polls and commits.
+    groups: Groups,
     mirror: MirrorHistory,
     /// The last failover or failback recorded an error and no direction it left mirroring in
     /// (a failback that started mirroring and timed out waiting for it records one).
@@ -258,6 +262,7 @@ impl<'r> QueueAnalysis<'r> {
             duplicates: FxHashMap::default(),
             pending: FxHashMap::default(),
             hws: SeenHws::default(),
+            groups: Groups::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             last_move_failed: false,
             stats: BTreeMap::new(),
@@ -504,8 +509,71 @@ impl<'r> QueueAnalysis<'r> {
         match ev.f {
             "send" => self.complete_send(ev, pending),
             "poll" => self.complete_poll(p, ev, pending),
+            // A group poll that did not complete `ok` carries its invocation's value: no
+            // partition, nothing read.
+            "group-poll" if ev.kind == OpType::Ok => self.complete_group_poll(p, ev, pending),
+            "commit" if ev.kind == OpType::Ok => self.complete_commit(ev, pending),
             _ => Ok(()),
         }
+    }
+
+    /// A group member's poll is a poll, and what it returned counts as consumed by its group.
+    fn complete_group_poll(
+        &mut self,
+        p: u64,
+        ev: Event<'_>,
+        pending: Option<Pending>,
+    ) -> Result<(), String> {
+        self.complete_poll(p, ev, pending)?;
+        let group = ev
+            .value
+            .parse::<GroupPollBody>("group-poll")?
+            .and_then(|b| b.group)
+            .ok_or("group-poll has no group")?;
+        let body = ev
+            .value
+            .parse::<PollBody>("group-poll")?
+            .ok_or("group-poll has no value")?;
+        let (topic, partition) = topic_partition(body.topic, body.partition)?;
+        let cluster = self.cluster_id(ev.cluster);
+        let pk = self.pk(cluster, &topic, partition);
+        let group = self.groups.id(&group);
+        let offsets = body
+            .records
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.offset);
+        self.groups.polled(group, pk, offsets);
+        Ok(())
+    }
+
+    /// An acknowledged commit: each partition's offset, for the group's checks.
+    fn complete_commit(&mut self, ev: Event<'_>, pending: Option<Pending>) -> Result<(), String> {
+        let body = ev
+            .value
+            .parse::<CommitBody>("commit")?
+            .ok_or("commit has no value")?;
+        let cluster = self.cluster_id(ev.cluster);
+        let group = self.groups.id(&body.group);
+        // Without its invocation a commit is compared with none before it.
+        let invoked = pending.map_or(0, |p| p.invoke);
+        for o in body.offsets {
+            if o.offset < 0 {
+                return Err(format!("commit offset {} is negative", o.offset));
+            }
+            let (topic, partition) = topic_partition(Some(o.topic.into()), Some(o.partition))?;
+            let pk = self.pk(cluster, &topic, partition);
+            self.groups.committed(
+                group,
+                body.generation,
+                pk,
+                o.offset,
+                body.member.clone(),
+                invoked,
+                ev.index,
+            );
+        }
+        Ok(())
     }
 
     fn complete_send(&mut self, ev: Event<'_>, pending: Option<Pending>) -> Result<(), String> {
@@ -788,6 +856,7 @@ impl<'r> QueueAnalysis<'r> {
         self.check_conflicts();
         self.check_duplicates();
         self.check_skips();
+        self.check_groups();
         self.check_replicas();
         let allowed = self.policy.allowed(&self.facts);
         let evidence = self.stats.values().any(|s| s.ok > 0) || !self.finals.logs.is_empty();
@@ -1071,16 +1140,14 @@ impl<'r> QueueAnalysis<'r> {
         }
     }
 
-    /// A gap a poll jumped over is a skip when the committed log holds a record in it: the
-    /// final log when there is one (records of failed sends aside: a read-committed consumer
-    /// rightly skips them, and they are reported as aborted reads), else what some poll read.
-    fn check_skips(&mut self) {
-        for pk in 0..self.parts.len() as u32 {
-            if self.parts[pk as usize].gaps.is_empty() {
-                continue;
-            }
-            let (cluster, topic, partition) = self.place(pk);
-            let final_offsets: Option<Vec<i64>> = self.parts[pk as usize].final_log.map(|i| {
+    /// The offsets a partition's committed log holds, and where they come from: the final log
+    /// when there is one (records of failed sends aside: a read-committed consumer rightly skips
+    /// them, and they are reported as aborted reads), else what some poll read.
+    fn committed_offsets(&self, pk: u32) -> (&'static str, Vec<i64>) {
+        let part = &self.parts[pk as usize];
+        match part.final_log {
+            Some(i) => (
+                "final log",
                 self.finals.logs[i as usize]
                     .records
                     .iter()
@@ -1090,22 +1157,74 @@ impl<'r> QueueAnalysis<'r> {
                             .is_none_or(|i| i.outcome != Outcome::Fail)
                     })
                     .map(|r| r.offset)
-                    .collect()
+                    .collect(),
+            ),
+            None => {
+                let mut polled: Vec<i64> = part
+                    .slots
+                    .iter()
+                    .filter(|(_, s)| s.polled)
+                    .map(|(o, _)| o)
+                    .collect();
+                polled.sort_unstable();
+                ("polls", polled)
+            }
+        }
+    }
+
+    /// A group's commits: a regression within a generation, and records below the highest
+    /// acknowledged commit that no poll of the group returned.
+    fn check_groups(&mut self) {
+        let groups = std::mem::take(&mut self.groups);
+        for r in &groups.regressions {
+            let (cluster, topic, partition) = self.place(r.pk);
+            let entry = json!({
+                "group": groups.names[r.group as usize], "generation": r.generation,
+                "cluster": cluster, "topic": topic, "partition": partition,
+                "offset": r.commit.offset, "op_index": r.commit.op, "member": r.commit.member,
+                "earlier": {"offset": r.earlier.offset, "op_index": r.earlier.op,
+                            "member": r.earlier.member},
             });
+            self.anomalies.push(AnomalyKind::CommitRegression, entry);
+        }
+        let mut highest: Vec<_> = groups.highest.iter().collect();
+        highest.sort_unstable_by_key(|(&(g, pk), _)| (g, pk));
+        let none = BTreeSet::new();
+        for (&(group, pk), commit) in highest {
+            let (reference, known) = self.committed_offsets(pk);
+            let polled = groups.polled.get(&(group, pk)).unwrap_or(&none);
+            let below = &known[..known.partition_point(|&o| o < commit.offset)];
+            let skipped: Vec<i64> = below
+                .iter()
+                .copied()
+                .filter(|o| !polled.contains(o))
+                .collect();
+            if skipped.is_empty() {
+                continue;
+            }
+            let (cluster, topic, partition) = self.place(pk);
+            let entry = json!({
+                "group": groups.names[group as usize], "cluster": cluster, "topic": topic,
+                "partition": partition, "committed": commit.offset, "op_index": commit.op,
+                "member": commit.member,
+                "skipped": skipped.iter().take(MAX_SKIPPED_LISTED).collect::<Vec<_>>(),
+                "skipped_count": skipped.len(), "reference": reference,
+            });
+            self.anomalies.push(AnomalyKind::CommitSkip, entry);
+        }
+    }
+
+    /// A gap a poll jumped over is a skip when the committed log holds a record in it: the
+    /// final log when there is one (records of failed sends aside: a read-committed consumer
+    /// rightly skips them, and they are reported as aborted reads), else what some poll read.
+    fn check_skips(&mut self) {
+        for pk in 0..self.parts.len() as u32 {
+            if self.parts[pk as usize].gaps.is_empty() {
+                continue;
+            }
+            let (cluster, topic, partition) = self.place(pk);
+            let (reference, known) = self.committed_offsets(pk);
             let part = &self.parts[pk as usize];
-            let (reference, known) = match final_offsets {
-                Some(offsets) => ("final log", offsets),
-                None => {
-                    let mut polled: Vec<i64> = part
-                        .slots
-                        .iter()
-                        .filter(|(_, s)| s.polled)
-                        .map(|(o, _)| o)
-                        .collect();
-                    polled.sort_unstable();
-                    ("polls", polled)
-                }
-            };
             let mut gaps: Vec<_> = part.gaps.iter().map(|(&k, &g)| (k, g)).collect();
             gaps.sort_unstable_by_key(|&(k, g)| (g.op, k));
             for ((lo, hi), gap) in gaps {

@@ -1,6 +1,7 @@
 //! The engine end to end: runs on real namespaces and SSH hosts.
 
 mod client;
+mod clients;
 mod clusters;
 mod e2e;
 mod hosts;

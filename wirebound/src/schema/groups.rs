@@ -1,8 +1,9 @@
 //! The group coordinator's requests: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 //! LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and DescribeGroups, kept apart from the
-//! data-path messages because they belong to one broker module.
+//! data-path messages because they belong to one broker module; and the responses a group
+//! member decodes (the harness's consumer-group client).
 
-use super::{f, msg, v, Field, Message, Ty, ANY, BOOL, BYTES, I32, I64, I8, STR};
+use super::{f, msg, v, Field, Message, Ty, ANY, BOOL, BYTES, I16, I32, I64, I8, STR};
 
 // FindCoordinator (10).
 const FIND_COORDINATOR_REQUEST: &[Field] = &[
@@ -120,3 +121,93 @@ pub(super) const SYNC_GROUP: Message = msg("SyncGroup", 14, 0, 5, 4, SYNC_GROUP_
 pub(super) const DESCRIBE_GROUPS: Message =
     msg("DescribeGroups", 15, 0, 6, 5, DESCRIBE_GROUPS_REQUEST);
 pub(super) const LIST_GROUPS: Message = msg("ListGroups", 16, 0, 5, 3, LIST_GROUPS_REQUEST);
+
+// The responses a group member decodes.
+const COORDINATOR: &[Field] = &[
+    f("key", STR),
+    f("node_id", I32),
+    f("host", STR),
+    f("port", I32),
+    f("error_code", I16),
+    f("error_message", STR),
+];
+const FIND_COORDINATOR_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 1, ANY, I32),
+    v("error_code", 0, 3, I16),
+    v("error_message", 1, 3, STR),
+    v("node_id", 0, 3, I32),
+    v("host", 0, 3, STR),
+    v("port", 0, 3, I32),
+    v("coordinators", 4, ANY, Ty::Array(&Ty::Struct(COORDINATOR))),
+];
+const JOIN_MEMBER: &[Field] = &[
+    f("member_id", STR),
+    v("group_instance_id", 5, ANY, STR),
+    f("metadata", BYTES),
+];
+const JOIN_GROUP_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 2, ANY, I32),
+    f("error_code", I16),
+    f("generation_id", I32),
+    v("protocol_type", 7, ANY, STR),
+    f("protocol_name", STR),
+    f("leader", STR),
+    v("skip_assignment", 9, ANY, BOOL),
+    f("member_id", STR),
+    f("members", Ty::Array(&Ty::Struct(JOIN_MEMBER))),
+];
+const SYNC_GROUP_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 1, ANY, I32),
+    f("error_code", I16),
+    v("protocol_type", 5, ANY, STR),
+    v("protocol_name", 5, ANY, STR),
+    f("assignment", BYTES),
+];
+const HEARTBEAT_RESPONSE: &[Field] = &[v("throttle_time_ms", 1, ANY, I32), f("error_code", I16)];
+const COMMIT_PARTITION_RESPONSE: &[Field] = &[f("partition_index", I32), f("error_code", I16)];
+const COMMIT_TOPIC_RESPONSE: &[Field] = &[
+    f("name", STR),
+    f(
+        "partitions",
+        Ty::Array(&Ty::Struct(COMMIT_PARTITION_RESPONSE)),
+    ),
+];
+const OFFSET_COMMIT_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 3, ANY, I32),
+    f("topics", Ty::Array(&Ty::Struct(COMMIT_TOPIC_RESPONSE))),
+];
+const FETCHED_OFFSET: &[Field] = &[
+    f("partition_index", I32),
+    f("committed_offset", I64),
+    v("committed_leader_epoch", 5, ANY, I32),
+    f("metadata", STR),
+    f("error_code", I16),
+];
+const FETCHED_TOPIC: &[Field] = &[
+    f("name", STR),
+    f("partitions", Ty::Array(&Ty::Struct(FETCHED_OFFSET))),
+];
+const FETCHED_GROUP: &[Field] = &[
+    f("group_id", STR),
+    f("topics", Ty::Array(&Ty::Struct(FETCHED_TOPIC))),
+    f("error_code", I16),
+];
+const OFFSET_FETCH_RESPONSE: &[Field] = &[
+    v("throttle_time_ms", 3, ANY, I32),
+    v("topics", 0, 7, Ty::Array(&Ty::Struct(FETCHED_TOPIC))),
+    v("error_code", 2, 7, I16),
+    v("groups", 8, ANY, Ty::Array(&Ty::Struct(FETCHED_GROUP))),
+];
+
+pub(super) const OFFSET_COMMIT_RESPONSE_MSG: Message =
+    msg("OffsetCommit", 8, 2, 9, 8, OFFSET_COMMIT_RESPONSE);
+pub(super) const OFFSET_FETCH_RESPONSE_MSG: Message =
+    msg("OffsetFetch", 9, 1, 9, 6, OFFSET_FETCH_RESPONSE);
+pub(super) const FIND_COORDINATOR_RESPONSE_MSG: Message =
+    msg("FindCoordinator", 10, 0, 6, 3, FIND_COORDINATOR_RESPONSE);
+pub(super) const JOIN_GROUP_RESPONSE_MSG: Message =
+    msg("JoinGroup", 11, 0, 9, 6, JOIN_GROUP_RESPONSE);
+pub(super) const HEARTBEAT_RESPONSE_MSG: Message =
+    msg("Heartbeat", 12, 0, 4, 4, HEARTBEAT_RESPONSE);
+pub(super) const SYNC_GROUP_RESPONSE_MSG: Message =
+    msg("SyncGroup", 14, 0, 5, 4, SYNC_GROUP_RESPONSE);
