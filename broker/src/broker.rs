@@ -695,8 +695,7 @@ impl Broker {
                 format!("{topic}-{index} is not hosted here"),
             ));
         };
-        let appended =
-            produce::append(p, records, acks, self.ack_bugs());
+        let appended = produce::append(p, records, acks, self.ack_bugs());
         // Only an append that happened moves the log end.
         if !matches!(&appended, Err(r) if r.error != errors::NONE) {
             self.notify_data();
