@@ -370,6 +370,7 @@ async fn prepare(
             return Ok(());
         }
     }
+    ctx.tasks.update(p, |s| s.truncation_epoch = None);
     ctx.notify_data();
     // Phase 2: wait until every replica that must take part has truncated too.
     loop {
@@ -398,14 +399,32 @@ async fn new_epoch_before_truncation(
     let Some(epoch) = p.leading_epoch() else {
         return Ok(());
     };
+    let moved_for_it = ctx
+        .tasks
+        .status(&p.topic, p.index)
+        .and_then(|s| s.truncation_epoch);
+    if moved_for_it == Some(epoch) {
+        return Ok(());
+    }
+    ctx.tasks
+        .update(p, |s| s.truncation_epoch = Some(epoch + 1));
     bump_epoch(ctx, p, epoch + 1).await?;
     while p.leading_epoch().is_some_and(|e| e <= epoch) {
         if sleep_or_cancel(cancel, POLL).await {
-            break;
+            anyhow::bail!("stopped while moving to leader epoch {}", epoch + 1);
         }
+    }
+    // The new epoch restarts this partition's task, which truncates in it: this one must not,
+    // or the restarted task would find nothing left to truncate and skip what follows it.
+    if sleep_or_cancel(cancel, EPOCH_RESTART_WAIT).await {
+        anyhow::bail!("moved to leader epoch {} before truncating", epoch + 1);
     }
     Ok(())
 }
+
+/// How long a task that moved its partition to a new epoch waits to be replaced by the task the
+/// new epoch starts, before it truncates itself.
+const EPOCH_RESTART_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether truncations of this partition wait for every replica, not just the ISR
 /// (`mirror.support.unclean.leader.election`, unless the `isr-only-lmle-truncation` bug
@@ -568,6 +587,7 @@ async fn mirror_round(
         }
         let before = p.log_end_offset();
         p.truncate_by_epoch(epoch, end)?;
+        ctx.tasks.update(p, |s| s.truncation_epoch = None);
         ctx.notify_data();
         let truncated = p.log_end_offset() < before;
         if truncated && waits_for_all_replicas(ctx, p) {

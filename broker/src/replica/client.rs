@@ -101,7 +101,10 @@ impl KafkaConnection {
             .with_correlation_id(correlation)
             .with_client_id(Some(StrBytes::from_string(self.client_id.clone())))
             .encode(&mut buf, key.request_header_version(version))?;
-        req.encode(&mut buf, crate::protocol::body_version(key, version))?;
+        req.encode(
+            &mut buf,
+            crate::protocol::versions::body_version(key, version),
+        )?;
         self.framed.send(buf.freeze()).await?;
         Ok(correlation)
     }
@@ -122,7 +125,7 @@ impl KafkaConnection {
             .await
             .ok_or_else(|| anyhow::anyhow!("connection closed"))??;
         let mut frame = frame.freeze();
-        let version = crate::protocol::body_version(key, version);
+        let version = crate::protocol::versions::body_version(key, version);
         let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))?;
         if header.correlation_id != correlation {
             anyhow::bail!(
