@@ -300,15 +300,6 @@ impl PartitionState {
             .fold(self.log.log_start_offset(), i64::min)
     }
 
-    /// After a truncation: the high watermark and this leader's epoch start stay within the log.
-    /// A mirror leader truncates (KIP-1279) after it may have moved to a new epoch at a longer
-    /// log end; an epoch start past the log end would keep every follower out of the ISR.
-    fn clamp_to_log_end(&mut self) {
-        let leo = self.log.log_end_offset();
-        self.high_watermark = self.high_watermark.min(leo);
-        self.leader_epoch_start_offset = self.leader_epoch_start_offset.min(leo);
-    }
-
     /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
     /// leader's epoch start, and the leader not RECOVERING). `unchecked` is the injected
     /// `isr-join-before-caught-up` bug: any fetch will do.
@@ -997,7 +988,7 @@ impl Partition {
                     info!(topic = ?self.topic, partition = self.index, from = leo, to = target, "truncating by leader epoch");
                 }
                 s.log.truncate_to(target)?;
-                s.clamp_to_log_end();
+                s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
             }
             Ok(complete)
         })
@@ -1254,7 +1245,7 @@ impl Partition {
             let to = lmle_truncation_offset(&entries, leo, lmle);
             info!(topic = ?self.topic, partition = self.index, lmle, from = leo, to, "LMLE truncation");
             s.log.truncate_to(to)?;
-            s.clamp_to_log_end();
+            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
             s.mirror_truncation_fetches = Some(BTreeMap::new());
             Ok(Ok(s.high_watermark))
         })?;

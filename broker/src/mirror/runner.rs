@@ -370,7 +370,6 @@ async fn prepare(
             return Ok(());
         }
     }
-    ctx.tasks.update(p, |s| s.truncation_epoch = None);
     ctx.notify_data();
     // Phase 2: wait until every replica that must take part has truncated too.
     loop {
@@ -399,32 +398,14 @@ async fn new_epoch_before_truncation(
     let Some(epoch) = p.leading_epoch() else {
         return Ok(());
     };
-    let moved_for_it = ctx
-        .tasks
-        .status(&p.topic, p.index)
-        .and_then(|s| s.truncation_epoch);
-    if moved_for_it == Some(epoch) {
-        return Ok(());
-    }
-    ctx.tasks
-        .update(p, |s| s.truncation_epoch = Some(epoch + 1));
     bump_epoch(ctx, p, epoch + 1).await?;
     while p.leading_epoch().is_some_and(|e| e <= epoch) {
         if sleep_or_cancel(cancel, POLL).await {
-            anyhow::bail!("stopped while moving to leader epoch {}", epoch + 1);
+            break;
         }
-    }
-    // The new epoch restarts this partition's task, which truncates in it: this one must not,
-    // or the restarted task would find nothing left to truncate and skip what follows it.
-    if sleep_or_cancel(cancel, EPOCH_RESTART_WAIT).await {
-        anyhow::bail!("moved to leader epoch {} before truncating", epoch + 1);
     }
     Ok(())
 }
-
-/// How long a task that moved its partition to a new epoch waits to be replaced by the task the
-/// new epoch starts, before it truncates itself.
-const EPOCH_RESTART_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether truncations of this partition wait for every replica, not just the ISR
 /// (`mirror.support.unclean.leader.election`, unless the `isr-only-lmle-truncation` bug
@@ -582,12 +563,13 @@ async fn mirror_round(
         // The second truncation of a failback (the first fetch after the LMLE truncation) takes
         // back what this cluster wrote under the last mirrored epoch itself, committed records
         // included: as for the LMLE truncation, in a new leader epoch.
-        if p.epoch_truncation_cuts_committed(epoch, end) {
+        // Not while a truncation waits for every replica (ULE_RECOVERY): the new epoch restarts
+        // this task, and the restarted one would find nothing to truncate and skip the wait.
+        if !waits_for_all_replicas(ctx, p) && p.epoch_truncation_cuts_committed(epoch, end) {
             new_epoch_before_truncation(ctx, p, cancel).await?;
         }
         let before = p.log_end_offset();
         p.truncate_by_epoch(epoch, end)?;
-        ctx.tasks.update(p, |s| s.truncation_epoch = None);
         ctx.notify_data();
         let truncated = p.log_end_offset() < before;
         if truncated && waits_for_all_replicas(ctx, p) {
