@@ -704,6 +704,11 @@ fn r_leadloss_correct_broker() {
 
 #[test]
 fn r_leadloss_catches_ack_on_leadership_loss() {
-    let err = r_leadloss(Some("ack-on-leadership-loss")).expect_err("the bug must ack it");
+    // The handover must win the race with the fencing of the two paused followers; on a loaded
+    // machine it sometimes does not (leadership cannot move, nothing is acknowledged), so the
+    // scenario gets three tries. The correct broker never fails it, whatever the timing.
+    let err = (0..3)
+        .find_map(|_| r_leadloss(Some("ack-on-leadership-loss")).err())
+        .expect("the bug must ack it in one of three tries");
     assert!(err.contains("acknowledged"), "{err}");
 }
