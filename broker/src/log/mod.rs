@@ -299,16 +299,9 @@ impl PartitionLog {
     /// Deletes the `count` oldest segments, never the active one, and moves the log start to the
     /// first offset left. Returns the new log start.
     pub fn delete_oldest_segments(&mut self, count: usize) -> Result<i64, LogError> {
-        let doomed: Vec<i64> = self
-            .segments
-            .keys()
-            .take(count.min(self.segments.len() - 1))
-            .copied()
-            .collect();
-        self.delete_segments(&doomed)?;
-        self.log_start_offset = self.log_start_offset.max(self.first_segment_base());
-        self.epochs.truncate_from_start(self.log_start_offset)?;
-        Ok(self.log_start_offset)
+        let start = self.delete_uploaded_segments(count)?;
+        self.epochs.truncate_from_start(start)?;
+        Ok(start)
     }
 
     /// Tiered storage's local retention: deletes the `count` oldest segments (never the active
