@@ -300,6 +300,16 @@ impl PartitionState {
             .fold(self.log.log_start_offset(), i64::min)
     }
 
+    /// After a truncation: the high watermark and this leader's epoch start stay within the log.
+    /// A mirror leader truncates (KIP-1279) after it may have moved to a new epoch at a longer
+    /// log end; an epoch start past the log end would keep every follower out of the ISR, and
+    /// ULE_RECOVERY, which waits for all of them without mirroring on, would never end.
+    fn clamp_to_log_end(&mut self) {
+        let leo = self.log.log_end_offset();
+        self.high_watermark = self.high_watermark.min(leo);
+        self.leader_epoch_start_offset = self.leader_epoch_start_offset.min(leo);
+    }
+
     /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
     /// leader's epoch start, and the leader not RECOVERING). `unchecked` is the injected
     /// `isr-join-before-caught-up` bug: any fetch will do.
@@ -988,7 +998,7 @@ impl Partition {
                     info!(topic = ?self.topic, partition = self.index, from = leo, to = target, "truncating by leader epoch");
                 }
                 s.log.truncate_to(target)?;
-                s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+                s.clamp_to_log_end();
             }
             Ok(complete)
         })
@@ -1023,7 +1033,7 @@ impl Partition {
             } else if leader_start > leo {
                 s.log.truncate_fully_and_start_at(leader_start)?;
             }
-            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+            s.clamp_to_log_end();
             Ok(())
         })
     }
@@ -1245,7 +1255,7 @@ impl Partition {
             let to = lmle_truncation_offset(&entries, leo, lmle);
             info!(topic = ?self.topic, partition = self.index, lmle, from = leo, to, "LMLE truncation");
             s.log.truncate_to(to)?;
-            s.high_watermark = s.high_watermark.min(s.log.log_end_offset());
+            s.clamp_to_log_end();
             s.mirror_truncation_fetches = Some(BTreeMap::new());
             Ok(Ok(s.high_watermark))
         })?;
@@ -1276,6 +1286,13 @@ impl Partition {
             s.mirror_truncation_fetches
                 .get_or_insert_with(BTreeMap::new);
         });
+    }
+
+    /// Whether a truncation still watches the followers' fetches: one a mirror leader made
+    /// (the watch is partition state, so a restarted mirror task still finds it) and whose wait
+    /// has not ended.
+    pub fn truncation_watch_running(&self) -> bool {
+        self.with_state(|s| s.mirror_truncation_fetches.is_some())
     }
 
     /// Whether the topic config asks the LMLE truncation to wait for every replica.

@@ -474,24 +474,35 @@ type Records = Vec<(i64, i64, i64)>;
 
 fn s_ule(flag: bool, bug: Option<&str>) -> Result<(Records, Records), String> {
     let (mut a, b) = ule_setup(flag, bug)?;
+    // M3 is judged at A's first fetch from B, which follows the LMLE truncation: B answers the
+    // log as the truncation left it. Later rounds may repair a missed truncation (a diverging
+    // epoch cuts the leader) or fail on it, so waiting to see A mirror would judge them instead.
     if flag {
-        // The LMLE truncation waits for every replica, so it waits for replica 2 (S-ULE-2).
+        // The LMLE truncation waits for every replica, so it waits for replica 2 (S-ULE-2),
+        // and A fetches nothing before replica 2, holding r1..r3 above the LMLE, takes part.
         poll(
             &a,
             "A's LMLE truncation waits for replica 2 to join the ISR",
             |a| {
                 describe_t(a).is_some_and(|d| {
-                    d.state == MirrorState::Preparing
-                        && d.waiting_for
-                            .as_deref()
-                            .is_some_and(|w| w.contains("NotAllInIsr"))
+                    let waits = d
+                        .waiting_for
+                        .as_deref()
+                        .is_some_and(|w| w.contains("NotAllInIsr"));
+                    (d.state == MirrorState::Preparing && waits) || fetched(&d)
                 })
             },
         )?;
+        if describe_t(&a).is_some_and(|d| fetched(&d)) {
+            return Err(
+                "S-ULE-2 (M3): A fetched from B while replica 2, down, held batches above the LMLE"
+                    .into(),
+            );
+        }
         a.node(2).restart();
     }
-    poll(&a, "A mirroring", |a| {
-        describe_t(a).is_some_and(|d| d.state == MirrorState::Mirroring)
+    poll(&a, "A's first fetch from B", |a| {
+        describe_t(a).is_some_and(|d| fetched(&d))
     })?;
     // S-ULE-1: the LMLE truncation removed r4, written in an epoch above the LMLE.
     same_logs_at("S-ULE-1: A's leader against B", &a, 1, &b, 1)?;
@@ -589,6 +600,11 @@ fn ule_setup(flag: bool, bug: Option<&str>) -> Result<(Cluster, Cluster), String
     Ok((a, b))
 }
 
+/// Whether the destination leader has had an answer to a mirror fetch from the source.
+fn fetched(d: &tidemark_broker::mirror::wire::PartitionDescription) -> bool {
+    d.source_offset >= 0
+}
+
 fn values_of(records: &Records) -> Vec<i64> {
     records.iter().map(|r| r.1).collect()
 }
@@ -613,6 +629,8 @@ fn s_ule_flag_false_shows_the_documented_limitation() {
     );
 }
 
+/// A's first fetch asks B for A's epoch of r4, which B never wrote: the partition fails and
+/// keeps r4 (judged then, not after waiting to see A mirror).
 #[test]
 fn s_ule_catches_skip_lmle_truncation() {
     let err = s_ule(false, Some("skip-lmle-truncation")).expect_err("the bug must break S-ULE-1");
@@ -623,7 +641,7 @@ fn s_ule_catches_skip_lmle_truncation() {
 fn s_ule_catches_isr_only_lmle_truncation() {
     let err =
         s_ule(true, Some("isr-only-lmle-truncation")).expect_err("the bug must break S-ULE-2");
-    assert!(err.contains("waits for replica 2"), "{err}");
+    assert!(err.contains("S-ULE-2 (M3)"), "{err}");
 }
 
 /// All values below the high watermark of `t`-0 on the cluster's leader.
@@ -860,7 +878,9 @@ fn s_ule_4_flag_enabled_mid_flight() {
 /// KIP-1279, while MIRRORING: with `mirror.support.unclean.leader.election=true` on the
 /// destination, a truncation caused by an unclean election in the source (a diverging epoch)
 /// holds the partition in ULE_RECOVERY until every destination replica has followed it; then it
-/// mirrors again and every replica of B equals A's new leader.
+/// mirrors again and every replica of B equals A's new leader. The truncation takes back
+/// records committed on B, so it runs in a new leader epoch (no high watermark drop under one
+/// epoch), which starts past the truncated log's end: the follower must still rejoin.
 #[test]
 fn ule_in_the_source_while_mirroring_waits_for_every_replica() {
     ule_while_mirroring(None);
@@ -901,6 +921,8 @@ fn ule_while_mirroring(bug: Option<&str>) {
         b.partition_state("t", 0)
             .is_some_and(|s| s.2 == vec![leader as i64])
     });
+    // r1 and r2 are committed on B: its ISR is its leader alone.
+    let committed_in = b.partition_state("t", 0).unwrap().1;
     // Unclean election in A: replica 2 (only r0) leads and writes r3'.
     unclean_election_in_a(&mut a, 1, 2).unwrap();
     write(&a, &[30]).unwrap();
@@ -912,6 +934,13 @@ fn ule_while_mirroring(bug: Option<&str>) {
                     .is_some_and(|w| w.contains("NotAllInIsr"))
         })
     });
+    // Nothing is mirrored in ULE_RECOVERY, so no mirrored batch moved B's epoch since.
+    assert!(
+        b.partition_state("t", 0).unwrap().1 > committed_in,
+        "B took back committed r1, r2 still in epoch {committed_in}"
+    );
+    // The follower comes back past the new epoch's start, truncates to B's log end and must
+    // join the ISR there: ULE_RECOVERY waits for it without mirroring anything more.
     b.node(follower).restart();
     b.wait_for("B mirrors again", T, |b| {
         describe_t(b)

@@ -370,6 +370,7 @@ async fn prepare(
             return Ok(());
         }
     }
+    ctx.tasks.update(p, |s| s.truncation_epoch = None);
     ctx.notify_data();
     // Phase 2: wait until every replica that must take part has truncated too.
     loop {
@@ -386,10 +387,15 @@ async fn prepare(
     Ok(())
 }
 
-/// Moves the leader to a new epoch before the LMLE truncation cuts committed records (a
-/// failback): readers fetching under the old epoch are fenced and, as after any leader change,
-/// check their position against the new epoch's log (KIP-320). Truncating under the epoch they
-/// read in would take back records they saw committed with nothing to tell them.
+/// Moves the leader to a new epoch before a truncation cuts committed records (a failback's
+/// LMLE truncation, or a diverging epoch from the source): readers fetching under the old epoch
+/// are fenced and, as after any leader change, check their position against the new epoch's
+/// log (KIP-320). Truncating under the epoch they read in would take back records they saw
+/// committed with nothing to tell them.
+///
+/// The new epoch restarts this partition's task, maybe before this one truncates. The epoch
+/// moved to is kept in the task status, so the restarted task truncates in it instead of
+/// moving again (and again, each move restarting it before it truncates).
 async fn new_epoch_before_truncation(
     ctx: &MirrorContext,
     p: &Partition,
@@ -398,6 +404,15 @@ async fn new_epoch_before_truncation(
     let Some(epoch) = p.leading_epoch() else {
         return Ok(());
     };
+    let moved_for_it = ctx
+        .tasks
+        .status(&p.topic, p.index)
+        .and_then(|s| s.truncation_epoch);
+    if moved_for_it == Some(epoch) {
+        return Ok(());
+    }
+    ctx.tasks
+        .update(p, |s| s.truncation_epoch = Some(epoch + 1));
     bump_epoch(ctx, p, epoch + 1).await?;
     while p.leading_epoch().is_some_and(|e| e <= epoch) {
         if sleep_or_cancel(cancel, POLL).await {
@@ -501,6 +516,11 @@ async fn mirror_round(
     source: &mut Option<SourceLeader>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Option<MirrorState>> {
+    // A truncation by the source's diverging epoch whose wait for every replica has not ended:
+    // the task that truncated was restarted (by its own new epoch) before it moved to ULE_RECOVERY.
+    if waits_for_all_replicas(ctx, p) && p.truncation_watch_running() {
+        return Ok(Some(MirrorState::UleRecovery));
+    }
     if source.is_none() {
         *source = Some(resolve_source(mirror, p, topic_id).await?);
     }
@@ -531,6 +551,12 @@ async fn mirror_round(
     let Some(pd) = resp.responses.first().and_then(|t| t.partitions.first()) else {
         anyhow::bail!("fetch response without the partition");
     };
+    // An OFFSET_OUT_OF_RANGE answer carries the source's high watermark too; answers from a
+    // broker that no longer leads carry -1 and leave the last one known.
+    if pd.high_watermark >= 0 {
+        ctx.tasks
+            .update(p, |s| s.source_high_watermark = pd.high_watermark);
+    }
     match pd.error_code {
         errors::NONE => {}
         errors::OFFSET_OUT_OF_RANGE => {
@@ -555,21 +581,19 @@ async fn mirror_round(
         }
         code => anyhow::bail!("source answered the mirror fetch with error {code}"),
     }
-    ctx.tasks
-        .update(p, |s| s.source_high_watermark = pd.high_watermark);
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
         check_source_topic(mirror, p, topic_id, src).await?;
         let (epoch, end) = (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset);
         // The second truncation of a failback (the first fetch after the LMLE truncation) takes
         // back what this cluster wrote under the last mirrored epoch itself, committed records
-        // included: as for the LMLE truncation, in a new leader epoch.
-        // Not while a truncation waits for every replica (ULE_RECOVERY): the new epoch restarts
-        // this task, and the restarted one would find nothing to truncate and skip the wait.
-        if !waits_for_all_replicas(ctx, p) && p.epoch_truncation_cuts_committed(epoch, end) {
+        // included: as for the LMLE truncation, in a new leader epoch. So is a truncation by an
+        // unclean election in the source.
+        if p.epoch_truncation_cuts_committed(epoch, end) {
             new_epoch_before_truncation(ctx, p, cancel).await?;
         }
         let before = p.log_end_offset();
         p.truncate_by_epoch(epoch, end)?;
+        ctx.tasks.update(p, |s| s.truncation_epoch = None);
         ctx.notify_data();
         let truncated = p.log_end_offset() < before;
         if truncated && waits_for_all_replicas(ctx, p) {

@@ -20,6 +20,9 @@ pub struct MirrorStatus {
     pub fencing_target: Option<i32>,
     /// What a PREPARING partition waits for, if anything.
     pub waiting_for: Option<String>,
+    /// The leader epoch this leader moved to before a truncation of committed records. The move
+    /// restarts the task; the restarted task truncates in that epoch instead of moving again.
+    pub truncation_epoch: Option<i32>,
 }
 
 impl Default for MirrorStatus {
@@ -29,6 +32,7 @@ impl Default for MirrorStatus {
             lmle: -1,
             fencing_target: None,
             waiting_for: None,
+            truncation_epoch: None,
         }
     }
 }
