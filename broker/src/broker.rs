@@ -373,11 +373,15 @@ impl Broker {
                     p.set_config(lc.clone());
                 }
                 let mirror_state = image.mirror_state(&topic.name, index);
+                let was_leading = p.leading_epoch().is_some();
                 let change = p.apply_registration_with_mirror_state(reg.clone(), mirror_state);
                 let mirror_leader = reg.leader == me
                     && mirror_state
                         .is_some_and(|m| m != crate::mirror::rules::MirrorState::Stopped);
-                if !mirror_leader || matches!(change, Ok(RoleChange::BecameLeader)) {
+                // A new epoch restarts the mirror task, unless the task moved to it itself
+                // while leading: it is in the middle of what it moved for (a truncation).
+                let own_move = was_leading && self.mirrors.tasks.moved_itself(&p, reg.leader_epoch);
+                if !mirror_leader || (matches!(change, Ok(RoleChange::BecameLeader)) && !own_move) {
                     self.mirrors.tasks.stop(&p);
                 }
                 if mirror_leader {

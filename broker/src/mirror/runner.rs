@@ -393,9 +393,9 @@ async fn prepare(
 /// log (KIP-320). Truncating under the epoch they read in would take back records they saw
 /// committed with nothing to tell them.
 ///
-/// The new epoch restarts this partition's task, maybe before this one truncates. The epoch
-/// moved to is kept in the task status, so the restarted task truncates in it instead of
-/// moving again (and again, each move restarting it before it truncates).
+/// The task goes on in the epoch it moved to and truncates there. Should the broker restart it
+/// all the same (the epoch it saw was not the one asked for), the epoch moved to is kept in the
+/// task status, so the restarted task truncates in it instead of moving again.
 async fn new_epoch_before_truncation(
     ctx: &MirrorContext,
     p: &Partition,
@@ -517,7 +517,7 @@ async fn mirror_round(
     cancel: &CancellationToken,
 ) -> anyhow::Result<Option<MirrorState>> {
     // A truncation by the source's diverging epoch whose wait for every replica has not ended:
-    // the task that truncated was restarted (by its own new epoch) before it moved to ULE_RECOVERY.
+    // the task that truncated was restarted before it moved to ULE_RECOVERY.
     if waits_for_all_replicas(ctx, p) && p.truncation_watch_running() {
         return Ok(Some(MirrorState::UleRecovery));
     }
@@ -787,7 +787,7 @@ async fn fence_epoch(ctx: &MirrorContext, p: &Partition) -> anyhow::Result<()> {
 }
 
 /// Raises the partition's leader epoch to at least `target` through the controller, unless the
-/// metadata already has it there.
+/// metadata already has it there. The broker keeps this task running in the new epoch.
 async fn bump_epoch(ctx: &MirrorContext, p: &Partition, target: i32) -> anyhow::Result<()> {
     let (topic, index) = (p.topic.clone(), p.index);
     let reached = |i: &crate::metadata::MetadataImage| {
@@ -797,6 +797,7 @@ async fn bump_epoch(ctx: &MirrorContext, p: &Partition, target: i32) -> anyhow::
             .is_some_and(|r| r.leader_epoch >= target)
     };
     if !reached(&ctx.metadata()) {
+        ctx.tasks.moving_to(p, target);
         ctx.submit_and_wait(
             ControllerCommand::BumpLeaderEpoch {
                 topic: topic.clone(),

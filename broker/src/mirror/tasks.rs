@@ -40,6 +40,8 @@ impl Default for MirrorStatus {
 #[derive(Default)]
 struct Entry {
     running: Option<(u64, CancellationToken)>,
+    /// The leader epoch the running task is moving its partition to itself, if any.
+    moving_to: Option<i32>,
     status: MirrorStatus,
 }
 
@@ -62,6 +64,7 @@ impl MirrorTasks {
         if entry.running.is_some() {
             return None;
         }
+        entry.moving_to = None;
         let id = {
             let mut n = self.next_id.lock().unwrap_or_else(|x| x.into_inner());
             *n += 1;
@@ -79,6 +82,22 @@ impl MirrorTasks {
                 cancel.cancel();
             }
         }
+    }
+
+    /// Notes that the partition's running task moves its leader to `epoch` itself.
+    pub fn moving_to(&self, p: &Partition, epoch: i32) {
+        if let Some(e) = self.lock().get_mut(&(p.topic.clone(), p.index)) {
+            e.moving_to = Some(epoch);
+        }
+    }
+
+    /// Whether a running task moved the partition's leader to `epoch` itself: it goes on in
+    /// that epoch, in the middle of what it moved for (a truncation), instead of being replaced
+    /// by a task that starts over.
+    pub fn moved_itself(&self, p: &Partition, epoch: i32) -> bool {
+        self.lock()
+            .get(&(p.topic.clone(), p.index))
+            .is_some_and(|e| e.running.is_some() && e.moving_to == Some(epoch))
     }
 
     pub fn finished(&self, p: &Partition, id: u64) {
