@@ -393,7 +393,7 @@ impl<'r> QueueAnalysis<'r> {
             }
             if let Err(problem) = self
                 .mirror
-                .observe(ev.index, invoke, ev.f, ev.cluster, &value)
+                .observe(ev.index, invoke, ev.failed, ev.f, ev.cluster, &value)
             {
                 self.warn(format!("op {}: {problem}", ev.index));
             }
