@@ -58,6 +58,29 @@ struct ChangeValue {
     partitions: Option<Vec<PartMark>>,
     #[serde(default)]
     direction: Option<DirectionValue>,
+    #[serde(default)]
+    lagging_epochs: Vec<LaggingEpochs>,
+}
+
+/// A failback's lagging replica of one partition as it was when mirroring started: cut off
+/// from fetching, it held what the LMLE truncation left it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub(crate) struct LaggingEpochs {
+    pub topic: String,
+    pub partition: i64,
+    pub node: String,
+    /// The partition's leader then.
+    #[serde(default)]
+    pub leader: Option<String>,
+    /// Whether the lagging replica was in the ISR then.
+    #[serde(default)]
+    pub in_isr: bool,
+    /// The partition's mirror state then.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Its epoch cache, `[epoch, start offset]`; `None` when unread.
+    #[serde(default)]
+    pub epochs: Option<Vec<(i64, i64)>>,
 }
 
 /// The direction a failover or failback left the mirror in.
@@ -65,6 +88,8 @@ struct ChangeValue {
 struct DirectionValue {
     #[serde(default)]
     mirroring: bool,
+    #[serde(default)]
+    destination: Option<String>,
 }
 
 /// One failover or failback.
@@ -82,6 +107,8 @@ pub(crate) struct Change {
     flag_on: Vec<bool>,
     /// The op fell short (it recorded an `error`).
     failed: bool,
+    /// Failback only: its lagging replica, per partition.
+    pub lagging: Vec<LaggingEpochs>,
 }
 
 impl Change {
@@ -324,9 +351,13 @@ impl MirrorHistory {
         let (Some(from), Some(to)) = (v.from, v.to) else {
             return Err(format!("{kind:?} value names no from and to cluster"));
         };
-        // A failback that fell short before mirroring started (its recorded direction is not
-        // mirroring) left the cluster writable and truncated nothing.
-        if kind == ChangeKind::Failback && failed && !v.direction.is_some_and(|d| d.mirroring) {
+        // A failback that fell short before mirroring started (its recorded direction, the one
+        // it left in force, is not `to` mirroring) left the cluster writable and truncated
+        // nothing.
+        let started = v
+            .direction
+            .is_some_and(|d| d.mirroring && d.destination.as_deref() == Some(to.as_str()));
+        if kind == ChangeKind::Failback && failed && !started {
             return Ok(());
         }
         let parts = v.partitions.filter(|p| !p.is_empty());
@@ -398,6 +429,7 @@ impl MirrorHistory {
             parts,
             flag_on,
             failed,
+            lagging: v.lagging_epochs,
         });
         Ok(())
     }
@@ -579,6 +611,28 @@ impl MirrorHistory {
                         .mirrored_offset
                 });
                 !c.flag_on(i) && from.is_some_and(|f| f <= offset)
+            })
+    }
+
+    /// The lagging replicas of failbacks that had finished their LMLE truncation while the
+    /// replica was still cut off, each with the failback, the LMLE it truncated to (the higher
+    /// of its record and its failover's), and whether it ran with the flag on.
+    pub fn lagging_after_truncation(
+        &self,
+    ) -> impl Iterator<Item = (&Change, &LaggingEpochs, i64, bool)> + '_ {
+        self.changes
+            .iter()
+            .filter(|c| c.kind == ChangeKind::Failback)
+            .flat_map(move |c| {
+                c.lagging.iter().filter_map(move |l| {
+                    if l.state.as_deref() != Some("MIRRORING") {
+                        return None;
+                    }
+                    let (i, m) = c.mark(&l.topic, l.partition)?;
+                    let recorded = self.lmle_of_failover_into(c, &l.topic, l.partition);
+                    let lmle = m.lmle.max(recorded)?;
+                    Some((c, l, lmle, c.flag_on(i)))
+                })
             })
     }
 

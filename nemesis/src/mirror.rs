@@ -31,10 +31,10 @@ use serde_json::{json, Value};
 use tidemark_harness::broker::{CLIENT_PORT, MIRROR_UNCLEAN_KEY};
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Mirror;
-use tidemark_harness::kafka::Connection;
+use tidemark_harness::kafka::{Connection, PartitionInfo};
 use tidemark_harness::mirror::{MirrorState, PartitionDescription};
 use tidemark_harness::op::Invocation;
-use tidemark_harness::remote;
+use tidemark_harness::remote::{self, escape};
 use tidemark_harness::runtime::Node;
 
 use crate::cluster::block_on;
@@ -425,12 +425,17 @@ impl FaultOp for MoveOp<'_> {
             // truncation that waits for every replica cannot have.
             let heal_at = Instant::now() + LAG_DWELL;
             let mut seen = false;
+            let mut last = Err(anyhow::anyhow!("not described"));
             while !seen && Instant::now() < heal_at {
-                seen = mirroring(&block_on(mirror.describe_mirror(dst, &name)));
+                last = block_on(mirror.describe_mirror(dst, &name));
+                seen = mirroring(&last);
                 std::thread::sleep(Duration::from_millis(200));
             }
             std::thread::sleep(heal_at.saturating_duration_since(Instant::now()));
             record["mirroring_while_lagging"] = json!(seen);
+            // The lagging replica's epochs as the truncation left them: it fetched nothing
+            // since it was cut off, so what it holds is what the truncation did to it.
+            record["lagging_epochs"] = cut.epochs(dst, &topics, &last);
             drop(cut);
         }
         let after = loop {
@@ -461,6 +466,8 @@ impl FaultOp for MoveOp<'_> {
 
 /// A replica cut off from fetching on its cluster's other nodes until dropped.
 struct Lag<'a> {
+    /// The lagging node.
+    node: &'a Node,
     /// Its peers, which hold the rule.
     peers: Vec<&'a Node>,
     /// Its broker id.
@@ -480,6 +487,7 @@ impl<'a> Lag<'a> {
             .filter(|n| n.cluster == cluster && n.name != node)
             .collect();
         let lag = Lag {
+            node: lagging,
             peers,
             id: lagging.id as i32,
         };
@@ -495,14 +503,72 @@ impl<'a> Lag<'a> {
     fn wait_out_of_isr(&self, cluster: &ClientContext, topics: &[String]) -> bool {
         let deadline = Instant::now() + LAG_TIMEOUT;
         while Instant::now() < deadline {
-            let isrs = block_on(partition_infos(cluster, topics));
-            if isrs.values().any(|(_, isr)| !isr.contains(&self.id)) {
+            let infos = block_on(partition_infos(cluster, topics));
+            if infos.values().any(|i| !i.isr.contains(&self.id)) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(250));
         }
         false
     }
+}
+
+impl Lag<'_> {
+    /// Per partition of `topics`: the lagging replica's epoch cache (its
+    /// `leader-epoch-checkpoint`, `[epoch, start offset]` entries; null when unreadable), the
+    /// leader and whether the lagging replica is in the ISR (freshest metadata of `cluster`),
+    /// and the mirror state `described` shows.
+    fn epochs(&self, cluster: &ClientContext, topics: &[String], described: &Described) -> Value {
+        let infos = block_on(partition_infos(cluster, topics));
+        let name = |id: i32| {
+            std::iter::once(self.node)
+                .chain(self.peers.iter().copied())
+                .find(|n| n.id as i32 == id)
+                .map(|n| n.name.clone())
+        };
+        let state = |t: &str, p: i32| {
+            described.as_ref().ok().and_then(|ps| {
+                ps.iter()
+                    .find(|(topic, x)| topic == t && x.partition == p)
+                    .map(|(_, x)| x.state)
+            })
+        };
+        let entries: Vec<Value> = infos
+            .iter()
+            .map(|((topic, p), info)| {
+                let path = self
+                    .node
+                    .dir
+                    .join("data")
+                    .join(format!("{topic}-{p}"))
+                    .join("leader-epoch-checkpoint");
+                let cmd = format!("cat {}", escape(&path.display().to_string()));
+                let epochs = remote::run(self.node.remote.as_ref(), &cmd)
+                    .ok()
+                    .and_then(|text| parse_checkpoint(&text));
+                json!({"topic": topic, "partition": p, "node": self.node.name,
+                       "leader": name(info.leader), "in_isr": info.isr.contains(&self.id),
+                       "state": state(topic, *p), "epochs": epochs})
+            })
+            .collect();
+        Value::Array(entries)
+    }
+}
+
+/// The `[epoch, start offset]` entries of a `leader-epoch-checkpoint` (Kafka's text format: a
+/// version line, a count line, then one `epoch offset` line per entry).
+fn parse_checkpoint(text: &str) -> Option<Vec<(i64, i64)>> {
+    let mut lines = text.lines();
+    lines.next()?;
+    let count: usize = lines.next()?.trim().parse().ok()?;
+    let entries: Option<Vec<(i64, i64)>> = lines
+        .take(count)
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    entries.filter(|e| e.len() == count)
 }
 
 impl Drop for Lag<'_> {
@@ -586,16 +652,16 @@ async fn leader_epochs(cluster: &ClientContext, topics: &[String]) -> BTreeMap<(
     partition_infos(cluster, topics)
         .await
         .into_iter()
-        .map(|(k, (epoch, _))| (k, epoch))
+        .map(|(k, info)| (k, info.leader_epoch))
         .collect()
 }
 
-/// The newest leader epoch of every partition of `topics` among the answers of `cluster`'s
-/// nodes, with the ISR (broker ids) the answer with that epoch gave.
+/// Every partition of `topics` as the answer of `cluster`'s nodes with its newest leader epoch
+/// has it.
 async fn partition_infos(
     cluster: &ClientContext,
     topics: &[String],
-) -> BTreeMap<(String, i32), (i32, Vec<i32>)> {
+) -> BTreeMap<(String, i32), PartitionInfo> {
     // A paused node never answers; the others' answers are enough.
     let ask = Duration::from_secs(2).min(cluster.timeout);
     let asks = cluster.nodes.iter().map(|n| async move {
@@ -607,7 +673,7 @@ async fn partition_infos(
         };
         tokio::time::timeout(ask, answer).await.ok().flatten()
     });
-    let mut infos: BTreeMap<(String, i32), (i32, Vec<i32>)> = BTreeMap::new();
+    let mut infos: BTreeMap<(String, i32), PartitionInfo> = BTreeMap::new();
     for meta in futures::future::join_all(asks).await.into_iter().flatten() {
         for (topic, (_, parts)) in &meta.topics {
             for (p, info) in parts {
@@ -616,9 +682,9 @@ async fn partition_infos(
                 }
                 let e = infos
                     .entry((topic.clone(), *p))
-                    .or_insert((info.leader_epoch, info.isr.clone()));
-                if info.leader_epoch > e.0 {
-                    *e = (info.leader_epoch, info.isr.clone());
+                    .or_insert_with(|| info.clone());
+                if info.leader_epoch > e.leader_epoch {
+                    *e = info.clone();
                 }
             }
         }
@@ -668,6 +734,18 @@ mod tests {
         ] {
             assert!(f.parse("config", &bad, &[]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn epoch_checkpoints_parse_or_give_nothing() {
+        assert_eq!(
+            parse_checkpoint("0\n2\n0 0\n3 17\n"),
+            Some(vec![(0, 0), (3, 17)])
+        );
+        assert_eq!(parse_checkpoint("0\n0\n"), Some(vec![]));
+        assert_eq!(parse_checkpoint("0\n2\n0 0\n"), None, "short");
+        assert_eq!(parse_checkpoint("0\n1\nx 0\n"), None);
+        assert_eq!(parse_checkpoint(""), None);
     }
 
     #[test]
