@@ -423,9 +423,15 @@ fn a_lagging_replica_holding_an_epoch_above_the_lmle_once_mirroring_is_lmle_trun
         (json!("a2"), json!([2, 2]), json!(true))
     );
     assert_eq!(e["failback"]["all_replicas"], true);
-    // Without the flag an out-of-ISR replica need not have truncated; one in the ISR must.
+    // Without the flag an out-of-ISR replica need not have truncated (what the flag is for,
+    // shown as allowed); one in the ISR must.
     let r = run(&test(), &h, &replicas);
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "lmle-truncation")[0];
+    assert!(
+        e["allowed"].as_str().unwrap().contains("a2 was out of the ISR"),
+        "{e}"
+    );
     let (h, replicas) = lagging_round_trip(2, "MIRRORING", true);
     let r = run(&test(), &h, &replicas);
     assert_eq!(r.bad_anomaly_types, ["lmle-truncation"], "{}", r.summary(5));

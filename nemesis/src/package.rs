@@ -170,25 +170,21 @@ fn aimed(key: &str, targets: &[String], rng: &mut Rng) -> Value {
     }
 }
 
-/// The share of failbacks run with a lagging replica ([`crate::mirror`]).
-pub const LAGGING_SHARE: f64 = 0.75;
-
 /// Failover, then failback, then failover again ...: each resolved against the mirror's
-/// direction when performed; [`LAGGING_SHARE`] of the failbacks with a lagging replica.
+/// direction when performed, each failback with a lagging replica ([`crate::mirror`]; the final
+/// phase's failback has none).
 struct Alternate {
     next_failover: bool,
 }
 
 impl Cycle for Alternate {
-    fn next(&mut self, rng: &mut Rng) -> Invocation {
+    fn next(&mut self, _rng: &mut Rng) -> Invocation {
         let failover = self.next_failover;
         self.next_failover = !failover;
         if failover {
             op("failover", json!({}))
-        } else if rng.random_bool(LAGGING_SHARE) {
-            op("failback", json!({"lagging": true}))
         } else {
-            op("failback", json!({}))
+            op("failback", json!({"lagging": true}))
         }
     }
 }

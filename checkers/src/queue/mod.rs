@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::dense::DenseMap;
-use crate::mirror::MirrorHistory;
+use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
 use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
@@ -1425,7 +1425,7 @@ impl QueueAnalysis<'_> {
     fn check_lagging_truncations(&mut self) {
         let mut found = Vec::new();
         for (c, l, lmle, all) in self.mirror.lagging_after_truncation() {
-            if !(all || l.in_isr) || l.leader.as_deref() == Some(l.node.as_str()) {
+            if l.leader.as_deref() == Some(l.node.as_str()) {
                 continue;
             }
             let Some(&(epoch, start)) = l.epochs.iter().flatten().find(|(e, _)| *e > lmle) else {
@@ -1441,7 +1441,16 @@ impl QueueAnalysis<'_> {
                 offset: Some(start),
             };
             let kind = AnomalyKind::LmleTruncation;
-            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+            // What the flag exists to prevent, allowed without it (KIP-1279 §1.10).
+            let excuse = if all || l.in_isr {
+                self.policy.excuse(kind, place, &self.facts, &self.mirror)
+            } else {
+                Some(format!(
+                    "the failback ran with {MIRROR_UNCLEAN_KEY} off and {} was out of the ISR: \
+                     the LMLE truncation waited for the ISR only",
+                    l.node
+                ))
+            };
             let entry = json!({
                 "cluster": cluster, "node": l.node, "topic": l.topic, "partition": l.partition,
                 "epoch_entry": [epoch, start], "lagging": true,
