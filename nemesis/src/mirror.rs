@@ -345,8 +345,18 @@ impl FaultOp for MoveOp<'_> {
         if self.failover {
             let stopped = block_on(mirror.stop_mirror(dst, &name, &topics));
             // A stop that failed may still have stopped some partitions: what describe shows
-            // goes into the record either way.
+            // goes into the record either way. One that timed out on a node is sent to the
+            // next, which finds the partitions the first stopped STOPPED and refuses: every
+            // partition STOPPED is a failover done, whatever the answer.
             let after = block_on(mirror.describe_mirror(dst, &name));
+            let stopped = stopped.or_else(|e| {
+                if all_in(&after, &topics, |s| s == MirrorState::Stopped) {
+                    record["stop_error"] = json!(format!("{e:#}"));
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            });
             record["partitions"] = partitions(dst, &topics, &before, &after, "mirrored_offset");
             // Describe shows the LMLE a partition looked up when it started mirroring; the one
             // the stop persisted is what the old source's failback will look up.
@@ -388,9 +398,25 @@ impl FaultOp for MoveOp<'_> {
                     .iter()
                     .all(|(_, p)| p.state != MirrorState::Stopped && p.state != MirrorState::Failed)
         });
-        if mirroring_already {
+        let started = if mirroring_already {
             record["already_mirroring"] = json!(true);
-        } else if let Err(e) = block_on(mirror.start_mirror(dst, &name, &topics)) {
+            Ok(())
+        } else {
+            // As for a stop: a start retried on another node finds the partitions the first
+            // started; none left STOPPED or FAILED is a start done.
+            block_on(mirror.start_mirror(dst, &name, &topics)).or_else(|e| {
+                let now = block_on(mirror.describe_mirror(dst, &name));
+                if all_in(&now, &topics, |s| {
+                    s != MirrorState::Stopped && s != MirrorState::Failed
+                }) {
+                    record["start_error"] = json!(format!("{e:#}"));
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+        };
+        if let Err(e) = started {
             record["partitions"] = partitions(dst, &topics, &before, &before, "log_end_offset");
             record["direction"] = direction.record();
             return Err(Failed {
@@ -589,6 +615,18 @@ fn set_lmles(partitions: &mut Value, topic: &str, kept: &[(i32, i32)]) {
             entry["lmle"] = json!(lmle);
         }
     }
+}
+
+/// Whether describe answered with every partition of `topics` in a state `ok` accepts.
+fn all_in(described: &Described, topics: &[String], ok: impl Fn(MirrorState) -> bool) -> bool {
+    described.as_ref().is_ok_and(|ps| {
+        !ps.is_empty()
+            && ps.len() >= expected_partitions(topics, ps)
+            && ps
+                .iter()
+                .filter(|(t, _)| topics.contains(t))
+                .all(|(_, p)| ok(p.state))
+    })
 }
 
 /// At least one partition per topic describe named: describe lists every partition of a topic
