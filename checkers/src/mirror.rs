@@ -729,7 +729,8 @@ mod tests {
             false,
         );
         let mark = |off: i64| json!([{"topic": "t", "partition": 0, "lmle": 3, "mirrored_offset": off, "epoch": 4}]);
-        m.observe(1, true, false, "failover", None, &json!({})).unwrap();
+        m.observe(1, true, false, "failover", None, &json!({}))
+            .unwrap();
         m.observe(
             2,
             false,
@@ -757,8 +758,15 @@ mod tests {
             &json!({"from": "b", "to": "a", "topics": ["t"], "partitions": mark(10)}),
         )
         .unwrap();
-        m.observe(9, false, false, "unclean-election", None, &json!({"cluster": "a"}))
-            .unwrap();
+        m.observe(
+            9,
+            false,
+            false,
+            "unclean-election",
+            None,
+            &json!({"cluster": "a"}),
+        )
+        .unwrap();
         m
     }
 
@@ -854,7 +862,8 @@ mod tests {
     #[test]
     fn failovers_without_marks_are_remembered() {
         let mut m = MirrorHistory::new(&json!({}), false);
-        m.observe(1, true, false, "failover", None, &json!({})).unwrap();
+        m.observe(1, true, false, "failover", None, &json!({}))
+            .unwrap();
         assert!(m.failovers_unmarked(), "invoked, never recorded");
         m.observe(
             2,

@@ -369,7 +369,11 @@ fn a_failback_that_fell_short_is_not_judged_as_a_truncation_to_minus_one() {
     let (h, replicas) = failback_recorded_as(preparing("PREPARING"), timed_out);
     let r = run(&test(), &h, &replicas);
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
-    assert!(entries(&r, "lmle-truncation").is_empty(), "{}", r.summary(5));
+    assert!(
+        entries(&r, "lmle-truncation").is_empty(),
+        "{}",
+        r.summary(5)
+    );
     // Recorded as done, the same LMLE -1 is a truncation of the whole log that kept 1 and 2.
     let (h, replicas) = failback_recorded_as(preparing("MIRRORING"), None);
     let r = run(&test(), &h, &replicas);
@@ -382,7 +386,14 @@ fn a_failback_that_fell_short_is_not_judged_as_a_truncation_to_minus_one() {
         "direction": {"source": "a", "destination": "b", "mirroring": true}});
     let (mut h, _) = failback_recorded_as(refused, Some("start: refused"));
     h.send_on(Some("a"), 0, &[4], Ok, Some(2));
-    let r = run(&test(), &h, &both(&[(0, 1, 0), (1, 2, 0), (2, 4, 0)], &[(0, 1, 0), (1, 2, 0), (2, 3, 1)]));
+    let r = run(
+        &test(),
+        &h,
+        &both(
+            &[(0, 1, 0), (1, 2, 0), (2, 4, 0)],
+            &[(0, 1, 0), (1, 2, 0), (2, 3, 1)],
+        ),
+    );
     assert!(
         !r.anomaly_types.contains(&"read-only-write".to_owned())
             && !r.anomaly_types.contains(&"lmle-truncation".to_owned()),
@@ -419,7 +430,11 @@ fn a_lagging_replica_holding_an_epoch_above_the_lmle_once_mirroring_is_lmle_trun
     assert_eq!(r.bad_anomaly_types, ["lmle-truncation"], "{}", r.summary(5));
     let e = &entries(&r, "lmle-truncation")[0];
     assert_eq!(
-        (e["node"].clone(), e["epoch_entry"].clone(), e["lagging"].clone()),
+        (
+            e["node"].clone(),
+            e["epoch_entry"].clone(),
+            e["lagging"].clone()
+        ),
         (json!("a2"), json!([2, 2]), json!(true))
     );
     assert_eq!(e["failback"]["all_replicas"], true);
@@ -429,7 +444,10 @@ fn a_lagging_replica_holding_an_epoch_above_the_lmle_once_mirroring_is_lmle_trun
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
     let e = &entries(&r, "lmle-truncation")[0];
     assert!(
-        e["allowed"].as_str().unwrap().contains("a2 was out of the ISR"),
+        e["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("a2 was out of the ISR"),
         "{e}"
     );
     let (h, replicas) = lagging_round_trip(2, "MIRRORING", true);

@@ -783,7 +783,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn between_mirrored_clusters_faults_land_on_either_moves_land_inside_them_and_failover_comes_first() {
+    async fn between_mirrored_clusters_faults_land_on_either_moves_land_inside_them_and_failover_comes_first(
+    ) {
         let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
         let packages = vec![
             package(Kind::Pause, vec!["one".into()], Some(&setup)),
