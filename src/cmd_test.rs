@@ -137,7 +137,7 @@ struct NemesisArgs {
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
     /// Seconds a fault lasts on average; calms between faults of one kind last up to twice this.
-    /// One fault at a time is in force (clock skew aside).
+    /// One fault at a time is in force (clock skew, failovers and failbacks aside).
     #[arg(long, default_value_t = 6.0, value_name = "S")]
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,

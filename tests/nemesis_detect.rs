@@ -374,7 +374,11 @@ fn mirror_detection_matrix() {
             &no_bumps,
             &["mirror-divergence", "epoch-ownership"],
         ),
-        ("skip-lmle-truncation", &no_bumps, &["mirror-divergence"]),
+        (
+            "skip-lmle-truncation",
+            &no_bumps,
+            &["mirror-divergence", "lmle-truncation"],
+        ),
         (
             "isr-only-lmle-truncation",
             &[
@@ -382,7 +386,7 @@ fn mirror_detection_matrix() {
                 "--broker-config",
                 "mirror.epoch.bump.threshold=0",
             ],
-            &["mirror-divergence"],
+            &["lmle-truncation", "mirror-divergence"],
         ),
         (
             "local-epoch-in-mirror-cache",

@@ -52,16 +52,19 @@ pub enum Bug {
     /// and truncates it from the old one. Checkers report `lost-write`.
     AckOnLeadershipLoss,
     /// A mirror partition starts mirroring without the LMLE truncation (KIP-1279's LMLE truncation). Breaks
-    /// M3/M4: records this cluster wrote under epochs the other cluster now owns stay, the
-    /// divergence check cannot see them, and after failback the two logs differ (`divergence`).
+    /// M3/M4: records this cluster wrote under epochs the other cluster now owns stay
+    /// (`lmle-truncation`), the divergence check cannot see them, and after failback the two
+    /// logs differ (`mirror-divergence`).
     SkipLmleTruncation,
     /// Failover makes the topic writable without bumping the leader epoch above the LMLE
     /// (KIP-1279's epoch bump). Breaks M5: local writes carry an epoch the other cluster also wrote, so
     /// failback keeps records of both under one epoch (`divergence`).
     NoEpochBumpOnFailover,
     /// The LMLE truncation (and ULE_RECOVERY) waits for the ISR only, ignoring
-    /// `mirror.support.unclean.leader.election=true` (KIP-1279). Breaks M3/M4 under a later
-    /// unclean election: an out-of-ISR replica keeps records beyond the LMLE and can lead.
+    /// `mirror.support.unclean.leader.election=true` (KIP-1279). Breaks M3: a replica out of
+    /// the ISR keeps records beyond the LMLE once the partition mirrors (`lmle-truncation`, seen
+    /// in a failback's lagging replica), and M4 under a later unclean election, which it can
+    /// win (`mirror-divergence`).
     IsrOnlyLmleTruncation,
     /// A mirror leader records its own leader epoch in its epoch cache (KIP-1279). Breaks
     /// M11: the cache holds an epoch no mirrored batch has, so divergence answers are wrong.

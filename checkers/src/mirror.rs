@@ -41,6 +41,10 @@ pub(crate) struct PartMark {
     /// The leader epoch bumped to.
     #[serde(default)]
     pub epoch: Option<i64>,
+    /// The partition's mirror state when the op ended (`MIRRORING` once a failback's LMLE
+    /// truncation is done).
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 /// The `info` value of a `failover` or `failback` op.
@@ -52,6 +56,40 @@ struct ChangeValue {
     topics: Vec<String>,
     #[serde(default)]
     partitions: Option<Vec<PartMark>>,
+    #[serde(default)]
+    direction: Option<DirectionValue>,
+    #[serde(default)]
+    lagging_epochs: Vec<LaggingEpochs>,
+}
+
+/// A failback's lagging replica of one partition as it was when mirroring started: cut off
+/// from fetching, it held what the LMLE truncation left it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub(crate) struct LaggingEpochs {
+    pub topic: String,
+    pub partition: i64,
+    pub node: String,
+    /// The partition's leader then.
+    #[serde(default)]
+    pub leader: Option<String>,
+    /// Whether the lagging replica was in the ISR then.
+    #[serde(default)]
+    pub in_isr: bool,
+    /// The partition's mirror state then.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Its epoch cache, `[epoch, start offset]`; `None` when unread.
+    #[serde(default)]
+    pub epochs: Option<Vec<(i64, i64)>>,
+}
+
+/// The direction a failover or failback left the mirror in.
+#[derive(Debug, Deserialize)]
+struct DirectionValue {
+    #[serde(default)]
+    mirroring: bool,
+    #[serde(default)]
+    destination: Option<String>,
 }
 
 /// One failover or failback.
@@ -67,6 +105,10 @@ pub(crate) struct Change {
     pub parts: Option<Vec<PartMark>>,
     /// Failback only: per partition mark, whether the flag was on for the truncating cluster.
     flag_on: Vec<bool>,
+    /// The op fell short (it recorded an `error`).
+    failed: bool,
+    /// Failback only: its lagging replica, per partition.
+    pub lagging: Vec<LaggingEpochs>,
 }
 
 impl Change {
@@ -86,6 +128,14 @@ impl Change {
     /// Failback only: whether the truncation ran with the flag on, for mark `i`.
     pub fn flag_on(&self, i: usize) -> bool {
         self.flag_on.get(i).copied().unwrap_or(false)
+    }
+
+    /// Failback only: whether the LMLE truncation of `mark` is known done with the LMLE it
+    /// records. A failback that fell short records what describe showed when it gave up: a
+    /// partition still preparing may not have looked its LMLE up yet (describe then shows -1,
+    /// a truncation of the whole log that never happened) or still waits to truncate.
+    fn truncated(&self, mark: &PartMark) -> bool {
+        !self.failed || mark.state.as_deref() == Some("MIRRORING")
     }
 }
 
@@ -226,12 +276,14 @@ impl MirrorHistory {
         !self.unmarked_failovers.is_empty() || self.open_failovers > 0
     }
 
-    /// Takes in a nemesis op. Only what was done counts (`info`), except that an invoked
-    /// failover is remembered until its `info` arrives. Returns a problem with the value.
+    /// Takes in a nemesis op. Only what was done counts (`info`, `failed` when it recorded an
+    /// `error`), except that an invoked failover is remembered until its `info` arrives.
+    /// Returns a problem with the value.
     pub fn observe(
         &mut self,
         index: u64,
         invoke: bool,
+        failed: bool,
         f: &str,
         cluster: Option<&str>,
         value: &Value,
@@ -243,9 +295,9 @@ impl MirrorHistory {
             }
             ("failover", false) => {
                 self.open_failovers = self.open_failovers.saturating_sub(1);
-                self.change(index, ChangeKind::Failover, value)?;
+                self.change(index, ChangeKind::Failover, failed, value)?;
             }
-            ("failback", false) => self.change(index, ChangeKind::Failback, value)?,
+            ("failback", false) => self.change(index, ChangeKind::Failback, failed, value)?,
             ("unclean-election", false) => {
                 let cluster = value
                     .get("cluster")
@@ -287,12 +339,27 @@ impl MirrorHistory {
         Ok(())
     }
 
-    fn change(&mut self, index: u64, kind: ChangeKind, value: &Value) -> Result<(), String> {
+    fn change(
+        &mut self,
+        index: u64,
+        kind: ChangeKind,
+        failed: bool,
+        value: &Value,
+    ) -> Result<(), String> {
         let v = ChangeValue::deserialize(value)
             .map_err(|e| format!("malformed {kind:?} value: {e}"))?;
         let (Some(from), Some(to)) = (v.from, v.to) else {
             return Err(format!("{kind:?} value names no from and to cluster"));
         };
+        // A failback that fell short before mirroring started (its recorded direction, the one
+        // it left in force, is not `to` mirroring) left the cluster writable and truncated
+        // nothing.
+        let started = v
+            .direction
+            .is_some_and(|d| d.mirroring && d.destination.as_deref() == Some(to.as_str()));
+        if kind == ChangeKind::Failback && failed && !started {
+            return Ok(());
+        }
         let parts = v.partitions.filter(|p| !p.is_empty());
         let mut flag_on = Vec::new();
         match kind {
@@ -307,7 +374,8 @@ impl MirrorHistory {
                 for m in parts.iter().flatten() {
                     let on = self.flag(&to, &m.topic);
                     flag_on.push(on);
-                    if !on {
+                    // The guarantee starts once a truncation with the flag on is done.
+                    if !on || (failed && m.state.as_deref() != Some("MIRRORING")) {
                         continue;
                     }
                     // The truncation rewrote the log from where the two clusters parted: what
@@ -360,6 +428,8 @@ impl MirrorHistory {
             topics: v.topics,
             parts,
             flag_on,
+            failed,
+            lagging: v.lagging_epochs,
         });
         Ok(())
     }
@@ -479,7 +549,8 @@ impl MirrorHistory {
 
     /// The first failback into `cluster` recorded after op `invoke`, with its mark for the
     /// partition and whether it ran with the flag on: its LMLE truncation had to remove what
-    /// `cluster` wrote above the LMLE before it (M3).
+    /// `cluster` wrote above the LMLE before it (M3). `None` when that failback is not known to
+    /// have truncated the partition (it fell short first).
     pub fn failback_after(
         &self,
         cluster: &str,
@@ -492,7 +563,7 @@ impl MirrorHistory {
             .iter()
             .map(|&at| &self.changes[at])
             .find(|c| c.covers(topic))?;
-        let (i, m) = c.mark(topic, partition)?;
+        let (i, m) = c.mark(topic, partition).filter(|(_, m)| c.truncated(m))?;
         Some((c, m, c.flag_on(i)))
     }
 
@@ -540,6 +611,28 @@ impl MirrorHistory {
                         .mirrored_offset
                 });
                 !c.flag_on(i) && from.is_some_and(|f| f <= offset)
+            })
+    }
+
+    /// The lagging replicas of failbacks that had finished their LMLE truncation while the
+    /// replica was still cut off, each with the failback, the LMLE it truncated to (the higher
+    /// of its record and its failover's), and whether it ran with the flag on.
+    pub fn lagging_after_truncation(
+        &self,
+    ) -> impl Iterator<Item = (&Change, &LaggingEpochs, i64, bool)> + '_ {
+        self.changes
+            .iter()
+            .filter(|c| c.kind == ChangeKind::Failback)
+            .flat_map(move |c| {
+                c.lagging.iter().filter_map(move |l| {
+                    if l.state.as_deref() != Some("MIRRORING") {
+                        return None;
+                    }
+                    let (i, m) = c.mark(&l.topic, l.partition)?;
+                    let recorded = self.lmle_of_failover_into(c, &l.topic, l.partition);
+                    let lmle = m.lmle.max(recorded)?;
+                    Some((c, l, lmle, c.flag_on(i)))
+                })
             })
     }
 
@@ -636,9 +729,11 @@ mod tests {
             false,
         );
         let mark = |off: i64| json!([{"topic": "t", "partition": 0, "lmle": 3, "mirrored_offset": off, "epoch": 4}]);
-        m.observe(1, true, "failover", None, &json!({})).unwrap();
+        m.observe(1, true, false, "failover", None, &json!({}))
+            .unwrap();
         m.observe(
             2,
+            false,
             false,
             "failover",
             None,
@@ -648,6 +743,7 @@ mod tests {
         m.observe(
             5,
             false,
+            false,
             "unclean-election",
             Some("a"),
             &json!({"topic": "t", "partition": 0}),
@@ -656,13 +752,21 @@ mod tests {
         m.observe(
             8,
             false,
+            false,
             "failback",
             None,
             &json!({"from": "b", "to": "a", "topics": ["t"], "partitions": mark(10)}),
         )
         .unwrap();
-        m.observe(9, false, "unclean-election", None, &json!({"cluster": "a"}))
-            .unwrap();
+        m.observe(
+            9,
+            false,
+            false,
+            "unclean-election",
+            None,
+            &json!({"cluster": "a"}),
+        )
+        .unwrap();
         m
     }
 
@@ -713,14 +817,15 @@ mod tests {
         on.observe(
             1,
             false,
+            false,
             "config",
             None,
             &json!({"cluster": "a", "topic": "t", "set": {MIRROR_UNCLEAN_KEY: "true"}}),
         )
         .unwrap();
-        on.observe(2, false, "failover", None, &json!({"from": "a", "to": "b", "partitions": [{"topic": "t", "partition": 0, "mirrored_offset": 7}]}))
+        on.observe(2, false, false, "failover", None, &json!({"from": "a", "to": "b", "partitions": [{"topic": "t", "partition": 0, "mirrored_offset": 7}]}))
             .unwrap();
-        on.observe(3, false, "failback", None, &json!({"from": "b", "to": "a", "partitions": [{"topic": "t", "partition": 0, "lmle": 2}]}))
+        on.observe(3, false, false, "failback", None, &json!({"from": "b", "to": "a", "partitions": [{"topic": "t", "partition": 0, "lmle": 2}]}))
             .unwrap();
         let g = on.guard("t", 0).unwrap();
         assert_eq!((g.from, g.failback), (7, Some(3)));
@@ -757,10 +862,12 @@ mod tests {
     #[test]
     fn failovers_without_marks_are_remembered() {
         let mut m = MirrorHistory::new(&json!({}), false);
-        m.observe(1, true, "failover", None, &json!({})).unwrap();
+        m.observe(1, true, false, "failover", None, &json!({}))
+            .unwrap();
         assert!(m.failovers_unmarked(), "invoked, never recorded");
         m.observe(
             2,
+            false,
             false,
             "failover",
             None,
@@ -770,7 +877,7 @@ mod tests {
         assert_eq!(m.unmarked_failovers, [2]);
         assert_eq!(m.abandoned_by("a", "t", 0, 0).unwrap().1, None);
         assert!(m
-            .observe(3, false, "failback", None, &json!({"to": "a"}))
+            .observe(3, false, false, "failback", None, &json!({"to": "a"}))
             .unwrap_err()
             .contains("no from and to"));
     }

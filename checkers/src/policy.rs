@@ -458,7 +458,7 @@ mod tests {
     fn mirror(test: &Value, ops: &[(&str, Value)]) -> MirrorHistory {
         let mut m = MirrorHistory::new(test, config_flag(test, MIRROR_UNCLEAN_KEY));
         for (i, (f, v)) in ops.iter().enumerate() {
-            m.observe(i as u64, false, f, None, v).unwrap();
+            m.observe(i as u64, false, false, f, None, v).unwrap();
         }
         m
     }

@@ -335,6 +335,132 @@ fn the_flag_turned_on_mid_run_guards_from_its_first_truncation() {
     assert_eq!(judged, [true, false]);
 }
 
+/// a takes 1 and 2 under epoch 0 and fails over to b, whose stop kept no LMLE the harness
+/// could read; b takes 3 under epoch 1. The failback into a is recorded with `failback`
+/// (`error`: the op fell short) and describe's view of the partition then: still preparing,
+/// with no LMLE looked up yet (-1). Both clusters end with the same log.
+fn failback_recorded_as(failback: Value, error: Option<&str>) -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    let unread = json!({"from": "a", "to": "b", "topics": ["t"], "partitions": [
+        {"topic": "t", "partition": 0, "mirrored_offset": 2, "epoch": 1}]});
+    nemesis_on(&mut h, "failover", "b", unread);
+    h.send_on(Some("b"), 0, &[3], Ok, Some(2));
+    let done = nemesis_on(&mut h, "failback", "a", failback);
+    h.ops[done as usize].error = error.map(String::from);
+    let log = [(0, 1, 0), (1, 2, 0), (2, 3, 1)];
+    (h, both(&log, &log))
+}
+
+/// A failback that fell short is not an LMLE truncation: a partition still preparing when it
+/// gave up shows LMLE -1 (not looked up yet), and judging a's records by it would call every
+/// one of them kept above the LMLE. Nor is a failback refused before mirroring began one: a
+/// stays writable.
+#[test]
+fn a_failback_that_fell_short_is_not_judged_as_a_truncation_to_minus_one() {
+    let preparing = |state: &str| {
+        json!({"from": "b", "to": "a", "topics": ["t"], "partitions": [
+            {"topic": "t", "partition": 0, "lmle": -1, "log_end_offset": 2, "epoch": 0,
+             "state": state}],
+            "direction": {"source": "b", "destination": "a", "mirroring": true}})
+    };
+    let timed_out = Some("b-to-a on a not mirroring within 20s");
+    let (h, replicas) = failback_recorded_as(preparing("PREPARING"), timed_out);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(
+        entries(&r, "lmle-truncation").is_empty(),
+        "{}",
+        r.summary(5)
+    );
+    // Recorded as done, the same LMLE -1 is a truncation of the whole log that kept 1 and 2.
+    let (h, replicas) = failback_recorded_as(preparing("MIRRORING"), None);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["lmle-truncation"], "{}", r.summary(5));
+    assert_eq!(entries(&r, "lmle-truncation")[0]["failback"]["lmle"], -1);
+    // Refused: the direction stayed failed over, and a's next write is no read-only write.
+    // (A direction left mirroring the other way, by an earlier failover that fell short, is
+    // no failback into a either.)
+    let refused = json!({"from": "b", "to": "a", "topics": ["t"],
+        "direction": {"source": "a", "destination": "b", "mirroring": true}});
+    let (mut h, _) = failback_recorded_as(refused, Some("start: refused"));
+    h.send_on(Some("a"), 0, &[4], Ok, Some(2));
+    let r = run(
+        &test(),
+        &h,
+        &both(
+            &[(0, 1, 0), (1, 2, 0), (2, 4, 0)],
+            &[(0, 1, 0), (1, 2, 0), (2, 3, 1)],
+        ),
+    );
+    assert!(
+        !r.anomaly_types.contains(&"read-only-write".to_owned())
+            && !r.anomaly_types.contains(&"lmle-truncation".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+}
+
+/// The round trip with a failback that ran with a2 lagging: cut off from fetching, a2 still
+/// held epoch `kept` from offset 2 once t/0 was `state` (a1 leading).
+fn lagging_round_trip(kept: i64, state: &str, in_isr: bool) -> (Hist, Vec<ReplicaState>) {
+    let (mut h, replicas) = round_trip();
+    let at = h
+        .ops
+        .iter()
+        .position(|o| o.f == "failback" && o.kind == Info)
+        .unwrap();
+    h.ops[at].value["lagging"] = json!("a2");
+    h.ops[at].value["lagging_epochs"] = json!([{"topic": "t", "partition": 0, "node": "a2",
+        "leader": "a1", "in_isr": in_isr, "state": state, "epochs": [[0, 0], [kept, 2]]}]);
+    (h, replicas)
+}
+
+/// M3 as a failback's lagging replica saw it: with the flag on, the LMLE truncation must reach
+/// every replica before the partition mirrors, so a replica still cut off then that holds an
+/// epoch above the LMLE (0 here) is `lmle-truncation`, whatever the final logs show (a2's
+/// stale records may be fetched over later). Without the flag, the ISR only takes part.
+#[test]
+fn a_lagging_replica_holding_an_epoch_above_the_lmle_once_mirroring_is_lmle_truncation() {
+    let mut flagged = test();
+    flagged["mirror_unclean"] = json!(true);
+    let (h, replicas) = lagging_round_trip(2, "MIRRORING", false);
+    let r = run(&flagged, &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["lmle-truncation"], "{}", r.summary(5));
+    let e = &entries(&r, "lmle-truncation")[0];
+    assert_eq!(
+        (
+            e["node"].clone(),
+            e["epoch_entry"].clone(),
+            e["lagging"].clone()
+        ),
+        (json!("a2"), json!([2, 2]), json!(true))
+    );
+    assert_eq!(e["failback"]["all_replicas"], true);
+    // Without the flag an out-of-ISR replica need not have truncated (what the flag is for,
+    // shown as allowed); one in the ISR must.
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "lmle-truncation")[0];
+    assert!(
+        e["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("a2 was out of the ISR"),
+        "{e}"
+    );
+    let (h, replicas) = lagging_round_trip(2, "MIRRORING", true);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["lmle-truncation"], "{}", r.summary(5));
+    // Clean: epochs at or below the LMLE, or the partition not mirroring yet.
+    for (kept, state) in [(0, "MIRRORING"), (2, "PREPARING")] {
+        let (h, replicas) = lagging_round_trip(kept, state, false);
+        let r = run(&flagged, &h, &replicas);
+        assert_eq!(r.valid, Validity::Valid, "{kept} {state}: {}", r.summary(5));
+    }
+}
+
 #[test]
 fn a_write_after_failover_at_or_below_the_lmle_is_an_unbumped_epoch() {
     let mut h = Hist::new();

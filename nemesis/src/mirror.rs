@@ -12,22 +12,44 @@
 //! What a failover or failback did is read back from the destination's describe and metadata:
 //! per partition the LMLE, the log end offset when mirroring stopped (or, on failback, once
 //! mirroring began), the leader epoch, and the mirror states before and after.
+//!
+//! A failback may run with a lagging replica (`{"lagging": true}`, or the node's name in a
+//! recorded one): one node of the cluster failing back stops fetching (its peers drop its
+//! packets to the client port) until it leaves an ISR, mirroring starts while it is out, and
+//! it fetches again [`LAG_DWELL`] later. Which replicas a truncation must wait for is what
+//! `mirror.support.unclean.leader.election` decides (KIP-1279 §1.5, §1.10): only a replica
+//! out of the ISR at that moment tells a truncation that waits for every replica from one that
+//! waits for the ISR, and it comes back holding whatever the truncation should have removed.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rand::seq::IndexedRandom;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tidemark_harness::broker::MIRROR_UNCLEAN_KEY;
+use tidemark_harness::broker::{CLIENT_PORT, MIRROR_UNCLEAN_KEY};
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Mirror;
-use tidemark_harness::kafka::Connection;
+use tidemark_harness::kafka::{Connection, PartitionInfo};
 use tidemark_harness::mirror::{MirrorState, PartitionDescription};
 use tidemark_harness::op::Invocation;
+use tidemark_harness::remote::{self, escape};
+use tidemark_harness::runtime::Node;
 
 use crate::cluster::block_on;
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::unclean::{drop_chain_command, remove_chain_command};
+
+/// How long a lagging replica stays cut off once mirroring started: long enough for a
+/// truncation that waits for the ISR only to finish without it.
+pub const LAG_DWELL: Duration = Duration::from_secs(5);
+
+/// How long a lagging replica may take to leave an ISR (the brokers' replica lag time is 3 s).
+const LAG_TIMEOUT: Duration = Duration::from_secs(12);
+
+/// The nftables chain that cuts the lagging replica's fetches.
+const LAG_CHAIN: &str = "failback_lag";
 
 /// The name of the mirror on `destination` that copies `source`.
 pub fn mirror_name(source: &str, destination: &str) -> String {
@@ -162,6 +184,17 @@ struct Move {
     topics: Option<Vec<String>>,
     #[serde(default)]
     settle: bool,
+    /// Failback only: a replica of `to` lags while mirroring starts.
+    #[serde(default)]
+    lagging: Option<Lagging>,
+}
+
+/// Which replica lags: any (`true`, chosen when performed), none (`false`), or the named node.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+enum Lagging {
+    Any(bool),
+    Node(String),
 }
 
 /// A `config` op: one topic's flag on one cluster.
@@ -189,6 +222,9 @@ impl Fault for MirrorFaults {
                 let m: Move = parse(value)?;
                 if m.from.is_some() != m.to.is_some() {
                     return Err("fields `from` and `to` go together".into());
+                }
+                if f == "failover" && m.lagging.is_some() {
+                    return Err("field `lagging`: only a failback lags".into());
                 }
                 Ok(Box::new(MoveOp {
                     faults: self,
@@ -289,6 +325,14 @@ impl FaultOp for MoveOp<'_> {
             .topics
             .clone()
             .unwrap_or_else(|| self.faults.setup.topics.clone());
+        let lagging = match &self.m.lagging {
+            None | Some(Lagging::Any(false)) => None,
+            Some(Lagging::Any(true)) => {
+                let nodes: Vec<&Node> = env.cx.nodes.iter().filter(|n| n.cluster == to).collect();
+                nodes.choose(env.rng).map(|n| n.name.clone())
+            }
+            Some(Lagging::Node(n)) => Some(n.clone()),
+        };
         let mirror = mirror_of(env)?;
         let dst = cluster(env, &to)?;
         cluster(env, &from)?;
@@ -301,8 +345,18 @@ impl FaultOp for MoveOp<'_> {
         if self.failover {
             let stopped = block_on(mirror.stop_mirror(dst, &name, &topics));
             // A stop that failed may still have stopped some partitions: what describe shows
-            // goes into the record either way.
+            // goes into the record either way. One that timed out on a node is sent to the
+            // next, which finds the partitions the first stopped STOPPED and refuses: every
+            // partition STOPPED is a failover done, whatever the answer.
             let after = block_on(mirror.describe_mirror(dst, &name));
+            let stopped = stopped.or_else(|e| {
+                if all_in(&after, &topics, |s| s == MirrorState::Stopped) {
+                    record["stop_error"] = json!(format!("{e:#}"));
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            });
             record["partitions"] = partitions(dst, &topics, &before, &after, "mirrored_offset");
             // Describe shows the LMLE a partition looked up when it started mirroring; the one
             // the stop persisted is what the old source's failback will look up.
@@ -325,15 +379,44 @@ impl FaultOp for MoveOp<'_> {
             self.faults.set_direction(now);
             return Ok(record);
         }
+        let lag = match &lagging {
+            Some(node) => {
+                record["lagging"] = json!(node);
+                let cut = Lag::start(env, &to, node).map_err(|error| Failed {
+                    done: record.clone(),
+                    error,
+                })?;
+                let out = cut.wait_out_of_isr(dst, &topics);
+                record["lagging_out_of_isr"] = json!(out);
+                Some(cut)
+            }
+            None => None,
+        };
         let mirroring_already = before.as_ref().is_ok_and(|ps| {
             !ps.is_empty()
                 && ps
                     .iter()
                     .all(|(_, p)| p.state != MirrorState::Stopped && p.state != MirrorState::Failed)
         });
-        if mirroring_already {
+        let started = if mirroring_already {
             record["already_mirroring"] = json!(true);
-        } else if let Err(e) = block_on(mirror.start_mirror(dst, &name, &topics)) {
+            Ok(())
+        } else {
+            // As for a stop: a start retried on another node finds the partitions the first
+            // started; none left STOPPED or FAILED is a start done.
+            block_on(mirror.start_mirror(dst, &name, &topics)).or_else(|e| {
+                let now = block_on(mirror.describe_mirror(dst, &name));
+                if all_in(&now, &topics, |s| {
+                    s != MirrorState::Stopped && s != MirrorState::Failed
+                }) {
+                    record["start_error"] = json!(format!("{e:#}"));
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+        };
+        if let Err(e) = started {
             record["partitions"] = partitions(dst, &topics, &before, &before, "log_end_offset");
             record["direction"] = direction.record();
             return Err(Failed {
@@ -355,14 +438,35 @@ impl FaultOp for MoveOp<'_> {
             (self.faults.setup.failback_timeout, false)
         };
         let deadline = Instant::now() + timeout;
-        let after = loop {
-            let now = block_on(mirror.describe_mirror(dst, &name));
-            let done = now.as_ref().is_ok_and(|ps| {
+        let mirroring = |now: &Described| {
+            now.as_ref().is_ok_and(|ps| {
                 ps.len() >= expected_partitions(&topics, ps)
                     && ps
                         .iter()
                         .all(|(_, p)| p.state == MirrorState::Mirroring && (!settle || p.lag == 0))
-            });
+            })
+        };
+        if let Some(cut) = lag {
+            // Whether every partition mirrored while the replica was still cut off: a
+            // truncation that waits for every replica cannot have.
+            let heal_at = Instant::now() + LAG_DWELL;
+            let mut seen = false;
+            let mut last = Err(anyhow::anyhow!("not described"));
+            while !seen && Instant::now() < heal_at {
+                last = block_on(mirror.describe_mirror(dst, &name));
+                seen = mirroring(&last);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            std::thread::sleep(heal_at.saturating_duration_since(Instant::now()));
+            record["mirroring_while_lagging"] = json!(seen);
+            // The lagging replica's epochs as the truncation left them: it fetched nothing
+            // since it was cut off, so what it holds is what the truncation did to it.
+            record["lagging_epochs"] = cut.epochs(dst, &topics, &last);
+            drop(cut);
+        }
+        let after = loop {
+            let now = block_on(mirror.describe_mirror(dst, &name));
+            let done = mirroring(&now);
             if done || Instant::now() >= deadline {
                 break (now, done);
             }
@@ -386,6 +490,121 @@ impl FaultOp for MoveOp<'_> {
     }
 }
 
+/// A replica cut off from fetching on its cluster's other nodes until dropped.
+struct Lag<'a> {
+    /// The lagging node.
+    node: &'a Node,
+    /// Its peers, which hold the rule.
+    peers: Vec<&'a Node>,
+    /// Its broker id.
+    id: i32,
+}
+
+impl<'a> Lag<'a> {
+    /// Cuts `node` of `cluster` off.
+    fn start(env: &Env<'a>, cluster: &str, node: &str) -> Result<Self, String> {
+        let nodes: &'a [Node] = env.cx.nodes;
+        let lagging = nodes
+            .iter()
+            .find(|n| n.name == node && n.cluster == cluster)
+            .ok_or_else(|| format!("field `lagging`: no node {node:?} in cluster {cluster:?}"))?;
+        let peers: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.cluster == cluster && n.name != node)
+            .collect();
+        let lag = Lag {
+            node: lagging,
+            peers,
+            id: lagging.id as i32,
+        };
+        let cmd = drop_chain_command(LAG_CHAIN, &[lagging.ip], CLIENT_PORT);
+        for p in &lag.peers {
+            remote::run(p.remote.as_ref(), &cmd).map_err(|e| format!("{}: {e:#}", p.name))?;
+        }
+        Ok(lag)
+    }
+
+    /// Waits until the replica is out of the ISR of some partition of `topics` (metadata of
+    /// `cluster`, freshest leader epoch first); whether it got there within [`LAG_TIMEOUT`].
+    fn wait_out_of_isr(&self, cluster: &ClientContext, topics: &[String]) -> bool {
+        let deadline = Instant::now() + LAG_TIMEOUT;
+        while Instant::now() < deadline {
+            let infos = block_on(partition_infos(cluster, topics));
+            if infos.values().any(|i| !i.isr.contains(&self.id)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        false
+    }
+}
+
+impl Lag<'_> {
+    /// Per partition of `topics`: the lagging replica's epoch cache (its
+    /// `leader-epoch-checkpoint`, `[epoch, start offset]` entries; null when unreadable), the
+    /// leader and whether the lagging replica is in the ISR (freshest metadata of `cluster`),
+    /// and the mirror state `described` shows.
+    fn epochs(&self, cluster: &ClientContext, topics: &[String], described: &Described) -> Value {
+        let infos = block_on(partition_infos(cluster, topics));
+        let name = |id: i32| {
+            std::iter::once(self.node)
+                .chain(self.peers.iter().copied())
+                .find(|n| n.id as i32 == id)
+                .map(|n| n.name.clone())
+        };
+        let state = |t: &str, p: i32| {
+            described.as_ref().ok().and_then(|ps| {
+                ps.iter()
+                    .find(|(topic, x)| topic == t && x.partition == p)
+                    .map(|(_, x)| x.state)
+            })
+        };
+        let entries: Vec<Value> = infos
+            .iter()
+            .map(|((topic, p), info)| {
+                let path = self
+                    .node
+                    .dir
+                    .join("data")
+                    .join(format!("{topic}-{p}"))
+                    .join("leader-epoch-checkpoint");
+                let cmd = format!("cat {}", escape(&path.display().to_string()));
+                let epochs = remote::run(self.node.remote.as_ref(), &cmd)
+                    .ok()
+                    .and_then(|text| parse_checkpoint(&text));
+                json!({"topic": topic, "partition": p, "node": self.node.name,
+                       "leader": name(info.leader), "in_isr": info.isr.contains(&self.id),
+                       "state": state(topic, *p), "epochs": epochs})
+            })
+            .collect();
+        Value::Array(entries)
+    }
+}
+
+/// The `[epoch, start offset]` entries of a `leader-epoch-checkpoint` (Kafka's text format: a
+/// version line, a count line, then one `epoch offset` line per entry).
+fn parse_checkpoint(text: &str) -> Option<Vec<(i64, i64)>> {
+    let mut lines = text.lines();
+    lines.next()?;
+    let count: usize = lines.next()?.trim().parse().ok()?;
+    let entries: Option<Vec<(i64, i64)>> = lines
+        .take(count)
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    entries.filter(|e| e.len() == count)
+}
+
+impl Drop for Lag<'_> {
+    fn drop(&mut self) {
+        for p in &self.peers {
+            let _ = remote::run(p.remote.as_ref(), &remove_chain_command(LAG_CHAIN));
+        }
+    }
+}
+
 /// Writes the kept LMLEs of `topic` into its partition entries.
 fn set_lmles(partitions: &mut Value, topic: &str, kept: &[(i32, i32)]) {
     for entry in partitions.as_array_mut().into_iter().flatten() {
@@ -396,6 +615,18 @@ fn set_lmles(partitions: &mut Value, topic: &str, kept: &[(i32, i32)]) {
             entry["lmle"] = json!(lmle);
         }
     }
+}
+
+/// Whether describe answered with every partition of `topics` in a state `ok` accepts.
+fn all_in(described: &Described, topics: &[String], ok: impl Fn(MirrorState) -> bool) -> bool {
+    described.as_ref().is_ok_and(|ps| {
+        !ps.is_empty()
+            && ps.len() >= expected_partitions(topics, ps)
+            && ps
+                .iter()
+                .filter(|(t, _)| topics.contains(t))
+                .all(|(_, p)| ok(p.state))
+    })
 }
 
 /// At least one partition per topic describe named: describe lists every partition of a topic
@@ -456,6 +687,19 @@ fn partitions(
 /// The newest leader epoch of every partition of `topics` among the answers of `cluster`'s
 /// nodes.
 async fn leader_epochs(cluster: &ClientContext, topics: &[String]) -> BTreeMap<(String, i32), i32> {
+    partition_infos(cluster, topics)
+        .await
+        .into_iter()
+        .map(|(k, info)| (k, info.leader_epoch))
+        .collect()
+}
+
+/// Every partition of `topics` as the answer of `cluster`'s nodes with its newest leader epoch
+/// has it.
+async fn partition_infos(
+    cluster: &ClientContext,
+    topics: &[String],
+) -> BTreeMap<(String, i32), PartitionInfo> {
     // A paused node never answers; the others' answers are enough.
     let ask = Duration::from_secs(2).min(cluster.timeout);
     let asks = cluster.nodes.iter().map(|n| async move {
@@ -467,20 +711,23 @@ async fn leader_epochs(cluster: &ClientContext, topics: &[String]) -> BTreeMap<(
         };
         tokio::time::timeout(ask, answer).await.ok().flatten()
     });
-    let mut epochs = BTreeMap::new();
+    let mut infos: BTreeMap<(String, i32), PartitionInfo> = BTreeMap::new();
     for meta in futures::future::join_all(asks).await.into_iter().flatten() {
         for (topic, (_, parts)) in &meta.topics {
             for (p, info) in parts {
-                if info.leader_epoch >= 0 {
-                    let e = epochs
-                        .entry((topic.clone(), *p))
-                        .or_insert(info.leader_epoch);
-                    *e = (*e).max(info.leader_epoch);
+                if info.leader_epoch < 0 {
+                    continue;
+                }
+                let e = infos
+                    .entry((topic.clone(), *p))
+                    .or_insert_with(|| info.clone());
+                if info.leader_epoch > e.leader_epoch {
+                    *e = info.clone();
                 }
             }
         }
     }
-    epochs
+    infos
 }
 
 #[cfg(test)]
@@ -505,6 +752,15 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.contains("`from` and `to`"), "{e}");
+        assert!(f.parse("failback", &json!({"lagging": true}), &[]).is_ok());
+        let lagged = json!({"from": "b", "to": "a", "lagging": "a2", "lagging_out_of_isr": true,
+                            "mirroring_while_lagging": false});
+        assert!(f.parse("failback", &lagged, &[]).is_ok());
+        let e = f
+            .parse("failover", &json!({"lagging": true}), &[])
+            .err()
+            .unwrap();
+        assert!(e.starts_with("field `lagging`"), "{e}");
         let config = json!({"cluster": "b", "topic": "t0",
                             "set": {"mirror.support.unclean.leader.election": "true"}});
         assert!(f.parse("config", &config, &[]).is_ok());
@@ -516,6 +772,18 @@ mod tests {
         ] {
             assert!(f.parse("config", &bad, &[]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn epoch_checkpoints_parse_or_give_nothing() {
+        assert_eq!(
+            parse_checkpoint("0\n2\n0 0\n3 17\n"),
+            Some(vec![(0, 0), (3, 17)])
+        );
+        assert_eq!(parse_checkpoint("0\n0\n"), Some(vec![]));
+        assert_eq!(parse_checkpoint("0\n2\n0 0\n"), None, "short");
+        assert_eq!(parse_checkpoint("0\n1\nx 0\n"), None);
+        assert_eq!(parse_checkpoint(""), None);
     }
 
     #[test]

@@ -171,20 +171,21 @@ fn aimed(key: &str, targets: &[String], rng: &mut Rng) -> Value {
 }
 
 /// Failover, then failback, then failover again ...: each resolved against the mirror's
-/// direction when performed.
+/// direction when performed, each failback with a lagging replica ([`crate::mirror`]; the final
+/// phase's failback has none).
 struct Alternate {
     next_failover: bool,
 }
 
 impl Cycle for Alternate {
     fn next(&mut self, _rng: &mut Rng) -> Invocation {
-        let f = if self.next_failover {
-            "failover"
+        let failover = self.next_failover;
+        self.next_failover = !failover;
+        if failover {
+            op("failover", json!({}))
         } else {
-            "failback"
-        };
-        self.next_failover = !self.next_failover;
-        op(f, json!({}))
+            op("failback", json!({"lagging": true}))
+        }
     }
 }
 
@@ -369,25 +370,35 @@ fn perf(
 }
 
 /// How often a kind's turn comes among the disruptive kinds: leader failovers (kill, bounce,
-/// handoff) are where log-replication bugs live, and mirror failovers and failbacks where
-/// mirroring bugs do, so those packages get three shares.
+/// handoff) are where log-replication bugs live, so that package gets three shares.
 fn weight(kind: Kind) -> u32 {
     match kind {
-        Kind::Kill | Kind::Failover => 3,
+        Kind::Kill => 3,
         _ => 1,
     }
+}
+
+/// Whether a kind runs on its own timeline across the disruptive turns rather than taking one:
+/// clock skew stops nothing, and mirror failovers and failbacks are an operator's moves, made
+/// during outages as often as between them (a failover is what one does when the source is
+/// down). A failback into a cluster with a replica down, cut off or lagging is where a
+/// truncation that must reach every replica (KIP-1279's LMLE truncation with
+/// `mirror.support.unclean.leader.election`, ULE_RECOVERY) can leave one out.
+fn own_timeline(kind: Kind) -> bool {
+    matches!(kind, Kind::Clock | Kind::Failover)
 }
 
 /// The packages, performed by the nemesis worker one op at a time (an op due while another runs
 /// waits for it).
 ///
-/// Disruptive kinds (all but clock skew) take turns, one fault in force at a time: a weighted
-/// random kind (Jepsen's `mix`) starts its fault, which lasts half to one and a half intervals
-/// (long enough to outlast failure detection), then is undone, and after a calm of up to one
-/// interval the next turn comes. Stacked faults mostly leave nothing available; one at a time,
-/// each fault, leader failovers above all, starts from a cluster that works. Clock skew, which
-/// stops nothing, runs on its own staggered timeline (gaps uniform in [0, 2·interval]) across
-/// them.
+/// Disruptive kinds take turns, one fault in force at a time: a weighted random kind (Jepsen's
+/// `mix`) starts its fault, which lasts half to one and a half intervals (long enough to outlast
+/// failure detection), then is undone, and after a calm of up to one interval the next turn
+/// comes. Stacked faults mostly leave nothing available; one at a time, each fault, leader
+/// failovers above all, starts from a cluster that works. Clock skew, which stops nothing, and
+/// mirror failovers and failbacks ([`own_timeline`]) run on their own staggered timelines (gaps
+/// uniform in [0, 2·interval]) across them, so they land inside faults as well as between them;
+/// a mirrored test's first failover comes before the first disruptive turn.
 pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
     /// For each cycle: its share of the disruptive turns, or `None` for its own timeline.
@@ -407,8 +418,6 @@ pub struct Combined {
     kinds: Vec<Kind>,
     /// Each cycle's aims.
     aims: Vec<Vec<Aim>>,
-    /// Whether a disruptive turn has been taken.
-    turned: bool,
 }
 
 impl Combined {
@@ -416,7 +425,7 @@ impl Combined {
     pub fn new(packages: Vec<Package>, interval: u64) -> Self {
         let shares = packages
             .iter()
-            .map(|p| (p.kind != Kind::Clock).then(|| weight(p.kind)))
+            .map(|p| (!own_timeline(p.kind)).then(|| weight(p.kind)))
             .collect();
         let kinds = packages.iter().map(|p| p.kind).collect();
         let aims = packages.iter().map(|p| p.aims.clone()).collect();
@@ -433,7 +442,6 @@ impl Combined {
             roles: None,
             kinds,
             aims,
-            turned: false,
         }
     }
 
@@ -494,13 +502,6 @@ impl Combined {
         if self.in_force.is_some() {
             return self.in_force;
         }
-        // A mirrored test fails over first: every run, however short, then has a failover and
-        // the faults that follow land on a mirror that has moved.
-        if self.roles.is_some() && !self.turned {
-            if let Some(i) = self.kinds.iter().position(|k| *k == Kind::Failover) {
-                return Some(i);
-            }
-        }
         let total: u32 = self.shares.iter().flatten().sum();
         if total == 0 {
             return None;
@@ -527,6 +528,7 @@ impl Generator for Combined {
             return Next::Pending(None);
         }
         let interval = self.interval;
+        let first = self.due.iter().all(Option::is_none) && self.turn_due.is_none();
         for i in 0..self.cycles.len() {
             if self.shares[i].is_none() && self.due[i].is_none() {
                 self.due[i] = Some(ctx.time + rng.random_range(0..=2 * interval));
@@ -534,6 +536,14 @@ impl Generator for Combined {
         }
         if self.turn_due.is_none() && self.shares.iter().any(Option::is_some) {
             self.turn_due = Some(ctx.time + rng.random_range(0..=interval));
+        }
+        // A mirrored test fails over first: every run, however short, then has a failover and
+        // the faults that follow land on a mirror that has moved.
+        let failover = self.kinds.iter().position(|k| *k == Kind::Failover);
+        if let (true, Some(_), Some(i)) = (first, &self.roles, failover) {
+            let at = ctx.time + rng.random_range(0..=interval);
+            self.due[i] = Some(at);
+            self.turn_due = self.turn_due.map(|t| t.max(at + 1));
         }
         let own = (0..self.cycles.len())
             .filter_map(|i| self.due[i].map(|t| (t, i)))
@@ -553,7 +563,6 @@ impl Generator for Combined {
         let op = self.stamp(i, undo, op, rng);
         let in_force = self.cycles[i].in_force();
         if self.shares[i].is_some() {
-            self.turned = true;
             self.in_force = in_force.then_some(i);
             self.turn_due = Some(if in_force {
                 time + rng.random_range(interval / 2..=3 * interval / 2)
@@ -774,7 +783,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn between_mirrored_clusters_faults_land_on_either_and_failover_comes_first() {
+    async fn between_mirrored_clusters_faults_land_on_either_moves_land_inside_them_and_failover_comes_first(
+    ) {
         let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
         let packages = vec![
             package(Kind::Pause, vec!["one".into()], Some(&setup)),
@@ -807,9 +817,16 @@ mod tests {
         assert_eq!(invokes[0].f, "failover");
         let mut clusters = std::collections::BTreeSet::new();
         let mut paused_on = None;
+        let mut moved_while_paused = 0;
         for o in &invokes {
             match o.f.as_str() {
-                "failover" | "failback" => assert!(o.value.get("cluster").is_none(), "{o:?}"),
+                "failover" | "failback" => {
+                    assert!(o.value.get("cluster").is_none(), "{o:?}");
+                    moved_while_paused += usize::from(paused_on.is_some());
+                    if o.f == "failback" {
+                        assert_eq!(o.value["lagging"], true, "{o:?}");
+                    }
+                }
                 "pause" => {
                     let c = o.value["cluster"].as_str().unwrap().to_string();
                     clusters.insert(c.clone());
@@ -825,6 +842,8 @@ mod tests {
         }
         assert_eq!(clusters.len(), 2, "{clusters:?}");
         assert!(invokes.iter().any(|o| o.f == "failback"));
+        // Mirror moves run on their own timeline: some land while a fault is in force.
+        assert!(moved_while_paused > 0, "{invokes:?}");
     }
 
     #[tokio::test(start_paused = true)]

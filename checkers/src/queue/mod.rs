@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::dense::DenseMap;
-use crate::mirror::MirrorHistory;
+use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
 use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
@@ -393,7 +393,7 @@ impl<'r> QueueAnalysis<'r> {
             }
             if let Err(problem) = self
                 .mirror
-                .observe(ev.index, invoke, ev.f, ev.cluster, &value)
+                .observe(ev.index, invoke, ev.failed, ev.f, ev.cluster, &value)
             {
                 self.warn(format!("op {}: {problem}", ev.index));
             }
@@ -1344,6 +1344,7 @@ impl<'r> QueueAnalysis<'r> {
         if self.mirror.is_empty() {
             return;
         }
+        self.check_lagging_truncations();
         let leaders: rustc_hash::FxHashSet<usize> =
             self.finals.logs.iter().map(|l| l.leader).collect();
         for (i, r) in replicas.iter().enumerate() {
@@ -1412,6 +1413,50 @@ impl<'r> QueueAnalysis<'r> {
                     self.anomalies.push_judged(kind, entry, excuse);
                 }
             }
+        }
+    }
+}
+
+impl QueueAnalysis<'_> {
+    /// M3 as the lagging replica of a failback saw it: once the partition mirrored, a replica
+    /// that had to take part in the LMLE truncation (every replica with the flag on, else the
+    /// ISR) and held no leadership holds no epoch above the LMLE. Cut off from fetching, it
+    /// cannot have received one since, so any such epoch is one the truncation left.
+    fn check_lagging_truncations(&mut self) {
+        let mut found = Vec::new();
+        for (c, l, lmle, all) in self.mirror.lagging_after_truncation() {
+            if l.leader.as_deref() == Some(l.node.as_str()) {
+                continue;
+            }
+            let Some(&(epoch, start)) = l.epochs.iter().flatten().find(|(e, _)| *e > lmle) else {
+                continue;
+            };
+            found.push((c.index, c.to.clone(), l.clone(), lmle, all, epoch, start));
+        }
+        for (op, cluster, l, lmle, all, epoch, start) in found {
+            let place = Place {
+                cluster: Some(&cluster),
+                topic: &l.topic,
+                partition: l.partition,
+                offset: Some(start),
+            };
+            let kind = AnomalyKind::LmleTruncation;
+            // What the flag exists to prevent, allowed without it (KIP-1279 §1.10).
+            let excuse = if all || l.in_isr {
+                self.policy.excuse(kind, place, &self.facts, &self.mirror)
+            } else {
+                Some(format!(
+                    "the failback ran with {MIRROR_UNCLEAN_KEY} off and {} was out of the ISR: \
+                     the LMLE truncation waited for the ISR only",
+                    l.node
+                ))
+            };
+            let entry = json!({
+                "cluster": cluster, "node": l.node, "topic": l.topic, "partition": l.partition,
+                "epoch_entry": [epoch, start], "lagging": true,
+                "failback": {"op_index": op, "lmle": lmle, "all_replicas": all},
+            });
+            self.anomalies.push_judged(kind, entry, excuse);
         }
     }
 }
