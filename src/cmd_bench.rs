@@ -48,18 +48,25 @@ pub struct Args {
     /// Main phase of every run, seconds.
     #[arg(long, default_value_t = 30, value_name = "S")]
     time_limit: u64,
-    /// Seeds per bug (1, 2, ...).
+    /// Seeds per bug (1, 2, ... from --first-seed).
     #[arg(long, default_value_t = 5, value_name = "N")]
     seeds: u64,
-    /// Seeds of the correct broker (1, 2, ...).
+    /// Seeds of the correct broker (1, 2, ... from --first-seed).
     #[arg(long, default_value_t = 20, value_name = "N")]
     correct_seeds: u64,
+    /// The first seed of every series, to extend an earlier matrix with more seeds.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    first_seed: u64,
     /// Time limit of the correct broker's runs (default: --time-limit).
     #[arg(long, value_name = "S")]
     correct_time_limit: Option<u64>,
     /// Bugs to run, comma separated (default: every one-cluster bug of the catalogue).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     bugs: Option<Vec<String>>,
+    /// The tidemark executable whose `test` is measured (default: this one), to measure an
+    /// older build side by side with the same judging.
+    #[arg(long, value_name = "PATH")]
+    tidemark: Option<PathBuf>,
     /// Where run directories go.
     #[arg(long, default_value = "store-bench", value_name = "DIR")]
     store: PathBuf,
@@ -81,7 +88,7 @@ struct Outcome {
 
 /// Runs the subcommand and returns the process exit code.
 pub fn run(args: Args) -> u8 {
-    let exe = match std::env::current_exe() {
+    let exe = match args.tidemark.clone().map_or_else(std::env::current_exe, Ok) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("tidemark bench-detection: cannot find this executable: {e}");
@@ -95,7 +102,7 @@ pub fn run(args: Args) -> u8 {
     let mut rows = Vec::new();
     for bug in &bugs {
         let mut outcomes = Vec::new();
-        for seed in 1..=args.seeds {
+        for seed in args.first_seed..args.first_seed + args.seeds {
             match one_run(&exe, &args, Some(bug), seed, args.time_limit) {
                 Ok(o) => outcomes.push(o),
                 Err(e) => {
@@ -108,7 +115,7 @@ pub fn run(args: Args) -> u8 {
     }
     let limit = args.correct_time_limit.unwrap_or(args.time_limit);
     let mut alarms = Vec::new();
-    for seed in 1..=args.correct_seeds {
+    for seed in args.first_seed..args.first_seed + args.correct_seeds {
         match one_run(&exe, &args, None, seed, limit) {
             Ok(o) => alarms.push(o),
             Err(e) => {

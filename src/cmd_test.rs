@@ -136,8 +136,9 @@ struct NemesisArgs {
     /// the mirror's source or destination at random, unless --nemesis-targets names roles.
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
-    /// Seconds a fault lasts on average; calms between faults of one kind last up to twice this.
-    /// One fault at a time is in force (clock skew, failovers and failbacks aside).
+    /// Seconds a fault lasts on average, from when it is in force; a calm of up to half this
+    /// follows it. One fault at a time is in force (clock faults, failovers and failbacks aside,
+    /// whose gaps last up to twice this).
     #[arg(long, default_value_t = 6.0, value_name = "S")]
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,

@@ -6,18 +6,27 @@
 //!   resolved targets: up to about two minutes either way, log-uniform like Jepsen's bumps.
 //! - `clock-strobe` flips targets between their offset and offset + `delta_ms` every
 //!   `period_ms` for `duration_ms`, then leaves the offset as it was (Jepsen's `strobe-time`).
+//!   The op returns once every target shows the flipped offset; the flipping goes on in a
+//!   thread of its own, so the single nemesis worker keeps taking turns meanwhile (a strobe
+//!   used to hold it for its whole duration, and for seconds more on a loaded machine, which
+//!   left short runs with few faults).
 //! - `clock-reset` sets offsets back to zero.
+//!
+//! A skew or reset on a node first stops a strobe still running there (and waits for it, so
+//! the strobe's last write cannot undo the new offset); a failure of that strobe is reported
+//! on the op that stopped it.
 //!
 //! [`FakeClock`]: tidemark_harness::db::FakeClock
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use rand::RngExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tidemark_harness::db::FakeClock;
-use tidemark_harness::remote::{self, escape};
+use tidemark_harness::remote::{self, escape, Remote};
 use tidemark_harness::runtime::Node;
 
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
@@ -26,10 +35,39 @@ use crate::targets::{known_node, NodeSpec, TargetFields, Targets};
 /// The longest strobe, so a nemesis op stays short.
 const MAX_STROBE_MS: u64 = 60_000;
 
-/// The clock faults; remembers each node's offset so a strobe returns to it.
+/// The clock faults; remembers each node's offset so a strobe returns to it, and the strobes
+/// still running.
 #[derive(Default)]
 pub struct Clock {
     offsets: Mutex<BTreeMap<String, i64>>,
+    strobes: Mutex<BTreeMap<String, Strobing>>,
+}
+
+/// A strobe flipping one node's offset in the background.
+struct Strobing {
+    remote: Arc<dyn Remote>,
+    /// The file whose existence ends the strobe's loop.
+    stop_file: String,
+    thread: JoinHandle<Result<(), String>>,
+}
+
+impl Strobing {
+    /// Ends the strobe (within one flip) and waits for it; its error, if it failed.
+    fn stop(self, node: &str) -> Option<String> {
+        let asked = remote::run(
+            self.remote.as_ref(),
+            &format!(": > {}", escape(&self.stop_file)),
+        );
+        let ended = self
+            .thread
+            .join()
+            .unwrap_or_else(|_| Err("the strobe's thread panicked".into()));
+        match (asked, ended) {
+            (_, Err(e)) => Some(format!("{node}: strobe: {e}")),
+            (Err(e), Ok(())) => Some(format!("{node}: stopping the strobe: {e}")),
+            (Ok(_), Ok(())) => None,
+        }
+    }
 }
 
 /// An offset in milliseconds as libfaketime reads it: signed seconds with milliseconds.
@@ -47,13 +85,32 @@ fn write_command(file: &str, ms: i64) -> String {
     format!("printf %s {} > {tmp} && mv -f {tmp} {f}", faketime_spec(ms))
 }
 
-/// The shell loop that strobes `file` between `base` and `base + delta` and ends at `base`.
-fn strobe_command(file: &str, base: i64, delta: i64, period_ms: u64, duration_ms: u64) -> String {
+/// The shell command that puts a strobe in force: clears `stop_file` and writes the flipped
+/// offset.
+fn strobe_start_command(file: &str, stop_file: &str, base: i64, delta: i64) -> String {
+    format!(
+        "rm -f {} && {}",
+        escape(stop_file),
+        write_command(file, base + delta)
+    )
+}
+
+/// The shell loop that strobes `file` between `base` and `base + delta` for `duration_ms`, or
+/// until `stop_file` exists, and ends at `base`.
+fn strobe_command(
+    file: &str,
+    stop_file: &str,
+    base: i64,
+    delta: i64,
+    period_ms: u64,
+    duration_ms: u64,
+) -> String {
     let flips = (duration_ms / (2 * period_ms.max(1))).max(1);
     let period = format!("{}.{:03}", period_ms / 1000, period_ms % 1000);
     format!(
-        "i=0; while [ $i -lt {flips} ]; do {hi}; sleep {period}; {lo}; sleep {period}; \
-         i=$((i+1)); done; {lo}",
+        "i=0; while [ $i -lt {flips} ] && [ ! -e {stop} ]; do {hi}; sleep {period}; {lo}; \
+         sleep {period}; i=$((i+1)); done; {lo}",
+        stop = escape(stop_file),
         hi = write_command(file, base + delta),
         lo = write_command(file, base),
     )
@@ -198,10 +255,35 @@ impl Clock {
         })
     }
 
+    /// Stops the strobes running on `nodes`; the errors of those that failed.
+    fn stop_strobes(&self, nodes: &[String]) -> Vec<String> {
+        let stopping: Vec<(String, Strobing)> = {
+            let mut strobes = self.strobes.lock().unwrap_or_else(|p| p.into_inner());
+            nodes
+                .iter()
+                .filter_map(|n| strobes.remove(n).map(|s| (n.clone(), s)))
+                .collect()
+        };
+        std::thread::scope(|s| {
+            let handles: Vec<_> = stopping
+                .into_iter()
+                .map(|(n, strobe)| s.spawn(move || strobe.stop(&n)))
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| {
+                    h.join()
+                        .unwrap_or(Some("stopping a strobe panicked".into()))
+                })
+                .collect()
+        })
+    }
+
     fn set(&self, env: &Env<'_>, offsets: &BTreeMap<String, i64>) -> Result<Value, Failed> {
         let clock = Self::fake_clock(env)?;
         let names: Vec<String> = offsets.keys().cloned().collect();
-        let (done, errors) = env.on_each(&names, |n: &Node| {
+        let stopped = self.stop_strobes(&names);
+        let (done, mut errors) = env.on_each(&names, |n: &Node| {
             let file = clock.offset_file(n).display().to_string();
             remote::run(n.remote.as_ref(), &write_command(&file, offsets[&n.name]))?;
             Ok(())
@@ -211,6 +293,7 @@ impl Clock {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(applied.clone());
+        errors.extend(stopped);
         Failed::partly(json!({ "offsets_ms": applied }), &errors)
     }
 
@@ -234,21 +317,58 @@ impl Clock {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let (done, errors) = env.on_each(&nodes, |n: &Node| {
+        let mut errors = self.stop_strobes(&nodes);
+        let (done, failed) = env.on_each(&nodes, |n: &Node| {
             let file = clock.offset_file(n).display().to_string();
+            let stop_file = format!("{file}.stop-strobe");
             let from = base.get(&n.name).copied().unwrap_or(0);
             remote::run(
                 n.remote.as_ref(),
-                &strobe_command(&file, from, delta, period, duration),
+                &strobe_start_command(&file, &stop_file, from, delta),
             )?;
+            let remote = n.remote.clone();
+            let command = strobe_command(&file, &stop_file, from, delta, period, duration);
+            let thread = std::thread::Builder::new()
+                .name(format!("strobe-{}", n.name))
+                .spawn(move || {
+                    remote::run(remote.as_ref(), &command)
+                        .map(drop)
+                        .map_err(|e| format!("{e:#}"))
+                })?;
+            self.strobes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    n.name.clone(),
+                    Strobing {
+                        remote: n.remote.clone(),
+                        stop_file,
+                        thread,
+                    },
+                );
             Ok(())
         });
+        errors.extend(failed);
         let mut record = json!({"nodes": done, "delta_ms": delta, "period_ms": period,
                                 "duration_ms": duration});
         if let Some(spec) = targets.spec_name() {
             record["targets"] = json!(spec);
         }
         Failed::partly(record, &errors)
+    }
+}
+
+impl Drop for Clock {
+    /// No strobe outlives the nemesis.
+    fn drop(&mut self) {
+        let nodes: Vec<String> = self
+            .strobes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        self.stop_strobes(&nodes);
     }
 }
 
@@ -298,9 +418,30 @@ mod tests {
         let file = dir.path().join("faketime").display().to_string();
         run(&Local::host(), &write_command(&file, -2250)).unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "-2.250");
-        run(&Local::host(), &strobe_command(&file, 1000, 500, 10, 60)).unwrap();
+        let stop = format!("{file}.stop");
+        run(
+            &Local::host(),
+            &strobe_start_command(&file, &stop, 1000, 500),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "+1.500");
+        run(
+            &Local::host(),
+            &strobe_command(&file, &stop, 1000, 500, 10, 60),
+        )
+        .unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "+1.000");
         assert!(!std::path::Path::new(&format!("{file}.tmp")).exists());
+        // A stop file ends a long strobe at its next flip, at the base offset.
+        std::fs::write(&stop, "").unwrap();
+        let started = std::time::Instant::now();
+        run(
+            &Local::host(),
+            &strobe_command(&file, &stop, 0, 500, 10, 60_000),
+        )
+        .unwrap();
+        assert!(started.elapsed().as_secs() < 30, "{:?}", started.elapsed());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "+0.000");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use rand::RngExt;
 use tidemark_harness::generator::Rng;
 use tidemark_harness::net::Grudge;
 
-use crate::targets::{majority, minority_third};
+use crate::targets::{majority, minority, minority_third};
 
 /// How to cut the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,7 +31,8 @@ pub enum PartitionKind {
     Bridge,
     /// The leader of one random partition alone.
     Leader,
-    /// A random non-empty subset of the current leaders, each alone.
+    /// A random non-empty subset of the current leaders, each alone, at most a minority of the
+    /// nodes (the rest must be able to elect).
     Leaders,
     /// Every node alone.
     All,
@@ -121,8 +122,9 @@ impl PartitionKind {
                     let i = rng.random_range(0..leaders.len());
                     vec![leaders[i].clone()]
                 } else {
+                    // At most a minority alone, so the rest can still elect.
                     distinct.shuffle(rng);
-                    let k = rng.random_range(1..=distinct.len());
+                    let k = rng.random_range(1..=distinct.len().min(minority(sorted.len())));
                     distinct.truncate(k);
                     distinct
                 };
@@ -325,6 +327,14 @@ mod tests {
                 .grudge(&nodes, &leaders, &mut rng(seed))
                 .unwrap();
             assert_eq!(g.values().filter(|f| f.len() == 4).count(), 1);
+        }
+        // With three nodes, one leader alone at a time, whichever two lead.
+        let two = vec!["n1".to_string(), "n2".to_string()];
+        for seed in 0..20 {
+            let g = PartitionKind::Leaders
+                .grudge(&names(3), &two, &mut rng(seed))
+                .unwrap();
+            assert_eq!(g.values().filter(|f| f.len() == 2).count(), 1, "{g:?}");
         }
         let err = PartitionKind::Leaders
             .grudge(&nodes, &[], &mut rng(1))

@@ -369,11 +369,16 @@ fn perf(
     }
 }
 
-/// How often a kind's turn comes among the disruptive kinds: leader failovers (kill, bounce,
-/// handoff) are where log-replication bugs live, so that package gets three shares.
+/// How often a kind's turn comes among the disruptive kinds. Leader failovers are where
+/// log-replication bugs live, so the kinds that bring them about get more shares: kills (kill,
+/// bounce, handoff) and partitions three, since a leader cut off from its followers while
+/// clients still reach it is the failover in which the old leader goes on acknowledging and
+/// serving; pauses two (the old leader wakes up still believing it leads, with requests
+/// waiting). Packet loss, which rarely moves a leader, one.
 fn weight(kind: Kind) -> u32 {
     match kind {
-        Kind::Kill => 3,
+        Kind::Kill | Kind::Partition => 3,
+        Kind::Pause => 2,
         _ => 1,
     }
 }
@@ -392,13 +397,14 @@ fn own_timeline(kind: Kind) -> bool {
 /// waits for it).
 ///
 /// Disruptive kinds take turns, one fault in force at a time: a weighted random kind (Jepsen's
-/// `mix`) starts its fault, which lasts half to one and a half intervals (long enough to outlast
-/// failure detection), then is undone, and after a calm of up to one interval the next turn
-/// comes. Stacked faults mostly leave nothing available; one at a time, each fault, leader
-/// failovers above all, starts from a cluster that works. Clock skew, which stops nothing, and
-/// mirror failovers and failbacks ([`own_timeline`]) run on their own staggered timelines (gaps
-/// uniform in [0, 2·interval]) across them, so they land inside faults as well as between them;
-/// a mirrored test's first failover comes before the first disruptive turn.
+/// `mix`) starts its fault, which lasts ⅔ to 1⅓ of an interval from when it is in force (long
+/// enough to outlast failure detection), then is undone, and after a calm of up to half an
+/// interval from the undoing's end the next turn comes. Stacked faults mostly leave nothing
+/// available; one at a time, each fault, leader failovers above all, starts from a cluster that
+/// works. Clock skew, which stops nothing, and mirror failovers and failbacks
+/// ([`own_timeline`]) run on their own staggered timelines (gaps uniform in [0, 2·interval])
+/// across them, so they land inside faults as well as between them; a mirrored test's first
+/// failover comes before the first disruptive turn.
 pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
     /// For each cycle: its share of the disruptive turns, or `None` for its own timeline.
@@ -410,6 +416,8 @@ pub struct Combined {
     in_force: Option<usize>,
     interval: u64,
     waiting_for: Option<usize>,
+    /// How long after the awaited op completes its cycle's next op (or the next turn) is due.
+    gap_after: u64,
     /// Between mirrored clusters: the source and destination now, and the cluster each
     /// cycle's fault in force was stamped with.
     roles: Option<(String, String)>,
@@ -439,6 +447,7 @@ impl Combined {
             in_force: None,
             interval,
             waiting_for: None,
+            gap_after: 0,
             roles: None,
             kinds,
             aims,
@@ -562,20 +571,19 @@ impl Generator for Combined {
         let op = self.cycles[i].next(rng);
         let op = self.stamp(i, undo, op, rng);
         let in_force = self.cycles[i].in_force();
+        // A fault lasts from when it is in force: a burst before it, or a slow op, must not
+        // eat into it (a leader paused for less than the session timeout is never replaced).
+        self.gap_after = if in_force {
+            rng.random_range(2 * interval / 3..=4 * interval / 3)
+        } else if self.shares[i].is_some() {
+            // A short calm: a fault that lands while the last one's node is still catching up
+            // (a freshly restarted follower, a new leader) is where recovery bugs show.
+            rng.random_range(0..=interval / 2)
+        } else {
+            rng.random_range(0..=2 * interval)
+        };
         if self.shares[i].is_some() {
             self.in_force = in_force.then_some(i);
-            self.turn_due = Some(if in_force {
-                time + rng.random_range(interval / 2..=3 * interval / 2)
-            } else {
-                time + rng.random_range(0..=interval)
-            });
-        } else {
-            let gap = if in_force {
-                rng.random_range(interval / 2..=3 * interval / 2)
-            } else {
-                rng.random_range(0..=2 * interval)
-            };
-            self.due[i] = Some(time + gap);
         }
         self.waiting_for = Some(i);
         Next::Op(Planned {
@@ -590,6 +598,12 @@ impl Generator for Combined {
             self.follow(op);
             if let Some(i) = self.waiting_for.take() {
                 self.cycles[i].done(&op.value);
+                let next = op.time + self.gap_after;
+                if self.shares[i].is_some() {
+                    self.turn_due = Some(next);
+                } else {
+                    self.due[i] = Some(next);
+                }
             }
         }
     }
@@ -780,6 +794,35 @@ mod tests {
         assert!(skewed_while_disrupted > 0, "{fs:?}");
         let end = invokes.last().unwrap().time;
         assert!(end > 10 * S && end < 150 * S, "{end}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fault_lasts_from_when_it_is_in_force_however_long_it_took_to_start() {
+        let mut gen = Combined::new(vec![package(Kind::Pause, vec!["one".into()], None)], 2 * S);
+        // Each pause takes 3 s to be in force (a long burst before it), more than the 1⅓–2⅔ s
+        // it then lasts.
+        let history = simulate(&mut gen, 0, 1, 20, |op| {
+            let (value, latency) = match op.f.as_str() {
+                "pause" => (json!({"nodes": ["n1"]}), 3 * S),
+                _ => (op.value.clone(), S / 10),
+            };
+            (Outcome::Info, value, latency)
+        })
+        .await;
+        let mut in_force_at = None;
+        let mut held = Vec::new();
+        for o in &history {
+            match (o.f.as_str(), o.kind) {
+                ("pause", OpType::Info) => in_force_at = Some(o.time),
+                ("resume", OpType::Invoke) => held.push(o.time - in_force_at.take().unwrap()),
+                _ => {}
+            }
+        }
+        assert!(held.len() >= 5, "{held:?}");
+        assert!(
+            held.iter().all(|h| (4 * S / 3..=8 * S / 3).contains(h)),
+            "{held:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

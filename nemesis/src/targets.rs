@@ -26,7 +26,9 @@ pub enum NodeSpec {
     MinorityThird,
     /// The leader of one random partition.
     Leader,
-    /// A random non-empty subset of the nodes leading some partition.
+    /// A random non-empty subset of the nodes leading some partition, at most a minority of
+    /// the cluster: the others must still be able to elect new leaders, or a fault on them is
+    /// no failover, only a stall (with three nodes, two leaders down leave no quorum).
     Leaders,
     /// Every node.
     All,
@@ -101,7 +103,7 @@ impl NodeSpec {
                     return Err("no partition has a leader".into());
                 }
                 leaders.shuffle(rng);
-                let k = rng.random_range(1..=leaders.len());
+                let k = rng.random_range(1..=leaders.len().min(minority(n)));
                 take(k, leaders)
             }
         })
@@ -261,6 +263,40 @@ mod tests {
         }
         let err = NodeSpec::Leaders.resolve(&nodes, None, &mut r).unwrap_err();
         assert!(err.contains("leaders"), "{err}");
+    }
+
+    #[test]
+    fn leaders_are_at_most_a_minority_so_the_rest_can_elect() {
+        let led_by = |nodes: &[&str]| ClusterView {
+            partitions: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| crate::cluster::PartitionView {
+                    topic: "t".into(),
+                    partition: i as i32,
+                    leader: Some(n.to_string()),
+                    leader_epoch: 1,
+                    replicas: Vec::new(),
+                    isr: Vec::new(),
+                })
+                .collect(),
+        };
+        let mut r = rng(3);
+        let three = led_by(&["n1", "n2", "n1", "n3"]);
+        let five = led_by(&["n1", "n2", "n4", "n5"]);
+        let mut sizes = BTreeSet::new();
+        for _ in 0..50 {
+            let got = NodeSpec::Leaders
+                .resolve(&names(3), Some(&three), &mut r)
+                .unwrap();
+            assert_eq!(got.len(), 1, "{got:?}");
+            let got = NodeSpec::Leaders
+                .resolve(&names(5), Some(&five), &mut r)
+                .unwrap();
+            assert!(got.iter().all(|n| n != "n3"), "{got:?}");
+            sizes.insert(got.len());
+        }
+        assert_eq!(sizes, BTreeSet::from([1, 2]));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Each fault kind against real brokers in network namespaces, asserting its effect: partitions
 //! cut TCP and heal, kill and pause act on the process, clock skew shows in a faketime'd
-//! process, packet loss drops a measurable share and goes away, a damaged segment is cut by the
+//! process and a strobe flips on its own while the nemesis takes other turns, packet loss drops a measurable share and goes away, a damaged segment is cut by the
 //! broker's recovery, and a forced unclean election picks a replica outside the ISR. Every op's
 //! record says what was done. The tests take turns: clusters with three-second failure
 //! detection on two cores should not compete.
@@ -197,23 +197,51 @@ fn clock_skew_shows_in_a_faketime_process_and_resets() {
         c.log("n1")
     );
 
-    // Drawn offsets are recorded per node; a strobe flips and comes back to the offset.
+    // Drawn offsets are recorded per node.
     let done = c.must("clock-skew", json!({"targets": "all"}));
     let offsets = done["offsets_ms"].as_object().unwrap();
     assert_eq!(offsets.len(), 2);
     let n2 = offsets["n2"].as_i64().unwrap();
     assert!((16..=131_072).contains(&n2.abs()), "{done}");
+
+    // A strobe is in force when its op returns and flips on by itself: the nemesis takes its
+    // next turns (a pause and a resume of n1) while n2's clock still jumps between its offset
+    // and a minute later. A strobe used to hold the nemesis for its whole duration.
+    let spec = tidemark_nemesis::clock::faketime_spec;
+    let n2_file = c.node("n2").dir.join("faketime");
+    let seen_within = |d: Duration| {
+        let until = Instant::now() + d;
+        let mut seen = BTreeSet::new();
+        while Instant::now() < until {
+            seen.insert(std::fs::read_to_string(&n2_file).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        seen
+    };
+    let started = Instant::now();
     let done = c.must(
         "clock-strobe",
-        json!({"nodes": ["n2"], "delta_ms": 60_000, "period_ms": 20, "duration_ms": 400}),
+        json!({"nodes": ["n2"], "delta_ms": 60_000, "period_ms": 20, "duration_ms": 60_000}),
     );
     assert_eq!(done["nodes"], json!(["n2"]));
     assert_eq!(done["period_ms"], 20);
-    let back = std::fs::read_to_string(c.node("n2").dir.join("faketime")).unwrap();
-    assert_eq!(back, tidemark_nemesis::clock::faketime_spec(n2));
-
+    let strobed = || BTreeSet::from([spec(n2), spec(n2 + 60_000)]);
+    assert_eq!(seen_within(Duration::from_millis(500)), strobed());
+    c.must("pause", json!({"nodes": ["n1"]}));
+    c.must("resume", json!({"nodes": ["n1"]}));
+    assert_eq!(seen_within(Duration::from_millis(500)), strobed());
+    // A reset ends the strobe at once (it would run a minute), and nothing flips after it.
     let done = c.must("clock-reset", json!({}));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(done, json!({"offsets_ms": {"n1": 0, "n2": 0}}));
+    assert_eq!(
+        seen_within(Duration::from_millis(300)),
+        BTreeSet::from([spec(0)])
+    );
     assert!((faked_now("n1") - now()).abs() <= 2);
     c.destroy();
 }
