@@ -139,6 +139,8 @@ pub const METADATA_DIR: &str = "__remote_log_metadata";
 /// The metadata beside the data in a directory store (see the module doc for why).
 #[derive(Clone, Debug)]
 pub struct DirMetadataStore {
+    /// The remote store's root, which must be reachable for an absent partition to mean none.
+    remote_root: PathBuf,
     root: PathBuf,
 }
 
@@ -146,6 +148,7 @@ impl DirMetadataStore {
     /// The metadata under `<remote root>/__remote_log_metadata`.
     pub fn new(remote_root: &Path) -> Self {
         DirMetadataStore {
+            remote_root: remote_root.to_path_buf(),
             root: remote_root.join(METADATA_DIR),
         }
     }
@@ -202,7 +205,13 @@ impl RemoteLogMetadataStore for DirMetadataStore {
     ) -> Result<Vec<RemoteSegmentMetadata>, MetadataError> {
         let dir = self.root.join(partition.dir_name());
         let entries = match std::fs::read_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            // No segments yet, unless the store itself cannot be reached (it is down, not empty).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && super::storage::root_reachable(&self.remote_root) =>
+            {
+                return Ok(Vec::new())
+            }
             other => other.map_err(Self::io(&dir))?,
         };
         let mut out = Vec::new();
