@@ -12,7 +12,8 @@
 //! Anomalies:
 //! - `tiered-gap` (T1, every offset readable): an offset between the partition's log start and
 //!   its final leader's local log start that no finished remote segment of the leader's lineage
-//!   holds.
+//!   holds, or offsets that finished segments of the lineage hold below the partition's log
+//!   start (uploaded, never deleted, and out of range to every reader).
 //! - `remote-divergence`: two finished remote segments of the leader's lineage, or one of them
 //!   and the leader's local log, hold different records at one offset.
 //! - `tiered-bootstrap` (T1): a wiped follower that started from the remote store, with
@@ -131,11 +132,18 @@ pub fn flag_on(test: &Value) -> bool {
 /// `log_end`: each of its epochs is in the cache and starts inside that epoch's range there, and
 /// it ends before the log does. A segment of another lineage (uploaded by a leader whose later
 /// records were truncated away) is not the partition's data.
+///
+/// Below the cache's first entry the cache says nothing (a cache truncated from its start keeps
+/// only the epoch covering the new start): an epoch there no later than the first one counts.
 pub fn in_lineage(segment: &RemoteSegment, cache: &[EpochEntry], log_end: Option<i64>) -> bool {
     if log_end.is_some_and(|end| segment.end_offset >= end) {
         return false;
     }
+    let first = cache.first();
     segment.segment_leader_epochs.iter().all(|e| {
+        if let Some(f) = first.filter(|f| e.start_offset < f.start_offset) {
+            return e.epoch <= f.epoch;
+        }
         let Some(i) = cache.iter().position(|c| c.epoch == e.epoch) else {
             return false;
         };
@@ -208,6 +216,19 @@ fn final_log(r: &ReplicaState, anomalies: &mut Anomalies) {
     let Some(local) = r.log_start_offset else {
         return;
     };
+    // Uploaded and never deleted, yet below where the partition is said to start: unreadable.
+    let claimed = r.tiered.as_ref().and_then(|t| t.log_start_offset);
+    let below = lineage(r)
+        .map(|s| s.start_offset)
+        .min()
+        .filter(|oldest| claimed.is_some_and(|c| *oldest < c.min(local)));
+    if let (Some(oldest), Some(claimed)) = (below, claimed) {
+        let mut entry = place();
+        entry["missing"] = json!([oldest, claimed.min(local) - 1]);
+        entry["log_start_offset"] = json!(claimed);
+        entry["why"] = json!("finished remote segments hold these offsets, yet the partition's log start is above them: out of range to every reader");
+        anomalies.push(AnomalyKind::TieredGap, entry);
+    }
     if let Some((start, _)) = remote_prefix(r) {
         // Every offset of [start, local) in some finished segment of the lineage.
         let mut spans: Vec<(i64, i64)> = lineage(r)

@@ -173,3 +173,29 @@ fn an_earliest_pending_upload_past_the_highest_tiered_offset_breaks_t3() {
     let r = run(true, &h, &replicas(&uploaded()));
     assert_eq!(r.bad_anomaly_types, vec!["earliest-pending-upload"], "{r:#?}");
 }
+
+#[test]
+fn uploaded_offsets_below_the_claimed_log_start_are_a_gap() {
+    // The final leader's epoch cache was truncated at 2 (it took a leader's wrong log start) and
+    // it says the partition starts there, while segment 0–1 is still in the remote store.
+    let mut rs = replicas(&uploaded());
+    rs[0].epochs = vec![
+        tidemark_checkers::EpochEntry {
+            epoch: 0,
+            start_offset: 2,
+        },
+        tidemark_checkers::EpochEntry {
+            epoch: 1,
+            start_offset: 4,
+        },
+    ];
+    rs[0].tiered.as_mut().unwrap().log_start_offset = Some(2);
+    let r = run(true, &clean(), &rs);
+    assert!(r.bad_anomaly_types.contains(&"tiered-gap".to_string()), "{r:#?}");
+    assert_eq!(r.anomalies["tiered-gap"][0]["missing"], json!([0, 1]));
+    // Its truncated cache no longer matches what the wiped follower holds below 4 either.
+    assert!(r.anomalies["tiered-bootstrap"][0]["why"]
+        .as_str()
+        .unwrap()
+        .contains("epoch cache below 4"));
+}

@@ -362,6 +362,7 @@ mod tests {
         let shared = dir.path().join("shared");
         let link = dir.path().join("link");
         let away = dir.path().join("unreachable");
+        std::fs::create_dir(&shared).unwrap();
         std::os::unix::fs::symlink(&shared, &link).unwrap();
         let store = LocalDirStorage::new(&link).unwrap();
         let metadata = crate::tiered::metadata::DirMetadataStore::new(&link);
