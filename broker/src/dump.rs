@@ -191,7 +191,11 @@ fn remote_records(bytes: &[u8]) -> anyhow::Result<Vec<Value>> {
         let set = RecordBatchDecoder::decode(&mut buf)
             .map_err(|e| anyhow::anyhow!("cannot decode remote batch at {pos}: {e}"))?;
         for r in set.records {
-            out.push(json!([r.offset, render_value(r.value.as_ref()), h.leader_epoch]));
+            out.push(json!([
+                r.offset,
+                render_value(r.value.as_ref()),
+                h.leader_epoch
+            ]));
         }
     }
     Ok(out)

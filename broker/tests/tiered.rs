@@ -150,7 +150,11 @@ fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote
             .iter()
             .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap()))
             .collect();
-        assert_eq!(records, (next..=end).map(|o| (o, o)).collect::<Vec<_>>(), "{s}");
+        assert_eq!(
+            records,
+            (next..=end).map(|o| (o, o)).collect::<Vec<_>>(),
+            "{s}"
+        );
         next = end + 1;
     }
     assert_eq!(next, highest_tiered + 1);

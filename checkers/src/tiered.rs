@@ -169,7 +169,11 @@ pub fn remote_prefix(r: &ReplicaState) -> Option<(i64, Vec<Record>)> {
     let start = t.log_start_offset.filter(|s| *s < local)?;
     let mut by_offset: BTreeMap<i64, Record> = BTreeMap::new();
     for s in lineage(r) {
-        for rec in s.records.iter().filter(|x| x.offset >= start && x.offset < local) {
+        for rec in s
+            .records
+            .iter()
+            .filter(|x| x.offset >= start && x.offset < local)
+        {
             by_offset.entry(rec.offset).or_insert(*rec);
         }
     }
@@ -231,9 +235,8 @@ fn final_log(r: &ReplicaState, anomalies: &mut Anomalies) {
     }
     if let Some((start, _)) = remote_prefix(r) {
         // Every offset of [start, local) in some finished segment of the lineage.
-        let mut spans: Vec<(i64, i64)> = lineage(r)
-            .map(|s| (s.start_offset, s.end_offset))
-            .collect();
+        let mut spans: Vec<(i64, i64)> =
+            lineage(r).map(|s| (s.start_offset, s.end_offset)).collect();
         spans.sort_unstable();
         let mut next = start;
         let mut gaps = Vec::new();
@@ -265,7 +268,8 @@ fn final_log(r: &ReplicaState, anomalies: &mut Anomalies) {
                 Some((other, from)) if other.value != rec.value => {
                     let mut entry = place();
                     entry["offset"] = json!(rec.offset);
-                    entry["records"] = json!({ from.clone(): other, format!("segment {}", s.id): rec });
+                    entry["records"] =
+                        json!({ from.clone(): other, format!("segment {}", s.id): rec });
                     anomalies.push(AnomalyKind::RemoteDivergence, entry);
                 }
                 Some(_) => {}

@@ -112,7 +112,10 @@ fn an_uploaded_write_missing_from_the_remote_store_is_lost_and_a_gap() {
     assert_eq!(r.valid, Validity::Invalid);
     assert_eq!(r.anomalies["tiered-gap"].len(), 1, "{r:#?}");
     assert_eq!(r.anomalies["tiered-gap"][0]["missing"], json!([3, 3]));
-    let lost: Vec<&Value> = r.anomalies["lost-write"].iter().map(|e| &e["value"]).collect();
+    let lost: Vec<&Value> = r.anomalies["lost-write"]
+        .iter()
+        .map(|e| &e["value"])
+        .collect();
     assert_eq!(lost, vec![&json!(3)], "{r:#?}");
 }
 
@@ -121,7 +124,11 @@ fn two_finished_segments_disagreeing_at_an_offset_are_remote_divergence() {
     let mut segments = uploaded();
     segments.push(segment("c", 2, 3, &[(2, 2, 0), (3, 33, 0)]));
     let r = run(true, &clean(), &replicas(&segments));
-    assert!(r.bad_anomaly_types.contains(&"remote-divergence".to_string()), "{r:#?}");
+    assert!(
+        r.bad_anomaly_types
+            .contains(&"remote-divergence".to_string()),
+        "{r:#?}"
+    );
     assert_eq!(r.anomalies["remote-divergence"][0]["offset"], 3);
 }
 
@@ -163,15 +170,26 @@ fn an_earliest_pending_upload_past_the_highest_tiered_offset_breaks_t3() {
     let mut rs = replicas(&uploaded());
     rs[2] = tiered(replica("", "n3", false, 8, &all()), 6, &uploaded());
     let r = run(true, &h, &rs);
-    assert_eq!(r.bad_anomaly_types, vec!["earliest-pending-upload"], "{r:#?}");
-    assert_eq!(r.anomalies["earliest-pending-upload"][0]["earliest_pending_upload"], 6);
+    assert_eq!(
+        r.bad_anomaly_types,
+        vec!["earliest-pending-upload"],
+        "{r:#?}"
+    );
+    assert_eq!(
+        r.anomalies["earliest-pending-upload"][0]["earliest_pending_upload"],
+        6
+    );
     // -1: a leader that has not learnt its tiered offsets yet; nothing to judge.
     let h = history(-1, 3, 4, json!([[0, 0], [1, 4]]));
     assert_eq!(run(true, &h, &replicas(&uploaded())).valid, Validity::Valid);
     // Nothing tiered: the answer is the log start.
     let h = history(2, -1, 4, json!([[0, 0], [1, 4]]));
     let r = run(true, &h, &replicas(&uploaded()));
-    assert_eq!(r.bad_anomaly_types, vec!["earliest-pending-upload"], "{r:#?}");
+    assert_eq!(
+        r.bad_anomaly_types,
+        vec!["earliest-pending-upload"],
+        "{r:#?}"
+    );
 }
 
 #[test]
@@ -191,7 +209,10 @@ fn uploaded_offsets_below_the_claimed_log_start_are_a_gap() {
     ];
     rs[0].tiered.as_mut().unwrap().log_start_offset = Some(2);
     let r = run(true, &clean(), &rs);
-    assert!(r.bad_anomaly_types.contains(&"tiered-gap".to_string()), "{r:#?}");
+    assert!(
+        r.bad_anomaly_types.contains(&"tiered-gap".to_string()),
+        "{r:#?}"
+    );
     assert_eq!(r.anomalies["tiered-gap"][0]["missing"], json!([0, 1]));
     // Its truncated cache no longer matches what the wiped follower holds below 4 either.
     assert!(r.anomalies["tiered-bootstrap"][0]["why"]

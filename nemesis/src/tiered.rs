@@ -31,7 +31,8 @@ use crate::targets::{NodeSpec, TargetFields, Targets};
 /// The directory a wipe keeps: the metadata quorum's log.
 pub const KEPT: &str = "__cluster_metadata";
 
-/// How long a wiped node gets to rejoin every ISR before the op records that it did not.
+/// How long a wiped node gets to catch up and rejoin every ISR before the op records that it
+/// did not.
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a leader gets to answer the tiered offsets.
@@ -45,6 +46,7 @@ pub struct Tiered;
 
 /// A value of any of the three ops: a schedule's spec or a recorded `info`.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TieredValue {
     #[serde(default)]
     nodes: Option<Vec<String>>,
@@ -135,13 +137,17 @@ impl FaultOp for TieredOp {
                     ));
                 };
                 let cut = self.f == TieredF::Outage;
-                let (_, errors) = env.on_each(&nodes, |n| {
-                    if cut {
-                        store.cut(n)
-                    } else {
-                        store.restore(n)
-                    }
-                });
+                let (_, errors) =
+                    env.on_each(
+                        &nodes,
+                        |n| {
+                            if cut {
+                                store.cut(n)
+                            } else {
+                                store.restore(n)
+                            }
+                        },
+                    );
                 Failed::partly(record, &errors)
             }
         }
@@ -160,6 +166,15 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
     // grows along a leader's lineage, so a follower that starts from the remote store must start
     // at or after it.
     let view = ClusterView::read(env.cx).ok();
+    let mut before: BTreeMap<(String, i32), Value> = BTreeMap::new();
+    if let Some(v) = &view {
+        for p in &v.partitions {
+            if p.replicas.iter().any(|r| nodes.contains(r)) && !p.topic.starts_with("__") {
+                let asked = leader_offsets(env.cx, v, &p.topic, p.partition);
+                before.insert((p.topic.clone(), p.partition), asked);
+            }
+        }
+    }
     let (_, errors) = env.on_each(nodes, |n| kill.kill(n));
     if !errors.is_empty() {
         return Err(Failed {
@@ -183,10 +198,10 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
             let Some((topic, partition)) = partition_dir(name) else {
                 continue;
             };
-            let leader = view
-                .as_ref()
-                .map(|v| leader_offsets(env.cx, v, topic, partition))
-                .unwrap_or_else(|| json!({"error": "no node answered metadata"}));
+            let leader = before
+                .get(&(topic.to_string(), partition))
+                .cloned()
+                .unwrap_or_else(|| json!({"error": "not in the metadata before the wipe"}));
             partitions.push(json!({
                 "node": node, "topic": topic, "partition": partition, "leader": leader,
             }));
@@ -200,26 +215,17 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
         return Failed::partly(record, &errors);
     }
     let started = Instant::now();
-    let rejoined = wait_for_isrs(env.cx, nodes);
-    record["rejoined_after_s"] = json!(rejoined.then(|| started.elapsed().as_secs_f64()));
-    if rejoined {
-        std::thread::sleep(CHECKPOINT_WAIT);
-        if let Some(dump) = db.as_replica_dump() {
-            for name in nodes {
-                let Ok(node) = env.node(name) else { continue };
-                match dump.dump_replicas(node) {
-                    Ok(replicas) => {
-                        for p in partitions.iter_mut().filter(|p| p["node"] == name.as_str()) {
-                            let r = replicas.iter().find(|r| {
-                                r.state.topic == p["topic"] && p["partition"] == r.state.partition
-                            });
-                            if let Some(r) = r {
-                                p["rejoined"] = rejoined_state(&r.state);
-                            }
-                        }
-                    }
-                    Err(e) => errors.push(format!("{name}: dumping its replicas: {e:#}")),
-                }
+    let rejoined = db
+        .as_replica_dump()
+        .and_then(|dump| wait_for_rejoin(env, nodes, &partitions, dump));
+    record["rejoined_after_s"] = json!(rejoined.as_ref().map(|_| started.elapsed().as_secs_f64()));
+    for (name, replicas) in rejoined.into_iter().flatten() {
+        for p in partitions.iter_mut().filter(|p| p["node"] == name.as_str()) {
+            let r = replicas
+                .iter()
+                .find(|r| r.state.topic == p["topic"] && p["partition"] == r.state.partition);
+            if let Some(r) = r {
+                p["rejoined"] = rejoined_state(&r.state);
             }
         }
     }
@@ -260,7 +266,8 @@ fn partition_dir(name: &str) -> Option<(&str, i32)> {
 }
 
 /// The tiered offsets of a partition's leader: ListOffsets -6 first, then -5, so that the
-/// earliest pending upload is never newer than the highest tiered offset read beside it.
+/// earliest pending upload is never newer than the highest tiered offset read beside it; then
+/// -2, -4 and -1 (the high watermark, which a rejoined replica must reach).
 fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i32) -> Value {
     let Some(leader) = view.partition(topic, p).and_then(|p| p.leader.clone()) else {
         return json!({"error": "no leader"});
@@ -273,7 +280,7 @@ fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i
         let ask = async {
             let mut c = Connection::connect(cx.client.dialer.clone(), addr, ASK_TIMEOUT).await?;
             let mut answers = Vec::new();
-            for ts in [-6, -5, -2, -4] {
+            for ts in [-6, -5, -2, -4, -1] {
                 answers.push(c.list_offsets(topic, p, ts).await?);
             }
             Ok::<_, tidemark_harness::kafka::KafkaError>(answers)
@@ -288,9 +295,11 @@ fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i
     if let Some((code, _, _)) = answers.iter().find(|(c, _, _)| c.err().is_some()) {
         return json!({"node": leader, "error": error_name(*code)});
     }
-    let (epuo, highest, start, local) = (answers[0], answers[1], answers[2], answers[3]);
+    let (epuo, highest, start, local, end) =
+        (answers[0], answers[1], answers[2], answers[3], answers[4]);
     json!({
         "node": leader,
+        "high_watermark": end.1,
         "earliest_pending_upload": epuo.1,
         "earliest_pending_upload_epoch": epuo.2,
         "highest_tiered_offset": highest.1,
@@ -299,35 +308,67 @@ fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i
     })
 }
 
-/// Waits until each of `nodes` is in the ISR of every partition it replicates.
-fn wait_for_isrs(cx: &NemesisContext<'_>, nodes: &[String]) -> bool {
+/// Waits until each of `nodes` is in the ISR of every partition it replicates and holds every
+/// partition of `partitions` up to the high watermark its leader had before the wipe (an ISR
+/// read right after the start may still be the one from before the kill); then, once the
+/// checkpoints had time to show it, returns each node's replicas.
+fn wait_for_rejoin(
+    env: &Env<'_>,
+    nodes: &[String],
+    partitions: &[Value],
+    dump: &dyn tidemark_harness::db::ReplicaDump,
+) -> Option<BTreeMap<String, Vec<tidemark_harness::db::DumpedReplica>>> {
     let wanted: BTreeSet<&String> = nodes.iter().collect();
     let deadline = Instant::now() + REJOIN_TIMEOUT;
     while Instant::now() < deadline {
-        if let Ok(view) = ClusterView::read(cx) {
-            let back = view.partitions.iter().all(|p| {
+        std::thread::sleep(Duration::from_millis(300));
+        let in_isrs = ClusterView::read(env.cx).is_ok_and(|view| {
+            view.partitions.iter().all(|p| {
                 p.replicas
                     .iter()
                     .filter(|r| wanted.contains(r))
                     .all(|r| p.isr.contains(r))
-            });
-            if back {
-                return true;
-            }
+            })
+        });
+        if !in_isrs {
+            continue;
         }
-        std::thread::sleep(Duration::from_millis(300));
+        let caught_up = nodes.iter().all(|name| {
+            let Ok(node) = env.node(name) else {
+                return false;
+            };
+            let Ok(replicas) = dump.dump_replicas(node) else {
+                return false;
+            };
+            partitions
+                .iter()
+                .filter(|p| p["node"] == name.as_str())
+                .all(|p| {
+                    let hw = p["leader"]["high_watermark"].as_i64().unwrap_or(0);
+                    replicas.iter().any(|r| {
+                        r.state.topic == p["topic"]
+                            && p["partition"] == r.state.partition
+                            && r.state.log_end_offset.unwrap_or(0) >= hw
+                    })
+                })
+        });
+        if caught_up {
+            std::thread::sleep(CHECKPOINT_WAIT);
+            let mut out = BTreeMap::new();
+            for name in nodes {
+                let node = env.node(name).ok()?;
+                out.insert(name.clone(), dump.dump_replicas(node).ok()?);
+            }
+            return Some(out);
+        }
     }
-    false
+    None
 }
 
 /// What the checkers need of a rejoined replica: both log starts, its end and its epoch cache.
 fn rejoined_state(r: &tidemark_harness::db::ReplicaState) -> Value {
     let local = r.log_start_offset;
-    let start = r
-        .tiered
-        .as_ref()
-        .and_then(|t| t.log_start_offset)
-        .or(local);
+    let start = r.tiered.as_ref().and_then(|t| t.log_start_offset).or(local);
     json!({
         "log_start_offset": start,
         "local_log_start_offset": local,

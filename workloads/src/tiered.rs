@@ -1,8 +1,8 @@
 //! The tiered workload: the queue on topics with tiered storage on (KIP-405), set up so that data
 //! really moves to the remote store within a short run. Segments are small (`segment.bytes`
-//! 2048: a few dozen sends each), the leader uploads every half second, and local retention keeps
-//! about two segments, so each leader's local log starts at an uploaded segment below the
-//! earliest offset pending upload: a follower that starts from the remote store must choose
+//! 512: a few sends each, a few seconds at the default rate), the leader uploads every half
+//! second, and local retention keeps uploaded segments for five seconds (a segment or two), so each leader's local log starts at an
+//! uploaded segment below the earliest offset pending upload: a follower that starts from the remote store must choose
 //! between the two (KIP-1023), and polls that seek back land on remote offsets. Brokers fetch
 //! from the last tiered offset (`follower.fetch.last.tiered.offset.enable`).
 //!
@@ -20,8 +20,8 @@ pub const NAME: &str = "tiered";
 pub fn topic_configs() -> BTreeMap<String, String> {
     [
         ("remote.storage.enable", "true"),
-        ("segment.bytes", "2048"),
-        ("local.retention.bytes", "4096"),
+        ("segment.bytes", "512"),
+        ("local.retention.ms", "5000"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -176,7 +176,10 @@ impl LocalDirStorage {
                 what: what.to_string(),
                 source: std::io::Error::new(
                     std::io::ErrorKind::NotFound,
-                    format!("the remote store's root {} cannot be reached", self.root.display()),
+                    format!(
+                        "the remote store's root {} cannot be reached",
+                        self.root.display()
+                    ),
                 ),
             };
         }
@@ -269,10 +272,7 @@ impl RemoteStorage for LocalDirStorage {
 
     fn delete_segment(&self, segment: &RemoteSegmentId) -> Result<(), RemoteStorageError> {
         if !root_reachable(&self.root) {
-            return Err(self.error(
-                segment,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
+            return Err(self.error(segment, std::io::Error::from(std::io::ErrorKind::NotFound)));
         }
         for extension in ["log", "leader-epoch-checkpoint", "snapshot"] {
             let path = self.file(segment, extension);

@@ -93,7 +93,9 @@ impl<'r> FinalLogs<'r> {
                 let mut start = replicas[leader].log_start_offset.unwrap_or(i64::MIN);
                 let mut records = committed(&replicas[leader]);
                 // With tiered storage the offsets below the local log are the remote store's.
-                if let Some((remote_start, mut below)) = crate::tiered::remote_prefix(&replicas[leader]) {
+                if let Some((remote_start, mut below)) =
+                    crate::tiered::remote_prefix(&replicas[leader])
+                {
                     start = remote_start;
                     below.extend_from_slice(&records);
                     records = Cow::Owned(below);

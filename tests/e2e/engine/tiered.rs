@@ -83,7 +83,12 @@ fn wiped(history: &[Value]) -> Vec<Value> {
     history
         .iter()
         .filter(|o| o["f"] == "wipe" && o["type"] == "info")
-        .flat_map(|o| o["value"]["partitions"].as_array().cloned().unwrap_or_default())
+        .flat_map(|o| {
+            o["value"]["partitions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .collect()
 }
 
@@ -112,7 +117,8 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
         run.display()
     );
     assert_eq!(results["valid"], true, "{}", run.display());
-    let test: Value = serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
     assert_eq!(test["workload"], "tiered");
     assert_eq!(
         test["broker_config"]["follower.fetch.last.tiered.offset.enable"],
@@ -140,10 +146,16 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
             r["local_log_start_offset"].as_i64() > r["log_start_offset"].as_i64()
         })
         .collect();
-    assert!(!from_remote.is_empty(), "no wiped replica started from the remote store: {parts:?}");
+    assert!(
+        !from_remote.is_empty(),
+        "no wiped replica started from the remote store: {parts:?}"
+    );
     for p in &from_remote {
         let epuo = p["leader"]["earliest_pending_upload"].as_i64().unwrap();
-        assert!(p["rejoined"]["local_log_start_offset"].as_i64().unwrap() >= epuo, "{p}");
+        assert!(
+            p["rejoined"]["local_log_start_offset"].as_i64().unwrap() >= epuo,
+            "{p}"
+        );
     }
     // The data really moved: each partition has a replica whose local log starts above the
     // partition's, the offsets between held by finished remote segments with their records.
@@ -159,7 +171,10 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
                         && !s["records"].as_array().unwrap().is_empty()
                 })
         });
-        assert!(moved, "{topic}/{partition}: nothing below a local log start");
+        assert!(
+            moved,
+            "{topic}/{partition}: nothing below a local log start"
+        );
     }
     assert_nothing_left(&test);
 }
