@@ -37,24 +37,27 @@ use crate::hosts_args::HostsArgs;
     tidemark test --nemesis partition,kill --nemesis-targets leaders --nemesis-interval 3\n  \
     tidemark test --nemesis-schedule store/latest/history.jsonl --seed 7\n  \
     tidemark test --workload mirror --nemesis failover,partition,kill,unclean --time-limit 30\n  \
+    tidemark test --workload tiered --nemesis wipe,kill,partition,remote-outage --time-limit 60\n  \
     tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n\
     Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
 pub struct Args {
-    /// The workload: what clients do and how the history is checked. `queue`, or `mirror`:
+    /// The workload: what clients do and how the history is checked. `queue`; `mirror`:
     /// two clusters, the second mirroring the first, with the fault kinds `failover` and
-    /// `mirror-config` available.
+    /// `mirror-config` available; or `tiered`: the queue on topics with tiered storage on (small
+    /// segments, short local retention, a remote store the nodes share), with the fault kind
+    /// `remote-outage` available.
     #[arg(long, default_value = "queue", value_name = "NAME")]
     workload: String,
     /// With `--workload mirror`: `mirror.support.unclean.leader.election` on every topic at the
     /// start (the brokers' default; `mirror-config` faults flip it per topic).
     #[arg(long)]
     mirror_unclean_support: bool,
-    /// With `--workload queue`: `plain` sends (one attempt each, no producer id) or
+    /// With `--workload queue` or `tiered`: `plain` sends (one attempt each, no producer id) or
     /// `idempotent` ones (a producer id per process, a sequence per partition, a batch whose
     /// answer is lost sent again unchanged; a duplicate is then an anomaly).
     #[arg(long, default_value = "plain", value_name = "MODE")]
     producer: String,
-    /// With `--workload queue`: `assign` (each poll names its partition and offset) or `group`
+    /// With `--workload queue` or `tiered`: `assign` (each poll names its partition and offset) or `group`
     /// (every process a member of one consumer group: polls read the partitions it is assigned
     /// from the group's committed offsets, and commits move them).
     #[arg(long, default_value = "assign", value_name = "MODE")]
@@ -130,8 +133,10 @@ pub struct Args {
 #[command(next_help_heading = "Faults")]
 struct NemesisArgs {
     /// Fault kinds, comma separated: partition, kill, pause, clock, loss, corrupt, unclean,
-    /// power, and with `--workload mirror` failover (failover then failback) and mirror-config
-    /// (flip mirror.support.unclean.leader.election); or `all`, or `none`
+    /// power, wipe (a node loses its log directory and starts empty), with `--workload mirror`
+    /// failover (failover then failback) and mirror-config (flip
+    /// mirror.support.unclean.leader.election), with `--workload tiered` remote-outage (the
+    /// remote store unreachable for a while); or `all`, or `none`
     /// [default: partition,kill,pause,clock,loss]. Between mirrored clusters each fault lands on
     /// the mirror's source or destination at random, unless --nemesis-targets names roles.
     #[arg(long, value_name = "LIST")]
@@ -176,6 +181,7 @@ fn faults(
     seed: u64,
     local: bool,
     mirror: Option<MirrorSetup>,
+    tiered: bool,
 ) -> Result<Faults, Problem> {
     let usage = |m: String| Problem::Usage(m);
     let interval = seconds("nemesis-interval", args.nemesis_interval)?;
@@ -199,6 +205,21 @@ fn faults(
             }
         }
         kinds.retain(|k| !k.mirrors());
+    }
+    if !tiered {
+        if let Some(list) = &args.nemesis {
+            if let Some(k) = list
+                .split(',')
+                .filter_map(|w| Kind::parse(w.trim()))
+                .find(|k| k.tiers())
+            {
+                return Err(usage(format!(
+                    "the {} fault kind needs --workload tiered",
+                    k.name()
+                )));
+            }
+        }
+        kinds.retain(|k| !k.tiers());
     }
     let mirroring = mirror.is_some();
     if args.nemesis_schedule.is_some() && explicit {
@@ -328,6 +349,14 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         }
     };
     let mirror_workload = args.workload == "mirror";
+    let tiered_workload = args.workload == tidemark_workloads::tiered::NAME;
+    if tiered_workload && hosts.is_some() {
+        return Err(Problem::Usage(
+            "--workload tiered keeps its remote store in a directory the nodes share, so it runs \
+             on the netns runtime only"
+                .into(),
+        ));
+    }
     if mirror_workload && args.clusters.is_some_and(|n| n != 2) {
         return Err(Problem::Usage(
             "--workload mirror runs on two clusters; leave out --clusters or give 2".into(),
@@ -465,6 +494,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         seed,
         hosts.is_none(),
         mirror_setup,
+        tiered_workload,
     )?;
     let time_limit = seconds("time-limit", args.time_limit)?;
     let converge_timeout = seconds("converge-timeout", args.converge_timeout)?;
@@ -509,6 +539,14 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             .entry(MIRROR_UNCLEAN_KEY.to_string())
             .or_insert_with(|| args.mirror_unclean_support.to_string());
     }
+    if tiered_workload {
+        for (key, value) in tidemark_workloads::tiered::broker_settings() {
+            config
+                .overrides
+                .entry(key.to_string())
+                .or_insert_with(|| value.to_string());
+        }
+    }
     if consumer == ConsumerMode::Group {
         // The members' session timeout is allowed (it is short, so that a crashed member is
         // expired within a short test), the first rebalance is not held back, and the offsets
@@ -528,6 +566,9 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     let mut db = TidemarkBroker::new(broker, config, args.inject_bug);
     if let Some(lib) = faults.faketime {
         db = db.with_faketime(lib);
+    }
+    if tiered_workload {
+        db = db.with_remote_store();
     }
     if faults.powerfs {
         if !powerfs.is_file() {
@@ -609,11 +650,16 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         let (a, b) = (options.clusters[0].clone(), options.clusters[1].clone());
         Arc::new(MirrorWorkload::new(mirror_options, &a, &b))
     } else {
-        Arc::new(Queue::new(QueueOptions {
+        let options = QueueOptions {
             producer,
             consumer,
             ..QueueOptions::new(rf as i16)
-        }))
+        };
+        if tiered_workload {
+            Arc::new(tidemark_workloads::tiered::workload(options))
+        } else {
+            Arc::new(Queue::new(options))
+        }
     };
     let test = Test {
         runtime,

@@ -108,7 +108,7 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
 
 /// A replica's tiered side: the partition's log start (below the local one when older offsets
 /// are remote), the local log start, and every segment the remote store's metadata lists for the
-/// partition (any topic id of that name), oldest first.
+/// partition (any topic id of that name), oldest first, each finished one with its records.
 fn tiered_state(
     remote_dir: &Path,
     topic: &str,
@@ -116,8 +116,10 @@ fn tiered_state(
     stored_start: Option<i64>,
     local_start: Option<i64>,
 ) -> anyhow::Result<Value> {
-    use crate::tiered::metadata::{DirMetadataStore, RemoteLogMetadataStore, METADATA_DIR};
-    use crate::tiered::storage::TopicIdPartition;
+    use crate::tiered::metadata::{
+        DirMetadataStore, RemoteLogMetadataStore, SegmentState, METADATA_DIR,
+    };
+    use crate::tiered::storage::{LocalDirStorage, RemoteStorage, TopicIdPartition};
     let prefix = format!("{topic}-{partition}-");
     let mut segments = Vec::new();
     let store = DirMetadataStore::new(remote_dir);
@@ -146,10 +148,10 @@ fn tiered_state(
         (Some(s), Some(l)) => Some(s.min(l)),
         (s, l) => l.or(s),
     };
-    Ok(json!({
-        "log_start_offset": log_start,
-        "local_log_start_offset": local_start,
-        "remote_segments": segments.iter().map(|s| json!({
+    let storage = LocalDirStorage::new(remote_dir)?;
+    let mut rows = Vec::new();
+    for s in &segments {
+        let mut row = json!({
             "topic_id": s.segment.partition.topic_id,
             "id": s.segment.id,
             "start_offset": s.start_offset,
@@ -157,8 +159,46 @@ fn tiered_state(
             "state": s.state,
             "segment_leader_epochs": s.segment_leader_epochs.iter().map(|(e, o)| json!([e, o])).collect::<Vec<_>>(),
             "broker_id": s.broker_id,
-        })).collect::<Vec<_>>(),
+        });
+        // A finished copy is what readers are served; its records let a checker read every
+        // offset below the local log start.
+        if s.state == SegmentState::CopySegmentFinished {
+            row["records"] = match storage.fetch_segment(&s.segment, 0, None) {
+                Ok(bytes) => json!(remote_records(&bytes)?),
+                Err(e) => {
+                    row["error"] = json!(e.to_string());
+                    json!([])
+                }
+            };
+        }
+        rows.push(row);
+    }
+    Ok(json!({
+        "log_start_offset": log_start,
+        "local_log_start_offset": local_start,
+        "remote_segments": rows,
     }))
+}
+
+/// The data records of a remote segment's bytes as `[offset, value, leader epoch]`.
+fn remote_records(bytes: &[u8]) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for (pos, h) in batch::split_batches(bytes)? {
+        if h.is_control {
+            continue;
+        }
+        let mut buf = Bytes::copy_from_slice(&bytes[pos..pos + h.size]);
+        let set = RecordBatchDecoder::decode(&mut buf)
+            .map_err(|e| anyhow::anyhow!("cannot decode remote batch at {pos}: {e}"))?;
+        for r in set.records {
+            out.push(json!([
+                r.offset,
+                render_value(r.value.as_ref()),
+                h.leader_epoch
+            ]));
+        }
+    }
+    Ok(out)
 }
 
 /// Renders a record value as the queue workload wrote it: a decimal integer, else base64 `raw`.

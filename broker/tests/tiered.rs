@@ -142,7 +142,20 @@ fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote
     for s in segments {
         assert_eq!(s["state"], "COPY_SEGMENT_FINISHED", "{s}");
         assert_eq!(s["start_offset"], next, "{s}");
-        next = s["end_offset"].as_i64().unwrap() + 1;
+        let end = s["end_offset"].as_i64().unwrap();
+        // Its records, as a checker reads the offsets below the local log start: value v at v.
+        let records: Vec<(i64, i64)> = s["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap()))
+            .collect();
+        assert_eq!(
+            records,
+            (next..=end).map(|o| (o, o)).collect::<Vec<_>>(),
+            "{s}"
+        );
+        next = end + 1;
     }
     assert_eq!(next, highest_tiered + 1);
 

@@ -96,6 +96,7 @@ fn states(n: usize) -> Vec<ReplicaState> {
                 }],
                 records,
                 error: None,
+                tiered: None,
             }
         })
         .collect()

@@ -31,12 +31,16 @@ pub mod queue;
 pub mod reader;
 pub mod results;
 pub mod run;
+pub mod tiered;
 
 use std::io::BufRead;
 
 use serde_json::Value;
 
-pub use op::{EpochEntry, Op, OpType, PollValue, Process, Record, ReplicaState, SendValue};
+pub use op::{
+    EpochEntry, Op, OpType, PollValue, Process, Record, RemoteSegment, ReplicaState, SendValue,
+    TieredSide,
+};
 pub use policy::Policy;
 pub use queue::{QueueAnalysis, QueueChecker};
 pub use reader::{read_history, read_replicas, BadInput, HistoryReader};
@@ -44,9 +48,9 @@ pub use results::{AnomalyKind, OpStats, Results, SkippedCheck, Validity};
 pub use run::{check_files, check_run, RunFiles};
 
 /// The workloads whose histories this crate judges, by the name the history header's
-/// `workload` gives: the queue checker judges both (a mirror history names a cluster on
-/// every op).
-pub const WORKLOADS: &[&str] = &["queue", "mirror"];
+/// `workload` gives: the queue checker judges all three (a mirror history names a cluster on
+/// every op; a tiered one adds the remote store to the final logs, see [`tiered`]).
+pub const WORKLOADS: &[&str] = &["queue", "mirror", "tiered"];
 
 /// A checker judges one recorded run.
 ///

@@ -284,6 +284,57 @@ pub struct ReplicaState {
     /// Why the replica's state could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With tiered storage, the partition as the remote store holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiered: Option<TieredSide>,
+}
+
+/// A replica's partition in tiered storage's remote store (`dump-log --remote-dir`): the offsets
+/// below its local log start are read from the remote segments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TieredSide {
+    /// The partition's log start, below the local one when older offsets are remote.
+    #[serde(default)]
+    pub log_start_offset: Option<i64>,
+    /// The replica's local log start (the replica's own `log_start_offset`).
+    #[serde(default)]
+    pub local_log_start_offset: Option<i64>,
+    /// Every segment the remote store's metadata lists for the partition, oldest first.
+    #[serde(default)]
+    pub remote_segments: Vec<RemoteSegment>,
+}
+
+/// One segment in the remote store's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteSegment {
+    /// The upload's id.
+    pub id: String,
+    /// Its first offset.
+    pub start_offset: i64,
+    /// Its last offset (inclusive).
+    pub end_offset: i64,
+    /// `COPY_SEGMENT_STARTED`, `COPY_SEGMENT_FINISHED`, `DELETE_SEGMENT_STARTED` or
+    /// `DELETE_SEGMENT_FINISHED`.
+    pub state: String,
+    /// The epochs its batches were written in, with where each starts in it.
+    #[serde(default)]
+    pub segment_leader_epochs: Vec<EpochEntry>,
+    /// The broker that uploaded it.
+    #[serde(default)]
+    pub broker_id: Option<i64>,
+    /// A finished segment's data records.
+    #[serde(default)]
+    pub records: Vec<Record>,
+    /// Why a finished segment's records could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl RemoteSegment {
+    /// Whether readers are served from it.
+    pub fn finished(&self) -> bool {
+        self.state == "COPY_SEGMENT_FINISHED"
+    }
 }
 
 /// Kafka partitions are non-negative 32-bit integers; anything else cannot be real.

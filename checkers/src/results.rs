@@ -65,11 +65,21 @@ pub enum AnomalyKind {
     /// A consumer group committed past a record of the committed log that no poll of the group
     /// returned.
     CommitSkip,
+    /// An offset between a tiered partition's log start and its leader's local log start that no
+    /// finished remote segment holds (T1: every offset readable from remote plus local).
+    TieredGap,
+    /// Two finished remote segments, or one and the leader's local log, disagree at one offset.
+    RemoteDivergence,
+    /// A follower started from the remote store elsewhere than after the tiered segment its
+    /// state came from, or with another log start or epoch cache than the leader's (T1).
+    TieredBootstrap,
+    /// A leader's ListOffsets -6 (earliest pending upload) answer breaks KIP-1023's rule (T3).
+    EarliestPendingUpload,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 20] = [
+    pub const ALL: [AnomalyKind; 24] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -90,6 +100,10 @@ impl AnomalyKind {
         AnomalyKind::MirrorEpochCache,
         AnomalyKind::CommitRegression,
         AnomalyKind::CommitSkip,
+        AnomalyKind::TieredGap,
+        AnomalyKind::RemoteDivergence,
+        AnomalyKind::TieredBootstrap,
+        AnomalyKind::EarliestPendingUpload,
     ];
 
     /// The name used in `results.json`.
@@ -115,6 +129,10 @@ impl AnomalyKind {
             AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
             AnomalyKind::CommitRegression => "commit-regression",
             AnomalyKind::CommitSkip => "commit-skip",
+            AnomalyKind::TieredGap => "tiered-gap",
+            AnomalyKind::RemoteDivergence => "remote-divergence",
+            AnomalyKind::TieredBootstrap => "tiered-bootstrap",
+            AnomalyKind::EarliestPendingUpload => "earliest-pending-upload",
         }
     }
 }

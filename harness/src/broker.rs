@@ -6,6 +6,12 @@
 //! `broker.log` (the broker's stderr), `broker.pid` and, when it runs under libfaketime,
 //! `faketime` (its wall-clock offset).
 //!
+//! With tiered storage on ([`TidemarkBroker::with_remote_store`]), the cluster's remote store is
+//! the directory `remote-store-<cluster>` beside the node directories (the nodes must share a
+//! filesystem, as the netns runtime's do), and each node reaches it through its own link
+//! `remote-store`, which `remote.log.storage.dir` names: a remote-store outage points one node's
+//! link at a directory that is not there.
+//!
 //! With power loss on ([`TidemarkBroker::with_powerfs`]), `data/` is a tidemark-powerfs mount
 //! over `data.disk/` (the durable state), served by `bin/tidemark-powerfs` (pid in
 //! `powerfs.pid`, log in `powerfs.log`, control socket `powerfs.sock`). It is mounted before the
@@ -25,7 +31,7 @@ use serde_json::{json, Value};
 use crate::client::{ClientContext, NodeAddr};
 use crate::db::{
     DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Mirror, Pause, PowerLoss, Probe,
-    ReplicaDump,
+    RemoteStore, ReplicaDump,
 };
 use crate::kafka::{error_name, Connection};
 use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
@@ -191,6 +197,7 @@ pub struct TidemarkBroker {
     inject_bugs: Vec<String>,
     faketime: Option<PathBuf>,
     powerfs: Option<PathBuf>,
+    remote_store: bool,
 }
 
 /// A shell function that tells whether a pid is a live (non-zombie) process.
@@ -207,7 +214,42 @@ impl TidemarkBroker {
             inject_bugs,
             faketime: None,
             powerfs: None,
+            remote_store: false,
         }
+    }
+
+    /// Gives each cluster a tiered-storage remote store in a directory its nodes share, each
+    /// node reaching it through a link of its own (`remote.log.storage.dir`), so that
+    /// [`RemoteStore`] can take it away from one node.
+    pub fn with_remote_store(mut self) -> Self {
+        self.remote_store = true;
+        self
+    }
+
+    /// The cluster's shared remote store.
+    fn shared_store(node: &Node) -> PathBuf {
+        node.dir
+            .parent()
+            .unwrap_or(&node.dir)
+            .join(format!("remote-store-{}", node.cluster))
+    }
+
+    /// The node's own way to the remote store.
+    fn store_link(node: &Node) -> PathBuf {
+        node.dir.join("remote-store")
+    }
+
+    /// Points the node's link at `target`, atomically (a new link renamed over the old), so the
+    /// broker never sees the link missing.
+    fn relink_command(node: &Node, target: &Path) -> String {
+        let link = Self::store_link(node);
+        let tmp = node.dir.join("remote-store.new");
+        format!(
+            "ln -sfn {target} {tmp} && mv -T {tmp} {link}",
+            target = Self::path_arg(target),
+            tmp = Self::path_arg(&tmp),
+            link = Self::path_arg(&link),
+        )
     }
 
     /// Puts every node's data directory on tidemark-powerfs, deploying the binary at `binary`
@@ -435,7 +477,22 @@ impl Db for TidemarkBroker {
                 &command_line(&["chmod", "755", &target.display().to_string()]),
             )?;
         }
-        let props = render_properties(&self.config, node, cluster, &Self::data_dir(node));
+        let mut config = self.config.clone();
+        if self.remote_store {
+            remote::run(
+                r,
+                &format!(
+                    "mkdir -p {} && {}",
+                    Self::path_arg(&Self::shared_store(node)),
+                    Self::relink_command(node, &Self::shared_store(node))
+                ),
+            )?;
+            config
+                .overrides
+                .entry("remote.log.storage.dir".into())
+                .or_insert_with(|| Self::store_link(node).display().to_string());
+        }
+        let props = render_properties(&config, node, cluster, &Self::data_dir(node));
         let local = tempfile_with(&props)?;
         r.upload(local.path(), &Self::props_file(node))?;
         self.start(node)
@@ -485,6 +542,7 @@ impl Db for TidemarkBroker {
             "inject_bugs": self.inject_bugs,
             "faketime": self.faketime,
             "powerfs": self.powerfs,
+            "remote_store": self.remote_store,
         })
     }
 
@@ -520,6 +578,10 @@ impl Db for TidemarkBroker {
         Some(self)
     }
 
+    fn as_remote_store(&self) -> Option<&dyn RemoteStore> {
+        self.remote_store.then_some(self as &dyn RemoteStore)
+    }
+
     fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
         self.powerfs.is_some().then_some(self as &dyn PowerLoss)
     }
@@ -548,6 +610,22 @@ impl PowerLoss for TidemarkBroker {
 
     fn power_on(&self, node: &Node) -> anyhow::Result<()> {
         self.start(node)
+    }
+}
+
+impl RemoteStore for TidemarkBroker {
+    fn cut(&self, node: &Node) -> anyhow::Result<()> {
+        let nowhere = node.dir.join("remote-store-unreachable");
+        remote::run(node.remote.as_ref(), &Self::relink_command(node, &nowhere))?;
+        Ok(())
+    }
+
+    fn restore(&self, node: &Node) -> anyhow::Result<()> {
+        remote::run(
+            node.remote.as_ref(),
+            &Self::relink_command(node, &Self::shared_store(node)),
+        )?;
+        Ok(())
     }
 }
 
@@ -744,15 +822,21 @@ impl Probe for TidemarkBroker {
 
 impl ReplicaDump for TidemarkBroker {
     fn dump_replicas(&self, node: &Node) -> anyhow::Result<Vec<DumpedReplica>> {
-        let dump = command_line(&[
-            &Self::bin(node).display().to_string(),
-            "dump-log",
-            "--node",
-            &node.name,
-            "--cluster",
-            &node.cluster,
-            "--data-dir",
-        ]);
+        let mut args = vec![
+            Self::bin(node).display().to_string(),
+            "dump-log".into(),
+            "--node".into(),
+            node.name.clone(),
+            "--cluster".into(),
+            node.cluster.clone(),
+        ];
+        // Through the shared store itself: the node's link may be cut when the dump runs.
+        if self.remote_store {
+            args.push("--remote-dir".into());
+            args.push(Self::shared_store(node).display().to_string());
+        }
+        args.push("--data-dir".into());
+        let dump = command_line(&args);
         // A stopped node's power-loss filesystem is unmounted and all its data is on the disk.
         let cmd = if self.powerfs.is_some() {
             format!(

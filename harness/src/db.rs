@@ -95,6 +95,11 @@ pub trait Db: Send + Sync {
     fn as_mirror(&self) -> Option<&dyn Mirror> {
         None
     }
+
+    /// Its tiered-storage remote store, when it has one each node reaches on its own path.
+    fn as_remote_store(&self) -> Option<&dyn RemoteStore> {
+        None
+    }
 }
 
 /// Cluster mirroring (KIP-1279): a destination cluster copies topics of a source cluster at the
@@ -276,6 +281,7 @@ impl DumpedReplica {
                 epochs: Vec::new(),
                 records: Vec::new(),
                 error: Some(error),
+                tiered: None,
             },
             leader_epoch: None,
             isr: None,
@@ -304,6 +310,21 @@ pub trait FakeClock: Send + Sync {
 pub trait DataDir: Send + Sync {
     /// The data directory on `node`.
     fn data_dir(&self, node: &Node) -> PathBuf;
+}
+
+/// Tiered storage's remote store (KIP-405), shared by the nodes of a cluster, each reaching it
+/// through a path of its own so that one node at a time can lose it.
+///
+/// Contract: [`cut`](RemoteStore::cut) makes the store unreachable from `node` at once, while the
+/// node runs: every access from it then fails as a store that is down, never as an empty one, and
+/// the store's content is untouched. [`restore`](RemoteStore::restore) makes it reachable again.
+/// Both are idempotent and safe on a stopped node. Replica dumps read the shared store itself,
+/// whatever a node's way to it.
+pub trait RemoteStore: Send + Sync {
+    /// Takes the store away from `node`.
+    fn cut(&self, node: &Node) -> anyhow::Result<()>;
+    /// Gives it back.
+    fn restore(&self, node: &Node) -> anyhow::Result<()>;
 }
 
 /// Power loss: the node's data directory is on a filesystem that keeps writes in memory until

@@ -4,7 +4,7 @@
 //!
 //! It speaks only what the workloads and nemeses need: ApiVersions, Metadata, CreateTopics,
 //! Produce (v2 record batches whose values are decimal integers, plain or idempotent),
-//! InitProducerId, Fetch, the classic consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup,
+//! InitProducerId, Fetch, ListOffsets (v11, with the tiered sentinels), the classic consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup,
 //! Heartbeat, OffsetCommit, OffsetFetch), ElectLeaders, IncrementalAlterConfigs of a topic, and
 //! raw frames for APIs kafka-protocol does not know (the cluster-mirroring admin APIs of
 //! KIP-1279, see [`crate::mirror`]). Retrying, rejoining and choosing outcomes is the caller's.
@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
         ConsumerProtocolAssignment, TopicPartition as AssignedPartition,
     },
     consumer_protocol_subscription::ConsumerProtocolSubscription,
-    create_topics_request::{CreatableTopic, CreateTopicsRequest},
+    create_topics_request::{CreatableTopic, CreatableTopicConfig, CreateTopicsRequest},
     elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
     find_coordinator_request::FindCoordinatorRequest,
@@ -33,6 +33,8 @@ use kafka_protocol::messages::{
     },
     init_producer_id_request::InitProducerIdRequest,
     join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol},
+    list_offsets_request::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic},
+    list_offsets_response::ListOffsetsResponse,
     metadata_request::{MetadataRequest, MetadataRequestTopic},
     metadata_response::MetadataResponse,
     offset_commit_request::{
@@ -431,12 +433,34 @@ impl Connection {
         partitions: i32,
         replication_factor: i16,
     ) -> Result<i16, KafkaError> {
+        self.create_topic_with(name, partitions, replication_factor, &BTreeMap::new())
+            .await
+    }
+
+    /// Creates a topic with topic-level `configs`; returns its error code.
+    pub async fn create_topic_with(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<i16, KafkaError> {
         let version = self.version(ApiKey::CreateTopics)?;
         let req = CreateTopicsRequest::default()
             .with_topics(vec![CreatableTopic::default()
                 .with_name(TopicName(StrBytes::from_string(name.to_string())))
                 .with_num_partitions(partitions)
-                .with_replication_factor(replication_factor)])
+                .with_replication_factor(replication_factor)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k.clone()))
+                                .with_value(Some(StrBytes::from_string(v.clone())))
+                        })
+                        .collect(),
+                )])
             .with_timeout_ms(self.timeout.as_millis() as i32);
         let resp = self.send(ApiKey::CreateTopics, version, &req).await?;
         resp.topics
@@ -544,6 +568,45 @@ impl Connection {
                 Err(KafkaError::Protocol(format!("API key {key}: {e}")))
             }
         }
+    }
+
+    /// ListOffsets v11 for one partition at `timestamp` (a time, or a sentinel: -1 latest, -2
+    /// earliest, -4 earliest local, -5 latest tiered, -6 earliest pending upload), as a consumer
+    /// asks it: `(error code, offset, leader epoch)`. Sent as v11, the first version that takes
+    /// -6 (KIP-1023); kafka-protocol stops at v10, and v11 added no field, so the body is coded
+    /// as v10.
+    pub async fn list_offsets(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(i16, i64, i32), KafkaError> {
+        const LIST_OFFSETS: i16 = 2;
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp)])]);
+        let mut body = BytesMut::new();
+        req.encode(&mut body, 10)
+            .map_err(|e| KafkaError::NotSent(format!("encoding ListOffsets: {e}")))?;
+        let mut frame = self.raw(LIST_OFFSETS, 11, &body).await?;
+        let resp = tidemark_wirebound::check_response(LIST_OFFSETS, 10, &frame)
+            .map_err(|e| e.to_string())
+            .and_then(|_| ListOffsetsResponse::decode(&mut frame, 10).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                self.broken = Some(e.to_string());
+                KafkaError::Protocol(format!("ListOffsets v11: {e}"))
+            })?;
+        resp.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .map(|p| (p.error_code, p.offset, p.leader_epoch))
+            .ok_or_else(|| KafkaError::Protocol("ListOffsets: partition missing".into()))
     }
 
     /// Appends `values` (as decimal strings) in one v2 record batch to a partition.

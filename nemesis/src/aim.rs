@@ -74,6 +74,8 @@ impl Aim {
             // partition and replica.
             Kind::Corrupt | Kind::Unclean => vec!["source", "destination"],
             Kind::Failover | Kind::MirrorConfig => Vec::new(),
+            // Tiered storage is tested on one cluster.
+            Kind::Wipe | Kind::RemoteOutage => Vec::new(),
         }
     }
 

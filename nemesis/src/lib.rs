@@ -6,8 +6,9 @@
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
-//!   what was not fsynced), and between two clusters [`mirror`] (failover, failback, and the
-//!   mirror's unclean-election flag). Every op's `info` records what was actually done, in a
+//!   what was not fsynced), [`tiered`] (a wiped log directory, a remote store outage), and
+//!   between two clusters [`mirror`] (failover, failback, and the mirror's unclean-election
+//!   flag). Every op's `info` records what was actually done, in a
 //!   form the same op accepts again, so histories replay.
 //! - [`targets`] and [`grudge`] are the pure parts: which nodes, which cuts; [`aim`] says which
 //!   of two mirrored clusters, by its role.
@@ -32,6 +33,7 @@ pub mod power;
 pub mod process;
 pub mod schedule;
 pub mod targets;
+pub mod tiered;
 pub mod unclean;
 
 use std::collections::BTreeMap;
@@ -74,11 +76,15 @@ pub enum Kind {
     Failover,
     /// Flips `mirror.support.unclean.leader.election` on a topic.
     MirrorConfig,
+    /// A node loses its whole log directory and starts empty.
+    Wipe,
+    /// The remote store of tiered storage becomes unreachable for a while.
+    RemoteOutage,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
@@ -89,6 +95,8 @@ impl Kind {
         Kind::Power,
         Kind::Failover,
         Kind::MirrorConfig,
+        Kind::Wipe,
+        Kind::RemoteOutage,
     ];
 
     /// The default mix: everything that loses no data by design.
@@ -113,12 +121,19 @@ impl Kind {
             Kind::Power => "power",
             Kind::Failover => "failover",
             Kind::MirrorConfig => "mirror-config",
+            Kind::Wipe => "wipe",
+            Kind::RemoteOutage => "remote-outage",
         }
     }
 
     /// Whether the kind acts on cluster mirroring (and so needs the mirror workload).
     pub fn mirrors(self) -> bool {
         matches!(self, Kind::Failover | Kind::MirrorConfig)
+    }
+
+    /// Whether the kind acts on tiered storage's remote store (and so needs the tiered workload).
+    pub fn tiers(self) -> bool {
+        self == Kind::RemoteOutage
     }
 
     /// The kind called `name`.
@@ -139,6 +154,8 @@ impl Kind {
             "power-loss" => Kind::Power,
             "failover" | "failback" => Kind::Failover,
             "config" => Kind::MirrorConfig,
+            "wipe" => Kind::Wipe,
+            "remote-outage" | "remote-restore" => Kind::RemoteOutage,
             _ => return None,
         })
     }
@@ -158,9 +175,13 @@ impl Kind {
                 v.push("minority");
                 v
             }
-            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss | Kind::Power => {
-                NodeSpec::ALL.map(NodeSpec::name).to_vec()
-            }
+            Kind::Kill
+            | Kind::Pause
+            | Kind::Clock
+            | Kind::Loss
+            | Kind::Power
+            | Kind::Wipe
+            | Kind::RemoteOutage => NodeSpec::ALL.map(NodeSpec::name).to_vec(),
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
             Kind::Unclean | Kind::Failover | Kind::MirrorConfig => Vec::new(),
         }
@@ -184,7 +205,9 @@ impl Kind {
             | Kind::Clock
             | Kind::Corrupt
             | Kind::Failover
-            | Kind::MirrorConfig => Vec::new(),
+            | Kind::MirrorConfig
+            | Kind::Wipe
+            | Kind::RemoteOutage => Vec::new(),
         }
     }
 
@@ -208,6 +231,11 @@ impl Kind {
             // One node (Kafka's replication must cover it) or the whole cluster at once (only
             // per-message flush covers that).
             Kind::Power => vec!["one", "all"],
+            // One replica at a time: a wiped minority must rebuild from the others and the
+            // remote store; a wiped majority of one partition's replicas is data lost by design.
+            Kind::Wipe => vec!["one", "leader"],
+            // The whole store down (an object store outage), or one node cut off from it.
+            Kind::RemoteOutage => vec!["all", "one", "leader"],
         }
     }
 }
@@ -350,6 +378,7 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
         Arc::new(corrupt::Corrupt),
         Arc::new(options.unclean.clone()),
         Arc::new(power::Power),
+        Arc::new(tiered::Tiered),
     ];
     if let Some(setup) = &options.mirror {
         faults.push(Arc::new(mirror::MirrorFaults::new(setup.clone())));

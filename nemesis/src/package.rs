@@ -345,6 +345,33 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
             Vec::new(),
             perf("power loss", &["power-loss"], &[], "#B0B0B0"),
         ),
+        // A wipe starts its nodes again itself, as a power loss does.
+        Kind::Wipe => (
+            flip_flop(
+                move |rng| (op("wipe", aimed("targets", &targets, rng)), false),
+                undo("start"),
+            ),
+            Vec::new(),
+            perf("log dir wiped", &["wipe"], &[], "#8C8C8C"),
+        ),
+        Kind::RemoteOutage => (
+            flip_flop(
+                move |rng| {
+                    (
+                        op("remote-outage", json!({"targets": pick(&targets, rng)})),
+                        true,
+                    )
+                },
+                undo("remote-restore"),
+            ),
+            vec![op("remote-restore", json!({}))],
+            perf(
+                "remote store outage",
+                &["remote-outage"],
+                &["remote-restore"],
+                "#D9B38C",
+            ),
+        ),
     };
     Package {
         kind,

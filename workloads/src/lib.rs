@@ -6,10 +6,13 @@
 //!   Kafka queue test), judged by the queue checker.
 //! - [`mirror`]: the queue over two clusters, one mirroring the other, writes following
 //!   failovers and failbacks; judged by the same checker, which sees each op's cluster.
+//! - [`tiered`]: the queue on topics with tiered storage on, with small segments and short local
+//!   retention so data moves to the remote store during a short run.
 
 pub mod group;
 pub mod mirror;
 pub mod queue;
+pub mod tiered;
 
 /// The workloads the CLI offers, by name.
-pub const NAMES: &[&str] = &["queue", "mirror"];
+pub const NAMES: &[&str] = &["queue", "mirror", "tiered"];

@@ -88,6 +88,9 @@ pub struct QueueOptions {
     /// With a group consumer, the share of polls that commit instead.
     #[serde(default = "default_commit_fraction")]
     pub commit_fraction: f64,
+    /// Topic-level configs the topics are created with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topic_configs: BTreeMap<String, String>,
 }
 
 fn default_commit_fraction() -> f64 {
@@ -109,6 +112,7 @@ impl QueueOptions {
             producer: ProducerMode::Plain,
             consumer: ConsumerMode::Assign,
             commit_fraction: default_commit_fraction(),
+            topic_configs: BTreeMap::new(),
         }
     }
 
@@ -125,18 +129,27 @@ impl QueueOptions {
 #[derive(Debug, Clone)]
 pub struct Queue {
     options: QueueOptions,
+    name: &'static str,
 }
 
 impl Queue {
     /// A queue workload with `options`.
     pub fn new(options: QueueOptions) -> Self {
-        Queue { options }
+        Queue {
+            options,
+            name: "queue",
+        }
+    }
+
+    /// The queue under another workload's name (the checkers pick their checks by it).
+    pub fn named(options: QueueOptions, name: &'static str) -> Self {
+        Queue { options, name }
     }
 }
 
 impl Workload for Queue {
     fn name(&self) -> &'static str {
-        "queue"
+        self.name
     }
 
     fn options(&self) -> Value {
@@ -189,7 +202,7 @@ pub async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Resu
     }
     for t in &o.topics {
         let code = conn
-            .create_topic(t, o.partitions, o.replication_factor)
+            .create_topic_with(t, o.partitions, o.replication_factor, &o.topic_configs)
             .await?;
         match code.err() {
             None | Some(ResponseError::TopicAlreadyExists) => {}

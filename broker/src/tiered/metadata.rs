@@ -139,6 +139,8 @@ pub const METADATA_DIR: &str = "__remote_log_metadata";
 /// The metadata beside the data in a directory store (see the module doc for why).
 #[derive(Clone, Debug)]
 pub struct DirMetadataStore {
+    /// The remote store's root, which must be reachable for an absent partition to mean none.
+    remote_root: PathBuf,
     root: PathBuf,
 }
 
@@ -146,6 +148,7 @@ impl DirMetadataStore {
     /// The metadata under `<remote root>/__remote_log_metadata`.
     pub fn new(remote_root: &Path) -> Self {
         DirMetadataStore {
+            remote_root: remote_root.to_path_buf(),
             root: remote_root.join(METADATA_DIR),
         }
     }
@@ -202,7 +205,13 @@ impl RemoteLogMetadataStore for DirMetadataStore {
     ) -> Result<Vec<RemoteSegmentMetadata>, MetadataError> {
         let dir = self.root.join(partition.dir_name());
         let entries = match std::fs::read_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            // No segments yet, unless the store itself cannot be reached (it is down, not empty).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && super::storage::root_reachable(&self.remote_root) =>
+            {
+                return Ok(Vec::new())
+            }
             other => other.map_err(Self::io(&dir))?,
         };
         let mut out = Vec::new();
@@ -220,9 +229,19 @@ impl RemoteLogMetadataStore for DirMetadataStore {
 /// Whether a segment's epochs agree with a leader's epoch cache: each of its epochs is in the
 /// cache and starts inside that epoch's range there. Segments of another lineage (written by a
 /// leader whose log was later truncated away) are not this leader's data.
+///
+/// Below the cache's first entry the cache says nothing: a cache truncated from its start (a
+/// follower that took a leader's log start) keeps only the epoch covering the new start, so an
+/// epoch there no later than the first one is the partition's. Rejecting it made a follower that
+/// had followed a leader's log start, once leader, put its log start above every segment it could
+/// no longer place: acknowledged offsets still in the remote store became out of range.
 pub fn in_lineage(segment: &RemoteSegmentMetadata, cache: &[EpochEntry], log_end: i64) -> bool {
+    let first = cache.first();
     segment.end_offset < log_end
         && segment.segment_leader_epochs.iter().all(|(epoch, start)| {
+            if let Some(f) = first.filter(|f| *start < f.start_offset) {
+                return *epoch <= f.epoch;
+            }
             cache.iter().enumerate().any(|(i, e)| {
                 let next = cache.get(i + 1).map_or(log_end, |n| n.start_offset);
                 e.epoch == *epoch && e.start_offset <= *start && *start < next
@@ -440,6 +459,18 @@ mod tests {
         assert_eq!(highest_offset(&segments, &cache, 12), Some(5));
         // A segment reaching past the log end is not in the lineage either.
         assert_eq!(highest_offset(&segments[..2], &cache, 5), Some(2));
+    }
+
+    #[test]
+    fn segments_below_a_cache_truncated_from_its_start_stay_in_the_lineage() {
+        let (segments, _) = scenario_1();
+        // The cache a follower keeps after taking a leader's log start of 4: epoch 1 from 4.
+        let truncated = [entry(1, 4), entry(2, 5), entry(3, 7)];
+        assert!(segments.iter().all(|s| in_lineage(s, &truncated, 8)));
+        assert_eq!(highest_offset(&segments, &truncated, 8), Some(5));
+        // An epoch later than the first one cannot be below it.
+        let later = seg(7, 0, 1, &[(2, 0)]);
+        assert!(!in_lineage(&later, &truncated, 8));
     }
 
     #[test]

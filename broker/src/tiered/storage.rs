@@ -149,10 +149,16 @@ pub struct LocalDirStorage {
 }
 
 impl LocalDirStorage {
-    /// A store rooted at `root`, created if missing.
+    /// A store rooted at `root`, created if missing. A root that is a link to a directory not
+    /// there now is a store that cannot be reached now, not a configuration error: the broker
+    /// starts, and every access fails as `Unavailable` until the link leads somewhere again.
     pub fn new(root: &Path) -> Result<Self, RemoteStorageError> {
-        std::fs::create_dir_all(root)
-            .map_err(|e| RemoteStorageError::from_io(root.display(), e))?;
+        let dangling_link = std::fs::symlink_metadata(root).is_ok_and(|m| m.is_symlink())
+            && std::fs::metadata(root).is_err();
+        if !dangling_link {
+            std::fs::create_dir_all(root)
+                .map_err(|e| RemoteStorageError::from_io(root.display(), e))?;
+        }
         Ok(LocalDirStorage {
             root: root.to_path_buf(),
         })
@@ -160,6 +166,24 @@ impl LocalDirStorage {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// `e` as this store's error: a missing file is `NotFound` only while the store's root is
+    /// there, since a store that cannot be reached is not an empty one.
+    fn error(&self, what: impl fmt::Display, e: std::io::Error) -> RemoteStorageError {
+        if e.kind() == std::io::ErrorKind::NotFound && !root_reachable(&self.root) {
+            return RemoteStorageError::Unavailable {
+                what: what.to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "the remote store's root {} cannot be reached",
+                        self.root.display()
+                    ),
+                ),
+            };
+        }
+        RemoteStorageError::from_io(what, e)
     }
 
     fn file(&self, segment: &RemoteSegmentId, extension: &str) -> PathBuf {
@@ -233,7 +257,7 @@ impl RemoteStorage for LocalDirStorage {
             f.read_exact(&mut out)?;
             Ok(out)
         };
-        read().map_err(|e| RemoteStorageError::from_io(segment, e))
+        read().map_err(|e| self.error(segment, e))
     }
 
     fn fetch_index(
@@ -242,12 +266,14 @@ impl RemoteStorage for LocalDirStorage {
         kind: IndexKind,
     ) -> Result<Vec<u8>, RemoteStorageError> {
         let path = self.file(segment, kind.extension());
-        std::fs::read(&path).map_err(|e| {
-            RemoteStorageError::from_io(format_args!("{} of {segment}", kind.extension()), e)
-        })
+        std::fs::read(&path)
+            .map_err(|e| self.error(format_args!("{} of {segment}", kind.extension()), e))
     }
 
     fn delete_segment(&self, segment: &RemoteSegmentId) -> Result<(), RemoteStorageError> {
+        if !root_reachable(&self.root) {
+            return Err(self.error(segment, std::io::Error::from(std::io::ErrorKind::NotFound)));
+        }
         for extension in ["log", "leader-epoch-checkpoint", "snapshot"] {
             let path = self.file(segment, extension);
             match std::fs::remove_file(&path) {
@@ -262,6 +288,11 @@ impl RemoteStorage for LocalDirStorage {
         }
         Ok(())
     }
+}
+
+/// Whether a store's root directory is there to read (through any link to it).
+pub fn root_reachable(root: &Path) -> bool {
+    std::fs::metadata(root).is_ok_and(|m| m.is_dir())
 }
 
 #[cfg(test)]
@@ -321,6 +352,54 @@ mod tests {
         ));
         assert!(matches!(
             store.fetch_index(&seg, IndexKind::ProducerSnapshot),
+            Err(RemoteStorageError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn a_store_behind_a_link_that_leads_nowhere_is_unavailable_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        let link = dir.path().join("link");
+        let away = dir.path().join("unreachable");
+        std::fs::create_dir(&shared).unwrap();
+        std::os::unix::fs::symlink(&shared, &link).unwrap();
+        let store = LocalDirStorage::new(&link).unwrap();
+        let metadata = crate::tiered::metadata::DirMetadataStore::new(&link);
+        let log_file = dir.path().join("00000000000000000000.log");
+        std::fs::write(&log_file, b"0123").unwrap();
+        let seg = segment(0);
+        let data = SegmentData {
+            log_file: &log_file,
+            leader_epoch_index: b"",
+            producer_snapshot: b"",
+        };
+        store.copy_segment(&seg, data).unwrap();
+        // The outage: the link now leads to a directory that is not there.
+        let cut = dir.path().join("link.new");
+        std::os::unix::fs::symlink(&away, &cut).unwrap();
+        std::fs::rename(&cut, &link).unwrap();
+        let unavailable = |r: Result<Vec<u8>, RemoteStorageError>| {
+            matches!(r, Err(RemoteStorageError::Unavailable { .. }))
+        };
+        assert!(unavailable(store.fetch_segment(&seg, 0, None)));
+        assert!(unavailable(store.fetch_index(&seg, IndexKind::LeaderEpoch)));
+        assert!(matches!(
+            store.copy_segment(&segment(0), data),
+            Err(RemoteStorageError::Unavailable { .. })
+        ));
+        assert!(store.delete_segment(&seg).is_err());
+        use crate::tiered::metadata::RemoteLogMetadataStore as _;
+        assert!(metadata.list(&seg.partition).is_err(), "down, not empty");
+        // A broker starting during the outage starts; the store is reachable once the link is.
+        let during = LocalDirStorage::new(&link).unwrap();
+        std::os::unix::fs::symlink(&shared, &cut).unwrap();
+        std::fs::rename(&cut, &link).unwrap();
+        assert_eq!(during.fetch_segment(&seg, 0, None).unwrap(), b"0123");
+        assert!(metadata.list(&seg.partition).unwrap().is_empty());
+        // A missing file of a reachable store is still NotFound.
+        assert!(matches!(
+            store.fetch_segment(&segment(0), 0, None),
             Err(RemoteStorageError::NotFound { .. })
         ));
     }

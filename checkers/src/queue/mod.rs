@@ -14,7 +14,7 @@
 mod event;
 mod groups;
 mod hws;
-mod replicas;
+pub(crate) mod replicas;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,6 +26,7 @@ use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
 use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
+use crate::tiered::TieredHistory;
 use crate::Checker;
 
 pub(crate) use event::LineOp;
@@ -221,6 +222,10 @@ pub struct QueueAnalysis<'r> {
     /// Consumer groups' polls and commits.
     groups: Groups,
     mirror: MirrorHistory,
+    /// The wipes, for the tiered-storage checks.
+    tiered: TieredHistory,
+    /// The test map, which those read their broker settings from.
+    test: Value,
     /// The last failover or failback recorded an error and no direction it left mirroring in
     /// (a failback that started mirroring and timed out waiting for it records one).
     last_move_failed: bool,
@@ -264,6 +269,8 @@ impl<'r> QueueAnalysis<'r> {
             hws: SeenHws::default(),
             groups: Groups::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
+            tiered: TieredHistory::default(),
+            test: test.clone(),
             last_move_failed: false,
             stats: BTreeMap::new(),
             anomalies: Anomalies::default(),
@@ -399,6 +406,11 @@ impl<'r> QueueAnalysis<'r> {
             }
         }
         match ev.f {
+            "wipe" if ev.kind != OpType::Invoke => {
+                if let Err(problem) = self.tiered.observe_wipe(ev.index, &ev.value.json()) {
+                    self.warn(problem);
+                }
+            }
             "config" if config_op_enables_unclean(&ev.value.json()) => {
                 self.facts.forced_unclean = true;
                 self.facts.unclean_config_op = true;
@@ -858,6 +870,13 @@ impl<'r> QueueAnalysis<'r> {
         self.check_skips();
         self.check_groups();
         self.check_replicas();
+        crate::tiered::check(
+            &self.test,
+            &self.tiered,
+            self.replicas,
+            &self.finals,
+            &mut self.anomalies,
+        );
         let allowed = self.policy.allowed(&self.facts);
         let evidence = self.stats.values().any(|s| s.ok > 0) || !self.finals.logs.is_empty();
         self.anomalies

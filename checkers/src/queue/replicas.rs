@@ -16,7 +16,7 @@ use crate::results::{Anomalies, AnomalyKind};
 pub(crate) type Judge<'j> = dyn Fn(AnomalyKind, Place<'_>) -> Option<String> + 'j;
 
 /// The final committed log of one partition of one cluster: the leader replica's records below
-/// its high watermark. Without a replica marked leader, the one with the highest watermark.
+/// its high watermark, and below its local log start those of the remote store (tiered storage). Without a replica marked leader, the one with the highest watermark.
 /// When the leader's high watermark is unknown (its checkpoint was unreadable), every record it
 /// holds stands in: a value absent from the leader's whole log is certainly not committed.
 #[derive(Debug)]
@@ -90,11 +90,21 @@ impl<'r> FinalLogs<'r> {
                     _ => Some(i),
                 });
             if let Some(leader) = leader {
+                let mut start = replicas[leader].log_start_offset.unwrap_or(i64::MIN);
+                let mut records = committed(&replicas[leader]);
+                // With tiered storage the offsets below the local log are the remote store's.
+                if let Some((remote_start, mut below)) =
+                    crate::tiered::remote_prefix(&replicas[leader])
+                {
+                    start = remote_start;
+                    below.extend_from_slice(&records);
+                    records = Cow::Owned(below);
+                }
                 finals.logs.push(FinalLog {
                     leader,
                     hw: hw(leader),
-                    start: replicas[leader].log_start_offset.unwrap_or(i64::MIN),
-                    records: committed(&replicas[leader]),
+                    start,
+                    records,
                 });
                 readable.retain(|&i| i != leader);
                 readable.insert(0, leader);

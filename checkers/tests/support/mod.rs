@@ -157,6 +157,7 @@ pub fn replica(
             .map(|&(o, v, e)| Record::new(o, v, e))
             .collect(),
         error: None,
+        tiered: None,
     }
 }
 

@@ -202,6 +202,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                     epochs: epochs.clone(),
                     records: records.clone(),
                     error: None,
+                    tiered: None,
                 })
         })
         .collect()

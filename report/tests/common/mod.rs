@@ -122,6 +122,7 @@ pub fn replica(node: &str, role: &str, topic: &str, records: Vec<Record>, hw: i6
         epochs: vec![(0, 0).into(), (1, 3).into()],
         records,
         error: None,
+        tiered: None,
     }
 }
 

@@ -12,3 +12,4 @@ mod netns;
 mod signal;
 mod ssh;
 mod teardown;
+mod tiered;

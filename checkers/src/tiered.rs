@@ -1,0 +1,390 @@
+//! Tiered storage (KIP-405) and the follower fetch from the last tiered offset (KIP-1023), judged
+//! from what a run records (kips.md §5.3, T1 and T3):
+//!
+//! - the final replica states carry the remote store's segments with their records
+//!   (`dump-log --remote-dir`), so the final committed log of a tiered partition reaches below
+//!   its leader's local log start ([`remote_prefix`]): an acknowledged write that was uploaded
+//!   and then lost is a `lost-write` like any other;
+//! - a `wipe` fault records, per partition of the wiped node, the leader's tiered offsets just
+//!   before (ListOffsets -6, -5, -2, -4, in that order) and the node's replica once it was back in
+//!   the ISR.
+//!
+//! Anomalies:
+//! - `tiered-gap` (T1, every offset readable): an offset between the partition's log start and
+//!   its final leader's local log start that no finished remote segment of the leader's lineage
+//!   holds, or offsets that finished segments of the lineage hold below the partition's log
+//!   start (uploaded, never deleted, and out of range to every reader).
+//! - `remote-divergence`: two finished remote segments of the leader's lineage, or one of them
+//!   and the leader's local log, hold different records at one offset.
+//! - `tiered-bootstrap` (T1): a wiped follower that started from the remote store, with
+//!   `follower.fetch.last.tiered.offset.enable` on, started its local log below the earliest
+//!   pending upload its leader answered before the wipe (the earliest pending upload only grows
+//!   along a leader's lineage, so the segment covering it minus one ends at or after it; starting
+//!   lower fetches again what the remote store holds, KAFKA-13369's review finding), or came back
+//!   with another log start than the leader's, or with an epoch cache that differs from the final
+//!   leader's below where its local log starts.
+//! - `earliest-pending-upload` (T3): a leader's answer to ListOffsets -6 below its log start,
+//!   more than one past its highest tiered offset, or other than its log start while it knew
+//!   of nothing tiered.
+//!
+//! Pure, like every analysis of this crate.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::op::{EpochEntry, Record, RemoteSegment, ReplicaState};
+use crate::queue::replicas::FinalLogs;
+use crate::results::{Anomalies, AnomalyKind};
+
+/// The broker key that turns KIP-1023 on.
+pub const FETCH_LAST_TIERED_OFFSET_KEY: &str = "follower.fetch.last.tiered.offset.enable";
+
+/// What a `wipe` info records (see the nemesis's `tiered` module).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct WipeInfo {
+    /// One entry per partition directory the wipe deleted.
+    #[serde(default)]
+    pub partitions: Vec<WipedPartition>,
+}
+
+/// A partition of a wiped node.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WipedPartition {
+    /// The wiped node.
+    pub node: String,
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i64,
+    /// The leader's tiered offsets just before the wipe.
+    #[serde(default)]
+    pub leader: Option<LeaderOffsets>,
+    /// The node's replica once it was back in the ISR (absent when it was not in time).
+    #[serde(default)]
+    pub rejoined: Option<Rejoined>,
+}
+
+/// A leader's answers to ListOffsets -6, -5, -2 and -4.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LeaderOffsets {
+    /// The leader.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Why it did not answer; then the offsets are absent.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// -6: the earliest offset not yet uploaded (-1: not known).
+    #[serde(default)]
+    pub earliest_pending_upload: Option<i64>,
+    /// -5: the highest offset in the remote store (-1: none).
+    #[serde(default)]
+    pub highest_tiered_offset: Option<i64>,
+    /// -2: the partition's log start.
+    #[serde(default)]
+    pub log_start_offset: Option<i64>,
+    /// -4: the leader's local log start.
+    #[serde(default)]
+    pub local_log_start_offset: Option<i64>,
+}
+
+/// A wiped node's replica once it was back in the ISR.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Rejoined {
+    /// The partition's log start as the replica knows it.
+    #[serde(default)]
+    pub log_start_offset: Option<i64>,
+    /// Where its local log starts.
+    #[serde(default)]
+    pub local_log_start_offset: Option<i64>,
+    /// Its epoch cache.
+    #[serde(default)]
+    pub epochs: Vec<EpochEntry>,
+}
+
+/// The wipes of a history, in order, with their op indices.
+#[derive(Debug, Default)]
+pub struct TieredHistory {
+    wipes: Vec<(u64, WipeInfo)>,
+}
+
+impl TieredHistory {
+    /// Takes in a `wipe` info; a value that does not parse is a warning.
+    pub fn observe_wipe(&mut self, index: u64, value: &Value) -> Result<(), String> {
+        let info = WipeInfo::deserialize(value)
+            .map_err(|e| format!("op {index}: a wipe record that does not parse: {e}"))?;
+        self.wipes.push((index, info));
+        Ok(())
+    }
+}
+
+/// Whether the test's brokers fetch from the last tiered offset (the header's `broker_config`).
+pub fn flag_on(test: &Value) -> bool {
+    match test.pointer(&format!("/broker_config/{FETCH_LAST_TIERED_OFFSET_KEY}")) {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => s == "true",
+        _ => false,
+    }
+}
+
+/// Whether `segment` belongs to the lineage of a replica with epoch cache `cache` and log end
+/// `log_end`: each of its epochs is in the cache and starts inside that epoch's range there, and
+/// it ends before the log does. A segment of another lineage (uploaded by a leader whose later
+/// records were truncated away) is not the partition's data.
+///
+/// Below the cache's first entry the cache says nothing (a cache truncated from its start keeps
+/// only the epoch covering the new start): an epoch there no later than the first one counts.
+pub fn in_lineage(segment: &RemoteSegment, cache: &[EpochEntry], log_end: Option<i64>) -> bool {
+    if log_end.is_some_and(|end| segment.end_offset >= end) {
+        return false;
+    }
+    let first = cache.first();
+    segment.segment_leader_epochs.iter().all(|e| {
+        if let Some(f) = first.filter(|f| e.start_offset < f.start_offset) {
+            return e.epoch <= f.epoch;
+        }
+        let Some(i) = cache.iter().position(|c| c.epoch == e.epoch) else {
+            return false;
+        };
+        let next = cache.get(i + 1).map_or(i64::MAX, |c| c.start_offset);
+        cache[i].start_offset <= e.start_offset && e.start_offset < next
+    })
+}
+
+/// The finished remote segments of `r`'s lineage.
+fn lineage(r: &ReplicaState) -> impl Iterator<Item = &RemoteSegment> {
+    r.tiered
+        .iter()
+        .flat_map(|t| t.remote_segments.iter())
+        .filter(move |s| s.finished() && in_lineage(s, &r.epochs, r.log_end_offset))
+}
+
+/// The records of a replica below its local log start, from the finished remote segments of its
+/// lineage, by offset (the first segment holding an offset wins), and the partition's log start
+/// they begin at. `None` without a tiered side reaching below the local log.
+pub fn remote_prefix(r: &ReplicaState) -> Option<(i64, Vec<Record>)> {
+    let t = r.tiered.as_ref()?;
+    let local = r.log_start_offset?;
+    let start = t.log_start_offset.filter(|s| *s < local)?;
+    let mut by_offset: BTreeMap<i64, Record> = BTreeMap::new();
+    for s in lineage(r) {
+        for rec in s
+            .records
+            .iter()
+            .filter(|x| x.offset >= start && x.offset < local)
+        {
+            by_offset.entry(rec.offset).or_insert(*rec);
+        }
+    }
+    Some((start, by_offset.into_values().collect()))
+}
+
+/// Runs the tiered checks. `finals` are the final committed logs of `replicas`.
+pub(crate) fn check(
+    test: &Value,
+    history: &TieredHistory,
+    replicas: Option<&[ReplicaState]>,
+    finals: &FinalLogs<'_>,
+    anomalies: &mut Anomalies,
+) {
+    if let Some(replicas) = replicas {
+        for log in &finals.logs {
+            final_log(&replicas[log.leader], anomalies);
+        }
+    }
+    let flag = flag_on(test);
+    for (index, wipe) in &history.wipes {
+        for p in &wipe.partitions {
+            let Some(leader) = p.leader.as_ref().filter(|l| l.error.is_none()) else {
+                continue;
+            };
+            earliest_pending_upload(*index, p, leader, anomalies);
+            if let Some(r) = &p.rejoined {
+                let final_leader = replicas.and_then(|rs| {
+                    finals
+                        .logs
+                        .iter()
+                        .map(|l| &rs[l.leader])
+                        .find(|x| x.topic == p.topic && x.partition == p.partition)
+                });
+                bootstrap(*index, p, leader, r, flag, final_leader, anomalies);
+            }
+        }
+    }
+}
+
+/// `tiered-gap` and `remote-divergence` on a final leader's replica.
+fn final_log(r: &ReplicaState, anomalies: &mut Anomalies) {
+    let place = || json!({"cluster": r.cluster, "topic": r.topic, "partition": r.partition, "node": r.node});
+    let Some(local) = r.log_start_offset else {
+        return;
+    };
+    // Uploaded and never deleted, yet below where the partition is said to start: unreadable.
+    let claimed = r.tiered.as_ref().and_then(|t| t.log_start_offset);
+    let below = lineage(r)
+        .map(|s| s.start_offset)
+        .min()
+        .filter(|oldest| claimed.is_some_and(|c| *oldest < c.min(local)));
+    if let (Some(oldest), Some(claimed)) = (below, claimed) {
+        let mut entry = place();
+        entry["missing"] = json!([oldest, claimed.min(local) - 1]);
+        entry["log_start_offset"] = json!(claimed);
+        entry["why"] = json!("finished remote segments hold these offsets, yet the partition's log start is above them: out of range to every reader");
+        anomalies.push(AnomalyKind::TieredGap, entry);
+    }
+    if let Some((start, _)) = remote_prefix(r) {
+        // Every offset of [start, local) in some finished segment of the lineage.
+        let mut spans: Vec<(i64, i64)> =
+            lineage(r).map(|s| (s.start_offset, s.end_offset)).collect();
+        spans.sort_unstable();
+        let mut next = start;
+        let mut gaps = Vec::new();
+        for (lo, hi) in spans {
+            if lo > next && next < local {
+                gaps.push([next, lo.min(local) - 1]);
+            }
+            next = next.max(hi + 1);
+        }
+        if next < local {
+            gaps.push([next, local - 1]);
+        }
+        for [lo, hi] in gaps {
+            let mut entry = place();
+            entry["missing"] = json!([lo, hi]);
+            entry["log_start_offset"] = json!(start);
+            entry["local_log_start_offset"] = json!(local);
+            anomalies.push(AnomalyKind::TieredGap, entry);
+        }
+    }
+    let mut seen: BTreeMap<i64, (Record, String)> = r
+        .records
+        .iter()
+        .map(|x| (x.offset, (*x, "local".to_string())))
+        .collect();
+    for s in lineage(r) {
+        for rec in &s.records {
+            match seen.get(&rec.offset) {
+                Some((other, from)) if other.value != rec.value => {
+                    let mut entry = place();
+                    entry["offset"] = json!(rec.offset);
+                    entry["records"] =
+                        json!({ from.clone(): other, format!("segment {}", s.id): rec });
+                    anomalies.push(AnomalyKind::RemoteDivergence, entry);
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(rec.offset, (*rec, format!("segment {}", s.id)));
+                }
+            }
+        }
+    }
+}
+
+/// T3 on one answer of a leader.
+fn earliest_pending_upload(
+    index: u64,
+    p: &WipedPartition,
+    l: &LeaderOffsets,
+    anomalies: &mut Anomalies,
+) {
+    let (Some(epuo), Some(highest), Some(start)) = (
+        l.earliest_pending_upload,
+        l.highest_tiered_offset,
+        l.log_start_offset,
+    ) else {
+        return;
+    };
+    // -1 is the answer of a leader that has not yet learnt its tiered offsets.
+    if epuo == -1 {
+        return;
+    }
+    let why = if epuo < start {
+        Some(format!("below the log start {start}"))
+    } else if highest >= 0 && epuo - 1 > highest {
+        Some(format!(
+            "more than one past the highest tiered offset {highest}, read after it"
+        ))
+    } else if highest < 0 && epuo != start {
+        Some(format!(
+            "not the log start {start}, with nothing tiered (the leader answers the log start then)"
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        anomalies.push(
+            AnomalyKind::EarliestPendingUpload,
+            json!({"op_index": index, "topic": p.topic, "partition": p.partition,
+                   "leader": l.node, "earliest_pending_upload": epuo,
+                   "highest_tiered_offset": highest, "log_start_offset": start, "why": why}),
+        );
+    }
+}
+
+/// T1 on one wiped replica once it was back in the ISR.
+fn bootstrap(
+    index: u64,
+    p: &WipedPartition,
+    l: &LeaderOffsets,
+    r: &Rejoined,
+    flag: bool,
+    final_leader: Option<&ReplicaState>,
+    anomalies: &mut Anomalies,
+) {
+    let (Some(start), Some(local)) = (r.log_start_offset, r.local_log_start_offset) else {
+        return;
+    };
+    // It replicated everything from the log start: nothing to judge.
+    if local <= start {
+        return;
+    }
+    let mut whys = Vec::new();
+    if let (true, Some(epuo), Some(leader_start)) =
+        (flag, l.earliest_pending_upload, l.log_start_offset)
+    {
+        if epuo > leader_start && local < epuo {
+            whys.push(format!(
+                "its local log starts at {local}, below the earliest pending upload {epuo} the leader answered before the wipe: it fetched again what the remote store holds"
+            ));
+        }
+    }
+    let final_start = final_leader
+        .and_then(|f| f.tiered.as_ref())
+        .and_then(|t| t.log_start_offset);
+    // The partition's log start, when it stayed where it was at the wipe.
+    if let (Some(before), Some(after)) = (l.log_start_offset, final_start) {
+        if before == after && start != before {
+            whys.push(format!(
+                "its log start is {start}, the partition's is {before}"
+            ));
+        }
+    }
+    if let Some(f) = final_leader {
+        let below = |cache: &[EpochEntry]| -> Vec<EpochEntry> {
+            cache
+                .iter()
+                .copied()
+                .filter(|e| e.start_offset < local)
+                .collect()
+        };
+        let (mine, theirs) = (below(&r.epochs), below(&f.epochs));
+        if mine != theirs {
+            whys.push(format!(
+                "its epoch cache below {local} is {} where the final leader {} has {}",
+                json!(mine),
+                f.node,
+                json!(theirs)
+            ));
+        }
+    }
+    for why in whys {
+        anomalies.push(
+            AnomalyKind::TieredBootstrap,
+            json!({"op_index": index, "node": p.node, "topic": p.topic,
+                   "partition": p.partition, "local_log_start_offset": local,
+                   "log_start_offset": start, "leader": l.node,
+                   "earliest_pending_upload": l.earliest_pending_upload, "why": why}),
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Tiered storage: one tiny literal history per tiered anomaly (and the lost-write the remote
+//! store makes visible), and one clean history that must pass.
+//!
+//! The partition t/0 holds value v at offset v: 0–3 in epoch 0, 4–7 in epoch 1. Its leader n1
+//! keeps 4–7 locally; 0–1 and 2–3 are in the remote store. n2 holds everything locally; n3 was
+//! wiped and started again from the remote store.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{replica, Hist};
+use tidemark_checkers::{check, OpType, ReplicaState, Results, TieredSide, Validity};
+
+const FLAG: &str = "follower.fetch.last.tiered.offset.enable";
+
+fn test(flag: bool) -> Value {
+    json!({"workload": "tiered", "broker_config": {FLAG: flag.to_string()}})
+}
+
+/// A finished remote segment of t/0 holding `records` (offset, value, epoch).
+fn segment(id: &str, start: i64, end: i64, records: &[(i64, i64, i64)]) -> Value {
+    let mut epochs: Vec<[i64; 2]> = Vec::new();
+    for &(o, _, e) in records {
+        if epochs.last().is_none_or(|l| l[0] != e) {
+            epochs.push([e, o]);
+        }
+    }
+    json!({"id": id, "start_offset": start, "end_offset": end, "state": "COPY_SEGMENT_FINISHED",
+           "segment_leader_epochs": epochs, "broker_id": 1,
+           "records": records.iter().map(|&(o, v, e)| [o, v, e]).collect::<Vec<_>>()})
+}
+
+fn all() -> Vec<(i64, i64, i64)> {
+    (0..8).map(|v| (v, v, i64::from(v >= 4))).collect()
+}
+
+/// `r` with its local log starting at `local` and the remote store's `segments`.
+fn tiered(mut r: ReplicaState, local: i64, segments: &[Value]) -> ReplicaState {
+    r.records.retain(|x| x.offset >= local);
+    r.log_start_offset = Some(local);
+    r.tiered = Some(
+        serde_json::from_value::<TieredSide>(json!({
+            "log_start_offset": 0, "local_log_start_offset": local,
+            "remote_segments": segments,
+        }))
+        .unwrap(),
+    );
+    r
+}
+
+fn uploaded() -> Vec<Value> {
+    vec![
+        segment("a", 0, 1, &[(0, 0, 0), (1, 1, 0)]),
+        segment("b", 2, 3, &[(2, 2, 0), (3, 3, 0)]),
+    ]
+}
+
+fn replicas(segments: &[Value]) -> Vec<ReplicaState> {
+    vec![
+        tiered(replica("", "n1", true, 8, &all()), 4, segments),
+        replica("", "n2", false, 8, &all()),
+        tiered(replica("", "n3", false, 8, &all()), 4, segments),
+    ]
+}
+
+/// Every value sent and acknowledged at its offset, then n3 wiped: the leader answered the
+/// earliest pending upload `epuo` and highest tiered offset `highest` before, and n3 came back
+/// with its local log at `local` and `epochs`.
+fn history(epuo: i64, highest: i64, local: i64, epochs: Value) -> Hist {
+    let mut h = Hist::new();
+    for v in 0..8 {
+        h.send(v as u64, &[v], OpType::Ok, Some(v));
+    }
+    h.nemesis(
+        "wipe",
+        json!({"nodes": ["n3"], "kept": ["__cluster_metadata"],
+               "deleted": {"n3": {"t-0": 4096}},
+               "partitions": [{"node": "n3", "topic": "t", "partition": 0,
+                   "leader": {"node": "n1", "earliest_pending_upload": epuo,
+                              "earliest_pending_upload_epoch": 1, "highest_tiered_offset": highest,
+                              "log_start_offset": 0, "local_log_start_offset": 2},
+                   "rejoined": {"log_start_offset": 0, "local_log_start_offset": local,
+                                "log_end_offset": 8, "epochs": epochs}}],
+               "rejoined_after_s": 1.5}),
+    );
+    h
+}
+
+fn run(flag: bool, h: &Hist, replicas: &[ReplicaState]) -> Results {
+    check(&test(flag), h.ops.clone(), Some(replicas))
+}
+
+fn clean() -> Hist {
+    history(4, 3, 4, json!([[0, 0], [1, 4]]))
+}
+
+#[test]
+fn a_wiped_follower_started_after_the_last_tiered_segment_is_valid() {
+    let r = run(true, &clean(), &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}
+
+#[test]
+fn an_uploaded_write_missing_from_the_remote_store_is_lost_and_a_gap() {
+    let short = vec![
+        segment("a", 0, 1, &[(0, 0, 0), (1, 1, 0)]),
+        segment("b", 2, 2, &[(2, 2, 0)]),
+    ];
+    let r = run(true, &clean(), &replicas(&short));
+    assert_eq!(r.valid, Validity::Invalid);
+    assert_eq!(r.anomalies["tiered-gap"].len(), 1, "{r:#?}");
+    assert_eq!(r.anomalies["tiered-gap"][0]["missing"], json!([3, 3]));
+    let lost: Vec<&Value> = r.anomalies["lost-write"]
+        .iter()
+        .map(|e| &e["value"])
+        .collect();
+    assert_eq!(lost, vec![&json!(3)], "{r:#?}");
+}
+
+#[test]
+fn two_finished_segments_disagreeing_at_an_offset_are_remote_divergence() {
+    let mut segments = uploaded();
+    segments.push(segment("c", 2, 3, &[(2, 2, 0), (3, 33, 0)]));
+    let r = run(true, &clean(), &replicas(&segments));
+    assert!(
+        r.bad_anomaly_types
+            .contains(&"remote-divergence".to_string()),
+        "{r:#?}"
+    );
+    assert_eq!(r.anomalies["remote-divergence"][0]["offset"], 3);
+}
+
+#[test]
+fn a_segment_of_another_lineage_is_not_the_partitions_data() {
+    let mut segments = uploaded();
+    // Uploaded by a leader of epoch 5, which this lineage never had: not read, not judged.
+    segments.push(segment("z", 2, 3, &[(2, 92, 5), (3, 93, 5)]));
+    let r = run(true, &clean(), &replicas(&segments));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+}
+
+#[test]
+fn a_follower_starting_below_the_earliest_pending_upload_is_a_bad_bootstrap() {
+    // KAFKA-13369's off-by-one: n3 started at the leader's local log start 2, not after the
+    // segment (2–3) its state came from.
+    let h = history(4, 3, 2, json!([[0, 0], [1, 4]]));
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+    let why = r.anomalies["tiered-bootstrap"][0]["why"].as_str().unwrap();
+    assert!(why.contains("below the earliest pending upload 4"), "{why}");
+    // With the flag off the follower starts the old way, at the leader's local log start.
+    let r = run(false, &h, &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+}
+
+#[test]
+fn a_follower_with_another_epoch_cache_below_its_local_start_is_a_bad_bootstrap() {
+    let h = history(4, 3, 4, json!([[0, 0], [1, 2], [2, 4]]));
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+    let why = r.anomalies["tiered-bootstrap"][0]["why"].as_str().unwrap();
+    assert!(why.contains("epoch cache below 4"), "{why}");
+}
+
+#[test]
+fn an_earliest_pending_upload_past_the_highest_tiered_offset_breaks_t3() {
+    let h = history(6, 3, 6, json!([[0, 0], [1, 4]]));
+    let mut rs = replicas(&uploaded());
+    rs[2] = tiered(replica("", "n3", false, 8, &all()), 6, &uploaded());
+    let r = run(true, &h, &rs);
+    assert_eq!(
+        r.bad_anomaly_types,
+        vec!["earliest-pending-upload"],
+        "{r:#?}"
+    );
+    assert_eq!(
+        r.anomalies["earliest-pending-upload"][0]["earliest_pending_upload"],
+        6
+    );
+    // -1: a leader that has not learnt its tiered offsets yet; nothing to judge.
+    let h = history(-1, 3, 4, json!([[0, 0], [1, 4]]));
+    assert_eq!(run(true, &h, &replicas(&uploaded())).valid, Validity::Valid);
+    // Nothing tiered: the answer is the log start.
+    let h = history(2, -1, 4, json!([[0, 0], [1, 4]]));
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(
+        r.bad_anomaly_types,
+        vec!["earliest-pending-upload"],
+        "{r:#?}"
+    );
+}
+
+#[test]
+fn uploaded_offsets_below_the_claimed_log_start_are_a_gap() {
+    // The final leader's epoch cache was truncated at 2 (it took a leader's wrong log start) and
+    // it says the partition starts there, while segment 0–1 is still in the remote store.
+    let mut rs = replicas(&uploaded());
+    rs[0].epochs = vec![
+        tidemark_checkers::EpochEntry {
+            epoch: 0,
+            start_offset: 2,
+        },
+        tidemark_checkers::EpochEntry {
+            epoch: 1,
+            start_offset: 4,
+        },
+    ];
+    rs[0].tiered.as_mut().unwrap().log_start_offset = Some(2);
+    let r = run(true, &clean(), &rs);
+    assert!(
+        r.bad_anomaly_types.contains(&"tiered-gap".to_string()),
+        "{r:#?}"
+    );
+    assert_eq!(r.anomalies["tiered-gap"][0]["missing"], json!([0, 1]));
+    // Its truncated cache no longer matches what the wiped follower holds below 4 either.
+    assert!(r.anomalies["tiered-bootstrap"][0]["why"]
+        .as_str()
+        .unwrap()
+        .contains("epoch cache below 4"));
+}

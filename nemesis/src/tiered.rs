@@ -1,0 +1,455 @@
+//! Faults for tiered storage (KIP-405, KIP-1023): a node that loses its whole log directory, and a
+//! remote store that goes away for a while.
+//!
+//! - `wipe` kills each target, deletes everything in its data directory but the metadata quorum's
+//!   own log (`__cluster_metadata`, which Kafka keeps apart in `metadata.log.dir`: a controller
+//!   that forgot its votes would break the quorum, which is not what this fault tests), and
+//!   starts it empty. Before the kill it asks each partition's leader for its tiered offsets
+//!   (ListOffsets -2, -4, -5, -6); after the start it waits until the node is back in the ISR of
+//!   every partition it replicates and records its replicas as `dump-log` reads them. Those two
+//!   records are what the checkers judge the follower's start from the remote store by (T1, T3).
+//! - `remote-outage` takes the remote store away from its targets ([`RemoteStore`]): uploads and
+//!   remote reads fail there until `remote-restore` gives it back.
+//!
+//! Every `info` names the nodes, so replaying it acts on the same ones.
+//!
+//! [`RemoteStore`]: tidemark_harness::db::RemoteStore
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tidemark_harness::kafka::{error_name, Connection, ParseResponseErrorCode};
+use tidemark_harness::nemesis::NemesisContext;
+use tidemark_harness::remote;
+
+use crate::cluster::{block_on, ClusterView};
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{NodeSpec, TargetFields, Targets};
+
+/// The directory a wipe keeps: the metadata quorum's log.
+pub const KEPT: &str = "__cluster_metadata";
+
+/// How long a wiped node gets to catch up and rejoin every ISR before the op records that it
+/// did not.
+const REJOIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a leader gets to answer the tiered offsets.
+const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Long enough for the broker's checkpoints (written every 500 ms) to show the rejoined state.
+const CHECKPOINT_WAIT: Duration = Duration::from_millis(1200);
+
+/// The `wipe`, `remote-outage` and `remote-restore` faults.
+pub struct Tiered;
+
+/// A value of any of the three ops: a schedule's spec or a recorded `info`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TieredValue {
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    #[serde(default)]
+    targets: Option<NodeSpec>,
+    /// The cluster the op acts on (the engine reads it; the nodes are that cluster's).
+    #[serde(default, rename = "cluster")]
+    _cluster: Option<String>,
+    /// The mirror role the op was aimed at, when it was (recorded only).
+    #[serde(default, rename = "role")]
+    _role: Option<String>,
+    /// Written by a wipe's `info`: what was deleted on each node.
+    #[serde(default, rename = "deleted")]
+    _deleted: Option<Value>,
+    /// Written by a wipe's `info`: the partitions' tiered offsets and rejoined replicas.
+    #[serde(default, rename = "partitions")]
+    _partitions: Option<Value>,
+    /// Written by a wipe's `info`: the directory kept.
+    #[serde(default, rename = "kept")]
+    _kept: Option<Value>,
+    /// Written by a wipe's `info`: seconds until every wiped node was back in every ISR.
+    #[serde(default, rename = "rejoined_after_s")]
+    _rejoined_after_s: Option<Value>,
+}
+
+/// A parsed op.
+#[derive(Debug, PartialEq)]
+struct TieredOp {
+    f: TieredF,
+    targets: Targets,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TieredF {
+    Wipe,
+    Outage,
+    Restore,
+}
+
+impl TieredOp {
+    fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: TieredValue = parse(value)?;
+        let f = match f {
+            "wipe" => TieredF::Wipe,
+            "remote-outage" => TieredF::Outage,
+            "remote-restore" => TieredF::Restore,
+            other => return Err(format!("not a tiered-storage fault: {other}")),
+        };
+        // Giving the store back to every node is the final heal.
+        let default = (f == TieredF::Restore).then_some(NodeSpec::All);
+        let targets = TargetFields {
+            nodes: v.nodes,
+            targets: v.targets,
+        }
+        .targets(nodes, default)?;
+        Ok(TieredOp { f, targets })
+    }
+}
+
+impl Fault for Tiered {
+    fn fs(&self) -> &'static [&'static str] {
+        &["wipe", "remote-outage", "remote-restore"]
+    }
+
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(TieredOp::parse(f, value, nodes)?))
+    }
+}
+
+impl FaultOp for TieredOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        let nodes = env.resolve(&self.targets)?;
+        let mut record = json!({ "nodes": nodes });
+        if let Some(spec) = self.targets.spec_name() {
+            record["targets"] = json!(spec);
+        }
+        match self.f {
+            TieredF::Wipe => wipe(env, &nodes, record),
+            TieredF::Outage | TieredF::Restore => {
+                let Some(store) = env.cx.db.as_remote_store() else {
+                    return Err(Failed::nothing(
+                        "the database has no remote store (run the tiered workload)",
+                    ));
+                };
+                let cut = self.f == TieredF::Outage;
+                let (_, errors) =
+                    env.on_each(
+                        &nodes,
+                        |n| {
+                            if cut {
+                                store.cut(n)
+                            } else {
+                                store.restore(n)
+                            }
+                        },
+                    );
+                Failed::partly(record, &errors)
+            }
+        }
+    }
+}
+
+fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value, Failed> {
+    let db = env.cx.db;
+    let (Some(kill), Some(data)) = (db.as_kill(), db.as_data_dir()) else {
+        return Err(Failed::nothing(
+            "the database cannot be killed or has no data directory to wipe",
+        ));
+    };
+    record["kept"] = json!([KEPT]);
+    // The leaders' tiered offsets before anything is lost: the earliest pending upload only
+    // grows along a leader's lineage, so a follower that starts from the remote store must start
+    // at or after it.
+    let view = ClusterView::read(env.cx).ok();
+    let mut before: BTreeMap<(String, i32), Value> = BTreeMap::new();
+    if let Some(v) = &view {
+        for p in &v.partitions {
+            if p.replicas.iter().any(|r| nodes.contains(r)) && !p.topic.starts_with("__") {
+                let asked = leader_offsets(env.cx, v, &p.topic, p.partition);
+                before.insert((p.topic.clone(), p.partition), asked);
+            }
+        }
+    }
+    let (_, errors) = env.on_each(nodes, |n| kill.kill(n));
+    if !errors.is_empty() {
+        return Err(Failed {
+            done: json!({"killed": nodes}),
+            error: errors.join("; "),
+        });
+    }
+    let deleted: std::sync::Mutex<BTreeMap<String, Value>> = Default::default();
+    let (_, mut errors) = env.on_each(nodes, |n| {
+        let out = remote::run(n.remote.as_ref(), &wipe_command(&data.data_dir(n)))?;
+        deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(n.name.clone(), parse_deleted(&out));
+        Ok(())
+    });
+    let deleted = deleted.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut partitions = Vec::new();
+    for (node, entries) in &deleted {
+        for name in entries.as_object().into_iter().flat_map(|m| m.keys()) {
+            let Some((topic, partition)) = partition_dir(name) else {
+                continue;
+            };
+            let leader = before
+                .get(&(topic.to_string(), partition))
+                .cloned()
+                .unwrap_or_else(|| json!({"error": "not in the metadata before the wipe"}));
+            partitions.push(json!({
+                "node": node, "topic": topic, "partition": partition, "leader": leader,
+            }));
+        }
+    }
+    record["deleted"] = json!(deleted);
+    let (_, start_errors) = env.on_each(nodes, |n| kill.start(n));
+    errors.extend(start_errors);
+    if !errors.is_empty() {
+        record["partitions"] = json!(partitions);
+        return Failed::partly(record, &errors);
+    }
+    let started = Instant::now();
+    let rejoined = db
+        .as_replica_dump()
+        .and_then(|dump| wait_for_rejoin(env, nodes, &partitions, dump));
+    record["rejoined_after_s"] = json!(rejoined.as_ref().map(|_| started.elapsed().as_secs_f64()));
+    for (name, replicas) in rejoined.into_iter().flatten() {
+        for p in partitions.iter_mut().filter(|p| p["node"] == name.as_str()) {
+            let r = replicas
+                .iter()
+                .find(|r| r.state.topic == p["topic"] && p["partition"] == r.state.partition);
+            if let Some(r) = r {
+                p["rejoined"] = rejoined_state(&r.state);
+            }
+        }
+    }
+    record["partitions"] = json!(partitions);
+    Failed::partly(record, &errors)
+}
+
+/// Deletes every entry of the data directory but [`KEPT`], printing `<bytes>\t<name>` for each.
+fn wipe_command(dir: &std::path::Path) -> String {
+    format!(
+        "cd {dir} 2>/dev/null || exit 0; for e in * .[!.]*; do [ -e \"$e\" ] || continue; \
+         [ \"$e\" = {KEPT} ] && continue; \
+         printf '%s\\t%s\\n' \"$(du -sb -- \"$e\" | cut -f1)\" \"$e\"; rm -rf -- \"$e\"; done",
+        dir = remote::escape(&dir.display().to_string()),
+    )
+}
+
+/// The wipe command's output as `{name: bytes}`.
+fn parse_deleted(out: &str) -> Value {
+    let entries: BTreeMap<&str, u64> = out
+        .lines()
+        .filter_map(|l| {
+            let (bytes, name) = l.split_once('\t')?;
+            Some((name, bytes.trim().parse().ok()?))
+        })
+        .collect();
+    json!(entries)
+}
+
+/// A partition directory's topic and index (`t0-1`); internal topics (`__…`) are not the
+/// workload's.
+fn partition_dir(name: &str) -> Option<(&str, i32)> {
+    let (topic, index) = name.rsplit_once('-')?;
+    if topic.is_empty() || topic.starts_with("__") {
+        return None;
+    }
+    Some((topic, index.parse().ok()?))
+}
+
+/// The tiered offsets of a partition's leader: ListOffsets -6 first, then -5, so that the
+/// earliest pending upload is never newer than the highest tiered offset read beside it; then
+/// -2, -4 and -1 (the high watermark, which a rejoined replica must reach).
+fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i32) -> Value {
+    let Some(leader) = view.partition(topic, p).and_then(|p| p.leader.clone()) else {
+        return json!({"error": "no leader"});
+    };
+    let Some(node) = cx.nodes.iter().find(|n| n.name == leader) else {
+        return json!({"node": leader, "error": "not a node of the test"});
+    };
+    let addr = cx.db.endpoint(node);
+    let asked = block_on(async {
+        let ask = async {
+            let mut c = Connection::connect(cx.client.dialer.clone(), addr, ASK_TIMEOUT).await?;
+            let mut answers = Vec::new();
+            for ts in [-6, -5, -2, -4, -1] {
+                answers.push(c.list_offsets(topic, p, ts).await?);
+            }
+            Ok::<_, tidemark_harness::kafka::KafkaError>(answers)
+        };
+        tokio::time::timeout(ASK_TIMEOUT * 2, ask).await
+    });
+    let answers = match asked {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return json!({"node": leader, "error": e.to_string()}),
+        Err(_) => return json!({"node": leader, "error": "timed out"}),
+    };
+    if let Some((code, _, _)) = answers.iter().find(|(c, _, _)| c.err().is_some()) {
+        return json!({"node": leader, "error": error_name(*code)});
+    }
+    let (epuo, highest, start, local, end) =
+        (answers[0], answers[1], answers[2], answers[3], answers[4]);
+    json!({
+        "node": leader,
+        "high_watermark": end.1,
+        "earliest_pending_upload": epuo.1,
+        "earliest_pending_upload_epoch": epuo.2,
+        "highest_tiered_offset": highest.1,
+        "log_start_offset": start.1,
+        "local_log_start_offset": local.1,
+    })
+}
+
+/// Waits until each of `nodes` is in the ISR of every partition it replicates and holds every
+/// partition of `partitions` up to the high watermark its leader had before the wipe (an ISR
+/// read right after the start may still be the one from before the kill); then, once the
+/// checkpoints had time to show it, returns each node's replicas.
+fn wait_for_rejoin(
+    env: &Env<'_>,
+    nodes: &[String],
+    partitions: &[Value],
+    dump: &dyn tidemark_harness::db::ReplicaDump,
+) -> Option<BTreeMap<String, Vec<tidemark_harness::db::DumpedReplica>>> {
+    let wanted: BTreeSet<&String> = nodes.iter().collect();
+    let deadline = Instant::now() + REJOIN_TIMEOUT;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        let in_isrs = ClusterView::read(env.cx).is_ok_and(|view| {
+            view.partitions.iter().all(|p| {
+                p.replicas
+                    .iter()
+                    .filter(|r| wanted.contains(r))
+                    .all(|r| p.isr.contains(r))
+            })
+        });
+        if !in_isrs {
+            continue;
+        }
+        let caught_up = nodes.iter().all(|name| {
+            let Ok(node) = env.node(name) else {
+                return false;
+            };
+            let Ok(replicas) = dump.dump_replicas(node) else {
+                return false;
+            };
+            partitions
+                .iter()
+                .filter(|p| p["node"] == name.as_str())
+                .all(|p| {
+                    let hw = p["leader"]["high_watermark"].as_i64().unwrap_or(0);
+                    replicas.iter().any(|r| {
+                        r.state.topic == p["topic"]
+                            && p["partition"] == r.state.partition
+                            && r.state.log_end_offset.unwrap_or(0) >= hw
+                    })
+                })
+        });
+        if caught_up {
+            std::thread::sleep(CHECKPOINT_WAIT);
+            let mut out = BTreeMap::new();
+            for name in nodes {
+                let node = env.node(name).ok()?;
+                out.insert(name.clone(), dump.dump_replicas(node).ok()?);
+            }
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// What the checkers need of a rejoined replica: both log starts, its end and its epoch cache.
+fn rejoined_state(r: &tidemark_harness::db::ReplicaState) -> Value {
+    let local = r.log_start_offset;
+    let start = r.tiered.as_ref().and_then(|t| t.log_start_offset).or(local);
+    json!({
+        "log_start_offset": start,
+        "local_log_start_offset": local,
+        "log_end_offset": r.log_end_offset,
+        "epochs": r.epochs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_parse_specs_and_recorded_infos_and_name_bad_fields() {
+        let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let parse = |f: &str, v: Value| TieredOp::parse(f, &v, &nodes);
+        assert_eq!(
+            parse("wipe", json!({"targets": "leader"})),
+            Ok(TieredOp {
+                f: TieredF::Wipe,
+                targets: Targets::Spec(NodeSpec::Leader)
+            })
+        );
+        let info = json!({"nodes": ["n2"], "targets": "one", "kept": [KEPT],
+                          "deleted": {"n2": {"t0-0": 4096}}, "rejoined_after_s": 2.5,
+                          "partitions": [{"node": "n2", "topic": "t0", "partition": 0}]});
+        assert_eq!(
+            parse("wipe", info),
+            Ok(TieredOp {
+                f: TieredF::Wipe,
+                targets: Targets::Nodes(vec!["n2".into()])
+            })
+        );
+        assert_eq!(
+            parse("remote-restore", json!({})).map(|o| o.targets),
+            Ok(Targets::Spec(NodeSpec::All))
+        );
+        assert!(parse("remote-outage", json!({})).is_err());
+        let e = parse("remote-outage", json!({"targets": "all", "nodez": []})).unwrap_err();
+        assert!(e.contains("nodez"), "{e}");
+        let e = parse("wipe", json!({"nodes": ["n9"]})).unwrap_err();
+        assert!(e.contains("n9"), "{e}");
+    }
+
+    #[test]
+    fn the_wipe_lists_what_it_deleted_and_the_partitions_among_it() {
+        let out = "4096\tt0-0\n12\tmeta.properties\n8192\t__consumer_offsets-3\nbad line\n";
+        assert_eq!(
+            parse_deleted(out),
+            json!({"t0-0": 4096, "meta.properties": 12, "__consumer_offsets-3": 8192})
+        );
+        assert_eq!(partition_dir("t0-0"), Some(("t0", 0)));
+        assert_eq!(partition_dir("my-topic-12"), Some(("my-topic", 12)));
+        assert_eq!(partition_dir("__consumer_offsets-3"), None);
+        assert_eq!(partition_dir("meta.properties"), None);
+        assert_eq!(partition_dir("replication-offset-checkpoint"), None);
+    }
+
+    #[test]
+    fn the_wipe_command_keeps_the_quorum_log_and_deletes_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("t0-0")).unwrap();
+        std::fs::write(d.join("t0-0/00000000000000000000.log"), b"abc").unwrap();
+        std::fs::create_dir_all(d.join(KEPT)).unwrap();
+        std::fs::write(d.join(KEPT).join("log"), b"votes").unwrap();
+        std::fs::write(d.join("meta.properties"), b"x").unwrap();
+        std::fs::write(d.join(".lock"), b"").unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(wipe_command(d))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let deleted = parse_deleted(&String::from_utf8_lossy(&out.stdout));
+        let names: Vec<&String> = deleted.as_object().unwrap().keys().collect();
+        assert_eq!(names, vec![".lock", "meta.properties", "t0-0"]);
+        let left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(left, vec![KEPT.to_string()]);
+    }
+}

@@ -1,0 +1,202 @@
+//! `tidemark test --workload tiered` end to end on real namespaces: topics with tiered storage on,
+//! a remote store the brokers share, and the faults that test it. The correct broker stays valid
+//! through a remote-store outage, kills and wiped log directories, with data really in the remote
+//! store and wiped followers really starting from it; the injected `tiered-bootstrap-off-by-one`
+//! is caught by the tiered-bootstrap check.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::engine::*;
+use serde_json::{json, Value};
+
+fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const S: u64 = 1_000_000_000;
+
+/// Two wipes (any node, then a leader) between other faults, so each lands on a partition whose
+/// leader has already uploaded segments and kept some of them locally.
+fn schedule(dir: &Path, outage: bool) -> PathBuf {
+    let mut ops = Vec::new();
+    if outage {
+        ops.push(json!({"time": 5 * S, "f": "remote-outage", "value": {"targets": "all"}}));
+        ops.push(json!({"time": 8 * S, "f": "remote-restore", "value": {}}));
+    }
+    ops.extend([
+        json!({"time": 10 * S, "f": "wipe", "value": {"targets": "one"}}),
+        json!({"time": 16 * S, "f": "kill", "value": {"targets": "leader"}}),
+        json!({"time": 18 * S, "f": "start", "value": {"targets": "all"}}),
+        json!({"time": 20 * S, "f": "wipe", "value": {"targets": "leader"}}),
+    ]);
+    let path = dir.join("tiered-faults.json");
+    std::fs::write(&path, Value::Array(ops).to_string()).unwrap();
+    path
+}
+
+/// Runs the tiered workload for 25 s under `schedule` with `extra` arguments; returns the run
+/// directory and its results.
+fn tiered_run(schedule: &Path, extra: &[&str], store: &Path) -> (PathBuf, Value) {
+    let schedule = schedule.display().to_string();
+    let mut args = vec![
+        "--workload",
+        "tiered",
+        "--nemesis-schedule",
+        &schedule,
+        "--time-limit",
+        "25",
+        "--seed",
+        "5",
+    ];
+    args.extend_from_slice(extra);
+    let out = tidemark_test(&args, store);
+    let run = std::fs::canonicalize(store.join("latest")).unwrap_or_default();
+    let results = std::fs::read(run.join("results.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{args:?}: no verdict (exit {:?}):\n{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    (run, results)
+}
+
+/// The recorded wipes' partitions.
+fn wiped(history: &[Value]) -> Vec<Value> {
+    history
+        .iter()
+        .filter(|o| o["f"] == "wipe" && o["type"] == "info")
+        .flat_map(|o| {
+            o["value"]["partitions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn tiered_options_are_checked() {
+    let e = usage_error(&["--nemesis", "kill,remote-outage"]);
+    assert!(
+        e.contains("the remote-outage fault kind needs --workload tiered"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
+    if !root_or_skip("wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid") {
+        return;
+    }
+    broker();
+    let dir = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let (run, results) = tiered_run(&schedule(dir.path(), true), &[], store.path());
+    assert_eq!(
+        strings(&results["bad_anomaly_types"]),
+        Vec::<String>::new(),
+        "{}",
+        run.display()
+    );
+    assert_eq!(results["valid"], true, "{}", run.display());
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    assert_eq!(test["workload"], "tiered");
+    assert_eq!(
+        test["broker_config"]["follower.fetch.last.tiered.offset.enable"],
+        "true"
+    );
+    let history = json_lines(&run.join("history.jsonl"));
+    let ops = &history[1..];
+    for f in ["remote-outage", "remote-restore", "wipe"] {
+        let done: Vec<&Value> = ops
+            .iter()
+            .filter(|o| o["f"] == f && o["type"] == "info")
+            .collect();
+        assert!(!done.is_empty(), "no {f}");
+        assert!(done.iter().all(|o| o["error"].is_null()), "{done:?}");
+    }
+    // Each wipe deleted partition directories, kept the quorum's log, and the node came back
+    // into every ISR; at least one of its replicas started from the remote store (its local log
+    // after the partition's start, at or after the earliest pending upload).
+    let parts = wiped(ops);
+    assert!(!parts.is_empty());
+    let from_remote: Vec<&Value> = parts
+        .iter()
+        .filter(|p| {
+            let r = &p["rejoined"];
+            r["local_log_start_offset"].as_i64() > r["log_start_offset"].as_i64()
+        })
+        .collect();
+    assert!(
+        !from_remote.is_empty(),
+        "no wiped replica started from the remote store: {parts:?}"
+    );
+    for p in &from_remote {
+        let epuo = p["leader"]["earliest_pending_upload"].as_i64().unwrap();
+        assert!(
+            p["rejoined"]["local_log_start_offset"].as_i64().unwrap() >= epuo,
+            "{p}"
+        );
+    }
+    // The data really moved: each partition has a replica whose local log starts above the
+    // partition's, the offsets between held by finished remote segments with their records.
+    let replicas = json_lines(&run.join("replicas.jsonl"));
+    for (topic, partition) in [("t0", 0), ("t0", 1), ("t1", 0), ("t1", 1)] {
+        let moved = replicas.iter().any(|r| {
+            let t = &r["tiered"];
+            r["topic"] == topic
+                && r["partition"] == partition
+                && t["log_start_offset"].as_i64() < t["local_log_start_offset"].as_i64()
+                && t["remote_segments"].as_array().unwrap().iter().any(|s| {
+                    s["state"] == "COPY_SEGMENT_FINISHED"
+                        && !s["records"].as_array().unwrap().is_empty()
+                })
+        });
+        assert!(
+            moved,
+            "{topic}/{partition}: nothing below a local log start"
+        );
+    }
+    assert_nothing_left(&test);
+}
+
+#[test]
+fn the_tiered_bootstrap_off_by_one_is_caught() {
+    if !root_or_skip("the_tiered_bootstrap_off_by_one_is_caught") {
+        return;
+    }
+    broker();
+    let dir = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let (run, results) = tiered_run(
+        &schedule(dir.path(), false),
+        &["--inject-bug", "tiered-bootstrap-off-by-one"],
+        store.path(),
+    );
+    assert!(
+        strings(&results["bad_anomaly_types"]).contains(&"tiered-bootstrap".to_string()),
+        "{}: {}",
+        run.display(),
+        results["anomaly_types"]
+    );
+    assert_eq!(results["valid"], false);
+}
