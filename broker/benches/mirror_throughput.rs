@@ -74,6 +74,7 @@ fn catch_up(b: &common::Cluster, a: &common::Cluster, end: i64) -> Duration {
         MirrorRequest::Create {
             mirror: "a-to-b".into(),
             source_bootstrap: a.running().join(","),
+            configs: Default::default(),
         },
     );
     let start = Instant::now();
