@@ -298,7 +298,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            synced(&f, &["app.web", "app.test1", "billing", "billing2", "xapp.web"]),
+            synced(
+                &f,
+                &["app.web", "app.test1", "billing", "billing2", "xapp.web"]
+            ),
             ["app.web", "billing"]
         );
     }
@@ -312,7 +315,10 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_patterns_are_refused() {
         let e = filter(&[("mirror.group.include", "g")]).unwrap_err();
-        assert!(e.contains("unknown mirror config `mirror.group.include`"), "{e}");
+        assert!(
+            e.contains("unknown mirror config `mirror.group.include`"),
+            "{e}"
+        );
         let e = filter(&[(GROUPS_EXCLUDE, "g,(")]).unwrap_err();
         assert!(e.contains("mirror.groups.exclude: `(`"), "{e}");
     }
