@@ -81,8 +81,10 @@ impl CatchUp {
     /// Records per second while mirroring, from the first records seen to the last; none when
     /// the first sample already showed them all.
     fn steady_rate(&self, end: i64) -> Option<f64> {
-        (self.first.1 < end)
-            .then(|| (end - self.first.1) as f64 / (self.total - self.first.0).as_secs_f64())
+        if self.first.1 == end {
+            return None;
+        }
+        Some((end - self.first.1) as f64 / (self.total - self.first.0).as_secs_f64())
     }
 }
 
