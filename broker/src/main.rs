@@ -112,6 +112,10 @@ enum MirrorOp {
         mirror: String,
         #[arg(long)]
         source_bootstrap: String,
+        /// A mirror config as KEY=VALUE (`mirror.groups.include`, `mirror.groups.exclude`);
+        /// repeatable.
+        #[arg(long = "config", value_parser = parse_config)]
+        configs: Vec<(String, String)>,
     },
     /// Start mirroring topics (creating them with the source's topic ids, or failing back).
     Start {
@@ -165,9 +169,11 @@ impl MirrorOp {
             MirrorOp::Create {
                 mirror,
                 source_bootstrap,
+                configs,
             } => MirrorRequest::Create {
                 mirror,
                 source_bootstrap,
+                configs: configs.into_iter().collect(),
             },
             MirrorOp::Start { mirror, topics } => MirrorRequest::Start { mirror, topics },
             MirrorOp::Stop { mirror, topics } => MirrorRequest::Stop { mirror, topics },
@@ -182,6 +188,12 @@ impl MirrorOp {
             MirrorOp::Recover { mirror, topics } => MirrorRequest::Recover { mirror, topics },
         }
     }
+}
+
+fn parse_config(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
 }
 
 fn admin(op: AdminOp) -> ExitCode {

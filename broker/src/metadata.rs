@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::mirror::groups::GroupFilter;
 use crate::mirror::rules::MirrorState;
 
 /// File holding the metadata image in the log directory.
@@ -53,6 +54,9 @@ pub struct MirrorRegistration {
     pub name: String,
     pub source_bootstrap: String,
     pub source_cluster_id: String,
+    /// Whose consumer group offsets are synced (`mirror.groups.include`/`exclude`).
+    #[serde(default)]
+    pub groups: GroupFilter,
 }
 
 /// A topic's mirror and the mirror state of each of its partitions.

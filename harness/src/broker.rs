@@ -706,6 +706,7 @@ impl Mirror for TidemarkBroker {
             let req = MirrorRequest::Create {
                 mirror: name.to_string(),
                 source_bootstrap,
+                configs: Default::default(),
             };
             mirror_api::call_any(destination, &req)
                 .await?

@@ -9,6 +9,8 @@
 //! the body is one compact-bytes field holding the typed request or response as JSON, followed
 //! by an empty tagged-field section.
 
+use std::collections::BTreeMap;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use serde::{Deserialize, Serialize};
@@ -133,6 +135,10 @@ pub enum MirrorRequest {
     Create {
         mirror: String,
         source_bootstrap: String,
+        /// The mirror's own configs (KIP-1279's CreateClusterMirror `Config`), such as
+        /// `mirror.groups.include`; absent ones keep their defaults.
+        #[serde(default)]
+        configs: BTreeMap<String, String>,
     },
     Start {
         mirror: String,

@@ -1351,6 +1351,7 @@ mod tests {
             name: "a-to-b".into(),
             source_bootstrap: "h:1".into(),
             source_cluster_id: "A".into(),
+            groups: Default::default(),
         };
         let create = ControllerCommand::CreateMirror {
             mirror: mirror.clone(),

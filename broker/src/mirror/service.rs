@@ -11,6 +11,7 @@ use tracing::info;
 
 use super::client::{call, connect_any, metadata};
 use super::context::MirrorContext;
+use super::groups::GroupFilter;
 use super::rules::{lookup_lmle, MirrorState};
 use super::store::read_lmle;
 use super::wire::{
@@ -69,7 +70,10 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
         MirrorRequest::Create {
             mirror,
             source_bootstrap,
+            configs,
         } => {
+            let groups = GroupFilter::from_configs(&configs)
+                .map_err(|m| ApiError::new(errors::INVALID_CONFIG, m))?;
             let mut conn = connect_any(&source_bootstrap, "tidemark-mirror")
                 .await
                 .map_err(api_err(errors::REQUEST_TIMED_OUT))?;
@@ -93,6 +97,7 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
                         name: mirror,
                         source_bootstrap,
                         source_cluster_id,
+                        groups,
                     },
                 },
                 |i| i.mirrors.contains_key(&name),
