@@ -7,9 +7,8 @@
 //!   that all three members share it, and that wait (and the JoinGroup/SyncGroup/OffsetFetch
 //!   round trips) is reported apart, as `join`;
 //! - a member exits (`-e`) only once a fetch at the end of each of its partitions came back
-//!   empty, which the broker holds for the consumer's `fetch.wait.max.ms` (500 ms), and then
-//!   commits and leaves the group. That fixed tail is the same for one member or three, so it
-//!   is reported apart too, as the rate `to exit`.
+//!   empty, and then commits and leaves the group. That tail is reported apart too, as the
+//!   rate `to exit`.
 //!
 //! Each read also reports the CPU the consumers and the brokers used and how busy the whole
 //! machine was, so a ratio held down by the cores (three consumers and three brokers share this
