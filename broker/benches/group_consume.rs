@@ -57,7 +57,12 @@ fn cpu_seconds(pid: u32) -> f64 {
         .rsplit_once(')')
         .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
     // After the command: state, ..., utime (field 14) and stime (field 15).
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     (ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND
 }
 
@@ -115,9 +120,10 @@ fn read_in_group(bootstrap: &str, brokers: &[u32], group: &str, members: usize) 
                 }
                 // Read its CPU time once it has exited, before reaping it.
                 let pid = child.id();
-                while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
-                {
+                while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                    s.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                }) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 let exit = Instant::now();
