@@ -1,6 +1,6 @@
-//! Property test of the log: random appends, truncations, flushes and crashes (the segment file
-//! cut at a random byte past what was flushed) never lose a flushed batch and never serve a
-//! corrupt one.
+//! Property test of the log: random appends, truncations, flushes and crashes (a segment file
+//! holding unflushed data, rolled or active, cut at a random byte past what was flushed) never
+//! lose a flushed batch and never serve a corrupt one.
 
 use proptest::prelude::*;
 use tidemark_broker::log::testing::{batch, values};
@@ -11,7 +11,8 @@ enum Step {
     Append(u8),
     Flush,
     Truncate(u8),
-    Crash(u16),
+    /// Which segment holding unflushed data is torn, and where past the flushed data.
+    Crash(u8, u16),
     Reopen,
 }
 
@@ -20,7 +21,7 @@ fn step() -> impl Strategy<Value = Step> {
         6 => (1u8..4).prop_map(Step::Append),
         2 => Just(Step::Flush),
         1 => any::<u8>().prop_map(Step::Truncate),
-        2 => any::<u16>().prop_map(Step::Crash),
+        2 => (any::<u8>(), any::<u16>()).prop_map(|(s, cut)| Step::Crash(s, cut)),
         1 => Just(Step::Reopen),
     ]
 }
@@ -69,24 +70,31 @@ proptest! {
                     // Truncation is synchronous; what remains stays flushed.
                     flushed = end;
                 }
-                Step::Crash(cut) => {
-                    let files = segment_files(dir.path());
-                    let active = files.last().unwrap().clone();
+                Step::Crash(which, cut) => {
                     let headers = log.batch_headers().unwrap();
-                    let active_base = headers.last().map_or(0, |(_, base, _)| *base);
-                    let len = std::fs::metadata(&active).unwrap().len();
-                    // Where flushed data ends inside the active segment: rolled segments were
-                    // flushed when they rolled.
-                    let flushed_end = headers
-                        .iter()
-                        .filter(|(_, base, _)| *base == active_base)
-                        .find(|(_, _, h)| h.base_offset >= flushed as i64)
-                        .map_or(len, |(pos, _, _)| *pos);
+                    // Each segment's file and where flushed data ends in it. A rolled segment is
+                    // flushed in the background, so it is as exposed as the active one until a
+                    // flush; a crash may tear any file past its flushed bytes.
+                    let exposed: Vec<(std::path::PathBuf, u64, u64)> = segment_files(dir.path())
+                        .into_iter()
+                        .map(|file| {
+                            let base: i64 = file.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+                            let len = std::fs::metadata(&file).unwrap().len();
+                            let flushed_end = headers
+                                .iter()
+                                .filter(|(_, b, _)| *b == base)
+                                .find(|(_, _, h)| h.base_offset >= flushed as i64)
+                                .map_or(len, |(pos, _, _)| *pos);
+                            (file, flushed_end, len)
+                        })
+                        .filter(|(_, flushed_end, len)| flushed_end < len)
+                        .collect();
                     drop(log);
-                    // A crash tears only the unflushed tail of the active segment.
-                    let min = flushed_end.min(len);
-                    let new_len = min + (cut as u64) % (len - min + 1);
-                    std::fs::OpenOptions::new().write(true).open(&active).unwrap().set_len(new_len).unwrap();
+                    if !exposed.is_empty() {
+                        let (file, min, len) = &exposed[which as usize % exposed.len()];
+                        let new_len = min + (cut as u64) % (len - min + 1);
+                        std::fs::OpenOptions::new().write(true).open(file).unwrap().set_len(new_len).unwrap();
+                    }
                     let (reopened, _) = PartitionLog::open(dir.path(), settings).unwrap();
                     log = reopened;
                     let end = log.log_end_offset() as usize;

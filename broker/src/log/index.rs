@@ -116,4 +116,13 @@ impl OffsetIndex {
             .sync_data()
             .map_err(|e| LogError::io(&self.path, e))
     }
+
+    /// A second handle on the index file and its path, for a flush from another thread.
+    pub fn file_handle(&self) -> Result<(File, PathBuf), LogError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| LogError::io(&self.path, e))?;
+        Ok((file, self.path.clone()))
+    }
 }

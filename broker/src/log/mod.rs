@@ -16,7 +16,7 @@ use bytes::BytesMut;
 use batch::BatchHeader;
 use epoch_cache::LeaderEpochCache;
 use producer_state::{Admission, ProducerError, ProducerStates};
-use segment::Segment;
+use segment::{RolledSegment, Segment};
 
 /// Makes a directory's entries durable: a file created, renamed or removed in it survives a power
 /// loss only after this (Kafka flushes the directory on segment roll and log creation too).
@@ -108,6 +108,12 @@ pub struct PartitionLog {
     epochs: LeaderEpochCache,
     producers: ProducerStates,
     unflushed_messages: u64,
+    /// fsyncs of rolled segments still running on their own threads. As in Kafka, a roll hands
+    /// the old segment's flush to the background: done inline it held every append (and the
+    /// partition) for as long as the disk took to write up to a whole segment of page cache.
+    /// `flush` waits for them, so whatever a flush promised durable is, and so does `close`,
+    /// so the clean-shutdown marker still means every segment is on disk.
+    rolled_flushes: Vec<std::thread::JoinHandle<Result<(), LogError>>>,
 }
 
 impl PartitionLog {
@@ -181,6 +187,7 @@ impl PartitionLog {
             epochs,
             producers: ProducerStates::default(),
             unflushed_messages: 0,
+            rolled_flushes: Vec::new(),
         };
         if let Some((path, reason)) = unusable {
             // The batches carry their partition leader epochs: the cache can be derived again.
@@ -495,7 +502,10 @@ impl PartitionLog {
         let active_size = self.active().size();
         if active_size > 0 && active_size + bytes.len() as u64 > self.settings.segment_bytes {
             let base = self.log_end_offset();
-            self.active().flush()?;
+            self.reap_rolled_flushes(false)?;
+            let rolled = self.active().rolled()?;
+            self.rolled_flushes
+                .push(std::thread::spawn(move || RolledSegment::flush(rolled)));
             producer_state::write_snapshot(&self.dir, base, &self.producers)?;
             self.segments
                 .insert(base, Segment::create(&self.dir, base)?);
@@ -527,11 +537,29 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// fsyncs the active segment (older segments were flushed when they rolled).
+    /// fsyncs the active segment, after the rolled segments' background flushes have finished.
     pub fn flush(&mut self) -> Result<(), LogError> {
+        self.reap_rolled_flushes(true)?;
         self.active().flush()?;
         self.unflushed_messages = 0;
         Ok(())
+    }
+
+    /// Collects the rolled segments' flushes that have finished, or all of them with `wait`, and
+    /// returns the first error any of them met.
+    fn reap_rolled_flushes(&mut self, wait: bool) -> Result<(), LogError> {
+        let mut result = Ok(());
+        for flush in std::mem::take(&mut self.rolled_flushes) {
+            if !wait && !flush.is_finished() {
+                self.rolled_flushes.push(flush);
+                continue;
+            }
+            let outcome = flush.join().expect("a segment flush does not panic");
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        result
     }
 
     /// Reads whole batches starting with the one that holds `offset`, stopping before
@@ -611,6 +639,8 @@ impl PartitionLog {
             .expect("a log always has a segment");
         seg.truncate_to(offset)?;
         seg.flush()?;
+        // What is left is durable, as it was when rolls flushed inline.
+        self.reap_rolled_flushes(true)?;
         let leo = self.log_end_offset();
         self.epochs.truncate_from_end(leo)?;
         self.rebuild_producer_states(&mut Vec::new())

@@ -28,6 +28,23 @@ pub struct Segment {
     max_timestamp: i64,
 }
 
+/// A segment no longer appended to, to be fsynced away from the append path: its own handles on
+/// the segment's files, so the flush needs no access to the log (and a segment deleted meanwhile
+/// is flushed harmlessly).
+pub struct RolledSegment {
+    log: (File, PathBuf),
+    index: (File, PathBuf),
+}
+
+impl RolledSegment {
+    pub fn flush(self) -> Result<(), LogError> {
+        for (file, path) in [self.log, self.index] {
+            file.sync_data().map_err(|e| LogError::io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
 /// What a CRC scan of a segment found.
 pub struct ScanOutcome {
     /// Bytes of valid batches from the start of the file.
@@ -163,6 +180,18 @@ impl Segment {
             .sync_data()
             .map_err(|e| LogError::io(&self.log_path, e))?;
         self.index.flush()
+    }
+
+    /// Its files, to fsync from another thread once it has rolled (see [`RolledSegment`]).
+    pub fn rolled(&self) -> Result<RolledSegment, LogError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        Ok(RolledSegment {
+            log: (file, self.log_path.clone()),
+            index: self.index.file_handle()?,
+        })
     }
 
     /// The first batch whose last offset is ≥ `offset`: its position and header.
