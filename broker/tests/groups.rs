@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::client::{create_topic, read_all};
-use common::{kcat, BrokerProc, Cluster};
+use common::{kcat, BrokerProc, Cluster, PYTHON};
 use tidemark_broker::group::{partition_for, OFFSETS_TOPIC};
 use tidemark_broker::replica::client::KafkaConnection;
 
@@ -24,15 +24,15 @@ fn script() -> PathBuf {
 
 /// Runs the confluent-kafka helper to completion and returns its stdout.
 fn confluent(args: &[&str]) -> String {
-    let out = Command::new("python3")
+    let out = Command::new(PYTHON)
         .arg(script())
         .args(args)
         .output()
-        .expect("python3 must be installed");
+        .expect("the clients' Python must be installed: run scripts/setup-host");
     assert!(
         out.status.success(),
         "confluent_group.py {args:?} failed ({}); is confluent-kafka installed \
-         (pip install -r scripts/python-requirements.txt)?\n{}",
+         (scripts/setup-host installs it)?\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -47,14 +47,14 @@ struct GroupConsumer {
 
 impl GroupConsumer {
     fn start(bootstrap: &str, topic: &str, group: &str, out: PathBuf) -> Self {
-        let child = Command::new("python3")
+        let child = Command::new(PYTHON)
             .arg(script())
             .args(["consume", bootstrap, topic, group])
             .arg(&out)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("python3 must be installed");
+            .expect("the clients' Python must be installed: run scripts/setup-host");
         GroupConsumer { child, out }
     }
 

@@ -10,9 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::client::{create_topic, read_all};
-use common::Cluster;
-
-const PYTHON: &str = "/var/lib/tidemark/python-venv/bin/python";
+use common::{Cluster, PYTHON};
 
 /// Starts `script` under the clients' Python with `args`; stdout piped.
 fn python(script: &str, args: &[&str]) -> std::process::Child {

@@ -13,6 +13,10 @@ use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
+/// The Python that `scripts/setup-host` installs the client libraries into
+/// (scripts/python-requirements.txt).
+pub const PYTHON: &str = "/var/lib/tidemark/python-venv/bin/python";
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
