@@ -36,19 +36,7 @@ fn strings(v: &Value) -> Vec<String> {
 fn mirror_run(args: &[&str], store: &Path) -> (PathBuf, Value) {
     let mut all = vec!["--workload", "mirror"];
     all.extend_from_slice(args);
-    let out = tidemark_test(&all, store);
-    let run = std::fs::canonicalize(store.join("latest")).unwrap_or_default();
-    let results = std::fs::read(run.join("results.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "{args:?}: no verdict (exit {:?}):\n{}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    (run, results)
+    run_with_verdict(&all, store)
 }
 
 #[test]

@@ -63,19 +63,7 @@ fn tiered_run(schedule: &Path, extra: &[&str], store: &Path) -> (PathBuf, Value)
         "5",
     ];
     args.extend_from_slice(extra);
-    let out = tidemark_test(&args, store);
-    let run = std::fs::canonicalize(store.join("latest")).unwrap_or_default();
-    let results = std::fs::read(run.join("results.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "{args:?}: no verdict (exit {:?}):\n{}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    (run, results)
+    run_with_verdict(&args, store)
 }
 
 /// The recorded wipes' partitions.

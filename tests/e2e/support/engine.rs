@@ -18,6 +18,24 @@ pub fn tidemark_test(args: &[&str], store: &Path) -> Output {
         .unwrap()
 }
 
+/// Runs `tidemark test ARGS` into `store` and returns the run directory and its results,
+/// whatever the exit code; panics with stderr when the run left no verdict.
+pub fn run_with_verdict(args: &[&str], store: &Path) -> (PathBuf, Value) {
+    let out = tidemark_test(args, store);
+    let run = std::fs::canonicalize(store.join("latest")).unwrap_or_default();
+    let results = std::fs::read(run.join("results.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{args:?}: no verdict (exit {:?}):\n{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    (run, results)
+}
+
 /// The stderr of a `tidemark test` that must refuse its arguments as bad input (exit 254).
 pub fn usage_error(args: &[&str]) -> String {
     let store = tempfile::tempdir().unwrap();
