@@ -598,25 +598,36 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             return Err(Problem::Harness(why));
         }
     }
-    // Runs are recorded in one fixed place whichever runtime made them; a dead one's leftovers
-    // (namespaces here, or brokers and firewall rules on SSH hosts) are removed first.
+    // Runs are recorded in one fixed place whichever runtime made them. A dead run's brokers and
+    // firewall chain on a host this run needs would collide with it: refuse. Anything else it
+    // left (namespaces carry their run's id) is named, and this run goes on.
     let state_dir = leftovers::state_dir().map_err(|e| Problem::Harness(format!("{e:#}")))?;
     let found = leftovers::find(&state_dir).map_err(|e| Problem::Harness(format!("{e:#}")))?;
-    let (dead, unknown): (Vec<_>, Vec<_>) = found.iter().partition(|l| l.owner_known());
-    if !dead.is_empty() {
-        let list: Vec<String> = dead.iter().map(|l| format!("  {l}")).collect();
+    let these_hosts = hosts.as_ref().map(|(h, _)| h.hosts());
+    let (blocking, other): (Vec<_>, Vec<_>) = found
+        .iter()
+        .partition(|l| l.collides_with(these_hosts.as_deref()));
+    if !blocking.is_empty() {
+        let list: Vec<String> = blocking.iter().map(|l| format!("  {l}")).collect();
         return Err(Problem::Harness(format!(
-            "a killed run left resources behind:\n{}\nremove them with `tidemark teardown` \
-             and start again",
+            "a killed run left resources behind on these hosts:\n{}\nremove them with \
+             `tidemark teardown` and start again",
             list.join("\n")
         )));
     }
-    for l in unknown {
-        eprintln!(
-            "tidemark: note: {l} has no owner on record; `tidemark teardown --force --run {}` \
-             removes it",
-            l.run
-        );
+    for l in other {
+        if l.owner_known() {
+            eprintln!(
+                "tidemark: note: {l} was killed and left resources behind; `tidemark teardown` \
+                 removes them"
+            );
+        } else {
+            eprintln!(
+                "tidemark: note: {l} has no owner on record; `tidemark teardown --force --run {}` \
+                 removes it",
+                l.run
+            );
+        }
     }
     let run_id = leftovers::new_run_id();
     let runtime: Box<dyn Runtime> = match hosts {

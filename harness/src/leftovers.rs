@@ -4,7 +4,8 @@
 //! to create, namespaces and a work directory on this machine or directories, processes and
 //! firewall rules on SSH hosts. Everything a run creates carries the prefix [`PREFIX`] or its run
 //! id. A run whose owner is gone (killed with -9, machine rebooted half way) is a leftover:
-//! `tidemark test` refuses to start over one and `tidemark teardown` removes it. Runs whose owner
+//! `tidemark test` refuses to start on hosts a leftover still occupies, names the others, and
+//! `tidemark teardown` removes them. Runs whose owner
 //! is alive are never touched, so concurrent runs do not disturb each other; namespaces nobody
 //! recorded are removed only when asked to by force.
 
@@ -193,6 +194,18 @@ impl Leftover {
     /// Whether a record names the run's owner (and so says it is gone).
     pub fn owner_known(&self) -> bool {
         self.state.is_some()
+    }
+
+    /// Whether a new run on `hosts` (`None`: namespaces on this machine) would meet what this
+    /// run left: its brokers' ports, its directory and its firewall chain on a host they share.
+    /// Namespaces carry their run's id, so a new namespace run never meets a dead one's.
+    pub fn collides_with(&self, hosts: Option<&[std::net::SocketAddr]>) -> bool {
+        match (self.state.as_ref().map(|s| &s.resources), hosts) {
+            (Some(Resources::Hosts { hosts: left, .. }), Some(new)) => left
+                .iter()
+                .any(|l| new.iter().any(|n| n.ip() == l.addr.ip())),
+            _ => false,
+        }
     }
 
     /// The run's work directory on this machine, if it has one.
@@ -474,20 +487,49 @@ mod tests {
         assert!(!RunState::path(dir.path(), "dead").exists());
     }
 
+    fn on_hosts(addrs: &[&str]) -> Resources {
+        Resources::Hosts {
+            hosts: addrs
+                .iter()
+                .map(|a| SshConfig {
+                    user: "root".into(),
+                    addr: a.parse().unwrap(),
+                    key_file: Some(PathBuf::from("/k")),
+                    use_agent: false,
+                    known_hosts: crate::ssh::KnownHosts::Ignore,
+                    timeout: std::time::Duration::from_secs(3),
+                })
+                .collect(),
+            run_dir: PathBuf::from("/tmp/tidemark-hosts/r1"),
+        }
+    }
+
+    #[test]
+    fn only_a_dead_run_on_a_shared_host_stands_in_a_new_runs_way() {
+        let left = |resources| Leftover {
+            run: "dead".into(),
+            state: Some(RunState {
+                start_ticks: 1,
+                ..RunState::current("dead", resources).unwrap()
+            }),
+            record: None,
+            namespaces: Vec::new(),
+        };
+        let on_hosts_run = left(on_hosts(&["10.0.0.1:22", "10.0.0.2:22"]));
+        let shared: Vec<std::net::SocketAddr> = vec!["10.0.0.2:2222".parse().unwrap()];
+        let apart: Vec<std::net::SocketAddr> = vec!["10.0.0.3:22".parse().unwrap()];
+        assert!(on_hosts_run.collides_with(Some(&shared)));
+        assert!(!on_hosts_run.collides_with(Some(&apart)));
+        assert!(!on_hosts_run.collides_with(None));
+        let netns_run = left(netns("/w/dead"));
+        assert!(!netns_run.collides_with(None));
+        assert!(!netns_run.collides_with(Some(&shared)));
+    }
+
     #[test]
     fn records_round_trip_with_what_the_run_made() {
         let dir = tempfile::tempdir().unwrap();
-        let hosts = Resources::Hosts {
-            hosts: vec![SshConfig {
-                user: "root".into(),
-                addr: "10.0.0.1:22".parse().unwrap(),
-                key_file: Some(PathBuf::from("/k")),
-                use_agent: false,
-                known_hosts: crate::ssh::KnownHosts::Ignore,
-                timeout: std::time::Duration::from_secs(3),
-            }],
-            run_dir: PathBuf::from("/tmp/tidemark-hosts/r1"),
-        };
+        let hosts = on_hosts(&["10.0.0.1:22"]);
         let state = RunState::current("r1", hosts).unwrap();
         state.write(dir.path()).unwrap();
         let back: RunState =

@@ -71,6 +71,7 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
         return;
     }
     broker();
+    let _turn = hosts_turn();
     let work = tempfile::tempdir().unwrap();
     let (mut machines, nodes, client_key) = machines(work.path(), 3);
     let record = serde_json::json!({"runtime": machines.describe()});
@@ -142,6 +143,7 @@ fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
         return;
     }
     broker();
+    let _turn = hosts_turn();
     let work = tempfile::tempdir().unwrap();
     let (mut machines, nodes, client_key) = machines(work.path(), 2);
     let record = serde_json::json!({"runtime": machines.describe()});

@@ -80,7 +80,9 @@ fn a_live_run_survives_teardown_under_another_tmpdir() {
         "a live run is listed for removal: {}",
         text(&dry.stdout)
     );
-    let real = teardown(&[], other_tmp.path());
+    // Named or not, a live run is not torn down (a teardown of every run would also take
+    // other tests' killed runs from under them).
+    let real = teardown(&["--run", &run], other_tmp.path());
     assert!(!text(&real.stdout).contains(&run), "{}", text(&real.stdout));
     assert!(namespaces().contains(&runtime.namespace("n1")));
     assert_eq!(
@@ -270,6 +272,7 @@ fn a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record() {
         return;
     }
     broker();
+    let _turn = hosts_turn();
     let m = Machines::new();
     let (run, hosts_dir) = m.killed_run();
 
@@ -280,7 +283,23 @@ fn a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record() {
         "the dead hosts run is not listed: {listed}{}",
         text(&dry.stderr)
     );
-    let done = m.tidemark(&["teardown"]).output().unwrap();
+    // Another run on these hosts would meet the dead run's brokers and firewall chain.
+    let refused = m
+        .tidemark(&["test", "--runtime", "hosts", "--nodes-file"])
+        .arg(&m.nodes_file)
+        .arg("--ssh-key")
+        .arg(&m.client_key)
+        .args(["--time-limit", "5", "--quiet", "--store"])
+        .arg(m.work.path().join("refused"))
+        .output()
+        .unwrap();
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(255), "{stderr}");
+    assert!(
+        stderr.contains(&format!("run {run}")) && stderr.contains("tidemark teardown"),
+        "{stderr}"
+    );
+    let done = m.tidemark(&["teardown", "--run", &run]).output().unwrap();
     assert!(
         text(&done.stdout).contains(&format!("removed run {run}")),
         "{}{}",
@@ -307,6 +326,7 @@ fn a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force() {
         return;
     }
     broker();
+    let _turn = hosts_turn();
     let m = Machines::new();
     let (run, hosts_dir) = m.killed_run();
     // As if the run had been started from another machine.

@@ -3,8 +3,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
+
+static HOSTS: Mutex<()> = Mutex::new(());
+
+/// One `--runtime hosts` test at a time: every test's SSH machines are namespaces with the same
+/// addresses, and a run killed on them would, rightly, stop another test's run on "its" hosts.
+pub fn hosts_turn() -> MutexGuard<'static, ()> {
+    HOSTS.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// `tidemark test ARGS --quiet --store STORE`, run to its end.
 pub fn tidemark_test(args: &[&str], store: &Path) -> Output {
