@@ -956,6 +956,49 @@ impl Partition {
         })
     }
 
+    /// KIP-1279's failover barrier: appends a `MIRROR_PID_RESET` control batch naming the
+    /// cluster the topic mirrored from, as leader in `leader_epoch`, and returns its offset. Kafka
+    /// writes it with acks=all, so it is refused while the ISR is below min.insync.replicas.
+    pub fn append_failover_barrier(
+        &self,
+        source_cluster_id: &str,
+        leader_epoch: i32,
+    ) -> Result<i64, String> {
+        let strict = self.strict_min_isr();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let barrier = crate::log::batch::mirror_pid_reset_batch(source_cluster_id, now_ms);
+        let (offset, hw) = self.with_state(|s| {
+            if !s.is_leader() || s.leader_epoch() != leader_epoch {
+                return Err(format!("no longer the leader in epoch {leader_epoch}"));
+            }
+            if s.registration.isr.len() < s.config.min_insync_replicas as usize {
+                return Err(format!(
+                    "ISR {:?} is smaller than min.insync.replicas {}",
+                    s.registration.isr, s.config.min_insync_replicas
+                ));
+            }
+            let info = s
+                .log
+                .append_as_leader(&barrier, leader_epoch)
+                .map_err(|e| e.to_string())?;
+            s.maybe_increment_high_watermark(strict);
+            Ok((info.first_offset, s.high_watermark))
+        })?;
+        self.publish_high_watermark(hw);
+        Ok(offset)
+    }
+
+    /// The newest failover barrier naming `source_cluster_id` that opens a leader epoch of
+    /// this replica's log, as (offset, epoch).
+    pub fn failover_barrier(
+        &self,
+        source_cluster_id: &str,
+    ) -> Result<Option<(i64, i32)>, LogError> {
+        self.with_state(|s| s.log.failover_barrier(source_cluster_id))
+    }
+
     /// The latest leader epoch in this replica's log, or -1.
     pub fn latest_epoch(&self) -> i32 {
         self.with_state(|s| s.log.latest_epoch())

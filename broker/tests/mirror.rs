@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::client::{create_topic, create_topic_assigned, produce};
+use common::client::{
+    create_topic, create_topic_assigned, init_producer_id, produce, produce_idempotent,
+};
 use common::Cluster;
 use serde_json::Value;
 use tidemark_broker::mirror::rules::MirrorState;
@@ -328,9 +330,16 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
             "B's epoch after failover {eb} is not above the LMLE {ea}"
         ));
     }
+    // The failover barrier (MIRROR_PID_RESET) takes offset 3, the first of B's new epoch.
+    let barrier = describe_t(&b).and_then(|d| d.barrier_offset);
+    if barrier != Some(3) {
+        return Err(format!("B's failover barrier at {barrier:?}, expected 3"));
+    }
     let at = write(&b, &[103])?;
-    if at != 3 {
-        return Err(format!("r3' landed at {at}, expected 3"));
+    if at != 4 {
+        return Err(format!(
+            "r3' landed at {at}, expected 4 (after the barrier)"
+        ));
     }
     if log_of(&b, 1).0.last().map(|r| r.2) != Some(eb as i64) {
         return Err(format!(
@@ -417,6 +426,79 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
         return Err(format!("dump-log of B: {}", replica(&b, 1)));
     }
     Ok(())
+}
+
+/// Produces one idempotent batch to `t`-0 on the cluster's leader, retrying while there is no
+/// leader to take it.
+fn write_idempotent(c: &Cluster, producer: (i64, i16, i32), values: &[i64]) -> Result<i64, i16> {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let leader = c.partition_state("t", 0).map_or(-1, |s| s.0);
+        let r = if leader > 0 {
+            produce_idempotent(
+                &c.addr(leader),
+                "t",
+                producer,
+                values,
+                Duration::from_secs(5),
+            )
+        } else {
+            Err(-100)
+        };
+        match r {
+            Err(6 | -100) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Both clusters hand out producer ids from the same range, so after a failover the new
+/// writer's first idempotent producer has the id of the source's. The failover barrier ends the
+/// mirrored producers' state, on append and when the log is loaded again: the local producer
+/// starts afresh, neither refused as out of order nor answered as a retry of the source's batch
+/// (which acknowledges a write that is never stored).
+#[test]
+fn a_producer_id_the_source_used_starts_afresh_after_failover() {
+    let a = cluster("A", 1, "", None);
+    let mut b = cluster("B", 1, "", None);
+    assert_eq!(create_topic(&a.addr(1), "t", 1, 1, &[]), 0);
+    let (code, pid, epoch) = init_producer_id(&a.addr(1), None);
+    assert_eq!(code, 0);
+    for seq in 0..3 {
+        let at = write_idempotent(&a, (pid, epoch, seq), &[10 + i64::from(seq)]);
+        assert_eq!(at, Ok(i64::from(seq)));
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    b.wait_for("B mirrors A's three batches", T, |b| {
+        log_of(b, 1).0.len() == 3
+    });
+    stop(&b, "a-to-b").unwrap();
+    wait_state(&b, "B stopped", MirrorState::Stopped);
+    assert_eq!(describe_t(&b).and_then(|d| d.barrier_offset), Some(3));
+
+    let (code, local_pid, local_epoch) = init_producer_id(&b.addr(1), None);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (local_pid, local_epoch),
+        (pid, epoch),
+        "the scenario needs B's first producer id to be A's"
+    );
+    assert_eq!(write_idempotent(&b, (pid, epoch, 0), &[20]), Ok(4));
+    assert_eq!(write_idempotent(&b, (pid, epoch, 1), &[21]), Ok(5));
+    // Loaded again from the segments (no snapshot after kill -9): a retry of seq 1 is B's own
+    // batch, not A's at offset 1, and seq 2 follows.
+    b.node(1).kill9();
+    b.node(1).restart();
+    assert_eq!(write_idempotent(&b, (pid, epoch, 1), &[21]), Ok(5));
+    assert_eq!(write_idempotent(&b, (pid, epoch, 2), &[22]), Ok(6));
+    let values: Vec<(i64, i64)> = log_of(&b, 1).0.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        values,
+        [(0, 10), (1, 11), (2, 12), (4, 20), (5, 21), (6, 22)]
+    );
 }
 
 #[test]
@@ -618,16 +700,21 @@ fn s_ule_flag_true_converges_after_a_later_election() {
 }
 
 /// The documented limitation with the flag false: replica 2 never took part in the LMLE
-/// truncation and keeps r1 in the epoch B owns; once it leads, A and B differ.
+/// truncation and keeps r1 and r2 in the epoch B owns (B's failover barrier at offset 1 and 100
+/// at 2); once it leads, A and B differ.
 #[test]
 fn s_ule_flag_false_shows_the_documented_limitation() {
     let (a, b) = s_ule(false, None).unwrap();
     assert_eq!(values_of(&b), [0, 100]);
-    assert_eq!(values_of(&a), [0, 1], "replica 2 kept r1 where B has 100");
     assert_eq!(
-        a[1].2, b[1].2,
-        "same epoch, different cluster: undetectable"
+        values_of(&a),
+        [0, 1, 2],
+        "replica 2 kept r1 and r2 where B has its barrier and 100"
     );
+    let at_2 = |records: &Records| records.iter().find(|r| r.0 == 2).map(|r| (r.1, r.2));
+    let (a2, b2) = (at_2(&a).unwrap(), at_2(&b).unwrap());
+    assert_ne!(a2.0, b2.0);
+    assert_eq!(a2.1, b2.1, "same epoch, different cluster: undetectable");
 }
 
 /// A's first fetch asks B for A's epoch of r4, which B never wrote: the partition fails and

@@ -6,12 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::client::{create_topic, produce_records, read_all};
+use common::client::{
+    create_topic, init_producer_id, produce_idempotent, produce_records, read_all,
+};
 use common::BrokerProc;
-use kafka_protocol::messages::{InitProducerIdRequest, TransactionalId};
-use kafka_protocol::protocol::StrBytes;
-use tidemark_broker::log::testing::idempotent_batch;
-use tidemark_broker::replica::client::KafkaConnection;
 
 const MESSAGE_TOO_LARGE: i16 = 10;
 const INVALID_REQUEST: i16 = 42;
@@ -77,24 +75,6 @@ fn default_limit_refuses_a_thirty_megabyte_record() {
     );
 }
 
-/// InitProducerId at v4 (flexible): `(error code, producer id, epoch)`.
-fn init_producer_id(addr: &str, transactional_id: Option<&str>) -> (i16, i64, i16) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut c = KafkaConnection::connect(addr, T, "test").await.unwrap();
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(
-                transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))),
-            )
-            .with_transaction_timeout_ms(60_000);
-        let resp = c.call(4, &req).await.unwrap();
-        (resp.error_code, resp.producer_id.0, resp.producer_epoch)
-    })
-}
-
 /// Sends one idempotent batch of decimal values with acks=all.
 fn send(
     addr: &str,
@@ -104,16 +84,7 @@ fn send(
     seq: i32,
     values: &[i64],
 ) -> Result<i64, i16> {
-    let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
-    let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
-    produce_records(
-        addr,
-        topic,
-        0,
-        idempotent_batch(&refs, pid, epoch, seq),
-        -1,
-        T,
-    )
+    produce_idempotent(addr, topic, (pid, epoch, seq), values, T)
 }
 
 /// [`send`] once the restarted broker leads the partition again (it serves before it leads).

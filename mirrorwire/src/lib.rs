@@ -286,6 +286,10 @@ pub struct PartitionDescription {
     pub last_error: Option<String>,
     /// What a PREPARING partition waits for (e.g. replicas to join the ISR).
     pub waiting_for: Option<String>,
+    /// A STOPPED partition's producer-id reset barrier, written by its failover: every record
+    /// below this offset was mirrored, every one after it written here.
+    #[serde(default)]
+    pub barrier_offset: Option<i64>,
 }
 
 /// Encodes a JSON body as compact bytes plus an empty tagged-field section.

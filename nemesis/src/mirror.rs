@@ -644,8 +644,9 @@ type Described = anyhow::Result<Vec<(String, PartitionDescription)>>;
 
 /// Per partition of `topics` on `cluster`: the LMLE, the destination's log end offset (under
 /// `offset_key`) and the state as `after` shows them, the state `before`, and the leader epoch
-/// metadata shows now. A failover records the log end as `mirrored_offset`, where the clusters
-/// part; a failback's log end is past its truncation point, so it goes under another name.
+/// metadata shows now. A failover records where the clusters part as `mirrored_offset`: the
+/// offset of the producer-id reset barrier its stop wrote, else (a broker that writes none) the
+/// log end; a failback's log end is past its truncation point, so it goes under another name.
 fn partitions(
     cluster: &ClientContext,
     topics: &[String],
@@ -668,7 +669,7 @@ fn partitions(
                 .map(|(t, p)| {
                     let mut entry = json!({
                         "topic": t, "partition": p.partition, "lmle": p.lmle,
-                        offset_key: p.destination_offset,
+                        offset_key: p.barrier_offset.unwrap_or(p.destination_offset),
                         "epoch": epochs.get(&(t.clone(), p.partition)),
                         "state_before": state_before(t, p.partition), "state": p.state,
                         "source_offset": p.source_offset,

@@ -131,14 +131,11 @@ pub enum ControllerCommand {
     RecoverMirrorPartitions {
         topic: String,
     },
-    /// The last failover step of a STOPPING partition: STOPPED, and (unless `bump` is false) the
-    /// leader epoch raised to at least `min_epoch` in the same change, so no client write can
-    /// land before the bump.
+    /// The last failover step of a STOPPING partition: STOPPED. Its leader bumped the epoch
+    /// and wrote the producer-id reset barrier before asking, so client writes land after both.
     CompleteMirrorStop {
         topic: String,
         partition: i32,
-        min_epoch: i32,
-        bump: bool,
     },
     /// A broker takes the next block of producer ids (Kafka's AllocateProducerIds): blocks
     /// never overlap, so producer ids are unique across the cluster.
@@ -876,12 +873,7 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             }
             ControllerReply::Done
         }
-        ControllerCommand::CompleteMirrorStop {
-            topic,
-            partition,
-            min_epoch,
-            bump,
-        } => {
+        ControllerCommand::CompleteMirrorStop { topic, partition } => {
             let state = image.mirror_state(topic, *partition);
             if state != Some(MirrorState::Stopping) {
                 return error(
@@ -894,9 +886,6 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 m.partitions[*partition as usize].state = MirrorState::Stopped;
             }
             let p = &mut t.partitions[*partition as usize];
-            if *bump {
-                p.leader_epoch = bumped_epoch(p.leader_epoch, *min_epoch);
-            }
             p.partition_epoch += 1;
             ControllerReply::Partition(p.clone())
         }
@@ -1413,12 +1402,10 @@ mod tests {
             &ControllerCommand::CompleteMirrorStop {
                 topic: "m".into(),
                 partition: 0,
-                min_epoch: epoch + 4,
-                bump: true,
             },
         );
         assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Stopped));
-        assert_eq!(image.topics["m"].partitions[0].leader_epoch, epoch + 4);
+        assert_eq!(image.topics["m"].partitions[0].leader_epoch, epoch);
         // Failback onto the same topic needs the same id and partition count.
         let start = |id: u128, partitions| ControllerCommand::StartMirrorTopic {
             mirror: "a-to-b".into(),

@@ -3,7 +3,7 @@
 //! and walks the records only to count them (decompressing a compressed batch, as Kafka's
 //! validation does), so a header cannot claim records the batch does not hold.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{self, Decompressor};
 
 /// Bytes before the first record: the fixed v2 header.
@@ -24,6 +24,15 @@ const TRANSACTIONAL_BIT: i16 = 1 << 4;
 const CONTROL_BIT: i16 = 1 << 5;
 const COMPRESSION_MASK: i16 = 0x7;
 
+/// Control record type of KIP-1279's barrier (`MIRROR_PID_RESET`): written when a mirror topic
+/// fails over, it ends every producer id learned from mirrored batches, since the cluster's own
+/// producers may be given the same ids.
+pub const MIRROR_PID_RESET: i16 = 7;
+
+/// Bytes after the header that always hold a control record's key: length, attributes,
+/// timestamp delta (a varlong), offset delta and key length varints, then version and type.
+pub const CONTROL_KEY_SPAN: usize = 5 + 1 + 10 + 5 + 5 + 4;
+
 /// The header fields the log uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchHeader {
@@ -41,6 +50,9 @@ pub struct BatchHeader {
     pub producer_epoch: i16,
     /// The first record's sequence number, -1 without a producer id.
     pub base_sequence: i32,
+    /// A control batch whose record is [`MIRROR_PID_RESET`] (known only when the bytes read
+    /// reach its key: every batch split from whole bytes, and [`control_type`] otherwise).
+    pub is_pid_reset: bool,
 }
 
 impl BatchHeader {
@@ -113,6 +125,10 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
             delta: last_offset_delta,
         });
     }
+    let is_control = be_i16(buf, ATTRIBUTES_AT) & CONTROL_BIT != 0;
+    let is_pid_reset = is_control
+        && control_type(&buf[HEADER_LEN..buf.len().min(length as usize + LOG_OVERHEAD)])
+            == Some(MIRROR_PID_RESET);
     Ok(BatchHeader {
         base_offset: be_i64(buf, 0),
         size: length as usize + LOG_OVERHEAD,
@@ -120,12 +136,85 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
         last_offset_delta,
         record_count,
         max_timestamp: be_i64(buf, MAX_TIMESTAMP_AT),
-        is_control: be_i16(buf, ATTRIBUTES_AT) & CONTROL_BIT != 0,
+        is_control,
+        is_pid_reset,
         is_transactional: be_i16(buf, ATTRIBUTES_AT) & TRANSACTIONAL_BIT != 0,
         producer_id: be_i64(buf, PRODUCER_ID_AT),
         producer_epoch: be_i16(buf, PRODUCER_EPOCH_AT),
         base_sequence: be_i32(buf, BASE_SEQUENCE_AT),
     })
+}
+
+/// The type in the key of the first record of a control batch, given the bytes after its header
+/// (at least [`CONTROL_KEY_SPAN`] of them, or the whole rest); `None` when they do not hold one.
+pub fn control_type(mut records: &[u8]) -> Option<i16> {
+    let buf = &mut records;
+    read_varint(buf).ok()?;
+    buf.get_i8();
+    read_varlong(buf).ok()?;
+    read_varint(buf).ok()?;
+    let key_len = read_varint(buf).ok()?;
+    if key_len < 4 || buf.remaining() < 4 {
+        return None;
+    }
+    buf.get_i16();
+    Some(buf.get_i16())
+}
+
+/// A `MIRROR_PID_RESET` control batch naming the cluster the topic mirrored from (value:
+/// version 0, then the id as a length-prefixed string), for the leader to stamp and append.
+pub fn mirror_pid_reset_batch(source_cluster_id: &str, timestamp_ms: i64) -> Vec<u8> {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let mut key = BytesMut::new();
+    key.put_i16(0);
+    key.put_i16(MIRROR_PID_RESET);
+    let mut value = BytesMut::new();
+    value.put_i16(0);
+    value.put_i16(source_cluster_id.len().min(i16::MAX as usize) as i16);
+    value
+        .put_slice(&source_cluster_id.as_bytes()[..source_cluster_id.len().min(i16::MAX as usize)]);
+    let record = Record {
+        transactional: false,
+        control: true,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: timestamp_ms,
+        key: Some(key.freeze()),
+        value: Some(value.freeze()),
+        headers: Default::default(),
+    };
+    let mut buf = BytesMut::new();
+    let opts = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, [&record], &opts)
+        .expect("one small uncompressed record always encodes");
+    buf.to_vec()
+}
+
+/// The source cluster a whole `MIRROR_PID_RESET` batch names; `None` for any other batch.
+pub fn pid_reset_source(batch: &[u8]) -> Option<String> {
+    let h = parse_header(batch).ok()?;
+    if !h.is_pid_reset || batch.len() < h.size {
+        return None;
+    }
+    let mut buf = Bytes::copy_from_slice(&batch[..h.size]);
+    let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).ok()?;
+    let mut value = set.records.first()?.value.clone()?;
+    if value.remaining() < 4 {
+        return None;
+    }
+    value.get_i16();
+    let len = usize::try_from(value.get_i16()).ok()?;
+    (value.remaining() >= len).then(|| String::from_utf8_lossy(&value[..len]).into_owned())
 }
 
 /// Checks the CRC-32C of one whole batch (it covers the attributes through the end).
@@ -196,6 +285,22 @@ fn read_varint<B: Buf>(buf: &mut B) -> anyhow::Result<i32> {
         }
     }
     anyhow::bail!("record length varint is longer than 5 bytes")
+}
+
+/// Kafka's signed varlong: zigzag-encoded, 7 bits per byte, at most 10 bytes.
+fn read_varlong<B: Buf>(buf: &mut B) -> anyhow::Result<i64> {
+    let mut raw = 0u64;
+    for i in 0..10 {
+        if !buf.has_remaining() {
+            anyhow::bail!("varlong is cut off");
+        }
+        let b = buf.get_u8();
+        raw |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+    }
+    anyhow::bail!("varlong is longer than 10 bytes")
 }
 
 /// Splits a buffer of concatenated batches, checking each header, CRC and record count. Every byte must
@@ -294,6 +399,22 @@ pub(crate) mod tests {
             split_batches(&with_count(zipped, 3)),
             Err(BatchError::Records { declared: 3, .. })
         ));
+    }
+
+    #[test]
+    fn a_pid_reset_barrier_is_known_by_its_key_from_its_first_bytes() {
+        let barrier = mirror_pid_reset_batch("cluster-a", 1_700_000_000_000);
+        let (_, h) = split_batches(&barrier).unwrap()[0];
+        assert!(h.is_control && h.is_pid_reset);
+        assert_eq!((h.producer_id, h.record_count), (-1, 1));
+        assert_eq!(pid_reset_source(&barrier).as_deref(), Some("cluster-a"));
+        // A header read with just the span after it, as a segment scan reads it.
+        let span = &barrier[..HEADER_LEN + CONTROL_KEY_SPAN.min(barrier.len() - HEADER_LEN)];
+        assert!(parse_header(span).unwrap().is_pid_reset);
+        assert!(!parse_header(&barrier[..HEADER_LEN]).unwrap().is_pid_reset);
+        let data = batch(&[b"a"]);
+        assert!(!parse_header(&data).unwrap().is_pid_reset);
+        assert_eq!(pid_reset_source(&data), None);
     }
 
     #[test]

@@ -360,6 +360,25 @@ impl PartitionLog {
         Ok(states)
     }
 
+    /// The newest producer-id reset barrier that opens a leader epoch and names
+    /// `source_cluster_id`, as (offset, epoch): a failover writes its barrier as the first batch
+    /// of the epoch it bumped to, so only epoch starts need reading.
+    pub fn failover_barrier(
+        &self,
+        source_cluster_id: &str,
+    ) -> Result<Option<(i64, i32)>, LogError> {
+        for e in self.epochs.entries().iter().rev() {
+            if e.start_offset < self.log_start_offset() || e.start_offset >= self.log_end_offset() {
+                continue;
+            }
+            let first = self.read(e.start_offset, i64::MAX, 1)?.records;
+            if batch::pid_reset_source(&first).as_deref() == Some(source_cluster_id) {
+                return Ok(Some((e.start_offset, e.epoch)));
+            }
+        }
+        Ok(None)
+    }
+
     /// Removes segments (never the active one) and makes the removal durable.
     fn delete_segments(&mut self, bases: &[i64]) -> Result<(), LogError> {
         if bases.is_empty() {
@@ -767,11 +786,27 @@ pub mod testing {
         buf.to_vec()
     }
 
-    /// The values stored in raw batch bytes, with their offsets and epochs.
+    /// The offset after the last batch in raw batch bytes (0 for none).
+    pub fn next_offset(mut bytes: &[u8]) -> i64 {
+        let mut next = 0;
+        while !bytes.is_empty() {
+            let h = super::batch::parse_header(bytes).expect("valid header");
+            next = h.next_offset();
+            bytes = &bytes[h.size..];
+        }
+        next
+    }
+
+    /// The values of the data records in raw batch bytes, with their offsets and epochs;
+    /// control batches are skipped, as consumers skip them.
     pub fn values(mut bytes: &[u8]) -> Vec<(i64, Vec<u8>, i32)> {
         let mut out = Vec::new();
         while !bytes.is_empty() {
             let h = super::batch::parse_header(bytes).expect("valid header");
+            if h.is_control {
+                bytes = &bytes[h.size..];
+                continue;
+            }
             let mut b = Bytes::copy_from_slice(&bytes[..h.size]);
             let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut b).expect("decode");
             for r in set.records {
@@ -819,6 +854,28 @@ mod tests {
             log.append_as_leader(&batch(&[v.as_bytes(), b"x"]), epoch)
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn a_failover_barrier_ends_the_producers_before_it_and_opens_its_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        log.append_as_leader(&testing::idempotent_batch(&[b"1"], 7, 0, 0), 1)
+            .unwrap();
+        assert!(log.producer_states().get(7).is_some());
+        assert_eq!(log.failover_barrier("a").unwrap(), None);
+        let barrier = batch::mirror_pid_reset_batch("a", 0);
+        assert_eq!(log.append_as_leader(&barrier, 2).unwrap().first_offset, 1);
+        assert!(log.producer_states().is_empty());
+        log.append_as_leader(&testing::idempotent_batch(&[b"2"], 8, 0, 0), 2)
+            .unwrap();
+        assert_eq!(log.failover_barrier("a").unwrap(), Some((1, 2)));
+        assert_eq!(log.failover_barrier("b").unwrap(), None);
+        // Loaded from the segments alone, the state starts at the barrier too.
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert!(log.producer_states().get(7).is_none());
+        assert!(log.producer_states().get(8).is_some());
     }
 
     #[test]

@@ -166,6 +166,11 @@ impl ProducerStates {
     /// Records an appended batch (with its final offsets), on leaders and followers alike: a
     /// new epoch starts the producer's batch cache afresh. Pure.
     pub fn update(&mut self, h: &BatchHeader) {
+        if h.is_pid_reset {
+            // KIP-1279's barrier: the producers before it belong to the cluster mirrored from.
+            self.producers.clear();
+            return;
+        }
         if h.producer_id < 0 || h.is_control {
             return;
         }
@@ -328,6 +333,7 @@ mod tests {
             record_count: records,
             max_timestamp: 0,
             is_control: false,
+            is_pid_reset: false,
             is_transactional: false,
             producer_id: pid,
             producer_epoch: epoch,

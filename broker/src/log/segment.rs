@@ -207,15 +207,27 @@ impl Segment {
         Ok(None)
     }
 
+    /// The header of the batch at `pos`; for a control batch its key is read too, so a
+    /// producer-id reset barrier is known as one.
     pub fn header_at(&self, pos: u64) -> Result<BatchHeader, LogError> {
         let mut buf = [0u8; HEADER_LEN];
         self.file
             .read_exact_at(&mut buf, pos)
             .map_err(|e| LogError::io(&self.log_path, e))?;
-        batch::parse_header(&buf).map_err(|e| LogError::Corrupt {
+        let corrupt = |e: batch::BatchError| LogError::Corrupt {
             path: self.log_path.clone(),
             reason: format!("at position {pos}: {e}"),
-        })
+        };
+        let h = batch::parse_header(&buf).map_err(corrupt)?;
+        if !h.is_control {
+            return Ok(h);
+        }
+        let span = (h.size - HEADER_LEN).min(batch::CONTROL_KEY_SPAN);
+        let mut with_key = vec![0u8; HEADER_LEN + span];
+        self.file
+            .read_exact_at(&mut with_key, pos)
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        batch::parse_header(&with_key).map_err(corrupt)
     }
 
     pub fn read(&self, pos: u64, len: usize) -> Result<Vec<u8>, LogError> {

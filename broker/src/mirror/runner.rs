@@ -36,7 +36,7 @@ use crate::controller::ControllerCommand;
 use crate::errors;
 use crate::log::batch;
 use crate::metadata::{MirrorRegistration, TopicRegistration};
-use crate::partition::Partition;
+use crate::partition::{AckCheck, Partition};
 use crate::pause::sleep_or_cancel;
 use crate::replica::client::KafkaConnection;
 
@@ -812,43 +812,98 @@ async fn bump_epoch(ctx: &MirrorContext, p: &Partition, target: i32) -> anyhow::
     Ok(())
 }
 
-/// STOPPING: persist the LMLE (the latest epoch of the log), then STOPPED with the epoch bumped
-/// above it (KIP-1279's failover).
+/// STOPPING (KIP-1279's failover): persist the LMLE (the latest epoch of the log), bump the
+/// leader epoch above it, write the producer-id reset barrier in the new epoch and wait until the
+/// ISR has it, then STOPPED. A barrier opening the latest epoch was written by an earlier try of
+/// this stop (nothing else opens an epoch while STOPPING), which had persisted the LMLE already.
 async fn stop(
     ctx: &MirrorContext,
     p: &Partition,
     topic: &TopicRegistration,
     mirror: &MirrorRegistration,
 ) -> anyhow::Result<()> {
-    let lmle = p.latest_epoch();
-    if lmle >= 0 {
-        let record = LmleRecord {
-            key: LmleKey {
-                mirror: mirror.name.clone(),
-                source_cluster_id: mirror.source_cluster_id.clone(),
-                topic_id: topic.id,
-                partition: p.index,
-            },
-            last_mirrored_epoch: lmle,
-        };
-        write_lmle(ctx, &record).await?;
-        info!(topic = %p.topic, partition = p.index, lmle, "LMLE persisted");
-    }
     let bump = !ctx.deviations.no_epoch_bump_on_failover;
-    if !bump {
-        warn!(topic = %p.topic, partition = p.index, "injected bug no-epoch-bump-on-failover: writable without an epoch bump");
+    let source = &mirror.source_cluster_id;
+    let latest = p.latest_epoch();
+    let written = p
+        .failover_barrier(source)?
+        .filter(|(_, epoch)| *epoch == latest && bump);
+    match written {
+        Some((offset, epoch)) => {
+            info!(topic = %p.topic, partition = p.index, offset, epoch, "failover barrier already written");
+        }
+        None => {
+            let lmle = latest;
+            if lmle >= 0 {
+                let record = LmleRecord {
+                    key: LmleKey {
+                        mirror: mirror.name.clone(),
+                        source_cluster_id: source.clone(),
+                        topic_id: topic.id,
+                        partition: p.index,
+                    },
+                    last_mirrored_epoch: lmle,
+                };
+                write_lmle(ctx, &record).await?;
+                info!(topic = %p.topic, partition = p.index, lmle, "LMLE persisted");
+            }
+            if bump {
+                bump_epoch(ctx, p, lmle + 1).await?;
+            } else {
+                warn!(topic = %p.topic, partition = p.index, "injected bug no-epoch-bump-on-failover: writable without an epoch bump");
+            }
+            write_failover_barrier(p, source, if bump { lmle + 1 } else { lmle }).await?;
+        }
     }
     let (name, index) = (p.topic.clone(), p.index);
     ctx.submit_and_wait(
         ControllerCommand::CompleteMirrorStop {
             topic: name.clone(),
             partition: index,
-            min_epoch: lmle + 1,
-            bump,
         },
         |i| i.mirror_state(&name, index) == Some(MirrorState::Stopped),
     )
     .await
     .map_err(|e| anyhow::anyhow!("completing the stop: {}", e.message))?;
     Ok(())
+}
+
+/// How long a stop waits to lead in the bumped epoch and for the ISR to hold its barrier before
+/// the try fails (and is retried from STOPPING).
+const BARRIER_WAIT: Duration = Duration::from_secs(10);
+
+/// Appends the failover barrier once this broker leads in `min_epoch` or later, and waits until
+/// the high watermark passes it (acks=all).
+async fn write_failover_barrier(p: &Partition, source: &str, min_epoch: i32) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + BARRIER_WAIT;
+    let epoch = loop {
+        match p.leading_epoch() {
+            Some(e) if e >= min_epoch => break e,
+            None => anyhow::bail!("the failover barrier: this broker no longer leads"),
+            Some(_) if tokio::time::Instant::now() >= deadline => {
+                anyhow::bail!("the failover barrier: epoch {min_epoch} never reached this leader")
+            }
+            Some(_) => tokio::time::sleep(POLL).await,
+        }
+    };
+    let offset = p
+        .append_failover_barrier(source, epoch)
+        .map_err(|e| anyhow::anyhow!("the failover barrier: {e}"))?;
+    info!(topic = %p.topic, partition = p.index, offset, epoch, "failover barrier written");
+    let mut hw = p.watch_high_watermark();
+    loop {
+        match p.check_enough_replicas_reach_offset(offset + 1, epoch) {
+            AckCheck::Reached => return Ok(()),
+            AckCheck::LeadershipChanged => {
+                anyhow::bail!("the failover barrier at {offset}: leadership changed before the ISR had it")
+            }
+            AckCheck::Waiting => match tokio::time::timeout_at(deadline, hw.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => anyhow::bail!("the failover barrier at {offset}: the partition closed"),
+                Err(_) => anyhow::bail!(
+                    "the failover barrier at {offset}: the ISR did not have it within {BARRIER_WAIT:?}"
+                ),
+            },
+        }
+    }
 }

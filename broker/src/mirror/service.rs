@@ -388,7 +388,15 @@ fn describe(ctx: &MirrorContext, only: Option<&str>) -> Vec<MirrorDescription> {
                                 .then(|| ctx.partition(&t.name, index))
                                 .flatten();
                             let status = ctx.tasks.status(&t.name, index);
-                            let destination_offset = local.map_or(-1, |p| p.log_end_offset());
+                            let destination_offset =
+                                local.as_ref().map_or(-1, |p| p.log_end_offset());
+                            let barrier_offset = local
+                                .as_ref()
+                                .filter(|_| pm.state == MirrorState::Stopped)
+                                .and_then(|p| {
+                                    p.failover_barrier(&m.source_cluster_id).ok().flatten()
+                                })
+                                .map(|(offset, _)| offset);
                             let source_offset =
                                 status.as_ref().map_or(-1, |s| s.source_high_watermark);
                             PartitionDescription {
@@ -404,6 +412,7 @@ fn describe(ctx: &MirrorContext, only: Option<&str>) -> Vec<MirrorDescription> {
                                 },
                                 lmle: status.as_ref().map_or(-1, |s| s.lmle),
                                 waiting_for: status.and_then(|s| s.waiting_for),
+                                barrier_offset,
                                 retry_attempt: pm.retry_attempt,
                                 last_error: pm.last_error.clone(),
                             }

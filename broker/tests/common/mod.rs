@@ -475,7 +475,10 @@ pub mod client {
     use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{CreateTopicsRequest, FetchRequest, ProduceRequest, TopicName};
+    use kafka_protocol::messages::{
+        CreateTopicsRequest, FetchRequest, InitProducerIdRequest, ProduceRequest, TopicName,
+        TransactionalId,
+    };
     use kafka_protocol::protocol::StrBytes;
     use tidemark_broker::replica::client::KafkaConnection;
 
@@ -566,6 +569,37 @@ pub mod client {
         let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
         let batch = tidemark_broker::log::testing::batch(&refs);
         produce_records(addr, topic, partition, batch, acks, timeout)
+    }
+
+    /// InitProducerId at v4 (flexible): `(error code, producer id, epoch)`.
+    pub fn init_producer_id(addr: &str, transactional_id: Option<&str>) -> (i16, i64, i16) {
+        rt().block_on(async {
+            let mut c = KafkaConnection::connect(addr, Duration::from_secs(10), "test")
+                .await
+                .unwrap();
+            let req = InitProducerIdRequest::default()
+                .with_transactional_id(
+                    transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))),
+                )
+                .with_transaction_timeout_ms(60_000);
+            let resp = c.call(4, &req).await.unwrap();
+            (resp.error_code, resp.producer_id.0, resp.producer_epoch)
+        })
+    }
+
+    /// Produces one idempotent batch of decimal values to partition 0 with acks=all; results
+    /// as for [`produce`].
+    pub fn produce_idempotent(
+        addr: &str,
+        topic: &str,
+        (pid, epoch, seq): (i64, i16, i32),
+        values: &[i64],
+        timeout: Duration,
+    ) -> Result<i64, i16> {
+        let vals: Vec<Vec<u8>> = values.iter().map(|v| v.to_string().into_bytes()).collect();
+        let refs: Vec<&[u8]> = vals.iter().map(|v| v.as_slice()).collect();
+        let batch = tidemark_broker::log::testing::idempotent_batch(&refs, pid, epoch, seq);
+        produce_records(addr, topic, 0, batch, -1, timeout)
     }
 
     /// Produces raw record batch bytes; results as for [`produce`].
@@ -697,12 +731,15 @@ pub mod client {
                 if bytes.is_empty() {
                     return Ok((out, pd.high_watermark));
                 }
+                // Control batches (a failover's barrier) are skipped, as consumers skip them,
+                // but move the next fetch past them.
+                let next = tidemark_broker::log::testing::next_offset(&bytes);
                 for (o, v, e) in tidemark_broker::log::testing::values(&bytes) {
                     if o >= offset {
                         out.push((o, String::from_utf8(v).unwrap().parse().unwrap(), e));
-                        offset = o + 1;
                     }
                 }
+                offset = offset.max(next);
             }
         })
     }
