@@ -87,9 +87,7 @@ fn keep(v: &Verdict, what: &str) -> PathBuf {
 
 #[test]
 fn the_correct_broker_stays_valid_under_the_default_mix() {
-    if !root_or_skip("the_correct_broker_stays_valid_under_the_default_mix") {
-        return;
-    }
+    require_root("the_correct_broker_stays_valid_under_the_default_mix");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let v = run(&["--time-limit", "30", "--seed", "2"]);
@@ -112,9 +110,7 @@ fn the_correct_broker_stays_valid_under_the_default_mix() {
 
 #[test]
 fn a_leader_acknowledging_before_replication_is_caught() {
-    if !root_or_skip("a_leader_acknowledging_before_replication_is_caught") {
-        return;
-    }
+    require_root("a_leader_acknowledging_before_replication_is_caught");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let v = run(&[
@@ -146,9 +142,7 @@ fn a_leader_acknowledging_before_replication_is_caught() {
 
 #[test]
 fn a_follower_truncating_to_its_high_watermark_is_caught() {
-    if !root_or_skip("a_follower_truncating_to_its_high_watermark_is_caught") {
-        return;
-    }
+    require_root("a_follower_truncating_to_its_high_watermark_is_caught");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     // The loss needs a follower that truncated to its high watermark to be elected next, which
@@ -263,9 +257,7 @@ fn mirror_bug_caught(bug: &str, schedule: &str, time_limit: &str, extra: &[&str]
 
 #[test]
 fn a_failover_without_an_epoch_bump_is_caught() {
-    if !root_or_skip("a_failover_without_an_epoch_bump_is_caught") {
-        return;
-    }
+    require_root("a_failover_without_an_epoch_bump_is_caught");
     mirror_bug_caught(
         "no-epoch-bump-on-failover",
         FAILOVER_FAILBACK,
@@ -277,9 +269,7 @@ fn a_failover_without_an_epoch_bump_is_caught() {
 
 #[test]
 fn a_failback_without_the_lmle_truncation_is_caught() {
-    if !root_or_skip("a_failback_without_the_lmle_truncation_is_caught") {
-        return;
-    }
+    require_root("a_failback_without_the_lmle_truncation_is_caught");
     mirror_bug_caught(
         "skip-lmle-truncation",
         FAILOVER_KILL_FAILBACK,
@@ -294,9 +284,7 @@ fn a_failback_without_the_lmle_truncation_is_caught() {
 #[test]
 #[ignore = "about 18 minutes; run by hand"]
 fn detection_matrix() {
-    if !root_or_skip("detection_matrix") {
-        return;
-    }
+    require_root("detection_matrix");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let mut table = Vec::new();
@@ -340,9 +328,7 @@ fn detection_matrix() {
 
 #[test]
 fn a_mirror_leader_recording_its_own_epoch_is_caught() {
-    if !root_or_skip("a_mirror_leader_recording_its_own_epoch_is_caught") {
-        return;
-    }
+    require_root("a_mirror_leader_recording_its_own_epoch_is_caught");
     mirror_bug_caught(
         "local-epoch-in-mirror-cache",
         DESTINATION_LEADERS_KILLED,
@@ -361,9 +347,7 @@ fn a_mirror_leader_recording_its_own_epoch_is_caught() {
 #[test]
 #[ignore = "about 45 minutes; run by hand"]
 fn mirror_detection_matrix() {
-    if !root_or_skip("mirror_detection_matrix") {
-        return;
-    }
+    require_root("mirror_detection_matrix");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let no_bumps = ["--broker-config", "mirror.epoch.bump.threshold=0"];
@@ -439,9 +423,7 @@ fn mirror_detection_matrix() {
 #[test]
 #[ignore = "tens of minutes; run by hand"]
 fn detection_benchmark() {
-    if !root_or_skip("detection_benchmark") {
-        return;
-    }
+    require_root("detection_benchmark");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     const RUN_S: u64 = 20;
@@ -514,9 +496,7 @@ fn caught_by_the_default_mix(bug: &str, seeds: &[&str], anomalies: &[&str]) {
 #[test]
 #[ignore = "the default mix catches it in 4 of 5 seeds, not every one (docs/detection.md); run by hand"]
 fn a_leader_serving_consumers_past_the_high_watermark_is_caught() {
-    if !root_or_skip("a_leader_serving_consumers_past_the_high_watermark_is_caught") {
-        return;
-    }
+    require_root("a_leader_serving_consumers_past_the_high_watermark_is_caught");
     caught_by_the_default_mix(
         "read-past-high-watermark",
         &["1", "2"],
@@ -527,9 +507,7 @@ fn a_leader_serving_consumers_past_the_high_watermark_is_caught() {
 #[test]
 #[ignore = "the default mix catches it in 4 of 5 seeds, not every one (docs/detection.md); run by hand"]
 fn a_leader_acknowledging_as_it_loses_leadership_is_caught() {
-    if !root_or_skip("a_leader_acknowledging_as_it_loses_leadership_is_caught") {
-        return;
-    }
+    require_root("a_leader_acknowledging_as_it_loses_leadership_is_caught");
     caught_by_the_default_mix(
         "ack-on-leadership-loss",
         &["1", "2"],

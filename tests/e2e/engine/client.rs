@@ -26,9 +26,7 @@ fn op(f: &str, value: serde_json::Value) -> Invocation {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ops_end_ok_fail_or_info_by_what_happened() {
-    if !root_or_skip("ops_end_ok_fail_or_info_by_what_happened") {
-        return;
-    }
+    require_root("ops_end_ok_fail_or_info_by_what_happened");
     let work = tempfile::tempdir().unwrap();
     let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
     let record = json!({"runtime": runtime.describe()});

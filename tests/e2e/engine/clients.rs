@@ -46,9 +46,7 @@ fn count(ops: &[Value], f: &str, kind: &str) -> usize {
 
 #[test]
 fn an_idempotent_producer_under_kills_and_partitions_is_valid() {
-    if !root_or_skip("an_idempotent_producer_under_kills_and_partitions_is_valid") {
-        return;
-    }
+    require_root("an_idempotent_producer_under_kills_and_partitions_is_valid");
     let (test, ops) = valid_run(&[
         "--producer",
         "idempotent",
@@ -79,9 +77,7 @@ fn an_idempotent_producer_under_kills_and_partitions_is_valid() {
 
 #[test]
 fn a_consumer_group_whose_members_crash_and_rejoin_is_valid() {
-    if !root_or_skip("a_consumer_group_whose_members_crash_and_rejoin_is_valid") {
-        return;
-    }
+    require_root("a_consumer_group_whose_members_crash_and_rejoin_is_valid");
     let (test, ops) = valid_run(&[
         "--consumer",
         "group",

@@ -68,9 +68,7 @@ fn bad_cluster_options_are_usage_errors() {
 
 #[test]
 fn two_clusters_run_their_own_quorums_under_faults_on_the_first() {
-    if !root_or_skip("two_clusters_run_their_own_quorums_under_faults_on_the_first") {
-        return;
-    }
+    require_root("two_clusters_run_their_own_quorums_under_faults_on_the_first");
     broker();
     let store = tempfile::tempdir().unwrap();
     let out = tidemark_test(
@@ -217,9 +215,7 @@ fn two_clusters_run_their_own_quorums_under_faults_on_the_first() {
 
 #[test]
 fn a_scripted_fault_acts_on_the_cluster_it_names() {
-    if !root_or_skip("a_scripted_fault_acts_on_the_cluster_it_names") {
-        return;
-    }
+    require_root("a_scripted_fault_acts_on_the_cluster_it_names");
     broker();
     let at = |s: u64, f: &str, value: Value| {
         let time = s * 1_000_000_000;

@@ -15,9 +15,7 @@ fn test_json(run_dir: &Path) -> Value {
 
 #[test]
 fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
-    if !root_or_skip("a_short_run_without_faults_is_valid_and_leaves_nothing_behind") {
-        return;
-    }
+    require_root("a_short_run_without_faults_is_valid_and_leaves_nothing_behind");
     broker();
     let store = tempfile::tempdir().unwrap();
     let out = Command::new(tidemark())

@@ -67,9 +67,7 @@ fn tidemark_on_hosts(
 
 #[test]
 fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
-    if !root_or_skip("a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts") {
-        return;
-    }
+    require_root("a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts");
     broker();
     let _turn = hosts_turn();
     let work = tempfile::tempdir().unwrap();
@@ -139,9 +137,7 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
 
 #[test]
 fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
-    if !root_or_skip("a_nodes_file_with_cluster_sections_runs_one_cluster_per_section") {
-        return;
-    }
+    require_root("a_nodes_file_with_cluster_sections_runs_one_cluster_per_section");
     broker();
     let _turn = hosts_turn();
     let work = tempfile::tempdir().unwrap();

@@ -24,10 +24,7 @@ fn test_json(run_dir: &Path) -> Value {
 
 #[test]
 fn a_run_killed_with_sigkill_leaves_a_checkable_history_and_teardown_cleans_up() {
-    if !root_or_skip("a_run_killed_with_sigkill_leaves_a_checkable_history_and_teardown_cleans_up")
-    {
-        return;
-    }
+    require_root("a_run_killed_with_sigkill_leaves_a_checkable_history_and_teardown_cleans_up");
     broker();
     let store = tempfile::tempdir().unwrap();
     let mut child = Command::new(tidemark())

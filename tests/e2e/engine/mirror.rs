@@ -64,9 +64,7 @@ fn mirror_options_are_checked() {
 
 #[test]
 fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
-    if !root_or_skip("failovers_under_kills_partitions_and_unclean_elections_stay_valid") {
-        return;
-    }
+    require_root("failovers_under_kills_partitions_and_unclean_elections_stay_valid");
     broker();
     let store = tempfile::tempdir().unwrap();
     let (run, results) = mirror_run(
@@ -175,9 +173,7 @@ fn lagging_failback(run: &Path) -> Value {
 
 #[test]
 fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
-    if !root_or_skip("the_flag_decides_whether_unclean_elections_across_failovers_may_diverge") {
-        return;
-    }
+    require_root("the_flag_decides_whether_unclean_elections_across_failovers_may_diverge");
     broker();
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("schedule.json");

@@ -67,9 +67,7 @@ impl Nemesis for IsolateFirst {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partition_is_applied_recorded_and_healed() {
-    if !root_or_skip("a_partition_is_applied_recorded_and_healed") {
-        return;
-    }
+    require_root("a_partition_is_applied_recorded_and_healed");
     let work = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();

@@ -39,9 +39,7 @@ fn client_context(runtime: &NetnsRuntime, db: &dyn Db, nodes: &[Node]) -> Client
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
-    if !root_or_skip("nodes_serve_grudges_cut_links_and_the_broker_abilities_work") {
-        return;
-    }
+    require_root("nodes_serve_grudges_cut_links_and_the_broker_abilities_work");
     let work = tempfile::tempdir().unwrap();
     let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
     let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
@@ -179,9 +177,7 @@ fn the_netns_runtime_names_what_it_needs_when_not_root() {
 
 #[test]
 fn a_panic_while_nodes_exist_still_removes_them() {
-    if !root_or_skip("a_panic_while_nodes_exist_still_removes_them") {
-        return;
-    }
+    require_root("a_panic_while_nodes_exist_still_removes_them");
     let work = tempfile::tempdir().unwrap();
     let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
     let record = serde_json::json!({"runtime": runtime.describe()});

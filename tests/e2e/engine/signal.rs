@@ -16,9 +16,7 @@ fn history_lines(run: &Path) -> usize {
 
 #[test]
 fn sigint_and_sigterm_tear_the_run_down() {
-    if !root_or_skip("sigint_and_sigterm_tear_the_run_down") {
-        return;
-    }
+    require_root("sigint_and_sigterm_tear_the_run_down");
     broker();
     for signal in ["-INT", "-TERM"] {
         let store = tempfile::tempdir().unwrap();

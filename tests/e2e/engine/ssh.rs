@@ -39,9 +39,7 @@ fn src_small(ssh: &Ssh, node: &Node) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_is_driven_over_ssh_including_the_broker() {
-    if !root_or_skip("a_node_is_driven_over_ssh_including_the_broker") {
-        return;
-    }
+    require_root("a_node_is_driven_over_ssh_including_the_broker");
     let work = tempfile::tempdir().unwrap();
     let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
     let record = serde_json::json!({"runtime": runtime.describe()});

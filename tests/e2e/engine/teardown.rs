@@ -54,9 +54,7 @@ fn processes_with(needle: &str) -> Vec<String> {
 
 #[test]
 fn a_live_run_survives_teardown_under_another_tmpdir() {
-    if !root_or_skip("a_live_run_survives_teardown_under_another_tmpdir") {
-        return;
-    }
+    require_root("a_live_run_survives_teardown_under_another_tmpdir");
     let work = tempfile::tempdir().unwrap();
     let other_tmp = tempfile::tempdir().unwrap();
     let run = leftovers::new_run_id();
@@ -97,9 +95,7 @@ fn a_live_run_survives_teardown_under_another_tmpdir() {
 
 #[test]
 fn a_namespace_without_an_owner_needs_force() {
-    if !root_or_skip("a_namespace_without_an_owner_needs_force") {
-        return;
-    }
+    require_root("a_namespace_without_an_owner_needs_force");
     let tmp = tempfile::tempdir().unwrap();
     let run = leftovers::new_run_id();
     let ns = format!("{}{run}-stray", leftovers::PREFIX);
@@ -268,9 +264,7 @@ impl Machines {
 
 #[test]
 fn a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record() {
-    if !root_or_skip("a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record") {
-        return;
-    }
+    require_root("a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record");
     broker();
     let _turn = hosts_turn();
     let m = Machines::new();
@@ -322,9 +316,7 @@ fn a_hosts_run_killed_with_sigkill_is_cleaned_from_its_record() {
 
 #[test]
 fn a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force() {
-    if !root_or_skip("a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force") {
-        return;
-    }
+    require_root("a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force");
     broker();
     let _turn = hosts_turn();
     let m = Machines::new();

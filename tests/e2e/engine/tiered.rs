@@ -91,9 +91,7 @@ fn tiered_options_are_checked() {
 
 #[test]
 fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
-    if !root_or_skip("wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid") {
-        return;
-    }
+    require_root("wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid");
     broker();
     let dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
@@ -169,9 +167,7 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
 
 #[test]
 fn the_tiered_bootstrap_off_by_one_is_caught() {
-    if !root_or_skip("the_tiered_bootstrap_off_by_one_is_caught") {
-        return;
-    }
+    require_root("the_tiered_bootstrap_off_by_one_is_caught");
     broker();
     let dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();

@@ -72,9 +72,7 @@ fn bad_fault_options_are_usage_errors_that_say_what_is_wrong() {
 
 #[test]
 fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
-    if !root_or_skip("every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end") {
-        return;
-    }
+    require_root("every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     // Every op in its spec form, resolved by the nemesis when performed; a clock skew and a
@@ -233,9 +231,7 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
 
 #[test]
 fn a_recorded_history_replays_the_same_faults() {
-    if !root_or_skip("a_recorded_history_replays_the_same_faults") {
-        return;
-    }
+    require_root("a_recorded_history_replays_the_same_faults");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

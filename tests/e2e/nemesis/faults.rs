@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::support::engine::root_or_skip;
+use crate::support::engine::require_root;
 use crate::support::nemesis::{Cluster, FAKETIME};
 use serde_json::{json, Value};
 use tidemark_harness::broker::BrokerConfig;
@@ -27,9 +27,7 @@ fn names(v: &Value) -> BTreeSet<String> {
 
 #[test]
 fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
-    if !root_or_skip("partitions_cut_tcp_as_the_recorded_grudge_says_and_heal") {
-        return;
-    }
+    require_root("partitions_cut_tcp_as_the_recorded_grudge_says_and_heal");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 2, 3);
@@ -85,9 +83,7 @@ fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
 
 #[test]
 fn kill_pause_and_bounce_act_on_the_broker_process() {
-    if !root_or_skip("kill_pause_and_bounce_act_on_the_broker_process") {
-        return;
-    }
+    require_root("kill_pause_and_bounce_act_on_the_broker_process");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
@@ -147,9 +143,7 @@ fn kill_pause_and_bounce_act_on_the_broker_process() {
 
 #[test]
 fn clock_skew_shows_in_a_faketime_process_and_resets() {
-    if !root_or_skip("clock_skew_shows_in_a_faketime_process_and_resets") {
-        return;
-    }
+    require_root("clock_skew_shows_in_a_faketime_process_and_resets");
     if !std::path::Path::new(FAKETIME).is_file() {
         panic!("{FAKETIME} is missing: install Debian's faketime package");
     }
@@ -282,9 +276,7 @@ fn refused_connects(c: &Cluster, from: &str, to: &str, n: usize) -> usize {
 
 #[test]
 fn packet_loss_drops_a_share_of_packets_and_is_removed() {
-    if !root_or_skip("packet_loss_drops_a_share_of_packets_and_is_removed") {
-        return;
-    }
+    require_root("packet_loss_drops_a_share_of_packets_and_is_removed");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     assert_eq!(refused_connects(&c, "n2", "n1", 100), 0);
@@ -326,9 +318,7 @@ fn packet_loss_drops_a_share_of_packets_and_is_removed() {
 
 #[test]
 fn a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery() {
-    if !root_or_skip("a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery") {
-        return;
-    }
+    require_root("a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
@@ -398,9 +388,7 @@ fn a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery() {
 
 #[test]
 fn a_forced_unclean_election_picks_a_replica_outside_the_isr() {
-    if !root_or_skip("a_forced_unclean_election_picks_a_replica_outside_the_isr") {
-        return;
-    }
+    require_root("a_forced_unclean_election_picks_a_replica_outside_the_isr");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);

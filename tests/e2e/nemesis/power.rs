@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use crate::support::engine::{assert_nothing_left, broker, root_or_skip, tidemark};
+use crate::support::engine::{assert_nothing_left, broker, require_root, tidemark};
 use serde_json::{json, Value};
 
 static TURN: Mutex<()> = Mutex::new(());
@@ -146,18 +146,14 @@ fn per_message_flush_loses_nothing(seed: u64) {
 
 #[test]
 fn a_cluster_wide_power_loss_under_the_default_flush_policy_loses_acknowledged_writes() {
-    if !root_or_skip("default flush power loss") {
-        return;
-    }
+    require_root("default flush power loss");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     default_flush_loses_acknowledged_writes(1);
 }
 
 #[test]
 fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing() {
-    if !root_or_skip("per-message flush power loss") {
-        return;
-    }
+    require_root("per-message flush power loss");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     per_message_flush_loses_nothing(1);
 }
@@ -167,9 +163,7 @@ fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing() {
 /// broker wrote it atomically (temporary file, fsync, rename, directory fsync).
 #[test]
 fn a_cluster_wide_power_loss_leaves_every_broker_able_to_start() {
-    if !root_or_skip("power loss after the first start") {
-        return;
-    }
+    require_root("power loss after the first start");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let r = run(5, &["--broker-config", "log.flush.interval.messages=1"]);
     assert_cluster_lost_power(&r);
@@ -178,9 +172,7 @@ fn a_cluster_wide_power_loss_leaves_every_broker_able_to_start() {
 
 #[test]
 fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
-    if !root_or_skip("one node power loss") {
-        return;
-    }
+    require_root("one node power loss");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let r = run_with(2, "one", &[]);
     let info = r
@@ -201,9 +193,7 @@ fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
 #[test]
 #[ignore = "ten runs of each policy; minutes"]
 fn ten_runs_of_each_flush_policy() {
-    if !root_or_skip("ten runs of each flush policy") {
-        return;
-    }
+    require_root("ten runs of each flush policy");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     for seed in 1..=10 {
         default_flush_loses_acknowledged_writes(seed);
@@ -265,9 +255,7 @@ fn wait_until_mounted(store: &Path) -> Value {
 
 #[test]
 fn ctrl_c_leaves_no_mount_behind() {
-    if !root_or_skip("ctrl-c with power faults") {
-        return;
-    }
+    require_root("ctrl-c with power faults");
     broker();
     powerfs();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
@@ -287,9 +275,7 @@ fn ctrl_c_leaves_no_mount_behind() {
 
 #[test]
 fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
-    if !root_or_skip("teardown after kill -9 with power faults") {
-        return;
-    }
+    require_root("teardown after kill -9 with power faults");
     broker();
     powerfs();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());

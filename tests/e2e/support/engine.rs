@@ -70,18 +70,15 @@ pub fn broker() -> PathBuf {
     b
 }
 
-/// True when the test may create namespaces. Not being root fails the test rather than skipping
-/// it: a skipped test reports `ok` without proving anything, and the README runs the tests as
-/// root. (The name is kept so the many callers need not change; nothing is skipped.)
-pub fn root_or_skip(test: &str) -> bool {
+/// Fails `test` unless it runs as root, which namespaces need. A failure rather than a skip: a
+/// skipped test reports `ok` without proving anything, and the README runs the tests as root.
+pub fn require_root(test: &str) {
     let uid = Command::new("id").arg("-u").output().expect("id -u");
-    let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
     assert!(
-        root,
+        String::from_utf8_lossy(&uid.stdout).trim() == "0",
         "{test} needs root to create network namespaces: run the tests as root, as the README \
          says (scripts/setup-host && cargo test)"
     );
-    root
 }
 
 /// Asserts that nothing of the run described by `test` remains: no namespace with its prefix, no
