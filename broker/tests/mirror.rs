@@ -501,6 +501,71 @@ fn a_producer_id_the_source_used_starts_afresh_after_failover() {
     );
 }
 
+/// A cluster's first failover creates its LMLE topic. It was created with as many replicas as
+/// brokers were alive at that moment: in a harness run a partition had fenced two of three, the
+/// topic got one replica, which min.insync.replicas=2 never lets take the acks=all LMLE write,
+/// and that cluster could never fail over again. Now it gets a replica on three registered
+/// brokers, as Kafka's internal topics do, and a failover with one of them down waits for it.
+#[test]
+fn a_first_failover_with_a_broker_down_waits_for_it() {
+    let a = cluster("A", 1, "", None);
+    // Only fencing takes a replica out of an ISR here, so the probe below shows it.
+    let mut b = cluster(
+        "B",
+        3,
+        "min.insync.replicas=2\nreplica.lag.time.max.ms=600000\n",
+        None,
+    );
+    // The mirrored topic itself has one replica: its own writes need just that one.
+    assert_eq!(
+        create_topic(&a.addr(1), "t", 1, 1, &[("min.insync.replicas", "1")]),
+        0
+    );
+    write(&a, &[1]).unwrap();
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    start(&b, "a-to-b").unwrap();
+    poll(&b, "B mirrors r1", |b| {
+        describe_t(b).is_some_and(|d| d.destination_offset == 1)
+    })
+    .unwrap();
+    let host = b.partition_state("t", 0).unwrap().0;
+    assert_eq!(create_topic(&b.addr(host), "probe", 1, 3, &[]), 0);
+    let down = (1..=3).find(|n| *n != host).unwrap();
+    b.node(down).kill9();
+    b.wait_for("the stopped broker fenced", T, |b| {
+        b.partition_state_at(host, "probe", 0)
+            .is_some_and(|s| s.2.len() == 2 && !s.2.contains(&i64::from(down)))
+    });
+    let addr = b.addr(host);
+    let stopper = std::thread::spawn(move || {
+        rt().block_on(tidemark_broker::admin::mirror(
+            &addr,
+            94,
+            MirrorRequest::Stop {
+                mirror: "a-to-b".into(),
+                topics: vec!["t".into()],
+            },
+        ))
+    });
+    // The stop gives up (or the admin call times out) while the LMLE topic cannot be created.
+    let answer = stopper.join().unwrap().map(|(v, _)| v);
+    let refused = answer.as_ref().map_or(true, |v| {
+        v["topics"][0]["error_code"] != 0 || v["error_code"] != 0
+    });
+    assert!(refused, "the stop succeeded with a broker down: {answer:?}");
+    assert_ne!(describe_t(&b).map(|d| d.state), Some(MirrorState::Stopped));
+    b.node(down).restart();
+    wait_state(
+        &b,
+        "B stopped once its broker is back",
+        MirrorState::Stopped,
+    );
+    b.wait_for("the LMLE topic on all three brokers", T, |b| {
+        b.partition_state_at(host, "__mirror_state", 0)
+            .is_some_and(|s| s.2.len() == 3)
+    });
+}
+
 #[test]
 fn s_lmle_correct_broker() {
     s_lmle(None).unwrap();

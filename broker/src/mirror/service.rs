@@ -264,12 +264,15 @@ async fn start_topic(
             partitions,
         }
     } else {
-        let live = image.brokers.values().filter(|b| !b.fenced).count().max(1);
+        // The source's replication factor, or every broker of a smaller cluster; counted among
+        // those registered, as for the LMLE topic, so brokers down now do not shrink the topic
+        // for good.
+        let registered = image.brokers.len().max(1);
         ControllerCommand::CreateTopic {
             name: topic.to_string(),
             id,
             partitions,
-            replication_factor: rf.min(live as i16),
+            replication_factor: rf.min(registered as i16),
             configs: BTreeMap::new(),
             validate_only: false,
             assignments: Vec::new(),

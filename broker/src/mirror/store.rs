@@ -61,9 +61,11 @@ pub async fn write_lmle(ctx: &MirrorContext, record: &LmleRecord) -> anyhow::Res
     loop {
         let attempt = async {
             if !ctx.metadata().topics.contains_key(LMLE_TOPIC) {
-                let image = ctx.metadata();
-                let live = image.brokers.values().filter(|b| !b.fenced).count();
-                let rf = live.clamp(1, 3) as i16;
+                // Three replicas, or every broker of a smaller cluster: counted among those
+                // registered, not those alive now, so a failover while brokers are down waits
+                // for them (the controller refuses too few) instead of creating a topic too
+                // small for min.insync.replicas to ever take its acks=all writes.
+                let rf = ctx.metadata().brokers.len().clamp(1, 3) as i16;
                 let create = ControllerCommand::CreateTopic {
                     name: LMLE_TOPIC.to_string(),
                     id: uuid::Uuid::new_v4(),
