@@ -328,8 +328,22 @@ impl FaultOp for MoveOp<'_> {
         let lagging = match &self.m.lagging {
             None | Some(Lagging::Any(false)) => None,
             Some(Lagging::Any(true)) => {
-                let nodes: Vec<&Node> = env.cx.nodes.iter().filter(|n| n.cluster == to).collect();
-                nodes.choose(env.rng).map(|n| n.name.clone())
+                // A replica lags as a follower: one of the nodes leading the fewest of the
+                // topics' partitions (a leader cut off from its peers' client port still leads).
+                let followers: Vec<String> = {
+                    let infos = block_on(partition_infos(cluster(env, &to)?, &topics));
+                    let leads =
+                        |n: &Node| infos.values().filter(|i| i.leader == n.id as i32).count();
+                    let nodes: Vec<&Node> =
+                        env.cx.nodes.iter().filter(|n| n.cluster == to).collect();
+                    let fewest = nodes.iter().map(|n| leads(n)).min();
+                    nodes
+                        .into_iter()
+                        .filter(|n| Some(leads(n)) == fewest)
+                        .map(|n| n.name.clone())
+                        .collect()
+                };
+                followers.choose(env.rng).cloned()
             }
             Some(Lagging::Node(n)) => Some(n.clone()),
         };

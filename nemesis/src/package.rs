@@ -7,7 +7,9 @@
 //! Between two mirrored clusters ([`Combined::between`]) each fault that names no cluster lands
 //! where its package's aims ([`aim`](crate::aim)) say, else on the mirror's source or its
 //! destination at random (as the direction is when it starts), and its undoing on the same
-//! cluster.
+//! cluster. Between a failover and its failback, three faults in four land on the cluster failed
+//! over from: it still takes writes from clients not yet redirected, and what it writes in new
+//! leader epochs there is what its failback's LMLE truncation has to remove.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -445,14 +447,24 @@ pub struct Combined {
     waiting_for: Option<usize>,
     /// How long after the awaited op completes its cycle's next op (or the next turn) is due.
     gap_after: u64,
-    /// Between mirrored clusters: the source and destination now, and the cluster each
-    /// cycle's fault in force was stamped with.
-    roles: Option<(String, String)>,
+    /// Between mirrored clusters: the source and destination now (the destination is the
+    /// cluster failed over from when it does not mirror), and the cluster each cycle's fault in
+    /// force was stamped with.
+    roles: Option<Roles>,
     stamped: Vec<Option<String>>,
     /// The kinds whose ops are not stamped (the mirror's own name their clusters).
     kinds: Vec<Kind>,
     /// Each cycle's aims.
     aims: Vec<Vec<Aim>>,
+}
+
+/// Where the mirror stands, as the last failover or failback left it.
+#[derive(Clone, Debug)]
+struct Roles {
+    source: String,
+    destination: String,
+    /// Whether the destination mirrors the source (false between a failover and its failback).
+    mirroring: bool,
 }
 
 impl Combined {
@@ -484,15 +496,25 @@ impl Combined {
     /// Faults land on the mirror's `source` or `destination` (as failovers and failbacks move
     /// them), the undoing of each on its fault's cluster.
     pub fn between(mut self, source: &str, destination: &str) -> Self {
-        self.roles = Some((source.to_string(), destination.to_string()));
+        self.roles = Some(Roles {
+            source: source.to_string(),
+            destination: destination.to_string(),
+            mirroring: true,
+        });
         self
     }
 
     /// Names the cluster of cycle `i`'s op `op` (`undo`: it undoes the cycle's fault in force).
     fn stamp(&mut self, i: usize, undo: bool, mut op: Invocation, rng: &mut Rng) -> Invocation {
-        let Some((source, destination)) = &self.roles else {
+        let Some(Roles {
+            source,
+            destination,
+            mirroring,
+        }) = &self.roles
+        else {
             return op;
         };
+        let on_source = if *mirroring { 0.5 } else { 0.25 };
         if self.kinds[i].mirrors() || op.value.get("cluster").is_some() {
             return op;
         }
@@ -504,7 +526,7 @@ impl Combined {
                     aim.apply(&mut op, &cluster);
                     cluster
                 }
-                None if rng.random_bool(0.5) => source.clone(),
+                None if rng.random_bool(on_source) => source.clone(),
                 None => destination.clone(),
             },
         };
@@ -522,7 +544,11 @@ impl Combined {
         if !matches!(op.f.as_str(), "failover" | "failback") {
             return;
         }
-        let direction = &op.value["direction"];
+        self.follow_direction(&op.value["direction"]);
+    }
+
+    /// Takes the roles from a recorded `direction`.
+    fn follow_direction(&mut self, direction: &Value) {
         let (Some(roles), Some(source), Some(destination)) = (
             self.roles.as_mut(),
             direction["source"].as_str(),
@@ -530,7 +556,11 @@ impl Combined {
         ) else {
             return;
         };
-        *roles = (source.to_string(), destination.to_string());
+        *roles = Roles {
+            source: source.to_string(),
+            destination: destination.to_string(),
+            mirroring: direction["mirroring"].as_bool().unwrap_or(true),
+        };
     }
 
     /// The cycle whose turn it is: the one with a fault in force, else a weighted draw.
@@ -914,6 +944,32 @@ mod tests {
         assert!(invokes.iter().any(|o| o.f == "failback"));
         // Mirror moves run on their own timeline: some land while a fault is in force.
         assert!(moved_while_paused > 0, "{invokes:?}");
+    }
+
+    #[test]
+    fn between_a_failover_and_its_failback_most_faults_land_on_the_cluster_failed_over_from() {
+        let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
+        let packages = vec![package(Kind::Pause, vec!["one".into()], Some(&setup))];
+        let mut gen = Combined::new(packages, 2 * S).between("a", "b");
+        let mut r = rng(3);
+        let mut share_on = |gen: &mut Combined, cluster: &str| {
+            let on = (0..2000)
+                .filter(|_| {
+                    gen.stamped[0] = None;
+                    let pause = gen.stamp(0, false, op("pause", json!({})), &mut r);
+                    pause.value["cluster"] == cluster
+                })
+                .count();
+            on as f64 / 2000.0
+        };
+        let mirroring = share_on(&mut gen, "a");
+        assert!((0.45..0.55).contains(&mirroring), "{mirroring}");
+        gen.follow_direction(&json!({"source": "b", "destination": "a", "mirroring": false}));
+        let failed_over = share_on(&mut gen, "a");
+        assert!((0.7..0.8).contains(&failed_over), "{failed_over}");
+        gen.follow_direction(&json!({"source": "b", "destination": "a", "mirroring": true}));
+        let back = share_on(&mut gen, "a");
+        assert!((0.45..0.55).contains(&back), "{back}");
     }
 
     #[tokio::test(start_paused = true)]
