@@ -46,7 +46,7 @@ impl NemesisContext<'_> {
 ///   cannot (clock skew, packet loss); the final phase performs them through `invoke`, before
 ///   the engine's, whatever happened in the main phase.
 /// - [`settle_ops`](Nemesis::settle_ops) bring the system to the steady state the final reads
-///   expect once everything is healed and serving (mirroring back in its first direction and
+///   expect once everything is healed and serving (a mirror running in a steady direction,
 ///   caught up); the final phase performs them through `invoke` after healing.
 /// - `invoke` runs on a blocking thread of the runner's tokio runtime, so it may block on async
 ///   work with [`tokio::runtime::Handle::current`].

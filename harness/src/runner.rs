@@ -12,8 +12,8 @@
 //! A test has one or more clusters, each its own quorum on its own nodes, all reached through
 //! one runtime. Serving, convergence and healing are per cluster; the workload's clients talk to
 //! the first unless an op names another (`"cluster": "b"`); a fault acts on the cluster its op
-//! names, else on the first. After healing, the nemesis's settle ops (mirroring back in its
-//! first direction) run before replicas are awaited.
+//! names, else on the first. After healing, the nemesis's settle ops (a mirror settled in a
+//! steady direction) run before replicas are awaited.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -153,25 +153,22 @@ impl MirrorFaults {
         *self.direction.lock().unwrap_or_else(|p| p.into_inner()) = d;
     }
 
-    /// The ops that bring the mirror back to its first direction and wait until it caught up:
-    /// a failover first when the first source is itself a mirror, then a failback that waits
-    /// for lag 0.
+    /// The ops that leave the mirror in a steady direction, caught up: one failback that waits
+    /// for lag 0. A mirror that runs stays as it is; a failed-over one fails back, the cluster
+    /// failed over from mirroring the one that took over, so what that one acknowledged since is
+    /// kept (making it mirror the other instead would discard it as no failover abandons it).
     pub fn settle_ops(&self) -> Vec<Invocation> {
-        let (a, b) = (&self.setup.source, &self.setup.destination);
-        let mut ops = Vec::new();
-        if let Direction::Mirroring { source, .. } = self.direction() {
-            if &source == b {
-                ops.push(Invocation {
-                    f: "failover".into(),
-                    value: json!({"from": b, "to": a}),
-                });
-            }
-        }
-        ops.push(Invocation {
+        let (from, to) = match self.direction() {
+            Direction::Mirroring {
+                source,
+                destination,
+            } => (source, destination),
+            Direction::FailedOver { from, to } => (to, from),
+        };
+        vec![Invocation {
             f: "failback".into(),
-            value: json!({"from": a, "to": b, "settle": true}),
-        });
-        ops
+            value: json!({"from": from, "to": to, "settle": true}),
+        }]
     }
 }
 
@@ -802,29 +799,30 @@ mod tests {
     }
 
     #[test]
-    fn settling_returns_to_the_first_direction() {
+    fn settling_keeps_what_the_writable_cluster_acknowledged() {
         let f = faults();
         let fs = |ops: Vec<Invocation>| ops.into_iter().map(|o| (o.f, o.value)).collect::<Vec<_>>();
-        let back = (
-            "failback".to_string(),
-            json!({"from": "a", "to": "b", "settle": true}),
-        );
-        assert_eq!(fs(f.settle_ops()), vec![back.clone()]);
+        let back = |from: &str, to: &str| {
+            (
+                "failback".to_string(),
+                json!({"from": from, "to": to, "settle": true}),
+            )
+        };
+        assert_eq!(fs(f.settle_ops()), vec![back("a", "b")]);
         f.set_direction(Direction::FailedOver {
             from: "b".into(),
             to: "a".into(),
         });
-        assert_eq!(fs(f.settle_ops()), vec![back.clone()]);
+        assert_eq!(fs(f.settle_ops()), vec![back("a", "b")]);
+        f.set_direction(Direction::FailedOver {
+            from: "a".into(),
+            to: "b".into(),
+        });
+        assert_eq!(fs(f.settle_ops()), vec![back("b", "a")]);
         f.set_direction(Direction::Mirroring {
             source: "b".into(),
             destination: "a".into(),
         });
-        assert_eq!(
-            fs(f.settle_ops()),
-            vec![
-                ("failover".to_string(), json!({"from": "b", "to": "a"})),
-                back
-            ]
-        );
+        assert_eq!(fs(f.settle_ops()), vec![back("b", "a")]);
     }
 }

@@ -10,7 +10,7 @@
 //! (`to` takes writes) and `failback` (`from` keeps them) infos, and from a send refused with
 //! READ_ONLY_TOPIC (the other cluster, then); whatever it believes, each send's outcome is what
 //! the broker answered. Final reads drain every partition on both clusters, after the nemesis
-//! has failed back to A → B and waited for the mirror to catch up.
+//! has settled the mirror (a failed-over one failed back) and waited for it to catch up.
 
 use futures::future::BoxFuture;
 use rand::RngExt;
