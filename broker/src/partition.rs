@@ -163,6 +163,10 @@ struct PartitionState {
     mirror_truncation_fetches: Option<BTreeMap<i32, i64>>,
     /// Tiered storage: the log start below the local one, the highest uploaded offset.
     tiered: TieredState,
+    /// A leader epoch a mirror task moves to in order to cut committed records, and the offset
+    /// it cuts to: while this replica leads in that epoch the high watermark stays at or below
+    /// it, so no reader in the new epoch sees a high watermark the truncation then takes back.
+    truncation_cap: Option<(i32, i64)>,
 }
 
 impl PartitionState {
@@ -224,14 +228,37 @@ impl PartitionState {
 
     /// Moves the leader's high watermark to the smallest log end offset in the ISR, never back,
     /// and not at all while the ISR is under the minimum. Returns whether it moved.
+    /// Holds the high watermark at the truncation cap while leading in its epoch; a cap of an
+    /// epoch left behind goes.
+    fn apply_truncation_cap(&mut self) {
+        let Some((epoch, offset)) = self.truncation_cap else {
+            return;
+        };
+        if self.is_leader() && self.leader_epoch() == epoch {
+            self.high_watermark = self.high_watermark.min(offset);
+        } else if !self.is_leader() || self.leader_epoch() > epoch {
+            self.truncation_cap = None;
+        }
+    }
+
     fn maybe_increment_high_watermark(&mut self, strict_min_isr: bool) -> bool {
         if !self.is_leader() {
             return false;
+        }
+        if let Some((epoch, offset)) = self.truncation_cap {
+            if self.leader_epoch() == epoch && self.high_watermark >= offset {
+                return false;
+            }
         }
         if strict_min_isr && self.registration.isr.len() < self.effective_min_isr() {
             return false;
         }
         let mut candidate = self.log.log_end_offset();
+        if let Some((epoch, offset)) = self.truncation_cap {
+            if self.leader_epoch() == epoch {
+                candidate = candidate.min(offset);
+            }
+        }
         for id in &self.registration.isr {
             if *id == self.node_id {
                 continue;
@@ -452,6 +479,7 @@ impl Partition {
             mirror_state: None,
             mirror_truncation_fetches: None,
             tiered,
+            truncation_cap: None,
         };
         let (tx, _) = watch::channel(hw);
         let p = Partition {
@@ -562,6 +590,7 @@ impl Partition {
                     .map_err(|e| LogError::Invalid(e.to_string()))?;
                 std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
             }
+            s.apply_truncation_cap();
             s.maybe_increment_high_watermark(strict_min_isr);
             Ok((s.high_watermark, change))
         })?;
@@ -1247,18 +1276,20 @@ impl Partition {
         Ok(())
     }
 
-    /// Whether truncating by the other side's diverging epoch (`leader_epoch`, `leader_end`, as
-    /// [`truncate_by_epoch`](Self::truncate_by_epoch) takes them) would cut records below the
-    /// high watermark: records readers may have seen committed under the current leader epoch.
-    pub fn epoch_truncation_cuts_committed(&self, leader_epoch: i32, leader_end: i64) -> bool {
+    /// Where truncating by the other side's diverging epoch (`leader_epoch`, `leader_end`, as
+    /// [`truncate_by_epoch`](Self::truncate_by_epoch) takes them) would cut the log, when that
+    /// is below the high watermark: records readers may have seen committed under the current
+    /// leader epoch.
+    pub fn epoch_truncation_cut(&self, leader_epoch: i32, leader_end: i64) -> Option<i64> {
         self.with_state(|s| {
-            epoch_truncation_target(s, leader_epoch, leader_end).0 < s.high_watermark
+            let to = epoch_truncation_target(s, leader_epoch, leader_end).0;
+            (to < s.high_watermark).then_some(to)
         })
     }
 
-    /// Whether the LMLE truncation to `lmle` would cut records below the high watermark: records
-    /// readers may have seen committed under the current leader epoch.
-    pub fn lmle_truncation_cuts_committed(&self, lmle: i32) -> bool {
+    /// Where the LMLE truncation to `lmle` would cut the log, when that is below the high
+    /// watermark: records readers may have seen committed under the current leader epoch.
+    pub fn lmle_truncation_cut(&self, lmle: i32) -> Option<i64> {
         self.with_state(|s| {
             let entries: Vec<(i32, i64)> = s
                 .log
@@ -1267,8 +1298,32 @@ impl Partition {
                 .iter()
                 .map(|e| (e.epoch, e.start_offset))
                 .collect();
-            lmle_truncation_offset(&entries, s.log.log_end_offset(), lmle) < s.high_watermark
+            let to = lmle_truncation_offset(&entries, s.log.log_end_offset(), lmle);
+            (to < s.high_watermark).then_some(to)
         })
+    }
+
+    /// Caps the high watermark at `offset` while this replica leads in `epoch` (see
+    /// `truncation_cap`), from now: set before the epoch is asked for, it holds from the first
+    /// moment this replica leads in it.
+    pub fn cap_high_watermark_in_epoch(&self, epoch: i32, offset: i64) {
+        let hw = self.with_state(|s| {
+            s.truncation_cap = Some((epoch, offset));
+            s.apply_truncation_cap();
+            s.high_watermark
+        });
+        self.publish_high_watermark(hw);
+    }
+
+    /// Lifts the cap once the truncation it was for is done.
+    pub fn lift_high_watermark_cap(&self) {
+        let strict = self.strict_min_isr();
+        let hw = self.with_state(|s| {
+            s.truncation_cap = None;
+            s.maybe_increment_high_watermark(strict);
+            s.high_watermark
+        });
+        self.publish_high_watermark(hw);
     }
 
     /// Phase 1 of the LMLE truncation (KIP-1279): once enough replicas are in the ISR to

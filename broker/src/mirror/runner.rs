@@ -358,8 +358,8 @@ async fn prepare(
         warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
         return Ok(());
     }
-    if p.lmle_truncation_cuts_committed(lmle) {
-        new_epoch_before_truncation(ctx, p, cancel).await?;
+    if let Some(to) = p.lmle_truncation_cut(lmle) {
+        new_epoch_before_truncation(ctx, p, to, cancel).await?;
     }
     let all_replicas = waits_for_all_replicas(ctx, p);
     // Phase 1: truncate once enough replicas are in the ISR to take part.
@@ -371,6 +371,7 @@ async fn prepare(
         }
     }
     ctx.tasks.update(p, |s| s.truncation_epoch = None);
+    p.lift_high_watermark_cap();
     ctx.notify_data();
     // Phase 2: wait until every replica that must take part has truncated too.
     loop {
@@ -395,10 +396,14 @@ async fn prepare(
 ///
 /// The task goes on in the epoch it moved to and truncates there. Should the broker restart it
 /// all the same (the epoch it saw was not the one asked for), the epoch moved to is kept in the
-/// task status, so the restarted task truncates in it instead of moving again.
+/// task status, so the restarted task truncates in it instead of moving again. In the new epoch
+/// the high watermark is held at `to`, where the truncation will cut, from the moment this
+/// replica leads in it: the truncation may wait (for the ISR to be large enough), and a reader
+/// in the new epoch must not see a high watermark it then takes back.
 async fn new_epoch_before_truncation(
     ctx: &MirrorContext,
     p: &Partition,
+    to: i64,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
     let Some(epoch) = p.leading_epoch() else {
@@ -409,10 +414,12 @@ async fn new_epoch_before_truncation(
         .status(&p.topic, p.index)
         .and_then(|s| s.truncation_epoch);
     if moved_for_it == Some(epoch) {
+        p.cap_high_watermark_in_epoch(epoch, to);
         return Ok(());
     }
     ctx.tasks
         .update(p, |s| s.truncation_epoch = Some(epoch + 1));
+    p.cap_high_watermark_in_epoch(epoch + 1, to);
     bump_epoch(ctx, p, epoch + 1).await?;
     while p.leading_epoch().is_some_and(|e| e <= epoch) {
         if sleep_or_cancel(cancel, POLL).await {
@@ -588,12 +595,13 @@ async fn mirror_round(
         // back what this cluster wrote under the last mirrored epoch itself, committed records
         // included: as for the LMLE truncation, in a new leader epoch. So is a truncation by an
         // unclean election in the source.
-        if p.epoch_truncation_cuts_committed(epoch, end) {
-            new_epoch_before_truncation(ctx, p, cancel).await?;
+        if let Some(to) = p.epoch_truncation_cut(epoch, end) {
+            new_epoch_before_truncation(ctx, p, to, cancel).await?;
         }
         let before = p.log_end_offset();
         p.truncate_by_epoch(epoch, end)?;
         ctx.tasks.update(p, |s| s.truncation_epoch = None);
+        p.lift_high_watermark_cap();
         ctx.notify_data();
         let truncated = p.log_end_offset() < before;
         if truncated && waits_for_all_replicas(ctx, p) {
