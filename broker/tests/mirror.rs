@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::client::{
-    create_topic, create_topic_assigned, init_producer_id, produce, produce_idempotent,
+    create_topic, create_topic_assigned, init_producer_id, produce, produce_idempotent, read_all,
 };
 use common::Cluster;
 use serde_json::Value;
@@ -1183,6 +1183,60 @@ fn a_failback_truncating_committed_records_moves_to_a_new_epoch() {
         leader_epoch(&a, 1) > written_in,
         "A took back committed r1 still in epoch {written_in}"
     );
+}
+
+/// A failback's truncation of committed records that has to wait in the epoch it moved to
+/// (with the flag on, for every replica) holds the high watermark at the cut from the start of
+/// that epoch: readers in it used to see the old high watermark, which the truncation then took
+/// back under the same epoch (the harness found it as `hw-regression` in a correct-broker run).
+#[test]
+fn a_truncation_waiting_in_its_new_epoch_holds_the_high_watermark_at_the_cut() {
+    let mut a = cluster("A", 3, SEED_EPOCHS, None);
+    let b = cluster("B", 1, SEED_EPOCHS, None);
+    t_mirrored_by_b(
+        &a,
+        &b,
+        &[("mirror.support.unclean.leader.election", "true")],
+    )
+    .unwrap();
+    stop(&b, "a-to-b").unwrap();
+    write(&b, &[100]).unwrap();
+    // A's leadership moves (a new epoch, above the LMLE 0) and r1 is committed on both replicas.
+    a.node(1).kill9();
+    poll(&a, "node 2 leads t", |a| a_leader(a) == 2).unwrap();
+    a.node(1).restart();
+    poll(&a, "ISR [1, 2] again", |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2.len() == 2)
+    })
+    .unwrap();
+    assert_eq!(write(&a, &[1]).unwrap(), 1);
+    let leader = a_leader(&a);
+    let other = if leader == 1 { 2 } else { 1 };
+    poll(&a, "r1 committed", |a| {
+        read_all(&a.addr(leader), "t", 0).is_ok_and(|(_, hw)| hw == 2)
+    })
+    .unwrap();
+    // The other replica goes: the LMLE truncation (flag on) waits for it, in a new epoch.
+    a.node(other).kill9();
+    poll(&a, "the other replica out of the ISR", |a| {
+        a.partition_state_at(3, "t", 0)
+            .is_some_and(|s| s.2 == [i64::from(leader)])
+    })
+    .unwrap();
+    create_mirror(&a, "b-to-a", &b).unwrap();
+    start(&a, "b-to-a").unwrap();
+    poll(
+        &a,
+        "A's leader holding the high watermark at the cut, offset 1",
+        |a| read_all(&a.addr(leader), "t", 0).is_ok_and(|(_, hw)| hw <= 1),
+    )
+    .unwrap();
+    let d = describe_t(&a).unwrap();
+    assert_eq!(d.state, MirrorState::Preparing, "the truncation ran: {d:?}");
+    a.node(other).restart();
+    wait_state(&a, "A mirroring", MirrorState::Mirroring);
+    same_logs_at("after the failback", &a, leader, &b, 1).unwrap();
 }
 
 /// The second truncation of a failback, by the diverging epoch the source answers the first
