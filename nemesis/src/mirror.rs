@@ -403,6 +403,25 @@ impl FaultOp for MoveOp<'_> {
             }
             None => None,
         };
+        // A failover that failed goes on retrying and stops its partitions once their cluster is
+        // whole again (KIP-1279's FAILED retries): the settling failback waits for that to end
+        // (STOPPED, which it then fails back from, or mirroring again) before it looks.
+        let mut before = before;
+        if self.m.settle {
+            let until = Instant::now() + self.faults.setup.settle_timeout / 2;
+            let unsettled = |d: &Described| {
+                d.as_ref().is_ok_and(|ps| {
+                    ps.iter().any(|(_, p)| {
+                        p.state == MirrorState::Stopping
+                            || (p.state == MirrorState::Failed && p.retry_attempt >= 0)
+                    })
+                })
+            };
+            while unsettled(&before) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(500));
+                before = block_on(mirror.describe_mirror(dst, &name));
+            }
+        }
         let mirroring_already = before.as_ref().is_ok_and(|ps| {
             !ps.is_empty()
                 && ps
