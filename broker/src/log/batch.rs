@@ -164,20 +164,26 @@ pub fn control_type(mut records: &[u8]) -> Option<i16> {
 /// A `MIRROR_PID_RESET` control batch naming the cluster the topic mirrored from (value:
 /// version 0, then the id as a length-prefixed string), for the leader to stamp and append.
 pub fn mirror_pid_reset_batch(source_cluster_id: &str, timestamp_ms: i64) -> Vec<u8> {
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
     let mut key = BytesMut::new();
     key.put_i16(0);
     key.put_i16(MIRROR_PID_RESET);
+    let id = &source_cluster_id.as_bytes()[..source_cluster_id.len().min(i16::MAX as usize)];
     let mut value = BytesMut::new();
     value.put_i16(0);
-    value.put_i16(source_cluster_id.len().min(i16::MAX as usize) as i16);
-    value
-        .put_slice(&source_cluster_id.as_bytes()[..source_cluster_id.len().min(i16::MAX as usize)]);
+    value.put_i16(id.len() as i16);
+    value.put_slice(id);
+    single_record_batch(key.freeze(), value.freeze(), true, timestamp_ms)
+}
+
+/// One uncompressed record in a v2 batch without a producer, for the broker's own writes (a
+/// failover barrier, an LMLE record); the leader stamps its offset and epoch on append.
+pub fn single_record_batch(key: Bytes, value: Bytes, control: bool, timestamp_ms: i64) -> Vec<u8> {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
     let record = Record {
         transactional: false,
-        control: true,
+        control,
         delete_horizon: false,
         partition_leader_epoch: -1,
         producer_id: -1,
@@ -186,8 +192,8 @@ pub fn mirror_pid_reset_batch(source_cluster_id: &str, timestamp_ms: i64) -> Vec
         offset: 0,
         sequence: -1,
         timestamp: timestamp_ms,
-        key: Some(key.freeze()),
-        value: Some(value.freeze()),
+        key: Some(key),
+        value: Some(value),
         headers: Default::default(),
     };
     let mut buf = BytesMut::new();
@@ -196,7 +202,7 @@ pub fn mirror_pid_reset_batch(source_cluster_id: &str, timestamp_ms: i64) -> Vec
         compression: Compression::None,
     };
     RecordBatchEncoder::encode(&mut buf, [&record], &opts)
-        .expect("one small uncompressed record always encodes");
+        .expect("one uncompressed record always encodes");
     buf.to_vec()
 }
 

@@ -5,15 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 use tracing::warn;
 
 use super::client::RPC_TIMEOUT;
@@ -56,7 +53,7 @@ async fn lmle_leader(ctx: &MirrorContext) -> anyhow::Result<Option<KafkaConnecti
 pub async fn write_lmle(ctx: &MirrorContext, record: &LmleRecord) -> anyhow::Result<()> {
     let value = serde_json::to_vec(record)?;
     let key = serde_json::to_vec(&record.key)?;
-    let batch = encode_record(&key, &value)?;
+    let batch = encode_record(&key, &value);
     let deadline = tokio::time::Instant::now() + LMLE_WRITE_WAIT;
     loop {
         let attempt = async {
@@ -114,31 +111,16 @@ pub async fn write_lmle(ctx: &MirrorContext, record: &LmleRecord) -> anyhow::Res
     }
 }
 
-fn encode_record(key: &[u8], value: &[u8]) -> anyhow::Result<Bytes> {
-    let record = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
-        key: Some(Bytes::copy_from_slice(key)),
-        value: Some(Bytes::copy_from_slice(value)),
-        headers: IndexMap::new(),
-    };
-    let mut buf = BytesMut::new();
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, [&record], &opts)?;
-    Ok(buf.freeze())
+fn encode_record(key: &[u8], value: &[u8]) -> Bytes {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Bytes::from(crate::log::batch::single_record_batch(
+        Bytes::copy_from_slice(key),
+        Bytes::copy_from_slice(value),
+        false,
+        now_ms,
+    ))
 }
 
 /// Every committed LMLE record of this cluster, in log order.
