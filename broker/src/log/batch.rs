@@ -150,6 +150,9 @@ pub fn parse_header(buf: &[u8]) -> Result<BatchHeader, BatchError> {
 pub fn control_type(mut records: &[u8]) -> Option<i16> {
     let buf = &mut records;
     read_varint(buf).ok()?;
+    if !buf.has_remaining() {
+        return None;
+    }
     buf.get_i8();
     read_varlong(buf).ok()?;
     read_varint(buf).ok()?;
@@ -279,34 +282,33 @@ fn count_records<B: Buf>(buf: &mut B) -> anyhow::Result<i64> {
 
 /// Kafka's signed varint: zigzag-encoded, 7 bits per byte, at most 5 bytes.
 fn read_varint<B: Buf>(buf: &mut B) -> anyhow::Result<i32> {
-    let mut raw = 0u32;
-    for i in 0..5 {
-        if !buf.has_remaining() {
-            anyhow::bail!("record length is cut off");
-        }
-        let b = buf.get_u8();
-        raw |= u32::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok((raw >> 1) as i32 ^ -((raw & 1) as i32));
-        }
-    }
-    anyhow::bail!("record length varint is longer than 5 bytes")
+    read_zigzag(buf, 5).map(|v| v as i32)
 }
 
-/// Kafka's signed varlong: zigzag-encoded, 7 bits per byte, at most 10 bytes.
+/// Kafka's signed varlong: the same encoding in at most 10 bytes.
 fn read_varlong<B: Buf>(buf: &mut B) -> anyhow::Result<i64> {
+    read_zigzag(buf, 10)
+}
+
+fn read_zigzag<B: Buf>(buf: &mut B, max_bytes: u32) -> anyhow::Result<i64> {
     let mut raw = 0u64;
-    for i in 0..10 {
+    for i in 0..max_bytes {
         if !buf.has_remaining() {
-            anyhow::bail!("varlong is cut off");
+            anyhow::bail!("varint is cut off");
         }
         let b = buf.get_u8();
         raw |= u64::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {
-            return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+            let v = (raw >> 1) as i64 ^ -((raw & 1) as i64);
+            // A 5-byte varint's value is 32 bits wide: sign-extend from there.
+            return Ok(if max_bytes == 5 {
+                i64::from(v as i32)
+            } else {
+                v
+            });
         }
     }
-    anyhow::bail!("varlong is longer than 10 bytes")
+    anyhow::bail!("varint is longer than {max_bytes} bytes")
 }
 
 /// Splits a buffer of concatenated batches, checking each header, CRC and record count. Every byte must
@@ -418,6 +420,13 @@ pub(crate) mod tests {
         let span = &barrier[..HEADER_LEN + CONTROL_KEY_SPAN.min(barrier.len() - HEADER_LEN)];
         assert!(parse_header(span).unwrap().is_pid_reset);
         assert!(!parse_header(&barrier[..HEADER_LEN]).unwrap().is_pid_reset);
+        // A control record cut anywhere reads as no type until its key is whole, never panics.
+        let types: Vec<Option<i16>> = (0..=barrier.len() - HEADER_LEN)
+            .map(|cut| control_type(&barrier[HEADER_LEN..HEADER_LEN + cut]))
+            .collect();
+        let whole = types.iter().position(Option::is_some).unwrap();
+        assert!(whole > 4, "{types:?}");
+        assert!(types[whole..].iter().all(|t| *t == Some(MIRROR_PID_RESET)));
         let data = batch(&[b"a"]);
         assert!(!parse_header(&data).unwrap().is_pid_reset);
         assert_eq!(pid_reset_source(&data), None);
