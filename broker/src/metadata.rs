@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::mirror::groups::GroupFilter;
+use crate::mirror::group_filter::GroupFilter;
 use crate::mirror::rules::MirrorState;
 
 /// File holding the metadata image in the log directory.

@@ -24,6 +24,7 @@
 //! verdict policy is in [`policy`]; the anomalies are named by [`AnomalyKind`].
 
 mod dense;
+pub mod lineage;
 mod mirror;
 pub mod op;
 pub mod policy;

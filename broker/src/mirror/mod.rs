@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod context;
+pub mod group_filter;
 pub mod groups;
 pub mod rules;
 pub mod runner;

@@ -11,7 +11,7 @@ use tracing::info;
 
 use super::client::{call, connect_any, metadata};
 use super::context::MirrorContext;
-use super::groups::GroupFilter;
+use super::group_filter::GroupFilter;
 use super::rules::{lookup_lmle, MirrorState};
 use super::store::read_lmle;
 use super::wire::{

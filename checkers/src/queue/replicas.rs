@@ -94,7 +94,7 @@ impl<'r> FinalLogs<'r> {
                 let mut records = committed(&replicas[leader]);
                 // With tiered storage the offsets below the local log are the remote store's.
                 if let Some((remote_start, mut below)) =
-                    crate::tiered::remote_prefix(&replicas[leader])
+                    crate::lineage::remote_prefix(&replicas[leader])
                 {
                     start = remote_start;
                     below.extend_from_slice(&records);
