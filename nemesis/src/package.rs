@@ -9,7 +9,9 @@
 //! destination at random (as the direction is when it starts), and its undoing on the same
 //! cluster. Between a failover and its failback, three faults in four land on the cluster failed
 //! over from: it still takes writes from clients not yet redirected, and what it writes in new
-//! leader epochs there is what its failback's LMLE truncation has to remove.
+//! leader epochs there is what its failback's LMLE truncation has to remove. As an operator does
+//! after a disaster, a failback waits until the cluster failed over from has had an outage and
+//! come back from it (a disruptive fault there, undone), when there are disruptive faults at all.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -452,6 +454,8 @@ pub struct Combined {
     /// force was stamped with.
     roles: Option<Roles>,
     stamped: Vec<Option<String>>,
+    /// The cluster whose fault the awaited op undoes, if it undoes one.
+    undoing_on: Option<String>,
     /// The kinds whose ops are not stamped (the mirror's own name their clusters).
     kinds: Vec<Kind>,
     /// Each cycle's aims.
@@ -465,6 +469,8 @@ struct Roles {
     destination: String,
     /// Whether the destination mirrors the source (false between a failover and its failback).
     mirroring: bool,
+    /// Disruptive faults on the cluster failed over from undone since the failover.
+    outages_over: u32,
 }
 
 impl Combined {
@@ -480,6 +486,7 @@ impl Combined {
         Combined {
             due: vec![None; cycles.len()],
             stamped: vec![None; cycles.len()],
+            undoing_on: None,
             shares,
             cycles,
             turn_due: None,
@@ -500,6 +507,7 @@ impl Combined {
             source: source.to_string(),
             destination: destination.to_string(),
             mirroring: true,
+            outages_over: 0,
         });
         self
     }
@@ -510,6 +518,7 @@ impl Combined {
             source,
             destination,
             mirroring,
+            ..
         }) = &self.roles
         else {
             return op;
@@ -560,7 +569,20 @@ impl Combined {
             source: source.to_string(),
             destination: destination.to_string(),
             mirroring: direction["mirroring"].as_bool().unwrap_or(true),
+            outages_over: 0,
         };
+    }
+
+    /// Whether cycle `i` is a failback that must wait: the mirror is failed over, the cluster
+    /// failed over from has not yet come back from an outage since, and there are disruptive
+    /// faults to bring one.
+    fn failback_waits(&self, i: usize) -> bool {
+        self.kinds[i] == Kind::Failover
+            && self.shares.iter().any(Option::is_some)
+            && self
+                .roles
+                .as_ref()
+                .is_some_and(|r| !r.mirroring && r.outages_over == 0)
     }
 
     /// The cycle whose turn it is: the one with a fault in force, else a weighted draw.
@@ -612,6 +634,7 @@ impl Generator for Combined {
             self.turn_due = self.turn_due.map(|t| t.max(at + 1));
         }
         let own = (0..self.cycles.len())
+            .filter(|&i| !self.failback_waits(i))
             .filter_map(|i| self.due[i].map(|t| (t, i)))
             .min();
         let (time, i) = match (own, self.turn_due) {
@@ -627,6 +650,10 @@ impl Generator for Combined {
         let undo = self.cycles[i].in_force();
         let op = self.cycles[i].next(rng);
         let op = self.stamp(i, undo, op, rng);
+        self.undoing_on = match (undo, self.shares[i]) {
+            (true, Some(_)) => op.value.get("cluster").and_then(Value::as_str).map(str::to_owned),
+            _ => None,
+        };
         let in_force = self.cycles[i].in_force();
         // A fault lasts from when it is in force: a burst before it, or a slow op, must not
         // eat into it (a leader paused for less than the session timeout is never replaced).
@@ -653,6 +680,11 @@ impl Generator for Combined {
     fn update(&mut self, _ctx: &Context, worker: Worker, op: &Op) {
         if worker == Worker::Nemesis && op.kind == OpType::Info {
             self.follow(op);
+            if let (Some(r), Some(c)) = (self.roles.as_mut(), self.undoing_on.take()) {
+                if !r.mirroring && r.destination == c {
+                    r.outages_over += 1;
+                }
+            }
             if let Some(i) = self.waiting_for.take() {
                 self.cycles[i].done(&op.value);
                 let next = op.time + self.gap_after;
@@ -944,6 +976,55 @@ mod tests {
         assert!(invokes.iter().any(|o| o.f == "failback"));
         // Mirror moves run on their own timeline: some land while a fault is in force.
         assert!(moved_while_paused > 0, "{invokes:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failback_waits_until_the_cluster_failed_over_from_came_back_from_an_outage() {
+        let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
+        let packages = vec![
+            package(Kind::Pause, vec!["one".into()], Some(&setup)),
+            package(Kind::Failover, Vec::new(), Some(&setup)),
+        ];
+        let mut gen = Combined::new(packages, 2 * S).between("a", "b");
+        let mut source = "a".to_string();
+        let history = simulate(&mut gen, 0, 3, 120, move |op| {
+            let other = if source == "a" { "b" } else { "a" };
+            let value = match op.f.as_str() {
+                "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
+                "failover" => {
+                    let v = json!({"from": source, "to": other, "direction":
+                                   {"source": other, "destination": source, "mirroring": false}});
+                    source = other.to_string();
+                    v
+                }
+                "failback" => json!({"from": source, "to": other, "direction":
+                                     {"source": source, "destination": other, "mirroring": true}}),
+                _ => op.value.clone(),
+            };
+            (Outcome::Info, value, 100_000_000)
+        })
+        .await;
+        // After each failover, the failback comes only once a pause on the cluster failed over
+        // from has been resumed.
+        let (mut failed_over_from, mut recovered, mut failbacks) = (None, false, 0);
+        for o in history.iter().filter(|o| o.kind == OpType::Info) {
+            match o.f.as_str() {
+                "failover" => {
+                    failed_over_from = o.value["from"].as_str().map(String::from);
+                    recovered = false;
+                }
+                "resume" if o.value["cluster"].as_str() == failed_over_from.as_deref() => {
+                    recovered = true;
+                }
+                "failback" => {
+                    assert!(recovered, "a failback before {failed_over_from:?} recovered: {history:?}");
+                    failbacks += 1;
+                    failed_over_from = None;
+                }
+                _ => {}
+            }
+        }
+        assert!(failbacks >= 2, "{failbacks} failbacks in {history:?}");
     }
 
     #[test]
