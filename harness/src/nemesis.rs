@@ -14,8 +14,10 @@ use crate::runtime::Node;
 
 /// What a nemesis may act on.
 pub struct NemesisContext<'a> {
-    /// Every node.
+    /// The nodes of the cluster the fault acts on.
     pub nodes: &'a [Node],
+    /// Every cluster's nodes, for faults between clusters (a failback's lagging replica).
+    pub every_node: &'a [Node],
     /// The database, with its optional abilities.
     pub db: &'a dyn Db,
     /// The network.

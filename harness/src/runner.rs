@@ -169,6 +169,7 @@ async fn run_phases(
                 .expect("a context per cluster"),
             all: clients.clone(),
             nodes: Arc::new(members(name)),
+            every_node: nodes.clone(),
             db: test.db.clone(),
             net: test.net.clone(),
         })
@@ -341,6 +342,7 @@ where
 #[derive(Clone)]
 struct Parts {
     nodes: Arc<Vec<Node>>,
+    every_node: Arc<Vec<Node>>,
     db: Arc<dyn Db>,
     net: Arc<dyn Net>,
     client: ClientContext,
@@ -351,6 +353,7 @@ impl Parts {
     fn context(&self) -> NemesisContext<'_> {
         NemesisContext {
             nodes: &self.nodes,
+            every_node: &self.every_node,
             db: self.db.as_ref(),
             net: self.net.as_ref(),
             client: &self.client,

@@ -331,8 +331,12 @@ impl FaultOp for MoveOp<'_> {
                     let infos = block_on(partition_infos(cluster(env, &to)?, &topics));
                     let leads =
                         |n: &Node| infos.values().filter(|i| i.leader == n.id as i32).count();
-                    let nodes: Vec<&Node> =
-                        env.cx.nodes.iter().filter(|n| n.cluster == to).collect();
+                    let nodes: Vec<&Node> = env
+                        .cx
+                        .every_node
+                        .iter()
+                        .filter(|n| n.cluster == to)
+                        .collect();
                     let fewest = nodes.iter().map(|n| leads(n)).min();
                     nodes
                         .into_iter()
@@ -533,7 +537,7 @@ struct Lag<'a> {
 impl<'a> Lag<'a> {
     /// Cuts `node` of `cluster` off.
     fn start(env: &Env<'a>, cluster: &str, node: &str) -> Result<Self, String> {
-        let nodes: &'a [Node] = env.cx.nodes;
+        let nodes: &'a [Node] = env.cx.every_node;
         let lagging = nodes
             .iter()
             .find(|n| n.name == node && n.cluster == cluster)

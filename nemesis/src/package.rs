@@ -11,7 +11,8 @@
 //! over from: it still takes writes from clients not yet redirected, and what it writes in new
 //! leader epochs there is what its failback's LMLE truncation has to remove. As an operator does
 //! after a disaster, a failback waits until the cluster failed over from has had an outage and
-//! come back from it (a disruptive fault there, undone), when there are disruptive faults at all.
+//! has been back for an interval (a disruptive fault there, undone), when there are disruptive
+//! faults at all.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -651,7 +652,11 @@ impl Generator for Combined {
         let op = self.cycles[i].next(rng);
         let op = self.stamp(i, undo, op, rng);
         self.undoing_on = match (undo, self.shares[i]) {
-            (true, Some(_)) => op.value.get("cluster").and_then(Value::as_str).map(str::to_owned),
+            (true, Some(_)) => op
+                .value
+                .get("cluster")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             _ => None,
         };
         let in_force = self.cycles[i].in_force();
@@ -683,6 +688,13 @@ impl Generator for Combined {
             if let (Some(r), Some(c)) = (self.roles.as_mut(), self.undoing_on.take()) {
                 if !r.mirroring && r.destination == c {
                     r.outages_over += 1;
+                    // An interval back in service before the failback: clients not yet
+                    // redirected write to it in the leader epochs the outage moved it to.
+                    for (due, kind) in self.due.iter_mut().zip(&self.kinds) {
+                        if *kind == Kind::Failover {
+                            *due = due.map(|t| t.max(op.time + self.interval));
+                        }
+                    }
                 }
             }
             if let Some(i) = self.waiting_for.take() {
@@ -1004,20 +1016,25 @@ mod tests {
             (Outcome::Info, value, 100_000_000)
         })
         .await;
-        // After each failover, the failback comes only once a pause on the cluster failed over
-        // from has been resumed.
-        let (mut failed_over_from, mut recovered, mut failbacks) = (None, false, 0);
-        for o in history.iter().filter(|o| o.kind == OpType::Info) {
-            match o.f.as_str() {
-                "failover" => {
+        // After each failover, the failback comes only an interval after a pause on the cluster
+        // failed over from has been resumed.
+        let (mut failed_over_from, mut recovered, mut failbacks) = (None, None, 0);
+        for o in &history {
+            match (o.kind, o.f.as_str()) {
+                (OpType::Info, "failover") => {
                     failed_over_from = o.value["from"].as_str().map(String::from);
-                    recovered = false;
+                    recovered = None;
                 }
-                "resume" if o.value["cluster"].as_str() == failed_over_from.as_deref() => {
-                    recovered = true;
+                (OpType::Info, "resume")
+                    if o.value["cluster"].as_str() == failed_over_from.as_deref() =>
+                {
+                    recovered = Some(o.time);
                 }
-                "failback" => {
-                    assert!(recovered, "a failback before {failed_over_from:?} recovered: {history:?}");
+                (OpType::Invoke, "failback") => {
+                    let back = recovered.unwrap_or_else(|| {
+                        panic!("a failback before {failed_over_from:?} recovered: {history:?}")
+                    });
+                    assert!(o.time >= back + 2 * S, "{o:?} {back}");
                     failbacks += 1;
                     failed_over_from = None;
                 }

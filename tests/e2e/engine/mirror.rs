@@ -129,6 +129,20 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
             }
         }
     }
+    // A generated failback lags a replica of the cluster it fails back, whichever that is.
+    let lagged: Vec<&&Value> = moves
+        .iter()
+        .filter(|m| m["f"] == "failback" && m["value"]["settle"].is_null() && m["error"].is_null())
+        .collect();
+    for m in &lagged {
+        let (to, node) = (&m["value"]["to"], &m["value"]["lagging"]);
+        assert!(
+            node.as_str()
+                .zip(to.as_str())
+                .is_some_and(|(n, c)| n.starts_with(c)),
+            "{m}"
+        );
+    }
     // The final move settles whichever direction the run left: a failback that waited for lag 0.
     let last = moves.last().unwrap();
     assert_eq!(
@@ -146,6 +160,63 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
     }
     assert!(!strings(&results["anomaly_types"]).contains(&"mirror-divergence".to_string()));
     assert_nothing_left(&test);
+}
+
+/// Two round trips, the second failing back into B: the nemesis performs mirror moves on the
+/// first cluster's side, and its lagging replica must still be one of B's nodes.
+const ROUND_TRIPS: &str = r#"[
+  {"time_s": 1, "f": "failover", "value": {}},
+  {"time_s": 4, "f": "failback", "value": {"lagging": true}},
+  {"time_s": 14, "f": "failover", "value": {}},
+  {"time_s": 17, "f": "failback", "value": {"lagging": true}}
+]"#;
+
+#[test]
+fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
+    require_root("a_failback_into_either_cluster_lags_one_of_its_replicas");
+    broker();
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("schedule.json");
+    std::fs::write(&schedule, ROUND_TRIPS).unwrap();
+    let schedule = schedule.display().to_string();
+    let store = tempfile::tempdir().unwrap();
+    let args = [
+        "--nemesis-schedule",
+        schedule.as_str(),
+        "--time-limit",
+        "28",
+    ];
+    let (run, results) = mirror_run(&args, store.path());
+    assert_eq!(
+        strings(&results["bad_anomaly_types"]),
+        Vec::<String>::new(),
+        "{}",
+        run.display()
+    );
+    let history = json_lines(&run.join("history.jsonl"));
+    let backs: Vec<&Value> = history[1..]
+        .iter()
+        .filter(|o| o["f"] == "failback" && o["type"] == "info" && o["value"]["settle"].is_null())
+        .collect();
+    let into: Vec<(&str, &str)> = backs
+        .iter()
+        .map(|o| {
+            let v = &o["value"];
+            (
+                v["to"].as_str().unwrap_or(""),
+                v["lagging"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(into.len(), 2, "{backs:?}");
+    assert_eq!(into[0].0, "a", "{backs:?}");
+    assert_eq!(into[1].0, "b", "{backs:?}");
+    for (to, node) in into {
+        assert!(
+            node.starts_with(to),
+            "the failback into {to} lagged {node:?}: {backs:?}"
+        );
+    }
 }
 
 /// An unclean election in the old source between a failover and its failback moves its epoch

@@ -96,6 +96,7 @@ impl Cluster {
         };
         let cx = NemesisContext {
             nodes: &self.nodes,
+            every_node: &self.nodes,
             db: self.db.as_ref(),
             net: &self.net,
             client: &self.cx,
@@ -150,6 +151,7 @@ impl Cluster {
     pub fn view(&self) -> ClusterView {
         let cx = NemesisContext {
             nodes: &self.nodes,
+            every_node: &self.nodes,
             db: self.db.as_ref(),
             net: &self.net,
             client: &self.cx,
