@@ -11,8 +11,8 @@
 //! over from: it still takes writes from clients not yet redirected, and what it writes in new
 //! leader epochs there is what its failback's LMLE truncation has to remove. As an operator does
 //! after a disaster, a failback waits until the cluster failed over from has had an outage and
-//! has been back for an interval (a disruptive fault there, undone), when there are disruptive
-//! faults at all.
+//! has been back for an interval (a disruptive fault there undone, or one that is over once
+//! performed, such as a bounce), when there are disruptive faults at all.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -455,7 +455,8 @@ pub struct Combined {
     /// force was stamped with.
     roles: Option<Roles>,
     stamped: Vec<Option<String>>,
-    /// The cluster whose fault the awaited op undoes, if it undoes one.
+    /// The cluster the awaited op leaves with no fault in force (an undoing, or a fault over
+    /// once performed), if it is a disruptive one.
     undoing_on: Option<String>,
     /// The kinds whose ops are not stamped (the mirror's own name their clusters).
     kinds: Vec<Kind>,
@@ -651,15 +652,17 @@ impl Generator for Combined {
         let undo = self.cycles[i].in_force();
         let op = self.cycles[i].next(rng);
         let op = self.stamp(i, undo, op, rng);
-        self.undoing_on = match (undo, self.shares[i]) {
-            (true, Some(_)) => op
+        let in_force = self.cycles[i].in_force();
+        // An undoing, or a fault over once performed (a bounce, a handoff): its cluster is
+        // back in service when the op completes.
+        self.undoing_on = match (in_force, self.shares[i]) {
+            (false, Some(_)) => op
                 .value
                 .get("cluster")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             _ => None,
         };
-        let in_force = self.cycles[i].in_force();
         // A fault lasts from when it is in force: a burst before it, or a slow op, must not
         // eat into it (a leader paused for less than the session timeout is never replaced).
         self.gap_after = if in_force {
@@ -994,7 +997,7 @@ mod tests {
     async fn a_failback_waits_until_the_cluster_failed_over_from_came_back_from_an_outage() {
         let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
         let packages = vec![
-            package(Kind::Pause, vec!["one".into()], Some(&setup)),
+            package(Kind::Kill, vec!["one".into()], Some(&setup)),
             package(Kind::Failover, Vec::new(), Some(&setup)),
         ];
         let mut gen = Combined::new(packages, 2 * S).between("a", "b");
@@ -1002,7 +1005,7 @@ mod tests {
         let history = simulate(&mut gen, 0, 3, 120, move |op| {
             let other = if source == "a" { "b" } else { "a" };
             let value = match op.f.as_str() {
-                "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
+                "kill" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
                 "failover" => {
                     let v = json!({"from": source, "to": other, "direction":
                                    {"source": other, "destination": source, "mirroring": false}});
@@ -1016,8 +1019,8 @@ mod tests {
             (Outcome::Info, value, 100_000_000)
         })
         .await;
-        // After each failover, the failback comes only an interval after a pause on the cluster
-        // failed over from has been resumed.
+        // After each failover, the failback comes only an interval after the cluster failed over
+        // from is back from a fault: a kill undone, or a bounce or handoff over.
         let (mut failed_over_from, mut recovered, mut failbacks) = (None, None, 0);
         for o in &history {
             match (o.kind, o.f.as_str()) {
@@ -1025,7 +1028,7 @@ mod tests {
                     failed_over_from = o.value["from"].as_str().map(String::from);
                     recovered = None;
                 }
-                (OpType::Info, "resume")
+                (OpType::Info, "start" | "bounce" | "handoff")
                     if o.value["cluster"].as_str() == failed_over_from.as_deref() =>
                 {
                     recovered = Some(o.time);
