@@ -929,34 +929,40 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn between_mirrored_clusters_faults_land_on_either_moves_land_inside_them_and_failover_comes_first(
-    ) {
+    /// `kind`'s faults and mirror moves between clusters a and b, `ops` of them, performed as the
+    /// nemesis does: failovers and failbacks resolved against the direction it keeps and
+    /// recording it, each fault on its cluster recording node x1.
+    async fn simulate_mirrored(kind: Kind, ops: usize) -> Vec<Op> {
         let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
         let packages = vec![
-            package(Kind::Pause, vec!["one".into()], Some(&setup)),
+            package(kind, vec!["one".into()], Some(&setup)),
             package(Kind::Failover, Vec::new(), Some(&setup)),
         ];
         let mut gen = Combined::new(packages, 2 * S).between("a", "b");
-        // The nemesis resolves failovers and failbacks against the direction it keeps.
         let mut source = "a".to_string();
-        let history = simulate(&mut gen, 0, 3, 60, move |op| {
+        simulate(&mut gen, 0, 3, ops, move |op| {
             let other = if source == "a" { "b" } else { "a" };
             let value = match op.f.as_str() {
-                "pause" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
+                "pause" | "kill" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
                 "failover" => {
-                    let v = json!({"from": source, "to": other,
-                                   "direction": {"source": other, "destination": source}});
+                    let v = json!({"from": source, "to": other, "direction":
+                                   {"source": other, "destination": source, "mirroring": false}});
                     source = other.to_string();
                     v
                 }
-                "failback" => json!({"from": source, "to": other,
-                                     "direction": {"source": source, "destination": other}}),
+                "failback" => json!({"from": source, "to": other, "direction":
+                                     {"source": source, "destination": other, "mirroring": true}}),
                 _ => op.value.clone(),
             };
             (Outcome::Info, value, 100_000_000)
         })
-        .await;
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn between_mirrored_clusters_faults_land_on_either_moves_land_inside_them_and_failover_comes_first(
+    ) {
+        let history = simulate_mirrored(Kind::Pause, 60).await;
         let invokes: Vec<&Op> = history
             .iter()
             .filter(|o| o.kind == OpType::Invoke)
@@ -995,30 +1001,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failback_waits_until_the_cluster_failed_over_from_came_back_from_an_outage() {
-        let setup = MirrorSetup::new("a", "b", vec!["t0".into()]);
-        let packages = vec![
-            package(Kind::Kill, vec!["one".into()], Some(&setup)),
-            package(Kind::Failover, Vec::new(), Some(&setup)),
-        ];
-        let mut gen = Combined::new(packages, 2 * S).between("a", "b");
-        let mut source = "a".to_string();
-        let history = simulate(&mut gen, 0, 3, 120, move |op| {
-            let other = if source == "a" { "b" } else { "a" };
-            let value = match op.f.as_str() {
-                "kill" => json!({"nodes": ["x1"], "cluster": op.value["cluster"]}),
-                "failover" => {
-                    let v = json!({"from": source, "to": other, "direction":
-                                   {"source": other, "destination": source, "mirroring": false}});
-                    source = other.to_string();
-                    v
-                }
-                "failback" => json!({"from": source, "to": other, "direction":
-                                     {"source": source, "destination": other, "mirroring": true}}),
-                _ => op.value.clone(),
-            };
-            (Outcome::Info, value, 100_000_000)
-        })
-        .await;
+        let history = simulate_mirrored(Kind::Kill, 120).await;
         // After each failover, the failback comes only an interval after the cluster failed over
         // from is back from a fault: a kill undone, or a bounce or handoff over.
         let (mut failed_over_from, mut recovered, mut failbacks) = (None, None, 0);
