@@ -162,6 +162,13 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
     assert_nothing_left(&test);
 }
 
+/// Writes a nemesis schedule into `dir`; returns its path for `--nemesis-schedule`.
+fn schedule_file(dir: &Path, schedule: &str) -> String {
+    let path = dir.join("schedule.json");
+    std::fs::write(&path, schedule).unwrap();
+    path.display().to_string()
+}
+
 /// Two round trips, the second failing back into B: the nemesis performs mirror moves on the
 /// first cluster's side, and its lagging replica must still be one of B's nodes.
 const ROUND_TRIPS: &str = r#"[
@@ -176,9 +183,7 @@ fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
     require_root("a_failback_into_either_cluster_lags_one_of_its_replicas");
     broker();
     let dir = tempfile::tempdir().unwrap();
-    let schedule = dir.path().join("schedule.json");
-    std::fs::write(&schedule, ROUND_TRIPS).unwrap();
-    let schedule = schedule.display().to_string();
+    let schedule = schedule_file(dir.path(), ROUND_TRIPS);
     let store = tempfile::tempdir().unwrap();
     let args = [
         "--nemesis-schedule",
@@ -244,9 +249,7 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
     require_root("the_flag_decides_whether_unclean_elections_across_failovers_may_diverge");
     broker();
     let dir = tempfile::tempdir().unwrap();
-    let schedule = dir.path().join("schedule.json");
-    std::fs::write(&schedule, UNCLEAN_ACROSS_FAILOVERS).unwrap();
-    let schedule = schedule.display().to_string();
+    let schedule = schedule_file(dir.path(), UNCLEAN_ACROSS_FAILOVERS);
     // Proactive epoch bumps off, as in the seed scenarios: the clusters' epochs then meet, as
     // the flag's case needs.
     let base = [
