@@ -551,6 +551,7 @@ impl Broker {
         validate_only: bool,
         assignments: Vec<Vec<i32>>,
     ) -> Result<TopicRegistration, ApiError> {
+        self.check_remote_store(configs.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))))?;
         let cmd = ControllerCommand::CreateTopic {
             assignments,
             name: name.to_string(),
@@ -588,6 +589,26 @@ impl Broker {
         }
     }
 
+    /// Refuses topic configs that turn `remote.storage.enable` on when this broker has no remote
+    /// store, as Kafka refuses them while tiered storage is off on the broker: the topic would
+    /// keep its whole log locally while saying it tiers.
+    fn check_remote_store<'c>(
+        &self,
+        mut configs: impl Iterator<Item = (&'c str, Option<&'c str>)>,
+    ) -> Result<(), ApiError> {
+        let enables = configs.any(|(k, v)| {
+            k == "remote.storage.enable" && v.is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        });
+        if enables && self.tiered.is_none() {
+            return Err(ApiError::new(
+                errors::INVALID_CONFIG,
+                "remote.storage.enable=true needs a remote store, and this broker has none \
+                 (remote.log.storage.dir is not set)",
+            ));
+        }
+        Ok(())
+    }
+
     pub async fn delete_topic(&self, name: &str) -> Result<(), ApiError> {
         self.submit_and_wait(
             ControllerCommand::DeleteTopic {
@@ -606,6 +627,7 @@ impl Broker {
         changes: &[(String, Option<String>)],
         validate_only: bool,
     ) -> Result<(), ApiError> {
+        self.check_remote_store(changes.iter().map(|(k, v)| (k.as_str(), v.as_deref())))?;
         let cmd = ControllerCommand::AlterTopicConfigs {
             name: name.to_string(),
             changes: changes.to_vec(),

@@ -374,6 +374,24 @@ fn seed_scenario(
 /// IncrementalAlterConfigs of `follower.fetch.last.tiered.offset.enable` on the cluster-default
 /// broker resource: (error code, error message).
 fn set_cluster_flag(addr: &str, on: bool) -> (i16, Option<String>) {
+    alter_config(
+        addr,
+        4,
+        "",
+        "follower.fetch.last.tiered.offset.enable",
+        &on.to_string(),
+    )
+}
+
+/// IncrementalAlterConfigs setting `key` to `value` on one resource (type 2: a topic, 4: a
+/// broker, `""` the cluster default): (error, message).
+fn alter_config(
+    addr: &str,
+    resource_type: i8,
+    resource: &str,
+    key: &str,
+    value: &str,
+) -> (i16, Option<String>) {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig,
     };
@@ -388,14 +406,12 @@ fn set_cluster_flag(addr: &str, on: bool) -> (i16, Option<String>) {
             .unwrap();
         let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
             AlterConfigsResource::default()
-                .with_resource_type(4)
-                .with_resource_name(StrBytes::from_static_str(""))
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(resource.to_string()))
                 .with_configs(vec![AlterableConfig::default()
-                    .with_name(StrBytes::from_static_str(
-                        "follower.fetch.last.tiered.offset.enable",
-                    ))
+                    .with_name(StrBytes::from_string(key.to_string()))
                     .with_config_operation(0)
-                    .with_value(Some(StrBytes::from_string(on.to_string())))]),
+                    .with_value(Some(StrBytes::from_string(value.to_string())))]),
         ]);
         let resp = c.call(0, &req).await.unwrap();
         let r = &resp.responses[0];
@@ -404,6 +420,28 @@ fn set_cluster_flag(addr: &str, on: bool) -> (i16, Option<String>) {
             r.error_message.as_ref().map(|m| m.to_string()),
         )
     })
+}
+
+#[test]
+fn a_broker_without_a_remote_store_refuses_topics_that_would_tier() {
+    let c = Cluster::start(1, "", &[]);
+    let addr = c.addr(1);
+    let tiers = [("remote.storage.enable", "true")];
+    assert_eq!(
+        client::create_topic(&addr, "t", 1, 1, &tiers),
+        40,
+        "INVALID_CONFIG"
+    );
+    // Nothing was created: the same name is free for a topic that does not tier.
+    let plain = [("remote.storage.enable", "false")];
+    assert_eq!(client::create_topic(&addr, "t", 1, 1, &plain), 0);
+    let (code, message) = alter_config(&addr, 2, "t", "remote.storage.enable", "TRUE");
+    assert_eq!(code, 40, "INVALID_CONFIG: {message:?}");
+    assert!(
+        message.is_some_and(|m| m.contains("remote.log.storage.dir")),
+        "the refusal names the missing store"
+    );
+    assert_eq!(alter_config(&addr, 2, "t", "retention.ms", "60000").0, 0);
 }
 
 const SEED_EPOCHS: [(i64, i64); 4] = [(0, 0), (1, 3), (2, 5), (3, 7)];
