@@ -10,9 +10,10 @@
 //! cluster. Between a failover and its failback, three faults in four land on the cluster failed
 //! over from: it still takes writes from clients not yet redirected, and what it writes in new
 //! leader epochs there is what its failback's LMLE truncation has to remove. As an operator does
-//! after a disaster, a failback waits until the cluster failed over from has had an outage and
-//! has been back for an interval (a disruptive fault there undone, or one that is over once
-//! performed, such as a bounce), when there are disruptive faults at all.
+//! after a disaster, a failback waits until the cluster failed over from has had an outage (a
+//! disruptive fault there undone, or one that is over once performed, such as a bounce), when
+//! there are disruptive faults at all, and comes half an interval after it, before the next
+//! fault.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -688,14 +689,18 @@ impl Generator for Combined {
     fn update(&mut self, _ctx: &Context, worker: Worker, op: &Op) {
         if worker == Worker::Nemesis && op.kind == OpType::Info {
             self.follow(op);
+            let mut failback_at = None;
             if let (Some(r), Some(c)) = (self.roles.as_mut(), self.undoing_on.take()) {
                 if !r.mirroring && r.destination == c {
                     r.outages_over += 1;
-                    // An interval back in service before the failback: clients not yet
-                    // redirected write to it in the leader epochs the outage moved it to.
+                    // Half an interval back in service, clients not yet redirected writing to
+                    // it in the leader epochs the outage moved it to, then the failback, in
+                    // the calm before the next fault.
+                    let at = op.time + self.interval / 2;
                     for (due, kind) in self.due.iter_mut().zip(&self.kinds) {
                         if *kind == Kind::Failover {
-                            *due = due.map(|t| t.max(op.time + self.interval));
+                            *due = Some(at);
+                            failback_at = Some(at);
                         }
                     }
                 }
@@ -704,7 +709,7 @@ impl Generator for Combined {
                 self.cycles[i].done(&op.value);
                 let next = op.time + self.gap_after;
                 if self.shares[i].is_some() {
-                    self.turn_due = Some(next);
+                    self.turn_due = Some(failback_at.map_or(next, |at| next.max(at + 1)));
                 } else {
                     self.due[i] = Some(next);
                 }
@@ -1002,8 +1007,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failback_waits_until_the_cluster_failed_over_from_came_back_from_an_outage() {
         let history = simulate_mirrored(Kind::Kill, 120).await;
-        // After each failover, the failback comes only an interval after the cluster failed over
-        // from is back from a fault: a kill undone, or a bounce or handoff over.
+        // After each failover, the failback comes half an interval after the cluster failed
+        // over from is back from a fault (a kill undone, or a bounce or handoff over), before
+        // any other fault starts.
         let (mut failed_over_from, mut recovered, mut failbacks) = (None, None, 0);
         for o in &history {
             match (o.kind, o.f.as_str()) {
@@ -1016,11 +1022,14 @@ mod tests {
                 {
                     recovered = Some(o.time);
                 }
+                (OpType::Invoke, "kill" | "bounce" | "handoff") => {
+                    assert!(recovered.is_none(), "a fault before the failback: {o:?}");
+                }
                 (OpType::Invoke, "failback") => {
-                    let back = recovered.unwrap_or_else(|| {
+                    let back = recovered.take().unwrap_or_else(|| {
                         panic!("a failback before {failed_over_from:?} recovered: {history:?}")
                     });
-                    assert!(o.time >= back + 2 * S, "{o:?} {back}");
+                    assert!(o.time >= back + S, "{o:?} {back}");
                     failbacks += 1;
                     failed_over_from = None;
                 }
