@@ -426,11 +426,9 @@ impl FaultOp for MoveOp<'_> {
                 before = block_on(mirror.describe_mirror(dst, &name));
             }
         }
-        let mirroring_already = before.as_ref().is_ok_and(|ps| {
-            !ps.is_empty()
-                && ps
-                    .iter()
-                    .all(|(_, p)| p.state != MirrorState::Stopped && p.state != MirrorState::Failed)
+        // Every topic must be there: a start that failed half way leaves some never started.
+        let mirroring_already = all_in(&before, &topics, |s| {
+            s != MirrorState::Stopped && s != MirrorState::Failed
         });
         let started = if mirroring_already {
             record["already_mirroring"] = json!(true);
@@ -807,6 +805,41 @@ mod tests {
         ] {
             assert!(f.parse("config", &bad, &[]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_mirror_missing_a_topic_is_not_all_mirroring() {
+        let p = |partition, state| PartitionDescription {
+            partition,
+            leader: 1,
+            state,
+            source_offset: 0,
+            destination_offset: 0,
+            lag: 0,
+            lmle: -1,
+            retry_attempt: 0,
+            last_error: None,
+            waiting_for: None,
+            barrier_offset: None,
+        };
+        let topics = ["t0".to_string(), "t1".to_string()];
+        let mirroring = |s| s == MirrorState::Mirroring;
+        // A start that failed after its first topic: t0 never started.
+        let half: Described = Ok(vec![
+            ("t1".into(), p(0, MirrorState::Mirroring)),
+            ("t1".into(), p(1, MirrorState::Mirroring)),
+        ]);
+        assert!(!all_in(&half, &topics, mirroring));
+        let whole: Described = Ok(vec![
+            ("t0".into(), p(0, MirrorState::Mirroring)),
+            ("t1".into(), p(0, MirrorState::Mirroring)),
+        ]);
+        assert!(all_in(&whole, &topics, mirroring));
+        let stopped: Described = Ok(vec![
+            ("t0".into(), p(0, MirrorState::Stopped)),
+            ("t1".into(), p(0, MirrorState::Mirroring)),
+        ]);
+        assert!(!all_in(&stopped, &topics, mirroring));
     }
 
     #[test]
