@@ -325,26 +325,14 @@ impl FaultOp for MoveOp<'_> {
         let lagging = match &self.m.lagging {
             None | Some(Lagging::Any(false)) => None,
             Some(Lagging::Any(true)) => {
-                // A replica lags as a follower: one of the nodes leading the fewest of the
-                // topics' partitions (a leader cut off from its peers' client port still leads).
-                let followers: Vec<String> = {
-                    let infos = block_on(partition_infos(cluster(env, &to)?, &topics));
-                    let leads =
-                        |n: &Node| infos.values().filter(|i| i.leader == n.id as i32).count();
-                    let nodes: Vec<&Node> = env
-                        .cx
-                        .every_node
-                        .iter()
-                        .filter(|n| n.cluster == to)
-                        .collect();
-                    let fewest = nodes.iter().map(|n| leads(n)).min();
-                    nodes
-                        .into_iter()
-                        .filter(|n| Some(leads(n)) == fewest)
-                        .map(|n| n.name.clone())
-                        .collect()
-                };
-                followers.choose(env.rng).cloned()
+                let infos = block_on(partition_infos(cluster(env, &to)?, &topics));
+                let nodes: Vec<&Node> = env
+                    .cx
+                    .every_node
+                    .iter()
+                    .filter(|n| n.cluster == to)
+                    .collect();
+                followers(&nodes, &infos).choose(env.rng).cloned()
             }
             Some(Lagging::Node(n)) => Some(n.clone()),
         };
@@ -520,6 +508,26 @@ impl FaultOp for MoveOp<'_> {
         }
         Ok(record)
     }
+}
+
+/// The nodes a lagging replica is drawn from: those leading the fewest of the partitions, counting
+/// the ones they are about to lead again (the preferred replica, in sync, while another leads:
+/// the controller's leader rebalance moves those back to it). A leader cut off from its peers'
+/// client port still leads, so it never leaves the ISR and the lag shows nothing.
+fn followers(nodes: &[&Node], infos: &BTreeMap<(String, i32), PartitionInfo>) -> Vec<String> {
+    let leads = |n: &Node| {
+        let id = n.id as i32;
+        infos
+            .values()
+            .filter(|i| i.leader == id || (i.replicas.first() == Some(&id) && i.isr.contains(&id)))
+            .count()
+    };
+    let fewest = nodes.iter().map(|n| leads(n)).min();
+    nodes
+        .iter()
+        .filter(|n| Some(leads(n)) == fewest)
+        .map(|n| n.name.clone())
+        .collect()
 }
 
 /// A replica cut off from fetching on its cluster's other nodes until dropped.
@@ -840,6 +848,50 @@ mod tests {
             ("t1".into(), p(0, MirrorState::Mirroring)),
         ]);
         assert!(!all_in(&stopped, &topics, mirroring));
+    }
+
+    #[test]
+    fn the_lagging_replica_leads_nothing_and_is_owed_nothing() {
+        use std::net::{IpAddr, Ipv4Addr};
+        use std::sync::Arc;
+        let node = |i: u32| Node {
+            name: format!("a{i}"),
+            cluster: "a".into(),
+            id: i,
+            ip: IpAddr::V4(Ipv4Addr::new(10, 211, 0, 10 + i as u8)),
+            dir: "/tmp".into(),
+            remote: Arc::new(remote::Local::host()),
+        };
+        let info = |leader: i32, replicas: &[i32]| PartitionInfo {
+            error_code: 0,
+            leader,
+            leader_epoch: 1,
+            replicas: replicas.to_vec(),
+            isr: replicas.to_vec(),
+        };
+        let nodes = [node(1), node(2), node(3)];
+        let nodes: Vec<&Node> = nodes.iter().collect();
+        // a2 was restarted: like a1 it leads nothing, but t0/1 prefers it and will move back.
+        let infos: BTreeMap<(String, i32), PartitionInfo> = [
+            (("t0".into(), 0), info(3, &[3, 1, 2])),
+            (("t0".into(), 1), info(3, &[2, 3, 1])),
+            (("t1".into(), 0), info(3, &[3, 1, 2])),
+        ]
+        .into();
+        assert_eq!(followers(&nodes, &infos), ["a1"].map(String::from).to_vec());
+        let infos: BTreeMap<(String, i32), PartitionInfo> = [
+            (("t0".into(), 0), info(1, &[1, 2, 3])),
+            (("t0".into(), 1), info(3, &[2, 3, 1])),
+            (("t1".into(), 0), info(3, &[3, 1, 2])),
+            (("t1".into(), 1), info(3, &[1, 2, 3])),
+        ]
+        .into();
+        // a1 leads one and is owed one, a3 leads three: a2, owed t0/1, is the least busy.
+        assert_eq!(followers(&nodes, &infos), ["a2"].map(String::from).to_vec());
+        let infos: BTreeMap<(String, i32), PartitionInfo> =
+            [(("t0".into(), 0), info(1, &[2, 1, 3]))].into();
+        // a2 leads nothing but is owed t0/0: a3 lags.
+        assert_eq!(followers(&nodes, &infos), ["a3"].map(String::from).to_vec());
     }
 
     #[test]
