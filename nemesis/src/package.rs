@@ -7,8 +7,8 @@
 //! Between two mirrored clusters ([`Combined::between`]) each fault that names no cluster lands
 //! where its package's aims ([`aim`](crate::aim)) say, else on the mirror's source or its
 //! destination at random (as the direction is when it starts), and its undoing on the same
-//! cluster. Between a failover and its failback, three faults in four land on the cluster failed
-//! over from: it still takes writes from clients not yet redirected, and what it writes in new
+//! cluster. Between a failover and its failback, the first fault and then three in four land on
+//! the cluster failed over from: it still takes writes from clients not yet redirected, and what it writes in new
 //! leader epochs there is what its failback's LMLE truncation has to remove. As an operator does
 //! after a disaster, a failback waits until the cluster failed over from has had an outage (a
 //! disruptive fault there undone, or one that is over once performed, such as a bounce), when
@@ -521,12 +521,17 @@ impl Combined {
             source,
             destination,
             mirroring,
-            ..
+            outages_over,
         }) = &self.roles
         else {
             return op;
         };
-        let on_source = if *mirroring { 0.5 } else { 0.25 };
+        // Failed over, the old source's first outage is what the failback waits for.
+        let on_source = match (*mirroring, *outages_over) {
+            (true, _) => 0.5,
+            (false, 0) => 0.0,
+            (false, _) => 0.25,
+        };
         if self.kinds[i].mirrors() || op.value.get("cluster").is_some() {
             return op;
         }
@@ -1058,6 +1063,12 @@ mod tests {
         let mirroring = share_on(&mut gen, "a");
         assert!((0.45..0.55).contains(&mirroring), "{mirroring}");
         gen.follow_direction(&json!({"source": "b", "destination": "a", "mirroring": false}));
+        assert_eq!(
+            share_on(&mut gen, "a"),
+            1.0,
+            "the first outage is the old source's"
+        );
+        gen.roles.as_mut().unwrap().outages_over = 1;
         let failed_over = share_on(&mut gen, "a");
         assert!((0.7..0.8).contains(&failed_over), "{failed_over}");
         gen.follow_direction(&json!({"source": "b", "destination": "a", "mirroring": true}));
