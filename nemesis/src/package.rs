@@ -8,12 +8,12 @@
 //! where its package's aims ([`aim`](crate::aim)) say, else on the mirror's source or its
 //! destination at random (as the direction is when it starts), and its undoing on the same
 //! cluster. Between a failover and its failback, the first fault and then three in four land on
-//! the cluster failed over from: it still takes writes from clients not yet redirected, and what it writes in new
-//! leader epochs there is what its failback's LMLE truncation has to remove. As an operator does
-//! after a disaster, a failback waits until the cluster failed over from has had an outage (a
-//! disruptive fault there undone, or one that is over once performed, such as a bounce), when
-//! there are disruptive faults at all, and comes half an interval after it, before the next
-//! fault.
+//! the cluster failed over from: it still takes writes from clients not yet redirected, and what
+//! it writes in new leader epochs there is what its failback's LMLE truncation has to remove. As
+//! an operator does after a disaster, a failback waits until the cluster failed over from has had
+//! an outage (a disruptive fault there undone, or one that is over once performed, such as a
+//! bounce), when there are disruptive faults at all, and comes half an interval after it, before
+//! the next fault.
 
 use rand::seq::IndexedRandom;
 use rand::RngExt;
@@ -472,7 +472,8 @@ struct Roles {
     destination: String,
     /// Whether the destination mirrors the source (false between a failover and its failback).
     mirroring: bool,
-    /// Disruptive faults on the cluster failed over from undone since the failover.
+    /// Disruptive faults on the cluster failed over from that are over (undone, or over once
+    /// performed) since the failover.
     outages_over: u32,
 }
 
