@@ -13,8 +13,8 @@
 //! per partition the LMLE, the log end offset when mirroring stopped (or, on failback, once
 //! mirroring began), the leader epoch, and the mirror states before and after.
 //!
-//! A failback may run with a lagging replica (`{"lagging": true}`, or the node's name in a
-//! recorded one): one node of the cluster failing back stops fetching (its peers drop its
+//! A failback may run with a lagging replica (`{"lagging": true}`, which lags one only where the
+//! flag is on for a topic of the cluster failing back, or the node's name in a recorded one): one node of the cluster failing back stops fetching (its peers drop its
 //! packets to the client port) until it leaves an ISR, mirroring starts while it is out, and
 //! it fetches again [`LAG_DWELL`] later. Which replicas a truncation must wait for is what
 //! `mirror.support.unclean.leader.election` decides (KIP-1279 §1.5, §1.10): only a replica
@@ -129,6 +129,9 @@ impl MirrorSetup {
 pub struct MirrorFaults {
     setup: MirrorSetup,
     direction: Mutex<Direction>,
+    /// `mirror.support.unclean.leader.election` per cluster and topic as `config` ops set it
+    /// (else the setup's).
+    flags: Mutex<BTreeMap<(String, String), bool>>,
 }
 
 impl MirrorFaults {
@@ -138,7 +141,24 @@ impl MirrorFaults {
             source: setup.source.clone(),
             destination: setup.destination.clone(),
         });
-        MirrorFaults { setup, direction }
+        MirrorFaults {
+            setup,
+            direction,
+            flags: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Whether any of `topics` has the flag on in `cluster`: only then must a truncation there
+    /// wait for every replica, so only then does a lagging replica test anything (with it off,
+    /// a replica out of the ISR keeping epochs above the LMLE is KIP-1279's documented
+    /// limitation, which the verdict allows, and the divergence it allows hides other bugs).
+    fn flag_on(&self, cluster: &str, topics: &[String]) -> bool {
+        let flags = self.flags.lock().unwrap_or_else(|p| p.into_inner());
+        topics.iter().any(|t| {
+            *flags
+                .get(&(cluster.to_string(), t.clone()))
+                .unwrap_or(&self.setup.unclean_support)
+        })
     }
 
     /// The direction now.
@@ -243,7 +263,11 @@ impl Fault for MirrorFaults {
                         ))
                     }
                 };
-                Ok(Box::new(Config { c, on }))
+                Ok(Box::new(Config {
+                    faults: self,
+                    c,
+                    on,
+                }))
             }
             other => Err(format!("mirror faults do not perform {other:?}")),
         }
@@ -256,12 +280,13 @@ struct MoveOp<'a> {
     m: Move,
 }
 
-struct Config {
+struct Config<'a> {
+    faults: &'a MirrorFaults,
     c: ConfigOp,
     on: bool,
 }
 
-impl FaultOp for Config {
+impl FaultOp for Config<'_> {
     fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         let mirror = mirror_of(env)?;
         let cx = cluster(env, &self.c.cluster)?;
@@ -269,6 +294,11 @@ impl FaultOp for Config {
                           "set": {MIRROR_UNCLEAN_KEY: self.on.to_string()}});
         block_on(mirror.set_unclean_support(cx, &self.c.topic, self.on))
             .map_err(|e| Failed::nothing(format!("{e:#}")))?;
+        self.faults
+            .flags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((self.c.cluster.clone(), self.c.topic.clone()), self.on);
         Ok(done)
     }
 }
@@ -324,6 +354,7 @@ impl FaultOp for MoveOp<'_> {
             .unwrap_or_else(|| self.faults.setup.topics.clone());
         let lagging = match &self.m.lagging {
             None | Some(Lagging::Any(false)) => None,
+            Some(Lagging::Any(true)) if !self.faults.flag_on(&to, &topics) => None,
             Some(Lagging::Any(true)) => {
                 let infos = block_on(partition_infos(cluster(env, &to)?, &topics));
                 let nodes: Vec<&Node> = env
@@ -892,6 +923,22 @@ mod tests {
             [(("t0".into(), 0), info(1, &[2, 1, 3]))].into();
         // a2 leads nothing but is owed t0/0: a3 lags.
         assert_eq!(followers(&nodes, &infos), ["a3"].map(String::from).to_vec());
+    }
+
+    #[test]
+    fn the_flag_as_set_up_and_as_config_ops_left_it() {
+        let f = faults();
+        let topics = ["t0".to_string()];
+        assert!(!f.flag_on("a", &topics));
+        f.flags
+            .lock()
+            .unwrap()
+            .insert(("a".into(), "t0".into()), true);
+        assert!(f.flag_on("a", &topics));
+        assert!(!f.flag_on("b", &topics));
+        let mut on = MirrorSetup::new("a", "b", vec!["t0".into()]);
+        on.unclean_support = true;
+        assert!(MirrorFaults::new(on).flag_on("b", &topics));
     }
 
     #[test]

@@ -129,20 +129,12 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
             }
         }
     }
-    // A generated failback lags a replica of the cluster it fails back, whichever that is.
-    let lagged: Vec<&&Value> = moves
-        .iter()
-        .filter(|m| m["f"] == "failback" && m["value"]["settle"].is_null() && m["error"].is_null())
-        .collect();
-    for m in &lagged {
-        let (to, node) = (&m["value"]["to"], &m["value"]["lagging"]);
-        assert!(
-            node.as_str()
-                .zip(to.as_str())
-                .is_some_and(|(n, c)| n.starts_with(c)),
-            "{m}"
-        );
-    }
+    // With the flag off no failback lags a replica: a truncation then waits for the ISR only,
+    // so a replica left out of it is the limitation the verdict allows, not a test.
+    assert!(
+        moves.iter().all(|m| m["value"]["lagging"].is_null()),
+        "a failback lagged with the flag off"
+    );
     // The final move settles whichever direction the run left: a failback that waited for lag 0.
     let last = moves.last().unwrap();
     assert_eq!(
@@ -169,8 +161,9 @@ fn schedule_file(dir: &Path, schedule: &str) -> String {
     path.display().to_string()
 }
 
-/// Two round trips, the second failing back into B: the nemesis performs mirror moves on the
-/// first cluster's side, and its lagging replica must still be one of B's nodes.
+/// Two round trips, the second failing back into B, with the flag on (only then does a failback
+/// lag a replica): the nemesis performs mirror moves on the first cluster's side, and its
+/// lagging replica must still be one of B's nodes.
 const ROUND_TRIPS: &str = r#"[
   {"time_s": 1, "f": "failover", "value": {}},
   {"time_s": 4, "f": "failback", "value": {"lagging": true}},
@@ -190,6 +183,7 @@ fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
         schedule.as_str(),
         "--time-limit",
         "28",
+        "--mirror-unclean-support",
     ];
     let (run, results) = mirror_run(&args, store.path());
     assert_eq!(
