@@ -177,8 +177,9 @@ fn aimed(key: &str, targets: &[String], rng: &mut Rng) -> Value {
 }
 
 /// Failover, then failback, then failover again ...: each resolved against the mirror's
-/// direction when performed, each failback with a lagging replica ([`crate::mirror`]; the final
-/// phase's failback has none).
+/// direction when performed, each failback asking for a lagging replica ([`crate::mirror`]; the
+/// final phase's failback has none). The next move follows the direction the last one recorded:
+/// a failover that was refused is tried again, not followed by a failback of nothing.
 struct Alternate {
     next_failover: bool,
 }
@@ -191,6 +192,12 @@ impl Cycle for Alternate {
             op("failover", json!({}))
         } else {
             op("failback", json!({"lagging": true}))
+        }
+    }
+
+    fn done(&mut self, info: &Value) {
+        if let Some(mirroring) = info["direction"]["mirroring"].as_bool() {
+            self.next_failover = mirroring;
         }
     }
 }
@@ -753,6 +760,24 @@ mod tests {
             op("clock-reset", json!({"nodes": ["n1", "n3"]}))
         );
         assert_eq!(c.heal, vec![op("clock-reset", json!({}))]);
+    }
+
+    #[test]
+    fn mirror_moves_follow_the_recorded_direction() {
+        let mut c = Alternate {
+            next_failover: true,
+        };
+        let mut r = rng(1);
+        let mut moves = Vec::new();
+        for mirroring in [true, false, false, true, false] {
+            moves.push(c.next(&mut r).f);
+            c.done(&json!({"direction": {"mirroring": mirroring}}));
+        }
+        // A refused failover is tried again; a failback that left it failed over too.
+        assert_eq!(
+            moves,
+            ["failover", "failover", "failback", "failback", "failover"]
+        );
     }
 
     #[test]
