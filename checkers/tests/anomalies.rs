@@ -495,6 +495,25 @@ fn poll_skip_at_the_start_against_the_final_log() {
 }
 
 #[test]
+fn a_poll_of_a_history_rewritten_later_is_not_judged_against_the_final_log() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    h.send(1, &[7], Info, None);
+    // Served where offset 1 held no record (a control batch) and 2 held 7, in a history a
+    // failback's truncation later replaced with the final log's.
+    h.poll(2, 1, &[(2, 7, 5)], None);
+    let replicas = vec![replica(
+        "a",
+        "n1",
+        true,
+        3,
+        &[(0, 1, 0), (1, 2, 0), (2, 3, 0)],
+    )];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["inconsistent-offsets"]);
+}
+
+#[test]
 fn gaps_without_records_are_not_skips() {
     let mut h = Hist::new();
     h.send(0, &[1], Ok, Some(0));

@@ -173,6 +173,8 @@ struct Slot {
 struct Gap {
     /// The offset returned just before the gap, or `None` when the gap starts at `from`.
     after: Option<i64>,
+    /// The value the poll returned at the gap's end.
+    next_value: i64,
     op: u64,
     process: u64,
     polls: u64,
@@ -660,7 +662,7 @@ impl<'r> QueueAnalysis<'r> {
         let mut furthest = None;
         // Gaps count only in a poll whose offsets increase: one that went backwards is reported
         // as nonmonotonic, and may well have returned the "skipped" offsets out of order.
-        let mut gaps: Vec<(i64, i64, Option<i64>)> = Vec::new();
+        let mut gaps: Vec<(i64, i64, Option<i64>, i64)> = Vec::new();
         let mut monotonic = true;
         for r in body.records.unwrap_or_default() {
             let (offset, value, epoch) = (r.offset, r.value, r.epoch);
@@ -674,10 +676,10 @@ impl<'r> QueueAnalysis<'r> {
                     self.anomalies.push(AnomalyKind::NonmonotonicPoll, entry);
                     monotonic = false;
                 }
-                Some((po, _)) if offset - 1 > po => gaps.push((po + 1, offset, Some(po))),
+                Some((po, _)) if offset - 1 > po => gaps.push((po + 1, offset, Some(po), value)),
                 None => {
                     if let Some(f) = from.filter(|&f| offset > f) {
-                        gaps.push((f, offset, None));
+                        gaps.push((f, offset, None, value));
                     }
                 }
                 _ => {}
@@ -712,8 +714,8 @@ impl<'r> QueueAnalysis<'r> {
             self.anomalies.push(AnomalyKind::EpochAboveLeader, entry);
         }
         if monotonic {
-            for (lo, hi, after) in gaps {
-                self.note_gap(pk, lo, hi, after, ev.index, p);
+            for (lo, hi, after, next_value) in gaps {
+                self.note_gap(pk, lo, hi, (after, next_value), ev.index, p);
             }
         }
         if let (Some(from), Some(furthest)) = (from, furthest) {
@@ -732,13 +734,23 @@ impl<'r> QueueAnalysis<'r> {
         Ok(())
     }
 
-    fn note_gap(&mut self, pk: u32, lo: i64, hi: i64, after: Option<i64>, op: u64, p: u64) {
+    /// A gap from `lo` to `hi`, the offset returned before it (if any) and the value at `hi`.
+    fn note_gap(
+        &mut self,
+        pk: u32,
+        lo: i64,
+        hi: i64,
+        (after, next_value): (Option<i64>, i64),
+        op: u64,
+        p: u64,
+    ) {
         self.parts[pk as usize]
             .gaps
             .entry((lo, hi))
             .and_modify(|g| g.polls += 1)
             .or_insert(Gap {
                 after,
+                next_value,
                 op,
                 process: p,
                 polls: 1,
@@ -1236,6 +1248,9 @@ impl<'r> QueueAnalysis<'r> {
     /// A gap a poll jumped over is a skip when the committed log holds a record in it: the
     /// final log when there is one (records of failed sends aside: a read-committed consumer
     /// rightly skips them, and they are reported as aborted reads), else what some poll read.
+    /// A poll that read another history than the final log's there (the record after its gap is
+    /// not the final log's: a failback or an unclean election later rewrote those offsets) is
+    /// not judged against it; what it read is judged as any rewritten record is.
     fn check_skips(&mut self) {
         for pk in 0..self.parts.len() as u32 {
             if self.parts[pk as usize].gaps.is_empty() {
@@ -1246,7 +1261,19 @@ impl<'r> QueueAnalysis<'r> {
             let part = &self.parts[pk as usize];
             let mut gaps: Vec<_> = part.gaps.iter().map(|(&k, &g)| (k, g)).collect();
             gaps.sort_unstable_by_key(|&(k, g)| (g.op, k));
+            let rewritten = |hi: i64, value: i64| {
+                part.final_log.is_some_and(|i| {
+                    let records = &self.finals.logs[i as usize].records;
+                    let at = records.partition_point(|r| r.offset < hi);
+                    records
+                        .get(at)
+                        .is_none_or(|r| r.offset != hi || r.value != value)
+                })
+            };
             for ((lo, hi), gap) in gaps {
+                if rewritten(hi, gap.next_value) {
+                    continue;
+                }
                 let start = known.partition_point(|&o| o < lo);
                 let end = known.partition_point(|&o| o < hi);
                 if start == end {
