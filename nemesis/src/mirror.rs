@@ -352,6 +352,24 @@ impl FaultOp for MoveOp<'_> {
             .topics
             .clone()
             .unwrap_or_else(|| self.faults.setup.topics.clone());
+        // The settle follows the mirror as it runs: a start whose answer was lost (the node
+        // asked first was cut off and acted later) may have taken effect after its move was
+        // recorded as failed, so the mirror running can be the reverse of the one believed.
+        let (from, to, reversed) = if self.m.settle {
+            let mirror = mirror_of(env)?;
+            let running = |s| s != MirrorState::Stopped && s != MirrorState::Failed;
+            let forward =
+                block_on(mirror.describe_mirror(cluster(env, &to)?, &mirror_name(&from, &to)));
+            let reverse =
+                block_on(mirror.describe_mirror(cluster(env, &from)?, &mirror_name(&to, &from)));
+            if !all_in(&forward, &topics, running) && all_in(&reverse, &topics, running) {
+                (to, from, true)
+            } else {
+                (from, to, false)
+            }
+        } else {
+            (from, to, false)
+        };
         let lagging = match &self.m.lagging {
             None | Some(Lagging::Any(false)) => None,
             Some(Lagging::Any(true)) if !self.faults.flag_on(&to, &topics) => None,
@@ -374,6 +392,9 @@ impl FaultOp for MoveOp<'_> {
         let mut record = json!({"from": from, "to": to, "topics": topics});
         if self.m.settle {
             record["settle"] = json!(true);
+        }
+        if reversed {
+            record["reversed"] = json!(true);
         }
         let before = block_on(mirror.describe_mirror(dst, &name));
         if self.failover {
