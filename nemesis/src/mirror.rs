@@ -14,12 +14,13 @@
 //! mirroring began), the leader epoch, and the mirror states before and after.
 //!
 //! A failback may run with a lagging replica (`{"lagging": true}`, which lags one only where the
-//! flag is on for a topic of the cluster failing back, or the node's name in a recorded one): one node of the cluster failing back stops fetching (its peers drop its
-//! packets to the client port) until it leaves an ISR, mirroring starts while it is out, and
-//! it fetches again [`LAG_DWELL`] later. Which replicas a truncation must wait for is what
-//! `mirror.support.unclean.leader.election` decides (KIP-1279 §1.5, §1.10): only a replica
-//! out of the ISR at that moment tells a truncation that waits for every replica from one that
-//! waits for the ISR, and it comes back holding whatever the truncation should have removed.
+//! flag is on for a topic of the cluster failing back, or the node's name in a recorded one): one
+//! node of the cluster failing back stops fetching (its peers drop its packets to the client port)
+//! until it leaves an ISR, mirroring starts while it is out, and it fetches again [`LAG_DWELL`]
+//! later. Which replicas a truncation must wait for is what
+//! `mirror.support.unclean.leader.election` decides (KIP-1279 §1.5, §1.10): only a replica out of
+//! the ISR at that moment tells a truncation that waits for every replica from one that waits for
+//! the ISR, and it comes back holding whatever the truncation should have removed.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
