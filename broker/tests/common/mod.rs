@@ -17,23 +17,31 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 /// (scripts/python-requirements.txt).
 pub const PYTHON: &str = "/var/lib/tidemark/python-venv/bin/python";
 
+/// Where the ports tests hand out lie: below the kernel's ephemeral range (32768 and up by
+/// default). A port the kernel picked for a listener, freed and handed to a broker, could be
+/// taken by any outgoing connection before the broker binds it ("Address already in use");
+/// one below that range can only be taken by another listener.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free port, never the same twice in one test process (each process starts at its own place
+/// in [`PORTS`], so test binaries run one after another rarely meet either).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static HANDED_OUT: AtomicU16 = AtomicU16::new(0);
+    let span = PORTS.end - PORTS.start;
+    let first = (std::process::id() % u32::from(span)) as u16;
+    loop {
+        let n = HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        let port = PORTS.start + (first + n % span) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
-/// `n` distinct free ports: each stays bound until all are chosen, so none is handed out twice
-/// (two nodes of one cluster on one port fail to start).
+/// `n` distinct free ports.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    (0..n).map(|_| free_port()).collect()
 }
 
 /// A broker process on loopback with its own data directory.
