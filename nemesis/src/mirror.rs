@@ -49,6 +49,9 @@ pub const LAG_DWELL: Duration = Duration::from_secs(5);
 /// How long a lagging replica may take to leave an ISR (the brokers' replica lag time is 3 s).
 const LAG_TIMEOUT: Duration = Duration::from_secs(12);
 
+/// How long a failover waits for its partitions to be STOPPED (the broker's barrier wait is 10 s).
+const STOP_WAIT: Duration = Duration::from_secs(12);
+
 /// The nftables chain that cuts the lagging replica's fetches.
 const LAG_CHAIN: &str = "failback_lag";
 
@@ -404,7 +407,17 @@ impl FaultOp for MoveOp<'_> {
             // goes into the record either way. One that timed out on a node is sent to the
             // next, which finds the partitions the first stopped STOPPED and refuses: every
             // partition STOPPED is a failover done, whatever the answer.
-            let after = block_on(mirror.describe_mirror(dst, &name));
+            // A stop answers once it is under way: wait (a while) for every partition to be
+            // STOPPED, its barrier written, before reading where the clusters parted.
+            let until = Instant::now() + STOP_WAIT;
+            let mut after = block_on(mirror.describe_mirror(dst, &name));
+            while stopped.is_ok()
+                && !all_in(&after, &topics, |s| s == MirrorState::Stopped)
+                && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(200));
+                after = block_on(mirror.describe_mirror(dst, &name));
+            }
             let stopped = stopped.or_else(|e| {
                 if all_in(&after, &topics, |s| s == MirrorState::Stopped) {
                     record["stop_error"] = json!(format!("{e:#}"));
@@ -760,9 +773,15 @@ fn partitions(
             ps.iter()
                 .filter(|(t, _)| topics.contains(t))
                 .map(|(t, p)| {
+                    // Where a failover parted the clusters is known once the stop is done:
+                    // a STOPPING partition may still lose what its leader alone held.
+                    let offset = match (offset_key, p.state) {
+                        ("mirrored_offset", s) if s != MirrorState::Stopped => None,
+                        _ => Some(p.barrier_offset.unwrap_or(p.destination_offset)),
+                    };
                     let mut entry = json!({
                         "topic": t, "partition": p.partition, "lmle": p.lmle,
-                        offset_key: p.barrier_offset.unwrap_or(p.destination_offset),
+                        offset_key: offset,
                         "epoch": epochs.get(&(t.clone(), p.partition)),
                         "state_before": state_before(t, p.partition), "state": p.state,
                         "source_offset": p.source_offset,
