@@ -9,6 +9,10 @@
 //! - a member exits (`-e`) only once a fetch at the end of each of its partitions came back
 //!   empty, and then commits and leaves the group. That tail is reported apart too, as the
 //!   rate `to exit`.
+//! - kcat writes each record as it consumes it (`-u`). Its stdout is otherwise block-buffered, so
+//!   the last lines reached the bench only when kcat exited, after the fetch at the end of each
+//!   partition had waited out its long poll (`fetch.wait.max.ms`, 500 ms): half a second on
+//!   either side, which held the ratio near 1 whatever the broker did.
 //!
 //! Each read also reports the CPU the consumers and the brokers used and how busy the whole
 //! machine was, so a ratio held down by the cores (three consumers and three brokers share this
@@ -99,7 +103,7 @@ fn read_in_group(bootstrap: &str, brokers: &[u32], group: &str, members: usize) 
     let readers: Vec<_> = (0..members)
         .map(|_| {
             let mut child = Command::new("kcat")
-                .args(["-b", bootstrap, "-G", group, "bench", "-e", "-q"])
+                .args(["-b", bootstrap, "-G", group, "bench", "-e", "-q", "-u"])
                 .args(["-X", "auto.offset.reset=earliest", "-f", "%p\\n"])
                 .args(["-X", "max.partition.fetch.bytes=8388608"])
                 .args(["-X", "fetch.max.bytes=52428800"])
