@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::FuturesOrdered;
-use futures::{SinkExt, StreamExt};
+use bytes::Buf;
+use futures::StreamExt;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio::io::AsyncWriteExt;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -69,7 +71,8 @@ async fn connection(
     let codec = LengthDelimitedCodec::builder()
         .max_frame_length(MAX_FRAME_BYTES)
         .new_codec();
-    let mut framed = Framed::new(stream, codec);
+    let (input, mut output) = stream.into_split();
+    let mut framed = FramedRead::new(input, codec);
     let mut in_flight = FuturesOrdered::new();
     let mut reading = true;
     // The shutdown branch is always enabled, so `select!` never runs out of branches: the end
@@ -79,8 +82,12 @@ async fn connection(
             biased;
             _ = shutdown.cancelled() => return Ok(()),
             done = in_flight.next(), if !in_flight.is_empty() => {
-                if let Some(out) = done.expect("the set is not empty")? {
-                    framed.send(out).await?;
+                let out: Option<Bytes> = done.expect("the set is not empty")?;
+                if let Some(out) = out {
+                    // The length and the response go out in one vectored write, not copied
+                    // into a frame buffer first: a fetch's response can be megabytes.
+                    let len = u32::try_from(out.len())?.to_be_bytes();
+                    output.write_all_buf(&mut (&len[..]).chain(out)).await?;
                 }
             }
             frame = framed.next(), if reading && in_flight.len() < MAX_IN_FLIGHT => match frame {
@@ -164,12 +171,29 @@ fn encode_response(
     correlation_id: i32,
     body: &ResponseKind,
 ) -> anyhow::Result<Bytes> {
-    let mut out = BytesMut::new();
+    let mut out = BytesMut::with_capacity(RESPONSE_OVERHEAD + record_bytes(body));
     ResponseHeader::default()
         .with_correlation_id(correlation_id)
         .encode(&mut out, api_key.response_header_version(version))?;
     body.encode(&mut out, version)?;
     Ok(out.freeze())
+}
+
+/// Room for a response's header and fields besides the records it carries.
+const RESPONSE_OVERHEAD: usize = 4096;
+
+/// The record bytes a fetch response carries, so that its buffer is allocated once instead of
+/// growing (and copying what it holds) while the records are encoded into it.
+fn record_bytes(body: &ResponseKind) -> usize {
+    let ResponseKind::Fetch(fetch) = body else {
+        return 0;
+    };
+    fetch
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()) + 64)
+        .sum()
 }
 
 /// Binds the client listener and serves until `shutdown`.
