@@ -23,6 +23,15 @@ pub fn rng(seed: u64) -> Rng {
     ChaCha8Rng::seed_from_u64(seed)
 }
 
+/// The nemesis's RNG for `seed`: the test RNG's key on a stream of its own, so that the faults
+/// drawn and the client ops drawn do not depend on each other (a replayed fault schedule, which
+/// draws nothing, leaves the clients' draws as the recorded run made them).
+pub fn nemesis_rng(seed: u64) -> Rng {
+    let mut rng = rng(seed);
+    rng.set_stream(1);
+    rng
+}
+
 /// A thread of execution in the runner: a client slot or the nemesis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Worker {
@@ -484,6 +493,27 @@ impl<G: Generator> Generator for NemesisOnly<G> {
         if worker == Worker::Nemesis {
             self.0.update(ctx, worker, op)
         }
+    }
+}
+
+/// Lets its generator draw from an RNG of its own instead of the one it is handed.
+pub struct OwnRng<G> {
+    gen: G,
+    rng: Rng,
+}
+
+/// Builds an [`OwnRng`].
+pub fn own_rng<G: Generator>(rng: Rng, gen: G) -> OwnRng<G> {
+    OwnRng { gen, rng }
+}
+
+impl<G: Generator> Generator for OwnRng<G> {
+    fn next(&mut self, ctx: &Context, _rng: &mut Rng) -> Next {
+        self.gen.next(ctx, &mut self.rng)
+    }
+
+    fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
+        self.gen.update(ctx, worker, op)
     }
 }
 
