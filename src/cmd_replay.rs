@@ -48,7 +48,10 @@ pub fn run(args: Args) -> u8 {
         eprintln!("tidemark replay: {e}");
         crate::EXIT_HARNESS_FAILED
     };
-    let scratch = match tempfile::Builder::new().prefix("tidemark-replay-").tempdir() {
+    let scratch = match tempfile::Builder::new()
+        .prefix("tidemark-replay-")
+        .tempdir()
+    {
         Ok(d) => d,
         Err(e) => return failed(format!("a scratch directory: {e}")),
     };
@@ -70,7 +73,11 @@ pub fn run(args: Args) -> u8 {
         let run = match trials.run(&recorded, &trial, &store, &schedule_file, None) {
             Ok(run) => run,
             Err(TrialError::Interrupted) => {
-                eprintln!("tidemark replay: interrupted after {} of {} tries", i - 1, args.times);
+                eprintln!(
+                    "tidemark replay: interrupted after {} of {} tries",
+                    i - 1,
+                    args.times
+                );
                 return crate::EXIT_HARNESS_FAILED;
             }
             Err(TrialError::Failed(e)) => return failed(format!("try {i}: {e}")),

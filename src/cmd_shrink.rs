@@ -90,8 +90,9 @@ impl Candidate {
             })
             .collect();
         format!(
-            "{} faults ({}), {:.1} s, {} workers, {} ops/s",
+            "{} fault{} ({}), {:.1} s, {} workers, {} ops/s",
             faults.len(),
+            if faults.len() == 1 { "" } else { "s" },
             faults.join(", "),
             self.time_limit_ns as f64 / 1e9,
             self.concurrency,
@@ -299,8 +300,7 @@ fn first_evidenced(recorded: &Recorded) -> String {
 /// The steps, each from the smallest failing candidate so far.
 fn steps(s: &mut Shrinker, original: &Candidate) {
     // The faults up to the one that exposed the anomaly, and the time just past it.
-    if let Some(exposed) =
-        evidence::first_of_kind(&s.recorded.ops, &s.recorded.results, &s.anomaly)
+    if let Some(exposed) = evidence::first_of_kind(&s.recorded.ops, &s.recorded.results, &s.anomaly)
     {
         let faults: Vec<Fault> = original
             .faults
@@ -314,8 +314,7 @@ fn steps(s: &mut Shrinker, original: &Candidate) {
             time_limit_ns: (end + MARGIN_NS).min(original.time_limit_ns),
             ..original.clone()
         };
-        if cut.time_limit_ns < original.time_limit_ns || cut.faults.len() < original.faults.len()
-        {
+        if cut.time_limit_ns < original.time_limit_ns || cut.faults.len() < original.faults.len() {
             s.attempt("cut to the exposing fault", &cut);
         }
     }
@@ -376,10 +375,8 @@ fn steps(s: &mut Shrinker, original: &Candidate) {
 /// `latest` links at it, writes its schedule beside it and renders its report again (the
 /// commands in it name the run's new place). Returns where it went.
 fn keep(dir: &Path, store: &Path, schedule: &[ScheduledOp]) -> Result<PathBuf, String> {
-    let (Some(stamp), Some(test)) = (
-        dir.file_name(),
-        dir.parent().and_then(Path::file_name),
-    ) else {
+    let (Some(stamp), Some(test)) = (dir.file_name(), dir.parent().and_then(Path::file_name))
+    else {
         return Err(format!("{}: not a run directory", dir.display()));
     };
     let test_dir = store.join(test);

@@ -46,8 +46,7 @@ pub fn recorded_schedule(ops: &[Op], time_limit: u64) -> Vec<ScheduledOp> {
                     continue;
                 }
                 let mut value = op.value.clone();
-                if let (Some(burst), Value::Object(map)) =
-                    (invoke.value.get(BURST_KEY), &mut value)
+                if let (Some(burst), Value::Object(map)) = (invoke.value.get(BURST_KEY), &mut value)
                 {
                     map.insert(BURST_KEY.into(), burst.clone());
                 }
@@ -292,20 +291,20 @@ mod tests {
         Op {
             index,
             cluster: Some("a".into()),
-            ..Op::new(
-                (time_s * 1e9) as u64,
-                Process::Nemesis,
-                kind,
-                f,
-                value,
-            )
+            ..Op::new((time_s * 1e9) as u64, Process::Nemesis, kind, f, value)
         }
     }
 
     #[test]
     fn a_recorded_schedule_does_what_the_infos_say_when_the_invocations_began() {
         let ops = [
-            op(0, 1.0, OpType::Invoke, "kill", json!({"targets": "leader", "burst_ms": 1000})),
+            op(
+                0,
+                1.0,
+                OpType::Invoke,
+                "kill",
+                json!({"targets": "leader", "burst_ms": 1000}),
+            ),
             op(
                 1,
                 2.5,
@@ -313,7 +312,13 @@ mod tests {
                 "kill",
                 json!({"nodes": ["n2"], "targets": "leader", "leaders": ["n2"]}),
             ),
-            Op::new(2_600_000_000, Process::Client(3), OpType::Invoke, "send", json!({})),
+            Op::new(
+                2_600_000_000,
+                Process::Client(3),
+                OpType::Invoke,
+                "send",
+                json!({}),
+            ),
             op(3, 6.0, OpType::Invoke, "start", json!({"nodes": ["n2"]})),
             op(4, 6.2, OpType::Info, "start", json!({"nodes": ["n2"]})),
             // The final phase's heal, after the time limit.
