@@ -5,8 +5,8 @@
 //!
 //! Cost: the original is 30 s of the default fault kinds at `--nemesis-interval 3` (faults of
 //! 2–4 s, so the one that exposes `ack-before-replication` comes early and the shrink's first
-//! step cuts every later run to a few seconds); the replays are of the shrunk run. About three
-//! minutes of wall time in all on two cores.
+//! step cuts every later run to a few seconds); the replays are of the shrunk run. About two and
+//! a half minutes of wall time in all on two cores.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -86,6 +86,8 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The steps, for the test's log.
+    eprintln!("{stdout}");
     let kept = stdout
         .lines()
         .next()
@@ -137,6 +139,7 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
     // The shrunk run, replayed, fails the same way.
     let out = tidemark_cmd(&["replay", shrunk.to_str().unwrap(), "--times", "5"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
     let (same, tries) = reproduced(&stdout);
     assert_eq!(tries, 5);
     assert!(same >= 3, "{stdout}");
