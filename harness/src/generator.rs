@@ -721,6 +721,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_generator_with_its_own_rng_draws_the_same_whatever_the_runners_seed() {
+        fn gen() -> impl Generator {
+            time_limit(S, stagger(10 * MS, counter_gen()))
+        }
+        async fn run(seed: u64) -> Vec<Op> {
+            let mut g = own_rng(nemesis_rng(7), gen());
+            simulate(&mut g, 5, seed, 10_000, ok_after(3)).await
+        }
+        let a = run(1).await;
+        assert!(a.len() > 50, "{}", a.len());
+        assert_eq!(a, run(2).await);
+        // The nemesis's stream is not the test RNG itself.
+        assert_ne!(a, simulate(&mut gen(), 5, 7, 10_000, ok_after(3)).await);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_same_seed_gives_the_same_history_and_another_seed_does_not() {
         async fn run(seed: u64) -> Vec<Op> {
             let mut g = time_limit(2 * S, stagger(10 * MS, counter_gen()));
