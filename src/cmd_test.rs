@@ -122,6 +122,10 @@ pub struct Args {
     /// No progress output.
     #[arg(long)]
     quiet: bool,
+    /// Records that this run is a shrink of the run in RUN_DIR (test.json `shrunk_from`);
+    /// `tidemark shrink` sets it on its runs.
+    #[arg(long, value_name = "RUN_DIR")]
+    shrunk_from: Option<PathBuf>,
     /// The faults: which kinds, how often, on which nodes, or a scripted schedule (last, so
     /// their help heading covers only them).
     #[command(flatten)]
@@ -656,6 +660,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         converge_timeout,
         final_timeout,
         argv: std::env::args().collect(),
+        shrunk_from: args.shrunk_from,
     };
     let workload: Arc<dyn Workload> = if mirror_workload {
         let (a, b) = (options.clusters[0].clone(), options.clusters[1].clone());

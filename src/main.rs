@@ -8,11 +8,15 @@ use clap::{Parser, Subcommand};
 
 mod cmd_bench;
 mod cmd_check;
+mod cmd_replay;
 mod cmd_report;
 mod cmd_serve;
+mod cmd_shrink;
 mod cmd_teardown;
 mod cmd_test;
+mod evidence;
 mod hosts_args;
+mod rerun;
 
 /// Exit code for bad input or usage.
 pub const EXIT_BAD_INPUT: u8 = 254;
@@ -38,6 +42,12 @@ enum Command {
     Check(cmd_check::Args),
     /// Remove what killed runs left behind, here and on SSH hosts: namespaces, rules, processes.
     Teardown(cmd_teardown::Args),
+    /// Run a recorded test again on fresh clusters (same seed, broker build, faults at their
+    /// recorded times on the nodes they hit) and say whether its anomalies come back.
+    Replay(cmd_replay::Args),
+    /// Find the smallest run that still shows an invalid run's anomaly: fewer and shorter
+    /// faults, a shorter time limit, less load; writes it as a run of its own.
+    Shrink(cmd_shrink::Args),
     /// Render report.html for a run directory.
     Report(cmd_report::Args),
     /// Browse the store's runs, reports and files over HTTP (loopback by default).
@@ -64,6 +74,8 @@ fn main() -> ExitCode {
         Command::Test(args) => cmd_test::run(*args),
         Command::Check(args) => cmd_check::run(args),
         Command::Teardown(args) => cmd_teardown::run(args),
+        Command::Replay(args) => cmd_replay::run(args),
+        Command::Shrink(args) => cmd_shrink::run(args),
         Command::Report(args) => cmd_report::run(args),
         Command::Serve(args) => cmd_serve::run(args),
         Command::BenchDetection(args) => cmd_bench::run(args),

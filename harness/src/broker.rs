@@ -536,6 +536,7 @@ impl Db for TidemarkBroker {
         json!({
             "name": "tidemark-broker",
             "binary": self.binary.display().to_string(),
+            "sha256": binary_sha256(&self.binary).ok(),
             "version": version,
             "config": self.config,
             "properties": self.config.properties(),
@@ -889,6 +890,19 @@ impl Drop for TempFile {
     }
 }
 
+/// The SHA-256 of the file at `path` in lowercase hex, as `sha256sum` prints it: test.json
+/// records the broker binary's, so that a replay can tell whether it deploys the same build.
+pub fn binary_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -905,6 +919,18 @@ mod tests {
             dir: format!("/w/n{i}").into(),
             remote: Arc::new(Local::host()),
         }
+    }
+
+    #[test]
+    fn a_binary_is_named_by_the_sha256_sha256sum_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("abc");
+        std::fs::write(&file, "abc").unwrap();
+        assert_eq!(
+            binary_sha256(&file).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(binary_sha256(&dir.path().join("missing")).is_err());
     }
 
     #[test]

@@ -23,6 +23,15 @@ pub fn rng(seed: u64) -> Rng {
     ChaCha8Rng::seed_from_u64(seed)
 }
 
+/// The nemesis's RNG for `seed`: the test RNG's key on a stream of its own, so that the faults
+/// drawn and the client ops drawn do not depend on each other (a replayed fault schedule, which
+/// draws nothing, leaves the clients' draws as the recorded run made them).
+pub fn nemesis_rng(seed: u64) -> Rng {
+    let mut rng = rng(seed);
+    rng.set_stream(1);
+    rng
+}
+
 /// A thread of execution in the runner: a client slot or the nemesis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Worker {
@@ -487,6 +496,27 @@ impl<G: Generator> Generator for NemesisOnly<G> {
     }
 }
 
+/// Lets its generator draw from an RNG of its own instead of the one it is handed.
+pub struct OwnRng<G> {
+    gen: G,
+    rng: Rng,
+}
+
+/// Builds an [`OwnRng`].
+pub fn own_rng<G: Generator>(rng: Rng, gen: G) -> OwnRng<G> {
+    OwnRng { gen, rng }
+}
+
+impl<G: Generator> Generator for OwnRng<G> {
+    fn next(&mut self, ctx: &Context, _rng: &mut Rng) -> Next {
+        self.gen.next(ctx, &mut self.rng)
+    }
+
+    fn update(&mut self, ctx: &Context, worker: Worker, op: &Op) {
+        self.gen.update(ctx, worker, op)
+    }
+}
+
 /// Runs several generators side by side and emits whichever op comes first (Jepsen's `any`).
 /// Its generators must use disjoint workers (e.g. [`Clients`] and [`NemesisOnly`]): an op one
 /// of them returned is held until its time, and no other generator may claim its worker.
@@ -688,6 +718,22 @@ mod tests {
 
     fn ok_after(ms: u64) -> impl FnMut(&Invocation) -> (Outcome, serde_json::Value, u64) {
         move |op| (Outcome::Ok, op.value.clone(), ms * MS)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_generator_with_its_own_rng_draws_the_same_whatever_the_runners_seed() {
+        fn gen() -> impl Generator {
+            time_limit(S, stagger(10 * MS, counter_gen()))
+        }
+        async fn run(seed: u64) -> Vec<Op> {
+            let mut g = own_rng(nemesis_rng(7), gen());
+            simulate(&mut g, 5, seed, 10_000, ok_after(3)).await
+        }
+        let a = run(1).await;
+        assert!(a.len() > 50, "{}", a.len());
+        assert_eq!(a, run(2).await);
+        // The nemesis's stream is not the test RNG itself.
+        assert_ne!(a, simulate(&mut gen(), 5, 7, 10_000, ok_after(3)).await);
     }
 
     #[tokio::test(start_paused = true)]

@@ -242,7 +242,7 @@ async fn run_phases(
     if let Some(nemesis) = &test.nemesis {
         main.push(Box::new(generator::NemesisOnly(generator::time_limit(
             limit,
-            nemesis.generator(),
+            generator::own_rng(generator::nemesis_rng(opts.seed), nemesis.generator()),
         ))));
     }
     let mut main = generator::any(main);

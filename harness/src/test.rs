@@ -50,6 +50,9 @@ pub struct TestOptions {
     pub final_timeout: Duration,
     /// The command line, for the record.
     pub argv: Vec<String>,
+    /// The run directory this run was shrunk from (`tidemark shrink`), for the record and for
+    /// the results browser, which lists a shrunk run under its original.
+    pub shrunk_from: Option<PathBuf>,
 }
 
 impl TestOptions {
@@ -140,6 +143,7 @@ impl Test {
             "converge_timeout_s": o.converge_timeout.as_secs_f64(),
             "final_timeout_s": o.final_timeout.as_secs_f64(),
             "argv": o.argv,
+            "shrunk_from": o.shrunk_from,
         })
     }
 }

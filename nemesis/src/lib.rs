@@ -16,6 +16,8 @@
 //! - [`package`] gives each kind a cycle of ops, final heals and a plot colour, and combines them
 //!   on one staggered schedule, like Jepsen's combined package.
 //! - [`schedule`] reads a timed list of ops (or a recorded history) and replays it.
+//! - [`shrink`] is the pure part of `tidemark shrink`: a recorded history's faults as a schedule
+//!   that does them again, paired into faults to drop or shorten, and delta debugging.
 //!
 //! [`Nemeses`] puts it together as the engine's [`Nemesis`].
 
@@ -32,6 +34,7 @@ pub mod partition;
 pub mod power;
 pub mod process;
 pub mod schedule;
+pub mod shrink;
 pub mod targets;
 pub mod tiered;
 pub mod unclean;

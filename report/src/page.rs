@@ -207,6 +207,17 @@ pub fn report(run: &Run) -> Markup {
                         }
                     }
                     p { (verdict_source(&run.verdict)) }
+                    @if let Some(original) = run.test.get("shrunk_from").and_then(Value::as_str) {
+                        p { "Shrunk from " code { (original) } }
+                    }
+                    @if class == "invalid" {
+                        @let dir = shell_word(&run.dir.display().to_string());
+                        p.commands {
+                            "Reproduce: " code { "tidemark replay " (dir) " --times 5" }
+                            " · find the smallest run that still fails: "
+                            code { "tidemark shrink " (dir) }
+                        }
+                    }
                 }
                 nav.toc {
                     a href="#anomalies" { "anomalies" }
@@ -237,6 +248,17 @@ pub fn report(run: &Run) -> Markup {
                 script { (PreEscaped(SCRIPT)) }
             }
         }
+    }
+}
+
+/// `word` as one shell word: itself when it holds only characters no shell treats specially,
+/// else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-:+@%,=".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -909,4 +931,19 @@ fn lines(lines: &[Line]) -> String {
         out.push_str(&format!("{:>7}  {}\n", l.number, one_line(&l.text)));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn paths_are_quoted_only_when_a_shell_would_split_them() {
+        assert_eq!(
+            shell_word("store/queue/20240229T235959.123Z"),
+            "store/queue/20240229T235959.123Z"
+        );
+        assert_eq!(shell_word("my runs/it's"), r"'my runs/it'\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

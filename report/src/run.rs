@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::BufReader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -41,6 +41,8 @@ impl Verdict {
 
 /// A run directory, loaded.
 pub struct Run {
+    /// The run directory, links resolved where they can be.
+    pub dir: PathBuf,
     /// `test/stamp`, how the store names the run.
     pub store_path: String,
     pub name: String,
@@ -111,6 +113,7 @@ impl Run {
         let moments = moments(&kinds, &digest);
         let (logs, logs_left_out) = logs::excerpts(&dir.join("nodes"), &moments, start.as_ref());
         Ok(Run {
+            dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
             store_path,
             name,
             test,

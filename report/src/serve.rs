@@ -395,6 +395,46 @@ struct RunEntry {
     anomalies: Vec<String>,
     bad: Vec<String>,
     has_report: bool,
+    /// `test/stamp` of the run of this store it was shrunk from (test.json's `shrunk_from`).
+    shrunk_from: Option<String>,
+}
+
+impl RunEntry {
+    fn key(&self) -> String {
+        format!("{}/{}", self.test, self.stamp)
+    }
+}
+
+/// The shape of test.json the index reads.
+#[derive(Deserialize)]
+struct TestSummary {
+    shrunk_from: Option<PathBuf>,
+}
+
+/// `original` as `test/stamp` when it is a run directory of the store at `root` (canonical).
+fn store_key(root: &Path, original: &Path) -> Option<String> {
+    let canon = std::fs::canonicalize(original).ok()?;
+    let rel = canon.strip_prefix(root).ok()?;
+    let parts: Vec<&str> = rel.iter().filter_map(|p| p.to_str()).collect();
+    (parts.len() == 2).then(|| parts.join("/"))
+}
+
+/// The runs in the order the index lists them: each with the runs shrunk from it right after it
+/// (marked `true`); a shrunk run whose original is not listed keeps its own place.
+fn nested<'a>(runs: &[&'a RunEntry]) -> Vec<(&'a RunEntry, bool)> {
+    let listed: std::collections::BTreeSet<String> = runs.iter().map(|r| r.key()).collect();
+    let under_listed = |r: &RunEntry| r.shrunk_from.as_ref().is_some_and(|k| listed.contains(k));
+    let mut out = Vec::with_capacity(runs.len());
+    for run in runs.iter().filter(|r| !under_listed(r)) {
+        out.push((*run, false));
+        let key = run.key();
+        out.extend(
+            runs.iter()
+                .filter(|r| r.shrunk_from.as_deref() == Some(key.as_str()))
+                .map(|r| (*r, true)),
+        );
+    }
+    out
 }
 
 #[derive(Deserialize)]
@@ -442,6 +482,11 @@ fn scan(root: &Path) -> Vec<RunEntry> {
                 ),
                 None => ("unchecked", Vec::new(), Vec::new()),
             };
+            let shrunk_from = std::fs::read(dir.join("test.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<TestSummary>(&b).ok())
+                .and_then(|t| t.shrunk_from)
+                .and_then(|original| store_key(root, &original));
             runs.push(RunEntry {
                 test: test.clone(),
                 stamp,
@@ -449,6 +494,7 @@ fn scan(root: &Path) -> Vec<RunEntry> {
                 anomalies,
                 bad,
                 has_report: dir.join("report.html").is_file(),
+                shrunk_from,
             });
         }
     }
@@ -498,6 +544,7 @@ fn index_page(runs: &[RunEntry], filter: &Filter) -> Markup {
         .filter(|r| verdict.as_ref().is_none_or(|v| r.verdict == v))
         .filter(|r| anomaly.as_ref().is_none_or(|a| r.anomalies.contains(a)))
         .collect();
+    let shown = nested(&shown);
     let pages = shown.len().div_ceil(RUNS_PER_PAGE).max(1);
     let page = filter.page.unwrap_or(0).min(pages - 1);
     let link = |p: usize| {
@@ -550,11 +597,11 @@ fn index_page(runs: &[RunEntry], filter: &Filter) -> Markup {
                 }
                 table #runs {
                     tr { th { "started (UTC)" } th { "test" } th { "verdict" } th { "anomalies" } th { "files" } }
-                    @for r in shown.iter().skip(page * RUNS_PER_PAGE).take(RUNS_PER_PAGE) {
+                    @for (r, shrunk) in shown.iter().skip(page * RUNS_PER_PAGE).take(RUNS_PER_PAGE) {
                         @let base = encode_path(&[&r.test, &r.stamp]);
                         tr class=(r.verdict) {
-                            td { (r.stamp) }
-                            td { (r.test) }
+                            td { @if *shrunk { "↳ " } (r.stamp) }
+                            td { (r.test) @if *shrunk { " (shrunk from the run above)" } }
                             td { (r.verdict) }
                             td {
                                 @for (i, a) in r.anomalies.iter().enumerate() {
@@ -800,6 +847,50 @@ async fn archive(State(store): State<Arc<Store>>, UrlPath(rel): UrlPath<String>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shrunk_runs_are_listed_under_their_original() {
+        let store = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(store.path()).unwrap();
+        let run = |stamp: &str, test_json: serde_json::Value| {
+            let dir = root.join("queue").join(stamp);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("history.jsonl"), "").unwrap();
+            std::fs::write(dir.join("test.json"), test_json.to_string()).unwrap();
+            dir
+        };
+        let original = run("20260101T000000.000Z", serde_json::json!({}));
+        run("20260101T010000.000Z", serde_json::json!({}));
+        run(
+            "20260101T020000.000Z",
+            serde_json::json!({"shrunk_from": original}),
+        );
+        run(
+            "20260101T030000.000Z",
+            serde_json::json!({"shrunk_from": "/elsewhere/queue/x"}),
+        );
+        let runs = scan(&root);
+        let listed: Vec<&RunEntry> = runs.iter().collect();
+        let order: Vec<(&str, bool)> = nested(&listed)
+            .iter()
+            .map(|(r, shrunk)| (r.stamp.as_str(), *shrunk))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("20260101T030000.000Z", false),
+                ("20260101T010000.000Z", false),
+                ("20260101T000000.000Z", false),
+                ("20260101T020000.000Z", true),
+            ]
+        );
+        // Filtered out, the original no longer holds its shrunk run.
+        let without: Vec<&RunEntry> = runs
+            .iter()
+            .filter(|r| r.stamp != "20260101T000000.000Z")
+            .collect();
+        assert!(nested(&without).iter().all(|(_, shrunk)| !shrunk));
+    }
 
     #[test]
     fn only_hosts_naming_this_server_are_answered() {

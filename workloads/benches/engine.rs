@@ -73,6 +73,7 @@ fn options(
         converge_timeout: Duration::from_secs(10),
         final_timeout: Duration::from_secs(30),
         argv: vec!["bench".into()],
+        shrunk_from: None,
     }
 }
 

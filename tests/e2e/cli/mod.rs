@@ -1,5 +1,7 @@
-//! The command line's checking and reporting commands, and the newcomer's set-up.
+//! The command line's checking, reporting, replaying and shrinking commands, and the newcomer's
+//! set-up.
 
 mod check;
 mod host_setup;
 mod report;
+mod shrink;

@@ -88,6 +88,7 @@ async fn a_partition_is_applied_recorded_and_healed() {
         converge_timeout: Duration::from_secs(15),
         final_timeout: Duration::from_secs(30),
         argv: vec![],
+        shrunk_from: None,
     };
     let test = Test {
         runtime: Box::new(runtime),

@@ -1,0 +1,178 @@
+//! When a run's anomaly happened, from its history rather than from when the checker noticed
+//! it: the earliest anomaly entry's ops (the acknowledgement of a lost write, the observations of
+//! an offset that disagree) give the time it was evidenced, and the fault that exposed it is the
+//! one in force then, else the next to begin; the anomaly exists once both happened.
+//! `tidemark bench-detection` reports that time; `tidemark shrink` cuts a run's faults and time
+//! limit to just past it.
+
+use serde_json::Value;
+use tidemark_checkers::{Op, OpType, Process};
+
+/// Fault ops that undo themselves before their `info`.
+const SELF_HEALING: &[&str] = &["bounce", "handoff", "power-loss", "unclean-election"];
+
+/// Ops that undo a fault (or heal at the end): they start nothing.
+const UNDOING: &[&str] = &[
+    "stop-partition",
+    "start",
+    "resume",
+    "clock-reset",
+    "stop-loss",
+];
+
+/// The strings of a JSON list (none for anything else).
+pub fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The op indices an anomaly entry names: `op_index` and every `{"send": i}` or `{"poll": i}`.
+fn op_indices(entry: &Value, out: &mut Vec<u64>) {
+    match entry {
+        Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v.as_u64()) {
+                    ("op_index" | "send" | "poll", Some(i)) => out.push(i),
+                    _ => op_indices(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| op_indices(v, out)),
+        _ => {}
+    }
+}
+
+/// Nanoseconds into the main phase at which the first forbidden anomaly existed: its entry's
+/// last named op, or the start of the fault that exposed it when that came later. `None` when
+/// the run is valid or no entry names an op (a divergence seen only in the final replicas).
+pub fn first_anomaly(ops: &[Op], results: &Value) -> Option<u64> {
+    strings(&results["bad_anomaly_types"])
+        .iter()
+        .filter_map(|kind| first_of_kind(ops, results, kind))
+        .min()
+}
+
+/// As [`first_anomaly`], for the anomalies of one type (`lost-write`) only.
+pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
+    let time_of = |i: u64| ops.get(i as usize).filter(|o| o.index == i).map(|o| o.time);
+    let mut evidenced: Option<u64> = None;
+    for entry in results["anomalies"][kind].as_array().into_iter().flatten() {
+        let mut idx = Vec::new();
+        op_indices(entry, &mut idx);
+        if let Some(t) = idx.into_iter().filter_map(time_of).max() {
+            evidenced = Some(evidenced.map_or(t, |e| e.min(t)));
+        }
+    }
+    let at = evidenced?;
+    Some(exposing_fault(ops, at).map_or(at, |f| f.max(at)))
+}
+
+/// The start of the fault in force at `at`, else of the first one to begin after it.
+fn exposing_fault(ops: &[Op], at: u64) -> Option<u64> {
+    let faults: Vec<&Op> = ops
+        .iter()
+        .filter(|o| o.process == Process::Nemesis && o.kind == OpType::Invoke)
+        .filter(|o| !UNDOING.contains(&o.f.as_str()))
+        .collect();
+    let in_force = faults.iter().rev().find(|f| f.time <= at).filter(|f| {
+        let end = if SELF_HEALING.contains(&f.f.as_str()) {
+            ops.iter()
+                .find(|o| o.index > f.index && o.process == Process::Nemesis)
+                .map(|o| o.time)
+        } else {
+            ops.iter()
+                .find(|o| {
+                    o.index > f.index
+                        && o.process == Process::Nemesis
+                        && o.kind == OpType::Invoke
+                        && UNDOING.contains(&o.f.as_str())
+                })
+                .map(|o| o.time)
+        };
+        end.is_none_or(|e| e >= at)
+    });
+    in_force
+        .or_else(|| faults.iter().find(|f| f.time > at))
+        .map(|f| f.time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn op(index: u64, time_s: f64, process: Process, kind: OpType, f: &str) -> Op {
+        serde_json::from_value(json!({
+            "index": index, "time": (time_s * 1e9) as u64,
+            "process": match process { Process::Nemesis => json!("nemesis"), Process::Client(p) => json!(p) },
+            "type": match kind { OpType::Invoke => "invoke", OpType::Ok => "ok", OpType::Fail => "fail", OpType::Info => "info" },
+            "f": f, "value": {}
+        }))
+        .unwrap()
+    }
+
+    fn history() -> Vec<Op> {
+        let (n, c) = (Process::Nemesis, Process::Client(0));
+        vec![
+            op(0, 1.0, n, OpType::Invoke, "start-partition"),
+            op(1, 1.1, n, OpType::Info, "start-partition"),
+            op(2, 2.0, c, OpType::Invoke, "send"),
+            op(3, 2.5, c, OpType::Ok, "send"),
+            op(4, 4.0, n, OpType::Invoke, "stop-partition"),
+            op(5, 4.1, n, OpType::Info, "stop-partition"),
+            op(6, 5.0, c, OpType::Invoke, "send"),
+            op(7, 5.5, c, OpType::Ok, "send"),
+            op(8, 7.0, n, OpType::Invoke, "bounce"),
+            op(9, 9.0, n, OpType::Info, "bounce"),
+        ]
+    }
+
+    #[test]
+    fn an_ack_during_a_fault_is_an_anomaly_when_acknowledged() {
+        let results = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
+            "anomalies": {"lost-write": [{"op_index": 7}, {"op_index": 3}]}});
+        assert_eq!(first_anomaly(&history(), &results), Some(2_500_000_000));
+    }
+
+    #[test]
+    fn an_ack_before_the_fault_that_loses_it_counts_from_that_fault() {
+        let results = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
+            "anomalies": {"lost-write": [{"op_index": 7}]}});
+        assert_eq!(first_anomaly(&history(), &results), Some(7_000_000_000));
+    }
+
+    #[test]
+    fn observations_count_from_the_later_one_and_replicas_alone_have_no_time() {
+        let results = json!({"valid": false,
+            "bad_anomaly_types": ["inconsistent-offsets", "divergence"],
+            "anomalies": {
+                "inconsistent-offsets": [{"values": [{"value": 1, "seen_by": {"send": 3}},
+                                                     {"value": 2, "seen_by": {"poll": 7}}]}],
+                "divergence": [{"replicas": [{"node": "n1"}, {"node": "n2"}]}]}});
+        assert_eq!(first_anomaly(&history(), &results), Some(7_000_000_000));
+        let only_replicas = json!({"valid": false, "bad_anomaly_types": ["divergence"],
+            "anomalies": {"divergence": [{"replicas": []}]}});
+        assert_eq!(first_anomaly(&history(), &only_replicas), None);
+        assert_eq!(first_anomaly(&history(), &json!({"valid": true})), None);
+    }
+
+    #[test]
+    fn one_type_counts_from_its_own_entries() {
+        let results = json!({"valid": false,
+            "bad_anomaly_types": ["inconsistent-offsets", "lost-write"],
+            "anomalies": {
+                "inconsistent-offsets": [{"values": [{"value": 1, "seen_by": {"send": 3}}]}],
+                "lost-write": [{"op_index": 7}]}});
+        assert_eq!(first_anomaly(&history(), &results), Some(2_500_000_000));
+        assert_eq!(
+            first_of_kind(&history(), &results, "lost-write"),
+            Some(7_000_000_000)
+        );
+        assert_eq!(first_of_kind(&history(), &results, "duplicate"), None);
+    }
+}
