@@ -9,7 +9,13 @@ use serde_json::Value;
 use tidemark_checkers::{Op, OpType, Process};
 
 /// Fault ops that undo themselves before their `info`.
-const SELF_HEALING: &[&str] = &["bounce", "handoff", "power-loss", "unclean-election"];
+const SELF_HEALING: &[&str] = &[
+    "bounce",
+    "handoff",
+    "roll",
+    "power-loss",
+    "unclean-election",
+];
 
 /// Ops that undo a fault (or heal at the end): they start nothing.
 const UNDOING: &[&str] = &[

@@ -37,6 +37,8 @@ pub struct PartitionView {
 pub struct ClusterView {
     /// Sorted by topic, then partition.
     pub partitions: Vec<PartitionView>,
+    /// The nodes whose answers the view merges.
+    pub answered: BTreeSet<String>,
 }
 
 impl ClusterView {
@@ -99,6 +101,10 @@ impl ClusterView {
         }
         ClusterView {
             partitions: best.into_values().map(|(_, v)| v).collect(),
+            answered: answers
+                .iter()
+                .filter_map(|(id, _)| name(*id as i32))
+                .collect(),
         }
     }
 

@@ -33,6 +33,7 @@ pub mod package;
 pub mod partition;
 pub mod power;
 pub mod process;
+pub mod roll;
 pub mod schedule;
 pub mod shrink;
 pub mod targets;
@@ -148,7 +149,7 @@ impl Kind {
     pub fn of_op(f: &str) -> Option<Self> {
         Some(match f {
             "start-partition" | "stop-partition" => Kind::Partition,
-            "kill" | "start" | "bounce" | "handoff" => Kind::Kill,
+            "kill" | "start" | "bounce" | "handoff" | "roll" => Kind::Kill,
             "pause" | "resume" => Kind::Pause,
             "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,
             "start-loss" | "stop-loss" => Kind::Loss,
@@ -376,6 +377,7 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
     let mut faults: Faults = vec![
         Arc::new(partition::Partition),
         Arc::new(process::Process),
+        Arc::new(roll::Roll),
         Arc::new(clock::Clock::default()),
         Arc::new(loss::Loss),
         Arc::new(corrupt::Corrupt),

@@ -34,9 +34,29 @@ pub enum Method {
     Nftables,
 }
 
-/// The commands that make `node` drop `probability` of its traffic with `peers` (nftables).
-pub fn nft_commands(peers: &[IpAddr], probability: f64) -> String {
+/// The commands that make `node` drop `probability` of its traffic with `peers` (nftables):
+/// all of it, or with `ports` only that to or from those ports (a service's listeners).
+pub fn nft_commands(peers: &[IpAddr], ports: &[u16], probability: f64) -> String {
     let per_mille = (probability * 1000.0).round().clamp(0.0, 1000.0) as u32;
+    nft_drop_commands(
+        peers,
+        ports,
+        &format!("numgen random mod 1000 < {per_mille} drop"),
+    )
+}
+
+/// The commands that make `node` drop what its traffic with `peers` (to or from `ports`, if
+/// any) sends beyond `kbytes_per_s` each way, as a link of that bandwidth would (nftables).
+pub fn nft_rate_commands(peers: &[IpAddr], ports: &[u16], kbytes_per_s: u32) -> String {
+    nft_drop_commands(
+        peers,
+        ports,
+        &format!("limit rate over {kbytes_per_s} kbytes/second drop"),
+    )
+}
+
+/// Rules applying `verdict` to `node`'s traffic with `peers`, both ways.
+fn nft_drop_commands(peers: &[IpAddr], ports: &[u16], verdict: &str) -> String {
     let set = |v4: bool| -> Option<String> {
         let ips: Vec<String> = peers
             .iter()
@@ -45,16 +65,31 @@ pub fn nft_commands(peers: &[IpAddr], probability: f64) -> String {
             .collect();
         (!ips.is_empty()).then(|| format!("{{ {} }}", ips.join(", ")))
     };
+    let port_set = format!(
+        "{{ {} }}",
+        ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    // Without ports one rule a direction; with them, one for each end the port may be on.
+    let port_matches: Vec<String> = if ports.is_empty() {
+        vec![String::new()]
+    } else {
+        vec![
+            format!("th sport {port_set} "),
+            format!("th dport {port_set} "),
+        ]
+    };
     let mut rules_in = Vec::new();
     let mut rules_out = Vec::new();
     for (family, v4) in [("ip", true), ("ip6", false)] {
         if let Some(s) = set(v4) {
-            rules_in.push(format!(
-                "{family} saddr {s} numgen random mod 1000 < {per_mille} drop;"
-            ));
-            rules_out.push(format!(
-                "{family} daddr {s} numgen random mod 1000 < {per_mille} drop;"
-            ));
+            for ports in &port_matches {
+                rules_in.push(format!("{family} saddr {s} {ports}{verdict};"));
+                rules_out.push(format!("{family} daddr {s} {ports}{verdict};"));
+            }
         }
     }
     // nft wants each chain on lines of its own.
@@ -127,6 +162,69 @@ fn has_netem(node: &Node) -> bool {
 
 /// The value of `start-loss` or `stop-loss`: the targets (`stop-loss` defaults to every node),
 /// and for `start-loss` the share of packets to drop (chosen when absent) and a netem delay.
+/// Makes `node` drop `probability` of the packets it exchanges with `peers` (and delay them,
+/// where netem can); returns how.
+pub fn impose(
+    node: &Node,
+    peers: &[IpAddr],
+    probability: f64,
+    delay: Option<(u64, u64)>,
+) -> anyhow::Result<Method> {
+    let netem = has_netem(node);
+    let cmd = match peers.first() {
+        Some(peer) if netem => netem_command(&interface_to(node, *peer)?, probability, delay),
+        _ => nft_commands(peers, &[], probability),
+    };
+    remote::run(node.remote.as_ref(), &cmd)?;
+    Ok(if netem {
+        Method::Netem
+    } else {
+        Method::Nftables
+    })
+}
+
+/// Makes `node` drop `probability` of the packets it exchanges with `peers` to or from `ports`
+/// (nftables: netem cannot tell ports apart).
+pub fn impose_on_ports(
+    node: &Node,
+    peers: &[IpAddr],
+    ports: &[u16],
+    probability: f64,
+) -> anyhow::Result<()> {
+    remote::run(
+        node.remote.as_ref(),
+        &nft_commands(peers, ports, probability),
+    )?;
+    Ok(())
+}
+
+/// Caps what `node` exchanges with `peers` to or from `ports` at `kbytes_per_s` each way
+/// (nftables; the cap drops the excess, which TCP then paces itself to). [`lift`] ends it.
+pub fn cap_on_ports(
+    node: &Node,
+    peers: &[IpAddr],
+    ports: &[u16],
+    kbytes_per_s: u32,
+) -> anyhow::Result<()> {
+    remote::run(
+        node.remote.as_ref(),
+        &nft_rate_commands(peers, ports, kbytes_per_s),
+    )?;
+    Ok(())
+}
+
+/// Ends any loss `node` imposes on its traffic with `peers`.
+pub fn lift(node: &Node, peers: &[IpAddr]) -> anyhow::Result<()> {
+    let mut script = vec![nft_remove()];
+    if let Some(peer) = peers.first() {
+        if let Ok(dev) = interface_to(node, *peer) {
+            script.push(netem_remove(&dev));
+        }
+    }
+    remote::run(node.remote.as_ref(), &script.join("; "))?;
+    Ok(())
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct LossValue {
     #[serde(default)]
@@ -198,16 +296,7 @@ impl FaultOp for LossOp {
             delay,
         } = *self
         else {
-            let (done, errors) = env.on_each(&nodes, |n| {
-                let mut script = vec![nft_remove()];
-                if let Some(peer) = peers_of(n).first() {
-                    if let Ok(dev) = interface_to(n, *peer) {
-                        script.push(netem_remove(&dev));
-                    }
-                }
-                remote::run(n.remote.as_ref(), &script.join("; "))?;
-                Ok(())
-            });
+            let (done, errors) = env.on_each(&nodes, |n| lift(n, &peers_of(n)));
             return Failed::partly(json!({ "nodes": done }), &errors);
         };
         let probability = match probability {
@@ -216,18 +305,7 @@ impl FaultOp for LossOp {
         };
         let methods = std::sync::Mutex::new(Vec::new());
         let (done, errors) = env.on_each(&nodes, |n| {
-            let peers = peers_of(n);
-            let netem = has_netem(n);
-            let cmd = match peers.first() {
-                Some(peer) if netem => netem_command(&interface_to(n, *peer)?, probability, delay),
-                _ => nft_commands(&peers, probability),
-            };
-            remote::run(n.remote.as_ref(), &cmd)?;
-            let method = if netem {
-                Method::Netem
-            } else {
-                Method::Nftables
-            };
+            let method = impose(n, &peers_of(n), probability, delay)?;
             methods
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -282,7 +360,7 @@ mod tests {
             IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12)),
             IpAddr::V4(Ipv4Addr::new(10, 211, 0, 13)),
         ];
-        let cmd = nft_commands(&peers, 0.25);
+        let cmd = nft_commands(&peers, &[], 0.25);
         assert!(
             cmd.starts_with("nft delete chain inet tidemark loss_in"),
             "{cmd}"
@@ -298,12 +376,34 @@ mod tests {
             "{cmd}"
         );
         assert!(cmd.contains("| nft -f -"), "{cmd}");
-        let v6 = nft_commands(&[IpAddr::V6(Ipv6Addr::LOCALHOST)], 0.1);
+        let v6 = nft_commands(&[IpAddr::V6(Ipv6Addr::LOCALHOST)], &[], 0.1);
         assert!(
             v6.contains("ip6 saddr { ::1 } numgen random mod 1000 < 100 drop;"),
             "{v6}"
         );
         assert!(!v6.contains("ip saddr"), "{v6}");
+    }
+
+    #[test]
+    fn nft_rules_on_ports_drop_only_traffic_to_or_from_them() {
+        let peers = [IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12))];
+        let cmd = nft_commands(&peers, &[9092], 0.3);
+        for rule in [
+            "ip saddr { 10.211.0.12 } th sport { 9092 } numgen random mod 1000 < 300 drop;",
+            "ip saddr { 10.211.0.12 } th dport { 9092 } numgen random mod 1000 < 300 drop;",
+            "ip daddr { 10.211.0.12 } th sport { 9092 } numgen random mod 1000 < 300 drop;",
+            "ip daddr { 10.211.0.12 } th dport { 9092 } numgen random mod 1000 < 300 drop;",
+        ] {
+            assert!(cmd.contains(rule), "{rule} in {cmd}");
+        }
+        assert!(!cmd.contains("{ 10.211.0.12 } numgen"), "{cmd}");
+        let capped = nft_rate_commands(&peers, &[9092], 40);
+        assert!(
+            capped.contains(
+                "ip saddr { 10.211.0.12 } th sport { 9092 } limit rate over 40 kbytes/second drop;"
+            ),
+            "{capped}"
+        );
     }
 
     #[test]

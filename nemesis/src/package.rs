@@ -250,13 +250,17 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         Kind::Kill => (
             flip_flop(
                 move |rng| {
-                    let roll: f64 = rng.random();
-                    if roll < 0.25 {
+                    let draw: f64 = rng.random();
+                    if draw < 0.15 {
                         let times = rng.random_range(2..=4);
                         let v = json!({ "times": times, crate::BURST_KEY: BURST_MS });
                         (op("bounce", v), false)
-                    } else if roll < 0.65 {
+                    } else if draw < 0.4 {
                         (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
+                    } else if draw < 0.7 {
+                        // Two nodes of a rolling restart: the second goes down once the first
+                        // is back in sync.
+                        (op("roll", json!({ "count": 2 })), false)
                     } else {
                         (op("kill", aimed("targets", &targets, rng)), true)
                     }
@@ -781,7 +785,7 @@ mod tests {
     }
 
     #[test]
-    fn kills_sometimes_bounce_or_hand_off_leaders_which_need_no_undoing() {
+    fn kills_sometimes_bounce_roll_or_hand_off_leaders_which_need_no_undoing() {
         let mut p = package(Kind::Kill, vec!["leaders".into()], None);
         let mut r = rng(2);
         let mut seen = std::collections::BTreeMap::new();
@@ -790,7 +794,10 @@ mod tests {
             p.cycle.done(&json!({"nodes": ["n1"]}));
             *seen.entry(o.f).or_insert(0) += 1;
         }
-        assert!(seen["bounce"] > 10 && seen["handoff"] > 10, "{seen:?}");
+        assert!(
+            seen["bounce"] > 10 && seen["handoff"] > 10 && seen["roll"] > 10,
+            "{seen:?}"
+        );
         assert!(seen["kill"] - seen["start"] <= 1, "{seen:?}");
     }
 
@@ -828,7 +835,13 @@ mod tests {
             .filter(|o| {
                 matches!(
                     o.f.as_str(),
-                    "start-partition" | "kill" | "bounce" | "handoff" | "pause" | "start-loss"
+                    "start-partition"
+                        | "kill"
+                        | "bounce"
+                        | "handoff"
+                        | "roll"
+                        | "pause"
+                        | "start-loss"
                 )
             })
             .map(|o| op(&o.f, o.value.clone()))
@@ -1048,12 +1061,12 @@ mod tests {
                     failed_over_from = o.value["from"].as_str().map(String::from);
                     recovered = None;
                 }
-                (OpType::Info, "start" | "bounce" | "handoff")
+                (OpType::Info, "start" | "bounce" | "handoff" | "roll")
                     if o.value["cluster"].as_str() == failed_over_from.as_deref() =>
                 {
                     recovered = Some(o.time);
                 }
-                (OpType::Invoke, "kill" | "bounce" | "handoff") => {
+                (OpType::Invoke, "kill" | "bounce" | "handoff" | "roll") => {
                     assert!(recovered.is_none(), "a fault before the failback: {o:?}");
                 }
                 (OpType::Invoke, "failback") => {

@@ -280,6 +280,7 @@ mod tests {
                     isr: Vec::new(),
                 })
                 .collect(),
+            answered: Default::default(),
         };
         let mut r = rng(3);
         let three = led_by(&["n1", "n2", "n1", "n3"]);
