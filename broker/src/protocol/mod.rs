@@ -10,14 +10,14 @@ pub mod versions;
 
 use std::sync::Arc;
 
+use bytes::Buf;
 use bytes::{Bytes, BytesMut};
 use futures::stream::FuturesOrdered;
-use bytes::Buf;
 use futures::StreamExt;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
