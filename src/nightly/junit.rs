@@ -22,7 +22,10 @@ pub fn render(suite: &str, timestamp: &str, cases: &[CaseRecord], overhead_max_s
         cases.len()
     );
     x += &format!("<testsuites {head}>\n");
-    x += &format!("  <testsuite {head} timestamp=\"{}\">\n", escape(timestamp));
+    x += &format!(
+        "  <testsuite {head} timestamp=\"{}\">\n",
+        escape(&iso8601(timestamp))
+    );
     x += &format!(
         "    <properties>\n      <property name=\"overhead_between_runs_max_s\" \
          value=\"{overhead_max_s:.3}\"/>\n    </properties>\n"
@@ -96,6 +99,24 @@ pub fn render(suite: &str, timestamp: &str, cases: &[CaseRecord], overhead_max_s
     x
 }
 
+/// A store's stamp, `yyyyMMddTHHmmss.SSSZ` (perhaps with a `-1` suffix), as the ISO 8601 date
+/// and time JUnit readers expect, `yyyy-MM-ddTHH:mm:ss.SSSZ`; anything else as it is.
+fn iso8601(stamp: &str) -> String {
+    let b = stamp.as_bytes();
+    if b.len() < 20 || b[8] != b'T' || b[15] != b'.' || b[19] != b'Z' {
+        return stamp.to_string();
+    }
+    format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &stamp[0..4],
+        &stamp[4..6],
+        &stamp[6..8],
+        &stamp[9..11],
+        &stamp[11..13],
+        &stamp[13..19]
+    )
+}
+
 /// `s` safe in XML text and attribute values.
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -147,6 +168,11 @@ mod tests {
             "<testcase classname=\"tidemark.nightly.queue.partition\" \
              name=\"seed 1 ack-before-replication netns\" time=\"12.500\">"
         ));
+        assert!(x.contains("timestamp=\"2026-01-01T00:00:00.000Z\""));
+        assert_eq!(
+            iso8601("20261204T022400.961Z-1"),
+            "2026-12-04T02:24:00.961Z"
+        );
         assert_eq!(x.matches("<testcase ").count(), 4);
         assert_eq!(x.matches("</testcase>").count(), 4);
     }
