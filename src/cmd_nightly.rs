@@ -168,7 +168,7 @@ fn run_night(args: &Args, matrix_path: &Path) -> Result<u8, Failure> {
                     eprintln!("tidemark nightly: interrupted; starting no more cases");
                     crashed(
                         case,
-                        "interrupted while running (the child tore its cluster down)",
+                        "interrupted by SIGINT or SIGTERM (a running child tore its cluster down)",
                     )
                 }
                 Err(TrialError::Failed(e)) => crashed(case, &e),
