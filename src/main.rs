@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_bench;
 mod cmd_check;
+mod cmd_nightly;
 mod cmd_replay;
 mod cmd_report;
 mod cmd_serve;
@@ -16,6 +17,7 @@ mod cmd_teardown;
 mod cmd_test;
 mod evidence;
 mod hosts_args;
+mod nightly;
 mod rerun;
 
 /// Exit code for bad input or usage.
@@ -55,6 +57,9 @@ enum Command {
     /// Measure detection: every injectable one-cluster bug over several seeds, and the correct
     /// broker, under the default faults; prints caught runs, time to first anomaly, false alarms.
     BenchDetection(cmd_bench::Args),
+    /// Run a matrix of tests (workloads × nemesis sets × seeds × injected bugs × runtimes) one
+    /// after another within a budget; write an index page, JUnit XML and the trend across nights.
+    Nightly(cmd_nightly::Args),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         Command::Report(args) => cmd_report::run(args),
         Command::Serve(args) => cmd_serve::run(args),
         Command::BenchDetection(args) => cmd_bench::run(args),
+        Command::Nightly(args) => cmd_nightly::run(args),
     };
     ExitCode::from(code)
 }

@@ -6,6 +6,7 @@
 //! passes a SIGTERM on, and starts nothing more once either signal came.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -300,50 +301,37 @@ impl Trials {
         shrunk_from: Option<&Path>,
     ) -> Result<TrialRun, TrialError> {
         write_schedule(schedule_file, &trial.schedule).map_err(TrialError::Failed)?;
-        let exe = std::env::current_exe()
-            .map_err(|e| TrialError::Failed(format!("cannot find this executable: {e}")))?;
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("test")
-            .args(run.base_args())
-            .arg("--seed")
-            .arg(run.test.seed.to_string())
-            .arg("--broker-binary")
-            .arg(&run.test.broker.binary)
-            .arg("--nemesis-schedule")
-            .arg(schedule_file)
-            .arg("--time-limit")
-            .arg(trial.time_limit_s.to_string())
-            .arg("--concurrency")
-            .arg(trial.concurrency.to_string())
-            .arg("--rate")
-            .arg(trial.rate.to_string())
-            .arg("--store")
-            .arg(store)
-            .arg("--quiet")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+        let mut args: Vec<OsString> = run.base_args().into_iter().map(OsString::from).collect();
+        args.extend([
+            "--seed".into(),
+            run.test.seed.to_string().into(),
+            "--broker-binary".into(),
+            run.test.broker.binary.clone().into_os_string(),
+            "--nemesis-schedule".into(),
+            schedule_file.as_os_str().to_owned(),
+            "--time-limit".into(),
+            trial.time_limit_s.to_string().into(),
+            "--concurrency".into(),
+            trial.concurrency.to_string().into(),
+            "--rate".into(),
+            trial.rate.to_string().into(),
+            "--store".into(),
+            store.as_os_str().to_owned(),
+            "--quiet".into(),
+        ]);
         if let Some(original) = shrunk_from {
-            cmd.arg("--shrunk-from").arg(original);
+            args.extend(["--shrunk-from".into(), original.as_os_str().to_owned()]);
         }
-        let started = Instant::now();
-        let (interrupt, terminate) = (&mut self.interrupt, &mut self.terminate);
-        let output = self
-            .rt
-            .block_on(wait_passing_signals(cmd, interrupt, terminate))?;
+        let child = self.run_test(&args)?;
+        let output = &child.output;
         let stderr = String::from_utf8_lossy(&output.stderr);
-        // The child names its run directory on stderr, whatever else writes to the store.
-        let dir = stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("tidemark: run directory "))
-            .map(PathBuf::from)
-            .ok_or_else(|| {
-                TrialError::Failed(format!(
-                    "tidemark test made no run directory (exit {:?}): {}",
-                    output.status.code(),
-                    stderr.trim()
-                ))
-            })?;
+        let dir = child.run_dir().ok_or_else(|| {
+            TrialError::Failed(format!(
+                "tidemark test made no run directory (exit {:?}): {}",
+                output.status.code(),
+                stderr.trim()
+            ))
+        })?;
         let (verdict, _) = Verdict::read(&dir).map_err(|e| {
             TrialError::Failed(format!(
                 "{e} (tidemark test exited {:?}: {})",
@@ -354,8 +342,52 @@ impl Trials {
         Ok(TrialRun {
             dir,
             verdict,
-            wall: started.elapsed(),
+            wall: child.ended - child.started,
         })
+    }
+
+    /// Runs one child `tidemark test ARGS` (this executable) to its end, its stdout and stderr
+    /// captured; `Interrupted` when SIGINT or SIGTERM came before or while it ran.
+    pub fn run_test(&mut self, args: &[OsString]) -> Result<ChildTest, TrialError> {
+        let exe = std::env::current_exe()
+            .map_err(|e| TrialError::Failed(format!("cannot find this executable: {e}")))?;
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg("test")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let started = Instant::now();
+        let (interrupt, terminate) = (&mut self.interrupt, &mut self.terminate);
+        let output = self
+            .rt
+            .block_on(wait_passing_signals(cmd, interrupt, terminate))?;
+        Ok(ChildTest {
+            output,
+            started,
+            ended: Instant::now(),
+        })
+    }
+}
+
+/// A child `tidemark test` that ran to its end.
+pub struct ChildTest {
+    /// Its exit status and what it wrote.
+    pub output: std::process::Output,
+    /// Just before it was started.
+    pub started: Instant,
+    /// Just after it exited.
+    pub ended: Instant,
+}
+
+impl ChildTest {
+    /// The run directory it named on stderr (whatever else writes to the same store), if it
+    /// made one.
+    pub fn run_dir(&self) -> Option<PathBuf> {
+        String::from_utf8_lossy(&self.output.stderr)
+            .lines()
+            .find_map(|l| l.strip_prefix("tidemark: run directory "))
+            .map(PathBuf::from)
     }
 }
 

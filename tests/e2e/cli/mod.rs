@@ -1,7 +1,8 @@
-//! The command line's checking, reporting, replaying and shrinking commands, and the newcomer's
-//! set-up.
+//! The command line's checking, reporting, replaying, shrinking and nightly commands, and the
+//! newcomer's set-up.
 
 mod check;
 mod host_setup;
+mod nightly;
 mod report;
 mod shrink;
