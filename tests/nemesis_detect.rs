@@ -3,7 +3,8 @@
 //! same mix, which must stay valid.
 //!
 //! CI runs one short run per bug with a targeted mix and a seed known to catch it, and one run
-//! of the correct broker under the default mix. The mirroring bugs are each run against a
+//! of the correct broker under the default mix. `isr-join-before-caught-up` is run against two
+//! scripted rolling restarts, and the correct broker against the same rolls. The mirroring bugs are each run against a
 //! scripted schedule of failovers, failbacks and the faults around them that the bug's catalogue
 //! entry needs (`--workload mirror --nemesis-schedule`), one seed each; a leader change in the
 //! destination while it mirrors exposes `local-epoch-in-mirror-cache`. The full matrix (five seeds of 60 s per bug and
@@ -181,6 +182,99 @@ fn a_follower_truncating_to_its_high_watermark_is_caught() {
         "{:?}",
         v.anomalies
     );
+}
+
+/// Two rolling restarts of two nodes each, each restarted node's replication capped at 2 kB/s
+/// (below what the workload writes) until its roll ends: the second node's controlled shutdown
+/// hands its leaderships to an in-sync replica, which the first may claim to be.
+const ROLLS: &str = r#"[
+  {"time_s": 3, "f": "roll",
+   "value": {"nodes": ["n1", "n2"], "kbytes_per_s": 2, "down_ms": 2500, "wait_ms": 4000}},
+  {"time_s": 16, "f": "roll",
+   "value": {"nodes": ["n3", "n1"], "kbytes_per_s": 2, "down_ms": 2500, "wait_ms": 4000}}
+]"#;
+
+/// A rolling restart on `broker` (an injected bug or the correct one): its verdict, and the
+/// seconds each restarted node took to be back in every ISR (`None`: not within the wait).
+fn rolls(bug: Option<&str>) -> (Verdict, Vec<Option<u64>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = dir.path().join("rolls.json");
+    std::fs::write(&schedule, ROLLS).unwrap();
+    let schedule = schedule.display().to_string();
+    let mut args = vec![
+        "--nemesis-schedule",
+        &schedule,
+        "--time-limit",
+        "30",
+        "--seed",
+        "1",
+    ];
+    if let Some(bug) = bug {
+        args.extend(["--inject-bug", bug]);
+    }
+    let v = run(&args);
+    let history = std::fs::read_to_string(v.run.join("history.jsonl")).unwrap();
+    let in_sync: Vec<Option<u64>> = history
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|o| o["f"] == "roll" && o["type"] == "info")
+        .flat_map(|o| {
+            o["value"]["restarted"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|r| r["in_sync_ms"].as_u64())
+        .collect();
+    (v, in_sync)
+}
+
+#[test]
+fn a_replica_let_into_the_isr_before_it_caught_up_is_caught_by_a_rolling_restart() {
+    require_root("a_replica_let_into_the_isr_before_it_caught_up_is_caught_by_a_rolling_restart");
+    broker();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let (v, in_sync) = rolls(Some("isr-join-before-caught-up"));
+    assert_eq!(in_sync.len(), 4, "two rolls of two nodes: {in_sync:?}");
+    assert_eq!(
+        v.valid,
+        Some(false),
+        "the bug went unnoticed (in sync after {in_sync:?} ms): {}",
+        v.run.display()
+    );
+    assert!(
+        v.anomalies.contains(&"lost-write".to_string()),
+        "{:?}",
+        v.anomalies
+    );
+}
+
+#[test]
+fn the_correct_broker_keeps_a_throttled_restarted_replica_out_of_the_isr_and_stays_valid() {
+    require_root(
+        "the_correct_broker_keeps_a_throttled_restarted_replica_out_of_the_isr_and_stays_valid",
+    );
+    broker();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let (v, in_sync) = rolls(None);
+    assert_eq!(in_sync.len(), 4, "two rolls of two nodes: {in_sync:?}");
+    // A node restarted under load cannot catch up at 2 kB/s: the operator's wait runs out.
+    assert!(in_sync.iter().any(Option::is_none), "{in_sync:?}");
+    let kept = if v.valid == Some(true) {
+        PathBuf::new()
+    } else {
+        keep(&v, "correct-roll")
+    };
+    assert_eq!(
+        v.valid,
+        Some(true),
+        "{:?}; kept in {}",
+        v.anomalies,
+        kept.display()
+    );
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(v.run.join("test.json")).unwrap()).unwrap();
+    assert_nothing_left(&test);
 }
 
 /// Failover, then failback: B writes in the epoch it must have bumped.

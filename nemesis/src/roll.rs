@@ -155,9 +155,13 @@ impl FaultOp for RollOp {
             Some(ms) => ms,
             None => env.rng.random_range(DOWN_MS),
         });
+        let nodes = order
+            .iter()
+            .map(|name| env.node(name))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut capped = Vec::new();
-        for name in &order {
-            let node = env.node(name)?;
+        for node in nodes {
+            let name = &node.name;
             if let Err(e) = env.cx.db.stop(node) {
                 errors.push(format!("{name}: {e:#}"));
                 break;
