@@ -2,7 +2,7 @@
 //! 3-node cluster on loopback, one partition, 1 KiB records, `linger.ms=5`, min ISR 2, Kafka's
 //! session defaults. It prints the table of issue 19: produce at acks=1 and acks=all on RF 1 and
 //! RF 3 (records/s of 3 rounds and their median, latency p50/p99 at full speed and at half the
-//! median full speed), and consuming what was produced (records/s). Then it kills the leader of an
+//! median full speed, and for RF 3 acks=all at half speed also with `linger.ms=0`), and consuming what was produced (records/s). Then it kills the leader of an
 //! RF 3 partition with SIGKILL and splits the outage: the kill until the controller fences the
 //! broker and elects a new leader (Kafka's session timeout, kept at its default), and the fencing
 //! until the first acks=all acknowledgement by the new leader (issue 19 wants < 500 ms).
@@ -119,9 +119,10 @@ impl Client {
         topic: &str,
         acks: i16,
         count: u64,
-        rate: Option<u64>,
+        pace: Pace,
         scratch: &Path,
     ) -> ProduceRun {
+        let Pace { rate, linger } = pace;
         let lat_file = scratch.join("latency.txt");
         let (acks, count, size) = (
             acks.to_string(),
@@ -132,7 +133,7 @@ impl Client {
         let rate = rate.map(|r| r.to_string());
         let mut args = vec![
             "-P", "-t", topic, "-p", "0", "-b", bootstrap, "-s", &size, "-c", &count, "-a", &acks,
-            "-X", LINGER, "-l", "-A", &lat_path,
+            "-X", linger, "-l", "-A", &lat_path,
         ];
         if let Some(r) = &rate {
             args.extend(["-r", r.as_str()]);
@@ -228,6 +229,21 @@ fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// How fast a produce run sends: at most `rate` records/s (else as fast as it can), each held
+/// up to the `linger` setting.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    rate: Option<u64>,
+    linger: &'static str,
+}
+
+impl Pace {
+    const FULL: Pace = Pace {
+        rate: None,
+        linger: LINGER,
+    };
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -342,7 +358,14 @@ fn main() {
         for (ci, (rf, acks)) in CONFIGS.iter().enumerate() {
             for (si, s) in subjects.iter_mut().enumerate() {
                 let topic = s.topic(*rf);
-                let run = client.produce(&s.bootstrap(), &topic, *acks, msgs, None, scratch.path());
+                let run = client.produce(
+                    &s.bootstrap(),
+                    &topic,
+                    *acks,
+                    msgs,
+                    Pace::FULL,
+                    scratch.path(),
+                );
                 let consumed = client.consume(&s.bootstrap(), &topic, msgs);
                 s.delete(&topic);
                 rows[si][ci].produce.push(run);
@@ -362,12 +385,36 @@ fn main() {
                 &topic,
                 *acks,
                 half * 3,
-                Some(half),
+                Pace {
+                    rate: Some(half),
+                    linger: LINGER,
+                },
                 scratch.path(),
             );
             s.delete(&topic);
             rows[si][ci].half_rate = Some(run);
         }
+    }
+    // The same for RF 3 acks=all without linger: the client holds a record up to `linger.ms`
+    // before sending it, which the latency above includes.
+    let mut no_linger = Vec::new();
+    for (si, s) in subjects.iter_mut().enumerate() {
+        let rates: Vec<f64> = rows[si][1].produce.iter().map(|r| r.rate).collect();
+        let half = (median(&rates) / 2.0) as u64;
+        let topic = s.topic(3);
+        let run = client.produce(
+            &s.bootstrap(),
+            &topic,
+            -1,
+            half * 3,
+            Pace {
+                rate: Some(half),
+                linger: "linger.ms=0",
+            },
+            scratch.path(),
+        );
+        s.delete(&topic);
+        no_linger.push(run);
     }
 
     println!(
@@ -408,6 +455,16 @@ fn main() {
                 median(&row.consume) / 1000.0,
             );
         }
+    }
+    println!();
+    for (s, run) in subjects.iter().zip(&no_linger) {
+        println!(
+            "{}: RF 3 acks=all at half speed with linger.ms=0: p50 / p99 {:.2} / {:.2} ms at {:.0}k/s",
+            s.label,
+            run.p50_ms,
+            run.p99_ms,
+            run.rate / 1000.0
+        );
     }
     println!();
     for (si, s) in subjects.iter().enumerate() {

@@ -34,19 +34,19 @@ pub enum Method {
     Nftables,
 }
 
-/// The commands that make `node` drop `probability` of its traffic with `peers` (nftables):
-/// all of it, or with `ports` only that to or from those ports (a service's listeners).
-pub fn nft_commands(peers: &[IpAddr], ports: &[u16], probability: f64) -> String {
+/// The commands that make `node` drop `probability` of its traffic with `peers` (nftables).
+pub fn nft_commands(peers: &[IpAddr], probability: f64) -> String {
     let per_mille = (probability * 1000.0).round().clamp(0.0, 1000.0) as u32;
     nft_drop_commands(
         peers,
-        ports,
+        &[],
         &format!("numgen random mod 1000 < {per_mille} drop"),
     )
 }
 
 /// The commands that make `node` drop what its traffic with `peers` (to or from `ports`, if
-/// any) sends beyond `kbytes_per_s` each way, as a link of that bandwidth would (nftables).
+/// any: a service's listeners) sends beyond `kbytes_per_s` each way, as a link of that
+/// bandwidth would (nftables).
 pub fn nft_rate_commands(peers: &[IpAddr], ports: &[u16], kbytes_per_s: u32) -> String {
     nft_drop_commands(
         peers,
@@ -160,8 +160,6 @@ fn has_netem(node: &Node) -> bool {
     remote::run(node.remote.as_ref(), NETEM_PROBE).is_ok_and(|o| o.trim() == "yes")
 }
 
-/// The value of `start-loss` or `stop-loss`: the targets (`stop-loss` defaults to every node),
-/// and for `start-loss` the share of packets to drop (chosen when absent) and a netem delay.
 /// Makes `node` drop `probability` of the packets it exchanges with `peers` (and delay them,
 /// where netem can); returns how.
 pub fn impose(
@@ -173,7 +171,7 @@ pub fn impose(
     let netem = has_netem(node);
     let cmd = match peers.first() {
         Some(peer) if netem => netem_command(&interface_to(node, *peer)?, probability, delay),
-        _ => nft_commands(peers, &[], probability),
+        _ => nft_commands(peers, probability),
     };
     remote::run(node.remote.as_ref(), &cmd)?;
     Ok(if netem {
@@ -181,21 +179,6 @@ pub fn impose(
     } else {
         Method::Nftables
     })
-}
-
-/// Makes `node` drop `probability` of the packets it exchanges with `peers` to or from `ports`
-/// (nftables: netem cannot tell ports apart).
-pub fn impose_on_ports(
-    node: &Node,
-    peers: &[IpAddr],
-    ports: &[u16],
-    probability: f64,
-) -> anyhow::Result<()> {
-    remote::run(
-        node.remote.as_ref(),
-        &nft_commands(peers, ports, probability),
-    )?;
-    Ok(())
 }
 
 /// Caps what `node` exchanges with `peers` to or from `ports` at `kbytes_per_s` each way
@@ -213,7 +196,7 @@ pub fn cap_on_ports(
     Ok(())
 }
 
-/// Ends any loss `node` imposes on its traffic with `peers`.
+/// Ends any loss or bandwidth cap `node` imposes on its traffic with `peers`.
 pub fn lift(node: &Node, peers: &[IpAddr]) -> anyhow::Result<()> {
     let mut script = vec![nft_remove()];
     if let Some(peer) = peers.first() {
@@ -225,6 +208,8 @@ pub fn lift(node: &Node, peers: &[IpAddr]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The value of `start-loss` or `stop-loss`: the targets (`stop-loss` defaults to every node),
+/// and for `start-loss` the share of packets to drop (chosen when absent) and a netem delay.
 #[derive(Debug, Default, Deserialize)]
 struct LossValue {
     #[serde(default)]
@@ -360,7 +345,7 @@ mod tests {
             IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12)),
             IpAddr::V4(Ipv4Addr::new(10, 211, 0, 13)),
         ];
-        let cmd = nft_commands(&peers, &[], 0.25);
+        let cmd = nft_commands(&peers, 0.25);
         assert!(
             cmd.starts_with("nft delete chain inet tidemark loss_in"),
             "{cmd}"
@@ -376,7 +361,7 @@ mod tests {
             "{cmd}"
         );
         assert!(cmd.contains("| nft -f -"), "{cmd}");
-        let v6 = nft_commands(&[IpAddr::V6(Ipv6Addr::LOCALHOST)], &[], 0.1);
+        let v6 = nft_commands(&[IpAddr::V6(Ipv6Addr::LOCALHOST)], 0.1);
         assert!(
             v6.contains("ip6 saddr { ::1 } numgen random mod 1000 < 100 drop;"),
             "{v6}"
@@ -385,25 +370,21 @@ mod tests {
     }
 
     #[test]
-    fn nft_rules_on_ports_drop_only_traffic_to_or_from_them() {
+    fn a_bandwidth_cap_on_ports_limits_only_traffic_to_or_from_them() {
         let peers = [IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12))];
-        let cmd = nft_commands(&peers, &[9092], 0.3);
-        for rule in [
-            "ip saddr { 10.211.0.12 } th sport { 9092 } numgen random mod 1000 < 300 drop;",
-            "ip saddr { 10.211.0.12 } th dport { 9092 } numgen random mod 1000 < 300 drop;",
-            "ip daddr { 10.211.0.12 } th sport { 9092 } numgen random mod 1000 < 300 drop;",
-            "ip daddr { 10.211.0.12 } th dport { 9092 } numgen random mod 1000 < 300 drop;",
+        let cmd = nft_rate_commands(&peers, &[9092], 40);
+        let verdict = "limit rate over 40 kbytes/second drop;";
+        for ends in [
+            "ip saddr { 10.211.0.12 } th sport { 9092 }",
+            "ip saddr { 10.211.0.12 } th dport { 9092 }",
+            "ip daddr { 10.211.0.12 } th sport { 9092 }",
+            "ip daddr { 10.211.0.12 } th dport { 9092 }",
         ] {
-            assert!(cmd.contains(rule), "{rule} in {cmd}");
+            let rule = format!("{ends} {verdict}");
+            assert!(cmd.contains(&rule), "{rule} in {cmd}");
         }
-        assert!(!cmd.contains("{ 10.211.0.12 } numgen"), "{cmd}");
-        let capped = nft_rate_commands(&peers, &[9092], 40);
-        assert!(
-            capped.contains(
-                "ip saddr { 10.211.0.12 } th sport { 9092 } limit rate over 40 kbytes/second drop;"
-            ),
-            "{capped}"
-        );
+        assert!(!cmd.contains("{ 10.211.0.12 } limit"), "{cmd}");
+        assert!(cmd.contains("| nft -f -"), "{cmd}");
     }
 
     #[test]
