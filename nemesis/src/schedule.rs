@@ -5,10 +5,12 @@
 //! A schedule file is either
 //!
 //! - a JSON list of ops `{"time": NANOS, "f": "start-partition", "value": {...}}` (or `"time_s":
-//!   SECONDS`), where history fields such as `index` and `error` are ignored, client ops are
-//!   skipped, and so are nemesis `invoke`s when the list holds `info`s (an `info` records what
-//!   was actually done, which is what a replay does again); or
-//! - a `history.jsonl`, whose nemesis `info` ops of the main phase are taken.
+//!   SECONDS`), client ops skipped; or
+//! - history ops, as a JSON list holding `info`s (every entry a history op) or as a
+//!   `history.jsonl` (its main phase only),
+//!   whose faults are done again the way `tidemark replay` does them
+//!   ([`crate::shrink::recorded_schedule`]): each at the time it was invoked, with the value its
+//!   `info` recorded (what was actually done) and the client burst its invocation asked for.
 //!
 //! Times are since the test started and must not decrease. Every op is checked against the fault
 //! kind that performs it; errors name the file, the op's index and the field.
@@ -23,7 +25,11 @@ use serde_json::Value;
 use tidemark_harness::generator::{Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::op::Invocation;
 
+use tidemark_checkers::read_history;
+use tidemark_harness::op::Op;
+
 use crate::fault::Faults;
+use crate::shrink::{recorded_schedule_from, ScheduledOp};
 use crate::Kind;
 
 /// One timed op of a schedule.
@@ -61,16 +67,14 @@ impl Schedule {
             let has_infos = list
                 .iter()
                 .any(|o| o.get("type").and_then(Value::as_str) == Some("info"));
-            let keep = |o: &Value| {
-                let nemesis = o.get("process").is_none_or(|p| p == "nemesis");
-                let kind = o.get("type").and_then(Value::as_str);
-                nemesis && !(has_infos && kind == Some("invoke"))
+            let entries = if has_infos {
+                recorded_entries(list)?
+            } else {
+                list.into_iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.get("process").is_none_or(|p| p == "nemesis"))
+                    .collect()
             };
-            let entries: Vec<(usize, Value)> = list
-                .into_iter()
-                .enumerate()
-                .filter(|(_, o)| keep(o))
-                .collect();
             (entries, "op")
         } else {
             (history_entries(text)?, "line")
@@ -111,41 +115,44 @@ impl Schedule {
     }
 }
 
-/// The nemesis `info` ops of a history's main phase (those at or before the header's time limit)
-/// as `(line number, op)`.
+/// The faults of a list of history ops, as the run did them ([`recorded_schedule_from`]), each
+/// with its position in the list.
+fn recorded_entries(list: Vec<Value>) -> Result<Vec<(usize, Value)>, String> {
+    let ops = list
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            serde_json::from_value::<Op>(o).map_err(|e| format!("op {i}: not a history op: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(recorded_schedule_from(&ops, u64::MAX)
+        .into_iter()
+        .map(|(at, op)| (at, scheduled_value(&op)))
+        .collect())
+}
+
+/// The faults of a history's main phase (those invoked at or before the header's time limit),
+/// as the run did them ([`recorded_schedule_from`]), each with the line of its `info`.
 fn history_entries(text: &str) -> Result<Vec<(usize, Value)>, String> {
-    let mut lines = text.lines().enumerate();
-    let limit_ns = match lines.next() {
-        Some((_, first)) => {
-            let header: Value = serde_json::from_str(first)
-                .map_err(|e| format!("line 1: neither a JSON list nor a history header: {e}"))?;
-            if header.get("tidemark_history").is_none() {
-                return Err("line 1: neither a JSON list nor a history header".into());
-            }
-            header["test"]["time_limit_s"]
-                .as_f64()
-                .map(|s| (s * 1e9) as u64)
-        }
-        None => return Ok(Vec::new()),
-    };
-    let mut out = Vec::new();
-    for (i, line) in lines {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let op: Value =
-            serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
-        let nemesis_info = op.get("process").is_some_and(|p| p == "nemesis")
-            && op.get("type").and_then(Value::as_str) == Some("info");
-        let in_main = match (limit_ns, op.get("time").and_then(Value::as_u64)) {
-            (Some(limit), Some(t)) => t <= limit,
-            _ => true,
-        };
-        if nemesis_info && in_main {
-            out.push((i + 1, op));
-        }
+    let mut reader = read_history(text.as_bytes()).map_err(|e| e.to_string())?;
+    let limit_ns = reader
+        .test()
+        .get("time_limit_s")
+        .and_then(Value::as_f64)
+        .map_or(u64::MAX, |s| (s * 1e9) as u64);
+    let (mut ops, mut lines) = (Vec::new(), Vec::new());
+    while let Some(op) = reader.next() {
+        ops.push(op.map_err(|e| e.to_string())?);
+        lines.push(reader.line() as usize);
     }
-    Ok(out)
+    Ok(recorded_schedule_from(&ops, limit_ns)
+        .into_iter()
+        .map(|(at, op)| (lines[at], scheduled_value(&op)))
+        .collect())
+}
+
+fn scheduled_value(op: &ScheduledOp) -> Value {
+    serde_json::to_value(op).expect("a scheduled op is plain JSON")
 }
 
 /// A cluster's name and its nodes' names.
@@ -294,6 +301,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.ops.len(), 1);
         assert_eq!(s.ops[0].op.value["nodes"], json!(["n3"]));
+        assert_eq!(s.ops[0].time, 6, "the fault is done when it was invoked");
     }
 
     #[test]
@@ -301,7 +309,7 @@ mod tests {
         let text = [
             json!({"tidemark_history": 1, "test": {"time_limit_s": 10.0}}),
             json!({"index": 0, "time": 1_000_000_000u64, "process": "nemesis", "type": "invoke",
-                   "f": "pause", "value": {"targets": "one"}}),
+                   "f": "pause", "value": {"targets": "one", "burst_ms": 500}}),
             json!({"index": 1, "time": 1_100_000_000u64, "process": "nemesis", "type": "info",
                    "f": "pause", "value": {"nodes": ["n1"], "targets": "one"}}),
             json!({"index": 2, "time": 11_000_000_000u64, "process": "nemesis", "type": "info",
@@ -312,6 +320,30 @@ mod tests {
         let s = parse(&text).unwrap();
         assert_eq!(s.ops.len(), 1);
         assert_eq!(s.ops[0].op.f, "pause");
+        // As `tidemark replay` does it: at its invocation, with the clients' burst before it.
+        assert_eq!(s.ops[0].time, 1_000_000_000);
+        assert_eq!(
+            s.ops[0].op.value,
+            json!({"nodes": ["n1"], "targets": "one", "burst_ms": 500})
+        );
+    }
+
+    #[test]
+    fn a_bad_history_line_is_named() {
+        let text = [
+            json!({"tidemark_history": 1, "test": {"time_limit_s": 10.0}}).to_string(),
+            json!({"index": 0, "time": 1_000_000_000u64, "process": "nemesis", "type": "invoke",
+                   "f": "kill", "value": {"targets": "one"}})
+            .to_string(),
+            json!({"index": 1, "time": 1_100_000_000u64, "process": "nemesis", "type": "info",
+                   "f": "kill", "value": {"nodes": ["n7"]}})
+            .to_string(),
+        ]
+        .join("\n");
+        let e = parse(&text).unwrap_err();
+        assert!(e.starts_with("line 3: kill: field `value.nodes[0]`"), "{e}");
+        let e = parse(&format!("{text}\n{{\"index\": 2}}\n")).unwrap_err();
+        assert!(e.starts_with("line 4:"), "{e}");
     }
 
     #[test]
@@ -353,9 +385,7 @@ mod tests {
         let parse = |text: &str| Schedule::parse(text, &clusters, &faults);
         let s = parse(
             r#"[{"time": 1, "f": "kill", "value": {"nodes": ["a2"]}},
-                {"time": 2, "f": "kill", "value": {"cluster": "b", "nodes": ["b2"]}},
-                {"time": 3, "process": "nemesis", "type": "info", "cluster": "b", "f": "start",
-                 "value": {"nodes": ["b2"]}}]"#,
+                {"time": 2, "f": "kill", "value": {"cluster": "b", "nodes": ["b2"]}}]"#,
         )
         .unwrap();
         let values: Vec<&Value> = s.ops.iter().map(|t| &t.op.value).collect();
@@ -364,9 +394,23 @@ mod tests {
             [
                 &json!({"nodes": ["a2"]}),
                 &json!({"cluster": "b", "nodes": ["b2"]}),
-                &json!({"cluster": "b", "nodes": ["b2"]}),
             ]
         );
+        // History ops name their cluster beside the value.
+        let s = parse(
+            r#"[{"index": 0, "time": 3, "process": "nemesis", "type": "invoke", "cluster": "b",
+                 "f": "start", "value": {"nodes": ["b2"]}},
+                {"index": 1, "time": 4, "process": "nemesis", "type": "info", "cluster": "b",
+                 "f": "start", "value": {"nodes": ["b2"]}}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.ops[0].op.value, json!({"cluster": "b", "nodes": ["b2"]}));
+        let e = parse(
+            r#"[{"time": 1, "f": "kill", "value": {"nodes": ["a2"]}},
+                {"index": 1, "time": 4, "process": "nemesis", "type": "info", "f": "start"}]"#,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("op 0: not a history op"), "{e}");
         let e = parse(r#"[{"time": 1, "f": "kill", "value": {"nodes": ["b2"]}}]"#).unwrap_err();
         assert!(
             e.starts_with("op 0: kill: field `value.nodes[0]`: unknown node \"b2\""),

@@ -33,9 +33,22 @@ pub struct ScheduledOp {
 /// never re-resolved) and the client burst its invocation asked for, so the clients are driven
 /// as they were before it. An invocation without its `info` (a run cut short) is left out.
 pub fn recorded_schedule(ops: &[Op], time_limit: u64) -> Vec<ScheduledOp> {
+    recorded_schedule_from(ops, time_limit)
+        .into_iter()
+        .map(|(_, op)| op)
+        .collect()
+}
+
+/// [`recorded_schedule`], each op with the position in `ops` of the `info` it was taken from, so
+/// that a reader of a file can name the line an op came from.
+pub fn recorded_schedule_from(ops: &[Op], time_limit: u64) -> Vec<(usize, ScheduledOp)> {
     let mut schedule = Vec::new();
     let mut invoked: Option<&Op> = None;
-    for op in ops.iter().filter(|o| o.process == Process::Nemesis) {
+    for (at, op) in ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.process == Process::Nemesis)
+    {
         match op.kind {
             OpType::Invoke => invoked = Some(op),
             _ => {
@@ -50,12 +63,15 @@ pub fn recorded_schedule(ops: &[Op], time_limit: u64) -> Vec<ScheduledOp> {
                 {
                     map.insert(BURST_KEY.into(), burst.clone());
                 }
-                schedule.push(ScheduledOp {
-                    time: invoke.time,
-                    f: op.f.clone(),
-                    value,
-                    cluster: op.cluster.clone().or_else(|| invoke.cluster.clone()),
-                });
+                schedule.push((
+                    at,
+                    ScheduledOp {
+                        time: invoke.time,
+                        f: op.f.clone(),
+                        value,
+                        cluster: op.cluster.clone().or_else(|| invoke.cluster.clone()),
+                    },
+                ));
             }
         }
     }
