@@ -520,10 +520,12 @@ impl Broker {
                     broker.notify_data();
                 }
                 Ok(other) => {
-                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition refused: {other:?}")
+                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition refused: {other:?}");
+                    p.drop_proposed_isr();
                 }
                 Err(e) => {
-                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition failed: {e}")
+                    debug!(topic = ?p.topic, partition = p.index, "AlterPartition failed: {e}");
+                    p.drop_proposed_isr();
                 }
             }
             p.alter_in_flight.store(false, Ordering::SeqCst);

@@ -107,6 +107,10 @@ pub struct FetchSpec {
     pub replica_id: i32,
     /// A follower's log start offset (-1 from consumers): DeleteRecords waits for it.
     pub log_start_offset: i64,
+    /// Whether this is the request's first reading. A long poll reads again as data arrives,
+    /// but a follower's position (and its claim to the ISR) is taken from the first reading
+    /// only: by a later one the follower may have died and restarted with another log.
+    pub first_reading: bool,
 }
 
 /// One partition's answer to a fetch.
@@ -163,6 +167,11 @@ struct PartitionState {
     mirror_truncation_fetches: Option<BTreeMap<i32, i64>>,
     /// Tiered storage: the log start below the local one, the highest uploaded offset.
     tiered: TieredState,
+    /// The ISR this leader asked the controller for and has not heard back about. Until the
+    /// answer, the high watermark waits for every replica of either ISR (Kafka's maximal ISR):
+    /// a follower proposed at the high watermark must not be committed into the ISR after the
+    /// high watermark moved past what it holds, or electing it loses acknowledged records.
+    proposed_isr: Option<Vec<i32>>,
     /// A leader epoch a mirror task moves to in order to cut committed records, and the offset
     /// it cuts to: while this replica leads in that epoch the high watermark stays at or below
     /// it, so no reader in the new epoch sees a high watermark the truncation then takes back.
@@ -259,7 +268,8 @@ impl PartitionState {
                 candidate = candidate.min(offset);
             }
         }
-        for id in &self.registration.isr {
+        let proposed = self.proposed_isr.iter().flatten();
+        for id in self.registration.isr.iter().chain(proposed) {
             if *id == self.node_id {
                 continue;
             }
@@ -480,6 +490,7 @@ impl Partition {
             mirror_truncation_fetches: None,
             tiered,
             truncation_cap: None,
+            proposed_isr: None,
         };
         let (tx, _) = watch::channel(hw);
         let p = Partition {
@@ -542,6 +553,9 @@ impl Partition {
             let old = s.registration.clone();
             let me = s.node_id;
             let epoch_changed = reg.leader_epoch != old.leader_epoch || reg.leader != old.leader;
+            if epoch_changed || reg.partition_epoch != old.partition_epoch {
+                s.proposed_isr = None;
+            }
             s.registration = reg;
             let change = if s.registration.leader == me {
                 if epoch_changed {
@@ -742,6 +756,18 @@ impl Partition {
         })
     }
 
+    /// The controller refused the ISR this leader proposed, or could not be asked: the high
+    /// watermark goes back to waiting for the registered ISR only.
+    pub fn drop_proposed_isr(&self) {
+        let strict = self.strict_min_isr();
+        let hw = self.with_state(|s| {
+            s.proposed_isr = None;
+            s.maybe_increment_high_watermark(strict);
+            s.high_watermark
+        });
+        self.publish_high_watermark(hw);
+    }
+
     /// The leader and partition epochs an AlterPartition from this leader states.
     pub fn alter_partition_epochs(&self) -> (i32, i32) {
         self.with_state(|s| (s.registration.leader_epoch, s.registration.partition_epoch))
@@ -824,7 +850,7 @@ impl Partition {
             if spec.fetch_offset > leo {
                 return out_of_range;
             }
-            if follower {
+            if follower && spec.first_reading {
                 s.record_follower_fetch(
                     spec.replica_id,
                     spec.fetch_offset,
@@ -837,6 +863,7 @@ impl Partition {
                 if s.may_join_isr(spec.replica_id, dev.isr_join_before_caught_up) {
                     let mut isr = s.registration.isr.clone();
                     isr.push(spec.replica_id);
+                    s.proposed_isr = Some(isr.clone());
                     expand = Some(isr);
                 }
                 s.maybe_increment_high_watermark(strict);
@@ -1439,5 +1466,110 @@ fn epoch_truncation_target(s: &PartitionState, leader_epoch: i32, leader_end: i6
         } else {
             (fo.min(leader_end).min(leo), true)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::testing::batch;
+
+    /// Leader 1 of `t-0` with replicas 1, 2, 3 and `isr`, min.insync.replicas 2.
+    fn leader(dir: &Path, isr: Vec<i32>) -> Partition {
+        let registration = PartitionRegistration {
+            replicas: vec![1, 2, 3],
+            isr,
+            leader: 1,
+            leader_epoch: 1,
+            partition_epoch: 1,
+            leader_recovery_state: LeaderRecoveryState::Recovered,
+        };
+        let config = LogConfig {
+            min_insync_replicas: 2,
+            ..LogConfig::default()
+        };
+        let host = Host {
+            node_id: 1,
+            deviations: Deviations::default(),
+        };
+        let (p, _) = Partition::open(
+            dir,
+            "t",
+            0,
+            host,
+            config,
+            registration.clone(),
+            Checkpointed::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.apply_registration(registration).unwrap(),
+            RoleChange::BecameLeader
+        );
+        p
+    }
+
+    fn follower_fetch(p: &Partition, replica: i32, offset: i64) -> Option<Vec<i32>> {
+        let (result, expand) = p.fetch(FetchSpec {
+            fetch_offset: offset,
+            current_leader_epoch: 1,
+            last_fetched_epoch: -1,
+            max_bytes: 1 << 20,
+            replica_id: replica,
+            log_start_offset: 0,
+            first_reading: true,
+        });
+        assert_eq!(result.error, 0);
+        expand
+    }
+
+    /// The race a 60 s run of the default faults found (a correct broker losing an acknowledged
+    /// record): a follower proposed into the ISR at the high watermark, the high watermark
+    /// moving past it on the old ISR before the controller answers, the controller committing
+    /// the follower into the ISR without the record, and the leader dying: the controller may
+    /// elect that follower.
+    #[test]
+    fn the_high_watermark_waits_for_a_follower_proposed_into_the_isr() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leader(dir.path(), vec![1, 3]);
+        p.append_records_to_leader(&batch(&[b"a"]), -1).unwrap();
+        follower_fetch(&p, 3, 1);
+        assert_eq!(p.high_watermark(), 1);
+        assert_eq!(follower_fetch(&p, 2, 1), Some(vec![1, 3, 2]));
+
+        p.append_records_to_leader(&batch(&[b"b"]), -1).unwrap();
+        follower_fetch(&p, 3, 2);
+        assert_eq!(
+            p.high_watermark(),
+            1,
+            "replica 2 may be in the ISR and lacks offset 1"
+        );
+
+        let committed = PartitionRegistration {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 3, 2],
+            leader: 1,
+            leader_epoch: 1,
+            partition_epoch: 2,
+            leader_recovery_state: LeaderRecoveryState::Recovered,
+        };
+        p.apply_registration(committed).unwrap();
+        assert_eq!(p.high_watermark(), 1);
+        follower_fetch(&p, 2, 2);
+        assert_eq!(p.high_watermark(), 2);
+    }
+
+    #[test]
+    fn a_refused_proposal_lets_the_high_watermark_go_on_with_the_registered_isr() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leader(dir.path(), vec![1, 3]);
+        p.append_records_to_leader(&batch(&[b"a"]), -1).unwrap();
+        follower_fetch(&p, 3, 1);
+        assert_eq!(follower_fetch(&p, 2, 1), Some(vec![1, 3, 2]));
+        p.append_records_to_leader(&batch(&[b"b"]), -1).unwrap();
+        follower_fetch(&p, 3, 2);
+        assert_eq!(p.high_watermark(), 1);
+        p.drop_proposed_isr();
+        assert_eq!(p.high_watermark(), 2);
     }
 }

@@ -217,6 +217,13 @@ fn size_retention_deletes_old_segments_and_consumers_from_the_old_start_get_the_
     // The new start survives a restart (segments are gone; nothing to rebuild from).
     b.terminate();
     b.restart();
+    // The restarted broker answers NOT_LEADER_OR_FOLLOWER until it has acted on its metadata.
+    wait_until(
+        "the restarted broker to answer ListOffsets",
+        Duration::from_secs(15),
+        || b.log(),
+        || try_list_offset(&addr, "shrinking", -2).is_ok(),
+    );
     assert_eq!(list_offset(&addr, "shrinking", -2), start);
 }
 

@@ -444,6 +444,7 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
         req.replica_state.replica_id.0
     };
     let mut data = broker.watch_data();
+    let mut first_reading = true;
     loop {
         data.borrow_and_update();
         let mut resp = FetchResponse::default();
@@ -484,6 +485,7 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
                     } else {
                         -1
                     },
+                    first_reading,
                 };
                 let r = broker.fetch(name, fp.partition, spec);
                 any_error |= r.error != errors::NONE;
@@ -509,6 +511,7 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
         if any_error || total >= req.min_bytes.max(1) as usize || now >= deadline {
             return resp;
         }
+        first_reading = false;
         let _ = tokio::time::timeout(deadline - now, data.changed()).await;
     }
 }
