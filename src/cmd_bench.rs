@@ -99,7 +99,9 @@ pub fn run(args: Args) -> u8 {
                 }
             }
         }
-        rows.push(bug_row(bug, &outcomes));
+        if !outcomes.is_empty() {
+            rows.push(bug_row(bug, &outcomes));
+        }
     }
     let limit = args.correct_time_limit.unwrap_or(args.time_limit);
     let mut alarms = Vec::new();
@@ -227,8 +229,7 @@ fn median(sorted: &[f64]) -> Option<f64> {
 
 fn render(args: &Args, rows: &[Row], correct: &[Outcome], limit: u64) -> String {
     let mut s = format!(
-        "Detection with the default faults, --time-limit {} (correct broker: {} s){}\n\n\
-         | bug | caught | median s to first anomaly | anomalies | wall s |\n|---|---|---|---|---|\n",
+        "Detection with the default faults, --time-limit {} (correct broker: {} s){}\n",
         args.time_limit,
         limit,
         if args.test_args.is_empty() {
@@ -237,6 +238,9 @@ fn render(args: &Args, rows: &[Row], correct: &[Outcome], limit: u64) -> String 
             format!(", extra test arguments `{}`", args.test_args.join(" "))
         }
     );
+    if !rows.is_empty() {
+        s += "\n| bug | caught | median s to first anomaly | anomalies | wall s |\n|---|---|---|---|---|\n";
+    }
     for r in rows {
         s += &format!(
             "| `{}` | {}/{} | {} | {} | {:.0} |\n",
@@ -276,5 +280,42 @@ mod tests {
         assert_eq!(median(&[]), None);
         assert_eq!(median(&[1.0, 2.0, 9.0]), Some(2.0));
         assert_eq!(median(&[1.0, 2.0, 4.0, 9.0]), Some(3.0));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn outcome(valid: bool, anomalies: &[&str]) -> Outcome {
+        Outcome {
+            valid: Some(valid),
+            anomalies: anomalies.iter().map(|a| a.to_string()).collect(),
+            first_anomaly_s: (!valid).then_some(12.5),
+            wall_s: 40.0,
+        }
+    }
+
+    #[test]
+    fn a_table_has_a_row_per_bug_run_and_counts_the_correct_broker_alarms() {
+        use clap::Parser;
+        let cli = Cli::parse_from(["bench", "--time-limit", "30", "--seeds", "0"]);
+        let correct = [outcome(true, &[]), outcome(false, &["lost-write"])];
+        let table = render(&cli.args, &[], &correct, 60);
+        assert!(!table.contains("| bug |"), "{table}");
+        assert!(
+            table.contains("false alarms 1/2 (not valid: 1); anomalies lost-write"),
+            "{table}"
+        );
+        let rows = [bug_row(
+            "hw-truncation",
+            &[outcome(false, &["lost-write"]), outcome(true, &[])],
+        )];
+        let table = render(&cli.args, &rows, &[], 30);
+        assert!(
+            table.contains("| `hw-truncation` | 1/2 | 12.5 | lost-write | 80 |"),
+            "{table}"
+        );
     }
 }
