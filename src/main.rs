@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_bench;
 mod cmd_check;
+mod cmd_image;
 mod cmd_nightly;
 mod cmd_replay;
 mod cmd_report;
@@ -60,6 +61,8 @@ enum Command {
     /// Run a matrix of tests (workloads × nemesis sets × seeds × injected bugs × runtimes) one
     /// after another within a budget; write an index page, JUnit XML and the trend across nights.
     Nightly(cmd_nightly::Args),
+    /// Make the node image of `--runtime docker` and docker/compose.yaml locally, no registry.
+    Image(cmd_image::Args),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd_serve::run(args),
         Command::BenchDetection(args) => cmd_bench::run(args),
         Command::Nightly(args) => cmd_nightly::run(args),
+        Command::Image(args) => cmd_image::run(args),
     };
     ExitCode::from(code)
 }
