@@ -16,6 +16,7 @@ mod cmd_serve;
 mod cmd_shrink;
 mod cmd_teardown;
 mod cmd_test;
+mod cmd_vagrant_nodes;
 mod evidence;
 mod hosts_args;
 mod nightly;
@@ -63,6 +64,8 @@ enum Command {
     Nightly(cmd_nightly::Args),
     /// Make the node image of `--runtime docker` and docker/compose.yaml locally, no registry.
     Image(cmd_image::Args),
+    /// Write the nodes file of `--runtime hosts` for Vagrant boxes from `vagrant ssh-config`.
+    VagrantNodes(cmd_vagrant_nodes::Args),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::BenchDetection(args) => cmd_bench::run(args),
         Command::Nightly(args) => cmd_nightly::run(args),
         Command::Image(args) => cmd_image::run(args),
+        Command::VagrantNodes(args) => cmd_vagrant_nodes::run(args),
     };
     ExitCode::from(code)
 }
