@@ -2,7 +2,9 @@
 //! newcomer's set-up.
 
 mod check;
+mod compose;
 mod host_setup;
 mod nightly;
+mod provision;
 mod report;
 mod shrink;
