@@ -67,6 +67,8 @@ pub enum RuntimeName {
     Netns,
     /// Machines over SSH (the group's `args` name `--nodes-file`).
     Hosts,
+    /// A container per node (the image made by `tidemark image build`).
+    Docker,
 }
 
 impl fmt::Display for RuntimeName {
@@ -74,6 +76,7 @@ impl fmt::Display for RuntimeName {
         f.write_str(match self {
             RuntimeName::Netns => "netns",
             RuntimeName::Hosts => "hosts",
+            RuntimeName::Docker => "docker",
         })
     }
 }
