@@ -91,47 +91,31 @@ pub fn networks_of(run: &str) -> anyhow::Result<Vec<String>> {
     .collect())
 }
 
-/// The run ids on every container and network that carries [`RUN_LABEL`]; empty when Docker is
-/// not installed (no run made containers here).
+/// The run ids on every container and network that carries [`RUN_LABEL`]; none when Docker is
+/// not installed or its daemon does not answer this user (no run can have made containers
+/// there, and a machine of namespace or SSH runs only must not need Docker).
 pub fn labelled_runs() -> anyhow::Result<Vec<String>> {
-    let installed = Command::new("docker")
-        .arg("--version")
+    let daemon = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok();
-    if !installed {
+        .is_ok_and(|s| s.success());
+    if !daemon {
         return Ok(Vec::new());
     }
+    let filter = format!("label={RUN_LABEL}");
     let format = format!("{{{{.Label \"{RUN_LABEL}\"}}}}");
-    let containers = docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label={RUN_LABEL}"),
-        "--format",
-        &format,
-    ])?;
-    let network_format = format!("{{{{index .Labels \"{RUN_LABEL}\"}}}}");
-    let networks = docker(&[
-        "network",
-        "ls",
-        "--filter",
-        &format!("label={RUN_LABEL}"),
-        "--format",
-        "{{.ID}}",
-    ])?;
-    let mut runs: Vec<String> = containers.lines().map(str::to_string).collect();
-    for id in networks.lines() {
-        runs.push(docker(&[
-            "network",
-            "inspect",
-            "--format",
-            &network_format,
-            id,
-        ])?);
-    }
-    runs.retain(|r| !r.is_empty());
+    let containers = docker(&["ps", "-a", "--filter", &filter, "--format", &format])?;
+    let networks = docker(&["network", "ls", "--filter", &filter, "--format", &format])?;
+    let mut runs: Vec<String> = containers
+        .lines()
+        .chain(networks.lines())
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_string)
+        .collect();
     runs.sort();
     runs.dedup();
     Ok(runs)

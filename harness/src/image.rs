@@ -172,6 +172,7 @@ pub fn build(inputs: &ImageInputs, log: &mut dyn std::io::Write) -> anyhow::Resu
             inputs.mirror
         );
         make_base(&base, &base_hash, &inputs.mirror)?;
+        remove_other_bases(&base);
     }
     let _ = writeln!(log, "making {} on {base}", inputs.name);
     let context = tempfile_dir("tidemark-image")?;
@@ -220,6 +221,23 @@ pub fn build(inputs: &ImageInputs, log: &mut dyn std::io::Write) -> anyhow::Resu
         reused: false,
         inputs: hash,
     })
+}
+
+/// Removes the base images made from other inputs (a changed package list or archive); one a
+/// container or image still uses stays.
+fn remove_other_bases(keep: &str) {
+    let Ok(listing) = docker(&[
+        "image",
+        "ls",
+        BASE_REPOSITORY,
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+    ]) else {
+        return;
+    };
+    for old in listing.lines().filter(|l| *l != keep) {
+        let _ = docker(&["image", "rm", old]);
+    }
 }
 
 fn tempfile_dir(prefix: &str) -> anyhow::Result<PathBuf> {

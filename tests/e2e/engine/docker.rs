@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tidemark_harness::leftovers::{RunState, ROOT_STATE_DIR};
 
-use crate::support::docker::{docker_turn, labelled};
+use crate::support::docker::{docker, docker_turn, labelled};
 use crate::support::engine::*;
 
 fn json(path: &Path) -> Value {
@@ -200,4 +200,55 @@ fn a_docker_run_killed_with_sigkill_is_removed_by_teardown() {
         String::from_utf8_lossy(&done.stderr)
     );
     assert_nothing_left_in_docker(&test);
+}
+
+/// What Docker holds with a run's label but no record names is found by that label, left alone
+/// without `--force` (its owner is unknown) and removed with it, and nothing else is.
+#[test]
+fn labelled_leftovers_without_a_record_need_force() {
+    require_root("labelled_leftovers_without_a_record_need_force");
+    let _turn = docker_turn();
+    let run = tidemark_harness::leftovers::new_run_id();
+    let label = format!("tidemark.run={run}");
+    let stray = format!("tdm-{run}");
+    docker(&["network", "create", "--label", &label, &stray]);
+    // Unlabelled, with a name like a run's: never ours to remove.
+    let bystander = format!("tdm-{run}-bystander");
+    docker(&["network", "create", &bystander]);
+    let teardown = |args: &[&str]| {
+        Command::new(tidemark())
+            .arg("teardown")
+            .args(args)
+            .args(["--run", &run])
+            .output()
+            .unwrap()
+    };
+    let plain = teardown(&[]);
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        stderr.contains(&format!("labelled {label}")) && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        labelled(&run).1,
+        vec![stray.clone()],
+        "removed without --force"
+    );
+    let forced = teardown(&["--force"]);
+    assert_eq!(
+        forced.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert_eq!(labelled(&run), (vec![], vec![]));
+    let left = docker(&[
+        "network",
+        "ls",
+        "--filter",
+        &format!("name={bystander}"),
+        "-q",
+    ]);
+    assert!(!left.is_empty(), "an unlabelled network was removed");
+    docker(&["network", "rm", &bystander]);
 }
