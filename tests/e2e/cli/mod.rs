@@ -8,3 +8,4 @@ mod nightly;
 mod provision;
 mod report;
 mod shrink;
+mod vagrant_nodes;
