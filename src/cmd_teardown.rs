@@ -2,12 +2,14 @@
 //! one fixed place (never by `TMPDIR`): network namespaces with the bridges, veths, iptables rules
 //! and broker processes inside them, and work directories on this machine; and, logging in over
 //! SSH as the run did, the brokers, firewall chain and table and run directory on each host of a
-//! `--runtime hosts` run. Runs whose owner is alive are left alone. Namespaces no record owns are
+//! `--runtime hosts` run; and the containers and network Docker holds with a `--runtime docker`
+//! run's label. Runs whose owner is alive are left alone. Namespaces no record owns are
 //! removed only with `--force`; so are run directories found on the hosts of `--nodes-file` that
 //! no record here knows (another machine may be running them).
 
 use std::collections::BTreeSet;
 
+use tidemark_harness::docker;
 use tidemark_harness::hosts::{self, read_nodes_file};
 use tidemark_harness::leftovers::{self, Leftover, Resources, RunState};
 
@@ -185,8 +187,18 @@ fn remove(t: Target, state_dir: &std::path::Path) -> anyhow::Result<()> {
                 Some(Resources::Hosts { hosts, run_dir }) => hosts::clean(hosts, run_dir),
                 _ => Ok(()),
             };
+            let is_docker = l.containers
+                || matches!(
+                    l.state.as_ref().map(|s| &s.resources),
+                    Some(Resources::Docker { .. })
+                );
+            let in_docker = if is_docker {
+                docker::clean(&l.run)
+            } else {
+                Ok(())
+            };
             let here = leftovers::remove(&l.namespaces, l.work_dir());
-            on_hosts.and(here)?;
+            on_hosts.and(in_docker).and(here)?;
             match &l.record {
                 Some(path) if l.state.is_none() => std::fs::remove_file(path)
                     .map_err(|e| anyhow::anyhow!("removing {}: {e}", path.display())),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker, MIRROR_UNCLEAN_KEY};
+use tidemark_harness::docker::{DockerRuntime, DEFAULT_IMAGE};
 use tidemark_harness::hosts::{read_nodes_file, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
@@ -38,7 +39,8 @@ use crate::hosts_args::HostsArgs;
     tidemark test --nemesis-schedule store/latest/history.jsonl --seed 7\n  \
     tidemark test --workload mirror --nemesis failover,partition,kill,unclean --time-limit 30\n  \
     tidemark test --workload tiered --nemesis wipe,kill,partition,remote-outage --time-limit 60\n  \
-    tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n\
+    tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n  \
+    tidemark image build && tidemark test --runtime docker --nemesis partition,kill\n\
     Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
 pub struct Args {
     /// The workload: what clients do and how the history is checked. `queue`; `mirror`:
@@ -91,14 +93,18 @@ pub struct Args {
     /// Turn on a known broker bug (repeatable), to prove the checkers catch it.
     #[arg(long, value_name = "NAME")]
     inject_bug: Vec<String>,
-    /// Where nodes come from: `netns` (namespaces on this machine, needs root) or `hosts`
-    /// (machines listed in --nodes-file, over SSH).
+    /// Where nodes come from: `netns` (namespaces on this machine, needs root), `hosts`
+    /// (machines listed in --nodes-file, over SSH) or `docker` (a container per node from
+    /// --docker-image, driven over SSH like hosts).
     #[arg(long, default_value = "netns", value_name = "NAME")]
     runtime: String,
     /// How to reach the machines of `--runtime hosts` (kept apart, and boxed, because most runs
     /// never use them).
     #[command(flatten)]
     hosts: Box<HostsArgs>,
+    /// The node image of `--runtime docker` (made by `tidemark image build`).
+    #[arg(long, default_value = DEFAULT_IMAGE, value_name = "NAME")]
+    docker_image: String,
     /// The tidemark-broker binary to deploy (default: beside this executable). Power faults
     /// also deploy tidemark-powerfs from beside it.
     #[arg(long, value_name = "PATH")]
@@ -334,9 +340,10 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             tidemark_workloads::NAMES.join(", ")
         )));
     }
+    let docker = args.runtime == "docker";
     let hosts = match (args.runtime.as_str(), &args.hosts.nodes_file) {
-        ("netns", None) => None,
-        ("netns", Some(_)) => {
+        ("netns" | "docker", None) => None,
+        ("netns" | "docker", Some(_)) => {
             return Err(Problem::Usage(
                 "--nodes-file goes with --runtime hosts".into(),
             ))
@@ -348,13 +355,13 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         ("hosts", None) => return Err(Problem::Usage("--runtime hosts needs --nodes-file".into())),
         (other, _) => {
             return Err(Problem::Usage(format!(
-                "unknown runtime {other:?}; available: netns, hosts"
+                "unknown runtime {other:?}; available: netns, hosts, docker"
             )))
         }
     };
     let mirror_workload = args.workload == "mirror";
     let tiered_workload = args.workload == tidemark_workloads::tiered::NAME;
-    if tiered_workload && hosts.is_some() {
+    if tiered_workload && (hosts.is_some() || docker) {
         return Err(Problem::Usage(
             "--workload tiered keeps its remote store in a directory the nodes share, so it runs \
              on the netns runtime only"
@@ -496,7 +503,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         &args.faults,
         &cluster_nodes,
         seed,
-        hosts.is_none(),
+        hosts.is_none() && !docker,
         mirror_setup,
         tiered_workload,
     )?;
@@ -595,7 +602,11 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
                 .unwrap_or_default(),
         );
     }
-    if hosts.is_none() {
+    if docker {
+        if let Some(why) = prerequisites::report(&DockerRuntime::requirements()) {
+            return Err(Problem::Harness(why));
+        }
+    } else if hosts.is_none() {
         let mut needs = NetnsRuntime::requirements();
         needs.extend(node_needs.iter().cloned());
         if let Some(why) = prerequisites::report(&needs) {
@@ -635,6 +646,14 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     }
     let run_id = leftovers::new_run_id();
     let runtime: Box<dyn Runtime> = match hosts {
+        None if docker => Box::new(
+            DockerRuntime::new(
+                &std::env::temp_dir().join("tidemark"),
+                &run_id,
+                &args.docker_image,
+            )
+            .requiring(node_needs),
+        ),
         None => Box::new(
             NetnsRuntime::new(&std::env::temp_dir().join("tidemark"), &run_id)
                 .map_err(|e| Problem::Harness(format!("{e:#}")))?,

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_bench_start;
 mod cmd_check;
+mod cmd_image;
 mod cmd_nightly;
 mod cmd_replay;
 mod cmd_report;
@@ -15,6 +17,7 @@ mod cmd_serve;
 mod cmd_shrink;
 mod cmd_teardown;
 mod cmd_test;
+mod cmd_vagrant_nodes;
 mod evidence;
 mod hosts_args;
 mod nightly;
@@ -57,9 +60,16 @@ enum Command {
     /// Measure detection: every injectable one-cluster bug over several seeds, and the correct
     /// broker, under the default faults; prints caught runs, time to first anomaly, false alarms.
     BenchDetection(cmd_bench::Args),
+    /// Measure a 3-node cluster of the docker runtime from `docker run` to its first
+    /// acknowledged write (the image made by `tidemark image build`).
+    BenchDockerStart(cmd_bench_start::Args),
     /// Run a matrix of tests (workloads × nemesis sets × seeds × injected bugs × runtimes) one
     /// after another within a budget; write an index page, JUnit XML and the trend across nights.
     Nightly(cmd_nightly::Args),
+    /// Make the node image of `--runtime docker` and docker/compose.yaml locally, no registry.
+    Image(cmd_image::Args),
+    /// Write the nodes file of `--runtime hosts` for Vagrant boxes from `vagrant ssh-config`.
+    VagrantNodes(cmd_vagrant_nodes::Args),
 }
 
 fn main() -> ExitCode {
@@ -84,7 +94,10 @@ fn main() -> ExitCode {
         Command::Report(args) => cmd_report::run(args),
         Command::Serve(args) => cmd_serve::run(args),
         Command::BenchDetection(args) => cmd_bench::run(args),
+        Command::BenchDockerStart(args) => cmd_bench_start::run(args),
         Command::Nightly(args) => cmd_nightly::run(args),
+        Command::Image(args) => cmd_image::run(args),
+        Command::VagrantNodes(args) => cmd_vagrant_nodes::run(args),
     };
     ExitCode::from(code)
 }

@@ -1,8 +1,8 @@
 //! Finding and removing what runs left behind. Before a run creates anything it writes a record
 //! into [`state_dir`], a fixed place that does not depend on the environment (so a `tidemark
 //! teardown` under another `TMPDIR` sees the same runs): its owner process and what it is about
-//! to create, namespaces and a work directory on this machine or directories, processes and
-//! firewall rules on SSH hosts. Everything a run creates carries the prefix [`PREFIX`] or its run
+//! to create, namespaces and a work directory on this machine, containers and a network labelled
+//! with the run in Docker, or directories, processes and firewall rules on SSH hosts. Everything a run creates carries the prefix [`PREFIX`] or its run
 //! id. A run whose owner is gone (killed with -9, machine rebooted half way) is a leftover:
 //! `tidemark test` refuses to start on hosts a leftover still occupies, names the others, and
 //! `tidemark teardown` removes them. Runs whose owner
@@ -56,6 +56,12 @@ pub enum Resources {
         hosts: Vec<SshConfig>,
         /// The run's directory on every host.
         run_dir: PathBuf,
+    },
+    /// Containers and a network labelled with the run (see [`crate::docker`]) and a work
+    /// directory on this machine (the run's SSH key).
+    Docker {
+        /// The run's work directory.
+        work_dir: PathBuf,
     },
 }
 
@@ -188,6 +194,8 @@ pub struct Leftover {
     pub record: Option<PathBuf>,
     /// Its network namespaces on this machine (with their bridges, veths and iptables rules).
     pub namespaces: Vec<String>,
+    /// Whether Docker holds containers or a network labelled with the run.
+    pub containers: bool,
 }
 
 impl Leftover {
@@ -211,7 +219,7 @@ impl Leftover {
     /// The run's work directory on this machine, if it has one.
     pub fn work_dir(&self) -> Option<&Path> {
         match &self.state.as_ref()?.resources {
-            Resources::Netns { work_dir } => Some(work_dir),
+            Resources::Netns { work_dir } | Resources::Docker { work_dir } => Some(work_dir),
             Resources::Hosts { .. } => None,
         }
     }
@@ -225,10 +233,26 @@ impl std::fmt::Display for Leftover {
             write!(f, ": namespaces {}", self.namespaces.join(", "))?;
             sep = ";";
         }
+        if self.containers && self.state.is_none() {
+            write!(
+                f,
+                "{sep} containers or a network labelled {}={}",
+                crate::docker::RUN_LABEL,
+                self.run
+            )?;
+            sep = ";";
+        }
         match self.state.as_ref().map(|s| &s.resources) {
             Some(Resources::Netns { work_dir }) => {
                 write!(f, "{sep} directory {}", work_dir.display())
             }
+            Some(Resources::Docker { work_dir }) => write!(
+                f,
+                "{sep} containers and network labelled {}={}, directory {}",
+                crate::docker::RUN_LABEL,
+                self.run,
+                work_dir.display()
+            ),
             Some(Resources::Hosts { hosts, run_dir }) => {
                 let addrs: Vec<String> = hosts.iter().map(|h| h.addr.to_string()).collect();
                 write!(
@@ -256,6 +280,7 @@ pub fn find(state_dir: &Path) -> anyhow::Result<Vec<Leftover>> {
             state: None,
             record: None,
             namespaces: Vec::new(),
+            containers: false,
         })
     };
     let mut live = Vec::new();
@@ -291,6 +316,14 @@ pub fn find(state_dir: &Path) -> anyhow::Result<Vec<Leftover>> {
         }
         let mut l = entry(&mut runs, &run);
         l.namespaces.push(ns);
+        runs.insert(run, l);
+    }
+    for run in crate::docker::labelled_runs()? {
+        if live.contains(&run) {
+            continue;
+        }
+        let mut l = entry(&mut runs, &run);
+        l.containers = true;
         runs.insert(run, l);
     }
     Ok(runs.into_values().collect())
@@ -514,6 +547,7 @@ mod tests {
             }),
             record: None,
             namespaces: Vec::new(),
+            containers: false,
         };
         let on_hosts_run = left(on_hosts(&["10.0.0.1:22", "10.0.0.2:22"]));
         let shared: Vec<std::net::SocketAddr> = vec!["10.0.0.2:2222".parse().unwrap()];

@@ -7,7 +7,8 @@
 //!   [`Local`](remote::Local) runs inside a network namespace, [`Ssh`](ssh::Ssh) over SSH.
 //! - [`Runtime`](runtime::Runtime): make nodes exist and give each an address.
 //!   [`NetnsRuntime`](netns::NetnsRuntime) is the embedded default;
-//!   [`HostsRuntime`](hosts::HostsRuntime) drives existing machines over SSH.
+//!   [`HostsRuntime`](hosts::HostsRuntime) drives existing machines over SSH;
+//!   [`DockerRuntime`](docker::DockerRuntime) containers of the node [`image`], over SSH too.
 //! - [`Db`](db::Db) with the optional [`Kill`](db::Kill), [`Pause`](db::Pause),
 //!   [`LogFiles`](db::LogFiles), [`ReplicaDump`](db::ReplicaDump), [`Probe`](db::Probe) and
 //!   [`Mirror`](db::Mirror) (cluster mirroring, whose admin requests are in [`mirror`]): the
@@ -40,9 +41,11 @@ pub mod client;
 pub mod collect;
 pub mod db;
 pub mod dial;
+pub mod docker;
 pub mod generator;
 pub mod history;
 pub mod hosts;
+pub mod image;
 pub mod interpreter;
 pub mod kafka;
 pub mod leftovers;

@@ -67,6 +67,8 @@ pub enum RuntimeName {
     Netns,
     /// Machines over SSH (the group's `args` name `--nodes-file`).
     Hosts,
+    /// A container per node (the image made by `tidemark image build`).
+    Docker,
 }
 
 impl fmt::Display for RuntimeName {
@@ -74,6 +76,7 @@ impl fmt::Display for RuntimeName {
         f.write_str(match self {
             RuntimeName::Netns => "netns",
             RuntimeName::Hosts => "hosts",
+            RuntimeName::Docker => "docker",
         })
     }
 }
@@ -421,7 +424,7 @@ time_limit_s = 6
         let e = parse(&SMALL.replace("time_limit_s", "time_limit")).unwrap_err();
         assert!(e.contains("m.toml:") && e.contains("time_limit"), "{e}");
 
-        let e = parse(&format!("{SMALL}\nruntimes = [\"docker\"]\n")).unwrap_err();
+        let e = parse(&format!("{SMALL}\nruntimes = [\"podman\"]\n")).unwrap_err();
         assert!(e.starts_with("m.toml:12: field `group[0].runtimes"), "{e}");
 
         let e = parse(

@@ -2,7 +2,10 @@
 //! newcomer's set-up.
 
 mod check;
+mod compose;
 mod host_setup;
 mod nightly;
+mod provision;
 mod report;
 mod shrink;
+mod vagrant_nodes;

@@ -3,6 +3,7 @@
 mod client;
 mod clients;
 mod clusters;
+mod docker;
 mod e2e;
 mod hosts;
 mod kill;

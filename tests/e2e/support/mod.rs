@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests.
 
+pub mod docker;
 pub mod engine;
 pub mod nemesis;
 pub mod sshd;

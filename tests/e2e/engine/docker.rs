@@ -1,0 +1,254 @@
+//! `tidemark test --runtime docker` end to end: three containers from the image `tidemark image
+//! build` makes, on a network of the run's own, driven over SSH; partitions and kills inside
+//! them; the correct broker valid, an injected bug caught; and nothing labelled with the run left
+//! in Docker afterwards, also after a run killed with -9 and `tidemark teardown`.
+//!
+//! Cost: the image once per test binary (about 90 s cold: debootstrap and import; a second or
+//! two when only the broker changed), then two 12 s runs of about 25 s each (a third if the bug
+//! slips through its first seed) and a killed run.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tidemark_harness::leftovers::{RunState, ROOT_STATE_DIR};
+
+use crate::support::docker::{docker, docker_turn, labelled};
+use crate::support::engine::*;
+
+fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Asserts that Docker holds nothing labelled with the run of `test` (test.json) and that its
+/// record and work directory are gone.
+fn assert_nothing_left_in_docker(test: &Value) {
+    let run = test["runtime"]["run"].as_str().unwrap();
+    assert_eq!(labelled(run), (vec![], vec![]), "left in docker");
+    let work_dir = test["runtime"]["work_dir"].as_str().unwrap();
+    assert!(!Path::new(work_dir).exists(), "{work_dir} left");
+    assert!(!RunState::path(Path::new(ROOT_STATE_DIR), run).exists());
+}
+
+/// The completed fault ops of a history, by name.
+fn faults_done(run: &Path) -> Vec<String> {
+    std::fs::read_to_string(run.join("history.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|op| op["process"] == "nemesis" && op["type"] == "info")
+        .filter_map(|op| op["f"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_correct_broker_in_containers_is_valid_under_partitions_and_kills() {
+    require_root("the_correct_broker_in_containers_is_valid_under_partitions_and_kills");
+    let _turn = docker_turn();
+    let store = tempfile::tempdir().unwrap();
+    let (run, results) = run_with_verdict(
+        &[
+            "--runtime",
+            "docker",
+            "--nemesis",
+            "partition,kill",
+            "--nemesis-interval",
+            "3",
+            "--time-limit",
+            "12",
+            "--seed",
+            "1",
+        ],
+        store.path(),
+    );
+    let test = json(&run.join("test.json"));
+    assert_eq!(
+        results["valid"],
+        true,
+        "{results:#}\nkept in {}",
+        run.display()
+    );
+    assert_eq!(test["runtime"]["name"], "docker");
+    for node in test["nodes"].as_array().unwrap() {
+        let remote = node["remote"].as_str().unwrap();
+        assert!(remote.starts_with("ssh root@"), "{remote}");
+    }
+    let faults = faults_done(&run);
+    let partitions = faults
+        .iter()
+        .filter(|f| ["start-partition", "handoff"].contains(&f.as_str()))
+        .count();
+    let kills = faults
+        .iter()
+        .filter(|f| ["kill", "bounce", "handoff"].contains(&f.as_str()))
+        .count();
+    assert!(partitions > 0 && kills > 0, "faults done: {faults:?}");
+    assert_eq!(
+        std::fs::read_to_string(run.join("replicas.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        12,
+        "every node's replicas dumped over SSH"
+    );
+    assert_nothing_left_in_docker(&test);
+}
+
+/// Caught as on the netns runtime: partitions cutting leaders off every ~4 s, the combination
+/// docs/detection.md and tests/nemesis_detect.rs rely on (with kills in the mix as well, the
+/// bug went unnoticed in 12 s runs of seeds 1 and 2 when measured). A second seed gets a second
+/// chance, as in nemesis_detect; seed 1 was caught when measured.
+#[test]
+fn acks_before_replication_in_containers_are_caught() {
+    require_root("acks_before_replication_in_containers_are_caught");
+    let _turn = docker_turn();
+    let store = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for seed in ["1", "2"] {
+        let (run, results) = run_with_verdict(
+            &[
+                "--runtime",
+                "docker",
+                "--inject-bug",
+                "ack-before-replication",
+                "--nemesis",
+                "partition",
+                "--nemesis-targets",
+                "leaders",
+                "--nemesis-interval",
+                "4",
+                "--time-limit",
+                "12",
+                "--seed",
+                seed,
+            ],
+            store.path(),
+        );
+        assert_nothing_left_in_docker(&json(&run.join("test.json")));
+        if results["valid"] == false {
+            let kinds = results["anomaly_types"].to_string();
+            assert!(kinds.contains("lost-write"), "{kinds}");
+            return;
+        }
+        seen.push(format!("seed {seed}: {}", results["valid"]));
+    }
+    panic!("ack-before-replication not caught in containers: {seen:?}");
+}
+
+#[test]
+fn a_docker_run_killed_with_sigkill_is_removed_by_teardown() {
+    require_root("a_docker_run_killed_with_sigkill_is_removed_by_teardown");
+    let _turn = docker_turn();
+    let store = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tidemark())
+        .args([
+            "test",
+            "--runtime",
+            "docker",
+            "--time-limit",
+            "60",
+            "--quiet",
+        ])
+        .arg("--store")
+        .arg(store.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the brokers serve: the containers, the network and the run's key all exist.
+    let run = store.path().join("latest");
+    let started = Instant::now();
+    while std::fs::read_to_string(run.join("history.jsonl"))
+        .map(|h| h.lines().count())
+        .unwrap_or(0)
+        < 50
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let test = json(&run.join("test.json"));
+    let run_id = test["runtime"]["run"].as_str().unwrap();
+    let (containers, networks) = labelled(run_id);
+    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert_eq!(networks, vec![format!("tdm-{run_id}")]);
+
+    let dry = Command::new(tidemark())
+        .args(["teardown", "--dry-run", "--run", run_id])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        listed.contains(&format!("labelled tidemark.run={run_id}")),
+        "{listed}"
+    );
+    assert_eq!(labelled(run_id).0.len(), 3, "a dry run removed something");
+    let done = Command::new(tidemark())
+        .args(["teardown", "--run", run_id])
+        .output()
+        .unwrap();
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert_nothing_left_in_docker(&test);
+}
+
+/// What Docker holds with a run's label but no record names is found by that label, left alone
+/// without `--force` (its owner is unknown) and removed with it, and nothing else is.
+#[test]
+fn labelled_leftovers_without_a_record_need_force() {
+    require_root("labelled_leftovers_without_a_record_need_force");
+    let _turn = docker_turn();
+    let run = tidemark_harness::leftovers::new_run_id();
+    let label = format!("tidemark.run={run}");
+    let stray = format!("tdm-{run}");
+    docker(&["network", "create", "--label", &label, &stray]);
+    // Unlabelled, with a name like a run's: never ours to remove.
+    let bystander = format!("tdm-{run}-bystander");
+    docker(&["network", "create", &bystander]);
+    let teardown = |args: &[&str]| {
+        Command::new(tidemark())
+            .arg("teardown")
+            .args(args)
+            .args(["--run", &run])
+            .output()
+            .unwrap()
+    };
+    let plain = teardown(&[]);
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        stderr.contains(&format!("labelled {label}")) && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        labelled(&run).1,
+        vec![stray.clone()],
+        "removed without --force"
+    );
+    let forced = teardown(&["--force"]);
+    assert_eq!(
+        forced.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert_eq!(labelled(&run), (vec![], vec![]));
+    let left = docker(&[
+        "network",
+        "ls",
+        "--filter",
+        &format!("name={bystander}"),
+        "-q",
+    ]);
+    assert!(!left.is_empty(), "an unlabelled network was removed");
+    docker(&["network", "rm", &bystander]);
+}
