@@ -639,8 +639,11 @@ impl PartitionLog {
             // asking its leader about them would get the same answer forever.
             return self.epochs.truncate_from_end(offset);
         }
-        if offset <= self.log_start_offset() {
-            return self.truncate_fully_and_start_at(offset.max(0).min(self.log_start_offset()));
+        // Below the local log start nothing of ours is left to keep; at it, the log empties but
+        // the epochs below stay (Kafka's `truncateTo`): with tiered storage they are the epochs
+        // of the offsets in the remote store.
+        if offset < self.log_start_offset() {
+            return self.truncate_fully_and_start_at(offset.max(0));
         }
         let doomed: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
         let first = self.first_segment_base();
@@ -854,6 +857,32 @@ mod tests {
             log.append_as_leader(&batch(&[v.as_bytes(), b"x"]), epoch)
                 .unwrap();
         }
+    }
+
+    /// Found by a tiered run of the correct broker: a follower whose local retention had
+    /// deleted every segment below 366 truncated to 366 (its new leader's epoch start) and lost
+    /// the epochs of the offsets below, which the remote store still serves.
+    #[test]
+    fn truncating_to_the_local_log_start_keeps_the_epochs_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        append_n(&mut log, 40, 0);
+        append_n(&mut log, 20, 1);
+        assert!(log.segments().len() > 2);
+        let local_start = log.delete_uploaded_segments(2).unwrap();
+        assert!(local_start > 0);
+        log.truncate_to(local_start).unwrap();
+        assert_eq!(log.log_start_offset(), local_start);
+        assert_eq!(log.log_end_offset(), local_start);
+        let epochs: Vec<(i32, i64)> = log
+            .epochs()
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect();
+        assert_eq!(epochs, [(0, 0)]);
+        log.append_as_leader(&batch(&[b"y"]), 2).unwrap();
+        assert_eq!(log.log_end_offset(), local_start + 1);
     }
 
     #[test]
