@@ -58,6 +58,9 @@ struct TieredValue {
     /// The mirror role the op was aimed at, when it was (recorded only).
     #[serde(default, rename = "role")]
     _role: Option<String>,
+    /// Written by an `info` aimed at leaders: whom the engine found leading (recorded only).
+    #[serde(default, rename = "leaders")]
+    _leaders: Option<Value>,
     /// Written by a wipe's `info`: what was deleted on each node.
     #[serde(default, rename = "deleted")]
     _deleted: Option<Value>,
@@ -401,6 +404,12 @@ mod tests {
                 f: TieredF::Wipe,
                 targets: Targets::Nodes(vec!["n2".into()])
             })
+        );
+        // Found replaying a tiered run: a leader-aimed outage's info names the leaders.
+        let info = json!({"leaders": ["n2", "n3"], "nodes": ["n2"], "targets": "leader"});
+        assert_eq!(
+            parse("remote-outage", info).map(|o| o.targets),
+            Ok(Targets::Nodes(vec!["n2".into()]))
         );
         assert_eq!(
             parse("remote-restore", json!({})).map(|o| o.targets),
