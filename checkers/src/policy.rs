@@ -7,12 +7,16 @@
 //!   whole allowed set; nothing below applies.
 //! - **Unclean leader election** is enabled when the test map says `"unclean_leader_election":
 //!   true`, when `unclean.leader.election.enable` is true in `broker_config` or `topic_config`
-//!   (flat, or one map per topic), when `"nemesis"` (a string or a list) names a fault kind
-//!   containing `unclean`, and it is forced when the history holds an `unclean-election` op or a
-//!   `config` op that turns `unclean.leader.election.enable` on. Then an out-of-sync replica may
-//!   become leader and truncate acknowledged records, so `lost-write` is allowed, and so is
-//!   `inconsistent-offsets` (the truncated offsets are written again with other values, so an old
-//!   acknowledgement or poll disagrees with the final log).
+//!   (flat, or one map per topic), or when the history holds a `config` op that turns it on.
+//!   Then an out-of-sync replica of any partition may become leader and truncate acknowledged
+//!   records, so `lost-write` is allowed, and so is `inconsistent-offsets` (the truncated
+//!   offsets are written again with other values, so an old acknowledgement or poll disagrees
+//!   with the final log). An `unclean-election` op (a forced election, the `unclean` fault)
+//!   excuses the same anomalies entry by entry, on the partition it struck only (in either
+//!   cluster of a mirror, which carries truncations across): a write lost on another partition
+//!   is still a `lost-write`.
+//!   An election whose `info` names no partition, or one invoked and never recorded, excuses
+//!   them wholesale, as nothing tells where it struck.
 //! - **Failover** (a `failover` op): mirroring is asynchronous, so acknowledged writes the new
 //!   writable cluster had not mirrored when the old source was abandoned are truncated on
 //!   failback. The checker tells them apart by the failover's `mirrored_offset` and reports them
@@ -139,6 +143,9 @@ pub enum Excuse {
     /// A failover from the entry's cluster had mirrored less than the entry's offset: the old
     /// source's records there were rewritten when it failed back.
     Unmirrored,
+    /// A forced unclean election struck the entry's partition (in either cluster: mirroring
+    /// carries a truncation across).
+    UncleanElection,
     /// An unclean election struck a source cluster's copy of the partition (or unclean
     /// elections are enabled by configuration), and the entry's offset is below where the
     /// `mirror.support.unclean.leader.election` guarantee starts: the first LMLE truncation run
@@ -163,6 +170,14 @@ pub struct EntryRule {
 
 /// The entry-level rules.
 pub const ENTRY_RULES: &[EntryRule] = &[
+    EntryRule {
+        excuse: Excuse::UncleanElection,
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
+            AnomalyKind::CommitSkip,
+        ],
+    },
     EntryRule {
         excuse: Excuse::Unmirrored,
         allows: &[AnomalyKind::InconsistentOffsets],
@@ -200,7 +215,6 @@ pub struct Policy {
     explicit: Option<Vec<String>>,
     /// Unclean elections enabled by the test's configuration (not only forced by a nemesis).
     unclean_enabled: bool,
-    unclean_nemesis: bool,
     mirror_unclean_support: bool,
     flush_per_message: bool,
 }
@@ -210,6 +224,9 @@ pub struct Policy {
 pub struct HistoryFacts {
     /// An `unclean-election` op, or a `config` op enabling unclean elections.
     pub forced_unclean: bool,
+    /// An `unclean-election` whose `info` named no partition, or one invoked and never recorded
+    /// (more invocations than `info`s): where it struck is unknown.
+    pub unscoped_unclean: bool,
     /// A `config` op enabling unclean elections.
     pub unclean_config_op: bool,
     /// A `failover` op.
@@ -234,18 +251,10 @@ impl Policy {
                     .map(str::to_owned)
                     .collect()
             });
-        let unclean_nemesis = match test.get("nemesis") {
-            Some(Value::String(s)) => s.contains("unclean"),
-            Some(Value::Array(kinds)) => kinds
-                .iter()
-                .any(|k| k.as_str().is_some_and(|s| s.contains("unclean"))),
-            _ => false,
-        };
         Policy {
             explicit,
             unclean_enabled: test.get("unclean_leader_election").is_some_and(truthy)
                 || config_flag(test, UNCLEAN_KEY),
-            unclean_nemesis,
             mirror_unclean_support: config_flag(test, MIRROR_UNCLEAN_KEY),
             flush_per_message: test
                 .get("broker_config")
@@ -267,7 +276,7 @@ impl Policy {
         match when {
             Condition::Failover => facts.failover,
             Condition::Unclean => {
-                self.unclean_enabled || self.unclean_nemesis || facts.forced_unclean
+                self.unclean_enabled || facts.unclean_config_op || facts.unscoped_unclean
             }
             Condition::UnmarkedFailover => facts.unmarked_failover,
             Condition::UnflushedPowerLoss => facts.cluster_power_loss && !self.flush_per_message,
@@ -307,6 +316,13 @@ impl Policy {
         }
         let rules = ENTRY_RULES.iter().filter(|r| r.allows.contains(&kind));
         rules.into_iter().find_map(|rule| match rule.excuse {
+            Excuse::UncleanElection => {
+                let u = mirror.unclean_at(place.topic, place.partition)?;
+                Some(format!(
+                    "a forced unclean election (op {}) struck {}/{}",
+                    u.index, place.topic, place.partition
+                ))
+            }
             Excuse::Unmirrored => {
                 let (cluster, offset) = (place.cluster?, place.offset?);
                 let c = mirror.unmirrored_at(cluster, place.topic, place.partition, offset)?;
@@ -410,8 +426,6 @@ mod tests {
         let expect = vec!["commit-skip", "inconsistent-offsets", "lost-write"];
         for test in [
             json!({"unclean_leader_election": true}),
-            json!({"nemesis": "kill,unclean"}),
-            json!({"nemesis": ["unclean-election"]}),
             json!({"broker_config": {"unclean.leader.election.enable": "true"}}),
             json!({"topic_config": {"t": {"unclean.leader.election.enable": true}}}),
         ] {
@@ -421,11 +435,18 @@ mod tests {
                 "{test}"
             );
         }
+        // A forced election is judged entry by entry, unless nothing says where it struck.
         let forced = HistoryFacts {
             forced_unclean: true,
             ..HistoryFacts::default()
         };
-        assert_eq!(allowed(json!({}), forced), expect);
+        assert!(allowed(json!({"nemesis": "kill,unclean"}), forced).is_empty());
+        let unscoped = HistoryFacts {
+            forced_unclean: true,
+            unscoped_unclean: true,
+            ..HistoryFacts::default()
+        };
+        assert_eq!(allowed(json!({}), unscoped), expect);
         assert!(allowed(
             json!({"broker_config": {"unclean.leader.election.enable": "false"}}),
             HistoryFacts::default()

@@ -184,6 +184,55 @@ fn lost_write_is_allowed_under_unclean_election() {
     assert!(r.allowed.contains_key("lost-write"));
 }
 
+/// A forced election excuses what it can have truncated: its partition's writes, not another's.
+#[test]
+fn a_forced_unclean_election_excuses_only_the_partition_it_struck() {
+    let struck = |partition: i64| {
+        let mut h = Hist::new();
+        h.send(0, &[1], Ok, Some(0));
+        h.nemesis(
+            "unclean-election",
+            json!({"cluster": "a", "topic": "t", "partition": partition, "leader": "n1"}),
+        );
+        h
+    };
+    let replicas = vec![replica("a", "n1", true, 0, &[])];
+    let r = check(
+        &json!({"nemesis": "kill,unclean"}),
+        struck(1).ops,
+        Some(&replicas),
+    );
+    assert_eq!(r.bad_anomaly_types, ["lost-write"], "{}", r.summary(5));
+    let r = run(&struck(0), Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "lost-write")[0];
+    assert!(
+        e["allowed"]
+            .as_str()
+            .unwrap()
+            .contains("forced unclean election"),
+        "{e}"
+    );
+}
+
+/// An election invoked and never recorded may have struck anywhere.
+#[test]
+fn an_unclean_election_never_recorded_excuses_lost_writes_anywhere() {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.push(
+        Process::Nemesis,
+        OpType::Invoke,
+        "unclean-election",
+        json!({}),
+        None,
+    );
+    let replicas = vec![replica("a", "n1", true, 0, &[])];
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.bad_anomaly_types.is_empty());
+}
+
 #[test]
 fn divergence_between_replicas() {
     let (h, mut replicas) = clean();

@@ -12,7 +12,7 @@
 //!    the old ISR comes back to follow S and truncate.
 //!
 //! The history records `{"cluster", "topic", "partition", "leader"}` with the elected replica
-//! (plus the old leader and ISR); the checkers allow `lost-write` once such an op appears. The
+//! (plus the old leader and ISR); the checkers allow `lost-write` on that partition. The
 //! rules live in chains of the nftables table [`NFT_TABLE`].
 
 use std::net::IpAddr;

@@ -206,6 +206,8 @@ struct Pending {
 pub struct QueueAnalysis<'r> {
     policy: Policy,
     facts: HistoryFacts,
+    /// Forced unclean elections invoked and not yet recorded.
+    unclean_invokes: u64,
     replicas: Option<&'r [ReplicaState]>,
     finals: FinalLogs<'r>,
     default_cluster: String,
@@ -255,6 +257,7 @@ impl<'r> QueueAnalysis<'r> {
         let mut a = QueueAnalysis {
             policy: policy.clone(),
             facts: HistoryFacts::default(),
+            unclean_invokes: 0,
             replicas,
             finals: FinalLogs::default(),
             default_cluster,
@@ -369,8 +372,17 @@ impl<'r> QueueAnalysis<'r> {
 
     fn observe_event(&mut self, ev: Event<'_>) -> Result<(), String> {
         if ev.f == "unclean-election" {
-            // Forced, whoever recorded it.
+            // Forced, whoever recorded it; where, its `info` says.
             self.facts.forced_unclean = true;
+            if ev.kind == OpType::Invoke {
+                self.unclean_invokes += 1;
+            } else {
+                self.unclean_invokes = self.unclean_invokes.saturating_sub(1);
+                let value = ev.value.json();
+                if value.get("topic").is_none() || value.get("partition").is_none() {
+                    self.facts.unscoped_unclean = true;
+                }
+            }
         }
         match ev.process {
             Process::Nemesis => {
@@ -875,6 +887,7 @@ impl<'r> QueueAnalysis<'r> {
         }
         self.facts.clusters = self.clusters.len();
         self.facts.unmarked_failover = self.mirror.failovers_unmarked();
+        self.facts.unscoped_unclean |= self.unclean_invokes > 0;
         self.note_unjudged_mirroring();
         self.check_values();
         self.check_conflicts();
@@ -1074,7 +1087,15 @@ impl<'r> QueueAnalysis<'r> {
             .mirror
             .abandoned_by(&cluster, &topic, partition, info.invoke);
         let Some((failover, mirrored)) = failover else {
-            return self.anomalies.push(AnomalyKind::LostWrite, entry);
+            let place = Place {
+                cluster: Some(&cluster),
+                topic: &topic,
+                partition,
+                offset: info.acked(),
+            };
+            let kind = AnomalyKind::LostWrite;
+            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+            return self.anomalies.push_judged(kind, entry, excuse);
         };
         entry["failover"] = json!({
             "op_index": failover.index, "to": failover.to, "mirrored_offset": mirrored,
@@ -1241,7 +1262,15 @@ impl<'r> QueueAnalysis<'r> {
                 "skipped": skipped.iter().take(MAX_SKIPPED_LISTED).collect::<Vec<_>>(),
                 "skipped_count": skipped.len(), "reference": reference,
             });
-            self.anomalies.push(AnomalyKind::CommitSkip, entry);
+            let place = Place {
+                cluster: Some(&cluster),
+                topic: &topic,
+                partition,
+                offset: Some(commit.offset),
+            };
+            let kind = AnomalyKind::CommitSkip;
+            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+            self.anomalies.push_judged(kind, entry, excuse);
         }
     }
 
