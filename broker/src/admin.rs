@@ -9,7 +9,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
 
-use crate::mirror::wire::{MirrorRequest, MirrorResponse};
+use crate::mirror::wire::MirrorRequest;
 use crate::replica::client::KafkaConnection;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -103,32 +103,9 @@ pub async fn mirror(
             let Ok(other) = crate::mirror::client::call(&mut c, api_key_base, &req).await else {
                 continue;
             };
-            merge_leader_views(&mut resp, &other);
+            resp.merge_describe(&other);
         }
     }
     let ok = resp.error_code == 0 && resp.topics.iter().all(|t| t.error_code == 0);
     Ok((serde_json::to_value(&resp)?, ok))
-}
-
-/// Replaces partition entries of `into` by those of `from` that come from the leader.
-fn merge_leader_views(into: &mut MirrorResponse, from: &MirrorResponse) {
-    for m in &mut into.mirrors {
-        let Some(fm) = from.mirrors.iter().find(|x| x.name == m.name) else {
-            continue;
-        };
-        for t in &mut m.topics {
-            let Some(ft) = fm.topics.iter().find(|x| x.name == t.name) else {
-                continue;
-            };
-            for p in &mut t.partitions {
-                if let Some(fp) = ft
-                    .partitions
-                    .iter()
-                    .find(|x| x.partition == p.partition && x.destination_offset >= 0)
-                {
-                    *p = fp.clone();
-                }
-            }
-        }
-    }
 }

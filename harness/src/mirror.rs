@@ -103,25 +103,7 @@ pub async fn describe(cx: &ClientContext, mirror: &str) -> anyhow::Result<Mirror
         return call_any(cx, &req).await;
     };
     for other in answers {
-        for m in &mut merged.mirrors {
-            let Some(om) = other.mirrors.iter().find(|x| x.name == m.name) else {
-                continue;
-            };
-            for t in &mut m.topics {
-                let Some(ot) = om.topics.iter().find(|x| x.name == t.name) else {
-                    continue;
-                };
-                for p in &mut t.partitions {
-                    if let Some(op) = ot
-                        .partitions
-                        .iter()
-                        .find(|x| x.partition == p.partition && x.destination_offset >= 0)
-                    {
-                        *p = op.clone();
-                    }
-                }
-            }
-        }
+        merged.merge_describe(&other);
     }
     Ok(merged)
 }

@@ -269,11 +269,17 @@ pub struct TopicDescription {
 }
 
 /// One partition as its destination leader sees it; offsets are -1 where the answering broker
-/// does not lead the partition (the admin command asks every broker and keeps the leader's).
+/// does not lead the partition (describers ask every broker and keep, per partition, the answer from
+/// the newest metadata: [`MirrorResponse::merge_describe`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionDescription {
     pub partition: i32,
     pub leader: i32,
+    /// The leader epoch of the metadata the answer comes from (-1 from a broker that does not
+    /// say): of two brokers that both claim to lead, the one that has seen the later epoch is
+    /// right, the other has not caught up (it was paused, or cut off).
+    #[serde(default = "unknown_epoch")]
+    pub leader_epoch: i32,
     pub state: MirrorState,
     /// The source high watermark at the last mirror fetch.
     pub source_offset: i64,
@@ -290,6 +296,36 @@ pub struct PartitionDescription {
     /// below this offset was mirrored, every one after it written here.
     #[serde(default)]
     pub barrier_offset: Option<i64>,
+}
+
+fn unknown_epoch() -> i32 {
+    -1
+}
+
+impl MirrorResponse {
+    /// Takes in another broker's answer to the same describe: each partition is described by the
+    /// answer from the newest metadata (the highest leader epoch), the leader's own (which alone
+    /// has offsets) where the epochs are equal.
+    pub fn merge_describe(&mut self, other: &MirrorResponse) {
+        let rank = |p: &PartitionDescription| (p.leader_epoch, p.destination_offset >= 0);
+        for m in &mut self.mirrors {
+            let Some(om) = other.mirrors.iter().find(|x| x.name == m.name) else {
+                continue;
+            };
+            for t in &mut m.topics {
+                let Some(ot) = om.topics.iter().find(|x| x.name == t.name) else {
+                    continue;
+                };
+                for p in &mut t.partitions {
+                    if let Some(op) = ot.partitions.iter().find(|x| x.partition == p.partition) {
+                        if rank(op) > rank(p) {
+                            *p = op.clone();
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Encodes a JSON body as compact bytes plus an empty tagged-field section.
@@ -383,6 +419,64 @@ mod tests {
         encode_body(&serde_json::json!({"nope": 1}), &mut bad).unwrap();
         let err = decode_body::<MirrorRequest>(&mut bad.freeze()).unwrap_err();
         assert!(err.to_string().contains("mirror body"), "{err}");
+    }
+
+    /// Found by a mirror run of the correct broker: a node resumed from a pause answered a
+    /// describe as the partition's leader, MIRRORING, from metadata older than the failover
+    /// that had stopped the mirror; its answer came last and was kept.
+    #[test]
+    fn a_merged_describe_keeps_the_newest_metadata_and_the_leader_offsets() {
+        let answer = |leader: i32, epoch: i32, state: MirrorState, offset: i64| MirrorResponse {
+            cluster_id: "a".into(),
+            mirrors: vec![MirrorDescription {
+                name: "b-to-a".into(),
+                source_bootstrap: "b:9092".into(),
+                source_cluster_id: "b".into(),
+                topics: vec![TopicDescription {
+                    name: "t0".into(),
+                    topic_id: Uuid::nil(),
+                    partitions: vec![PartitionDescription {
+                        partition: 0,
+                        leader,
+                        leader_epoch: epoch,
+                        state,
+                        source_offset: -1,
+                        destination_offset: offset,
+                        lag: -1,
+                        lmle: -1,
+                        retry_attempt: 0,
+                        last_error: None,
+                        waiting_for: None,
+                        barrier_offset: None,
+                    }],
+                }],
+            }],
+            ..MirrorResponse::default()
+        };
+        let merged = |answers: &[MirrorResponse]| {
+            let mut m = answers[0].clone();
+            for a in &answers[1..] {
+                m.merge_describe(a);
+            }
+            m.mirrors[0].topics[0].partitions[0].clone()
+        };
+        let leader = answer(1, 44, MirrorState::Stopped, 1447);
+        let follower = answer(1, 44, MirrorState::Stopped, -1);
+        let stale = answer(3, 43, MirrorState::Mirroring, 1448);
+        for order in [
+            [leader.clone(), follower.clone(), stale.clone()],
+            [stale.clone(), follower.clone(), leader.clone()],
+            [follower.clone(), stale.clone(), leader.clone()],
+        ] {
+            let p = merged(&order);
+            assert_eq!(
+                (p.leader, p.state, p.destination_offset),
+                (1, MirrorState::Stopped, 1447)
+            );
+        }
+        // Without the leader's answer the newest view still wins, offsets unknown.
+        let p = merged(&[stale, follower]);
+        assert_eq!((p.state, p.destination_offset), (MirrorState::Stopped, -1));
     }
 
     #[test]

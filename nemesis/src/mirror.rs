@@ -892,6 +892,7 @@ mod tests {
         let p = |partition, state| PartitionDescription {
             partition,
             leader: 1,
+            leader_epoch: 3,
             state,
             source_offset: 0,
             destination_offset: 0,

@@ -405,6 +405,7 @@ fn describe(ctx: &MirrorContext, only: Option<&str>) -> Vec<MirrorDescription> {
                             PartitionDescription {
                                 partition: index,
                                 leader,
+                                leader_epoch: t.partitions[i].leader_epoch,
                                 state: pm.state,
                                 source_offset,
                                 destination_offset,
