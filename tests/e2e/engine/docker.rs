@@ -1,7 +1,8 @@
 //! `tidemark test --runtime docker` end to end: three containers from the image `tidemark image
 //! build` makes, on a network of the run's own, driven over SSH; partitions and kills inside
 //! them; the correct broker valid, an injected bug caught; and nothing labelled with the run left
-//! in Docker afterwards, also after a run killed with -9 and `tidemark teardown`.
+//! in Docker afterwards, also after a run killed with -9 and `tidemark teardown`. And what VMs
+//! look like to `--runtime hosts`: containers with sshd the harness did not make.
 //!
 //! Cost: the image once per test binary (about 90 s cold: debootstrap and import; a second or
 //! two when only the broker changed), then two 12 s runs of about 25 s each (a third if the bug
@@ -251,4 +252,130 @@ fn labelled_leftovers_without_a_record_need_force() {
     ]);
     assert!(!left.is_empty(), "an unlabelled network was removed");
     docker(&["network", "rm", &bystander]);
+}
+
+/// Containers started outside the harness, removed when dropped.
+struct Machines {
+    network: String,
+    containers: Vec<String>,
+}
+
+impl Drop for Machines {
+    fn drop(&mut self) {
+        for c in &self.containers {
+            let _ = Command::new("docker").args(["rm", "-f", c]).output();
+        }
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.network])
+            .output();
+    }
+}
+
+/// What VMs look like to `--runtime hosts`: machines with sshd that the harness did not make.
+/// Three containers from the node image, listed in a nodes file by address; the run is valid
+/// under partitions and kills and leaves nothing on them (no directory, process or rule).
+#[test]
+fn a_hosts_run_against_containers_with_sshd_is_valid_and_cleans_them() {
+    require_root("a_hosts_run_against_containers_with_sshd_is_valid_and_cleans_them");
+    let _turn = docker_turn();
+    let work = tempfile::tempdir().unwrap();
+    let key = work.path().join("client");
+    crate::support::sshd::keygen(&key);
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let prefix = format!("tdm-hosts-test-{}", std::process::id());
+    docker(&["network", "create", &prefix]);
+    let mut machines = Machines {
+        network: prefix.clone(),
+        containers: Vec::new(),
+    };
+    let mut ips = Vec::new();
+    for i in 1..=3 {
+        let name = format!("{prefix}-n{i}");
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--network",
+            &prefix,
+            "--cap-add",
+            "NET_ADMIN",
+            "--cap-add",
+            "SYS_ADMIN",
+            "-e",
+            &format!("TIDEMARK_AUTHORIZED_KEY={}", public.trim()),
+            tidemark_harness::docker::DEFAULT_IMAGE,
+        ]);
+        machines.containers.push(name.clone());
+        let ip = docker(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &name,
+        ]);
+        let addr: std::net::SocketAddr = format!("{ip}:22").parse().unwrap();
+        let started = Instant::now();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "sshd on {name}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ips.push(ip);
+    }
+    let nodes_file = work.path().join("nodes.txt");
+    std::fs::write(&nodes_file, format!("{}\n", ips.join("\n"))).unwrap();
+    let store = work.path().join("store");
+    let out = Command::new(tidemark())
+        .args(["test", "--runtime", "hosts", "--nodes-file"])
+        .arg(&nodes_file)
+        .arg("--ssh-key")
+        .arg(&key)
+        .args(["--host-key-checking", "off", "--quiet", "--store"])
+        .arg(&store)
+        .args([
+            "--time-limit",
+            "10",
+            "--nemesis",
+            "partition,kill",
+            "--seed",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("VALID"), "{stdout}");
+    let run = store.join("latest");
+    let test = json(&run.join("test.json"));
+    assert_eq!(test["runtime"]["name"], "hosts");
+    let done = faults_done(&run);
+    assert!(
+        done.iter().any(|f| f == "start-partition") || done.iter().any(|f| f == "kill"),
+        "{done:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("replicas.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        12
+    );
+    // Nothing of the run is left on the machines: its directory, a process, a filter rule.
+    let dir = test["runtime"]["work_dir"].as_str().unwrap();
+    for c in &machines.containers {
+        let left = docker(&[
+            "exec",
+            c,
+            "sh",
+            "-c",
+            &format!(
+                "ls -d {dir} 2>/dev/null; pgrep -a tidemark; iptables -S | grep -v '^-P'; \
+                 nft list ruleset | grep -i tidemark; true"
+            ),
+        ]);
+        assert_eq!(left, "", "left on {c}");
+    }
 }
