@@ -702,10 +702,13 @@ impl MirrorHistory {
             .min_by_key(|g| g.from)
     }
 
-    /// The first forced unclean election that hit a partition, in any cluster: mirroring carries
-    /// a truncation from one cluster's copy to the other's.
-    pub fn unclean_at(&self, topic: &str, partition: i64) -> Option<&Unclean> {
-        self.uncleans.iter().find(|u| u.hits(topic, partition))
+    /// The first forced unclean election that hit a partition, in any cluster (mirroring
+    /// carries a truncation from one cluster's copy to the other's), and was recorded after op
+    /// `after` when given.
+    pub fn unclean_at(&self, topic: &str, partition: i64, after: Option<u64>) -> Option<&Unclean> {
+        self.uncleans
+            .iter()
+            .find(|u| u.hits(topic, partition) && after.is_none_or(|a| u.index > a))
     }
 
     /// The first forced unclean election that hit a source cluster's copy of a partition.

@@ -13,8 +13,10 @@
 //!   offsets are written again with other values, so an old acknowledgement or poll disagrees
 //!   with the final log). An `unclean-election` op (a forced election, the `unclean` fault)
 //!   excuses the same anomalies entry by entry, on the partition it struck only (in either
-//!   cluster of a mirror, which carries truncations across): a write lost on another partition
-//!   is still a `lost-write`.
+//!   cluster of a mirror, which carries truncations across), and a lost write only when it was
+//!   acknowledged before the election was recorded (in a run without failovers, which can carry
+//!   an earlier truncation into later records): a write lost on another partition, or
+//!   acknowledged after the last election on its own, is still a `lost-write`.
 //!   An election whose `info` names no partition, or one invoked and never recorded, excuses
 //!   them wholesale, as nothing tells where it struck.
 //! - **Failover** (a `failover` op): mirroring is asynchronous, so acknowledged writes the new
@@ -144,7 +146,8 @@ pub enum Excuse {
     /// source's records there were rewritten when it failed back.
     Unmirrored,
     /// A forced unclean election struck the entry's partition (in either cluster: mirroring
-    /// carries a truncation across).
+    /// carries a truncation across), after the entry's record was acknowledged when it is
+    /// about one: an election truncates only what was written before it.
     UncleanElection,
     /// An unclean election struck a source cluster's copy of the partition (or unclean
     /// elections are enabled by configuration), and the entry's offset is below where the
@@ -207,6 +210,8 @@ pub struct Place<'a> {
     pub partition: i64,
     /// The offset, when the entry names one.
     pub offset: Option<i64>,
+    /// The index of the op that acknowledged the entry's record, when it is about one.
+    pub acknowledged: Option<u64>,
 }
 
 /// The verdict policy read from a test map; see the module docs for the rules.
@@ -317,7 +322,10 @@ impl Policy {
         let rules = ENTRY_RULES.iter().filter(|r| r.allows.contains(&kind));
         rules.into_iter().find_map(|rule| match rule.excuse {
             Excuse::UncleanElection => {
-                let u = mirror.unclean_at(place.topic, place.partition)?;
+                // Between mirrored clusters a failback can carry an earlier election's
+                // truncation into records written after it: there the partition is enough.
+                let after = place.acknowledged.filter(|_| !facts.failover);
+                let u = mirror.unclean_at(place.topic, place.partition, after)?;
                 Some(format!(
                     "a forced unclean election (op {}) struck {}/{}",
                     u.index, place.topic, place.partition
@@ -490,6 +498,7 @@ mod tests {
             topic: "t",
             partition: 0,
             offset: Some(offset),
+            acknowledged: None,
         };
         Policy::from_test(test).excuse(kind, place, &HistoryFacts::default(), m)
     }

@@ -215,6 +215,20 @@ fn a_forced_unclean_election_excuses_only_the_partition_it_struck() {
     );
 }
 
+/// An election truncates what was written before it, not what its new leader acknowledged.
+#[test]
+fn a_forced_unclean_election_excuses_no_write_acknowledged_after_it() {
+    let mut h = Hist::new();
+    h.nemesis(
+        "unclean-election",
+        json!({"cluster": "a", "topic": "t", "partition": 0, "leader": "n1"}),
+    );
+    h.send(0, &[1], Ok, Some(0));
+    let replicas = vec![replica("a", "n1", true, 0, &[])];
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.bad_anomaly_types, ["lost-write"], "{}", r.summary(5));
+}
+
 /// An election invoked and never recorded may have struck anywhere.
 #[test]
 fn an_unclean_election_never_recorded_excuses_lost_writes_anywhere() {

@@ -1092,6 +1092,7 @@ impl<'r> QueueAnalysis<'r> {
                 topic: &topic,
                 partition,
                 offset: info.acked(),
+                acknowledged: Some(info.completion),
             };
             let kind = AnomalyKind::LostWrite;
             let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
@@ -1165,6 +1166,7 @@ impl<'r> QueueAnalysis<'r> {
                 topic: &topic,
                 partition,
                 offset: Some(offset),
+                acknowledged: None,
             };
             let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
             let entry = json!({
@@ -1267,6 +1269,7 @@ impl<'r> QueueAnalysis<'r> {
                 topic: &topic,
                 partition,
                 offset: Some(commit.offset),
+                acknowledged: None,
             };
             let kind = AnomalyKind::CommitSkip;
             let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
@@ -1476,6 +1479,7 @@ impl<'r> QueueAnalysis<'r> {
                         topic: &r.topic,
                         partition: r.partition,
                         offset: Some(rec.offset),
+                        acknowledged: None,
                     };
                     let kind = AnomalyKind::LmleTruncation;
                     let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
@@ -1514,6 +1518,7 @@ impl QueueAnalysis<'_> {
                 topic: &l.topic,
                 partition: l.partition,
                 offset: Some(start),
+                acknowledged: None,
             };
             let kind = AnomalyKind::LmleTruncation;
             // What the flag exists to prevent, allowed without it (KIP-1279 §1.10).

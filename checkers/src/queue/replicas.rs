@@ -300,6 +300,7 @@ fn diverging_offsets(
             topic: &first.topic,
             partition: first.partition,
             offset: Some(offset),
+            acknowledged: None,
         };
         let excuse = judge(AnomalyKind::Divergence, place);
         out.push_judged_with(AnomalyKind::Divergence, excuse, || {
@@ -387,6 +388,7 @@ pub(crate) fn mirror_divergence(
                         topic,
                         partition,
                         offset: Some(offset),
+                        acknowledged: None,
                     };
                     out.push_judged(
                         AnomalyKind::MirrorDivergence,
@@ -526,6 +528,7 @@ pub(crate) fn epoch_ownership<'a>(
             topic,
             partition,
             offset: origins.values().map(|(_, rec)| rec.offset).min(),
+            acknowledged: None,
         };
         out.push_judged(
             AnomalyKind::EpochOwnership,
