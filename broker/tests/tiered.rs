@@ -492,3 +492,192 @@ fn the_flag_set_at_run_time_for_the_cluster_takes_effect_without_a_restart_of_th
     assert_eq!(epochs, SEED_EPOCHS);
     assert_eq!(log_start, 0);
 }
+
+/// The remote store's metadata of `t`-0: (start, end, state) of every segment, oldest first.
+fn remote_segments(remote: &Path) -> Vec<(i64, i64, String)> {
+    let root = remote.join("__remote_log_metadata");
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        if !dir.file_name().to_string_lossy().starts_with("t-0-") {
+            continue;
+        }
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            if f.path().extension().is_some_and(|e| e == "json") {
+                let m: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap();
+                out.push((
+                    m["start_offset"].as_i64().unwrap(),
+                    m["end_offset"].as_i64().unwrap(),
+                    m["state"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn total_retention_deletes_remote_segments_and_moves_the_log_start() {
+    let remote = tempfile::tempdir().unwrap();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
+        remote.path().display()
+    );
+    let c = Cluster::start(3, &props, &[]);
+    let addr = c.addr(1);
+    let batch = tidemark_broker::log::testing::batch(&[b"00"]).len();
+    // Three batches a segment; retention.bytes keeps about four segments' worth in all.
+    let segment_bytes = 3 * batch;
+    let retention_bytes = 4 * segment_bytes;
+    assert_eq!(
+        client::create_topic_assigned(
+            &addr,
+            "t",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[
+                ("segment.bytes", &segment_bytes.to_string()),
+                ("remote.storage.enable", "true"),
+                ("local.retention.ms", "0"),
+                ("retention.bytes", &retention_bytes.to_string()),
+            ],
+        ),
+        0
+    );
+    c.wait_for(
+        "a leader with all in the ISR",
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(1, "t", 0)
+                .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+        },
+    );
+    let total = 60;
+    for v in 0..total {
+        assert_eq!(
+            client::produce(&addr, "t", 0, &[v + 10], -1, Duration::from_secs(5)),
+            Ok(v)
+        );
+    }
+    // By size: the oldest remote segments go, DELETE_SEGMENT_STARTED then FINISHED, their data
+    // with them, and the log start moves to the first segment left.
+    let remote_dir = remote.path().to_path_buf();
+    c.wait_for(
+        "remote segments deleted by retention.bytes",
+        Duration::from_secs(30),
+        |c| {
+            let segments = remote_segments(&remote_dir);
+            let kept: i64 = segments
+                .iter()
+                .filter(|s| s.2 == "COPY_SEGMENT_FINISHED")
+                .count() as i64;
+            list_offset(&c.addr(1), "t", -2, 4).1 > 0
+                && kept <= 4
+                && local_bases(&c.nodes[0].data_dir(), "t").len() == 1
+        },
+    );
+    let segments = remote_segments(&remote_dir);
+    let deleted: Vec<&(i64, i64, String)> = segments
+        .iter()
+        .filter(|s| s.2 == "DELETE_SEGMENT_FINISHED")
+        .collect();
+    assert!(!deleted.is_empty(), "{segments:?}");
+    assert_eq!(deleted[0].0, 0, "the oldest went first: {segments:?}");
+    let first_kept = segments
+        .iter()
+        .find(|s| s.2 == "COPY_SEGMENT_FINISHED")
+        .expect("segments within retention.bytes stay")
+        .0;
+    assert!(
+        deleted.iter().all(|s| s.1 < first_kept),
+        "only the oldest: {segments:?}"
+    );
+    // No segment file of a deleted segment is left in the store.
+    let files: usize = std::fs::read_dir(remote.path())
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().starts_with("t-0-"))
+        .map(|d| {
+            std::fs::read_dir(d.path())
+                .unwrap()
+                .flatten()
+                .filter(|f| f.path().extension().is_some_and(|e| e == "log"))
+                .count()
+        })
+        .sum();
+    let finished = segments
+        .iter()
+        .filter(|s| s.2 == "COPY_SEGMENT_FINISHED")
+        .count();
+    assert_eq!(files, finished, "{segments:?}");
+    let log_start = list_offset(&addr, "t", -2, 4).1;
+    assert_eq!(log_start, first_kept);
+    // Below the log start is out of range; from it every offset reads back.
+    assert_eq!(
+        client::read_all(&addr, "t", 0),
+        Err(1),
+        "OFFSET_OUT_OF_RANGE"
+    );
+    let out = kcat(
+        &[
+            "-C",
+            "-b",
+            &addr,
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %s\n",
+        ],
+        b"",
+    );
+    let want: String = (log_start..total)
+        .map(|o| format!("{o} {}\n", o + 10))
+        .collect();
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+
+    // By time: retention.ms lets every uploaded segment go; the log start reaches the local one.
+    let (code, message) = alter_config(&addr, 2, "t", "retention.ms", "1");
+    assert_eq!(code, 0, "{message:?}");
+    c.wait_for(
+        "every remote segment deleted by retention.ms",
+        Duration::from_secs(30),
+        |c| {
+            remote_segments(&remote_dir)
+                .iter()
+                .all(|s| s.2 == "DELETE_SEGMENT_FINISHED")
+                && list_offset(&c.addr(1), "t", -2, 4).1 == list_offset(&c.addr(1), "t", -4, 8).1
+        },
+    );
+    let local_start = list_offset(&addr, "t", -4, 8).1;
+    assert!(local_start > log_start, "{local_start} {log_start}");
+    let out = kcat(
+        &[
+            "-C",
+            "-b",
+            &addr,
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %s\n",
+        ],
+        b"",
+    );
+    let want: String = (local_start..total)
+        .map(|o| format!("{o} {}\n", o + 10))
+        .collect();
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+}
