@@ -4,10 +4,14 @@
 //!
 //! Three brokers share a local-directory remote store; `bench`-0 lives on nodes 1 (leader) and 2.
 //! 1 GiB goes to it at acks=1 in 32 KiB batches; segments are sized so that eight close and are
-//! uploaded (90% of the data) and the active one holds the rest. Local retention is the total
-//! one (unlimited), so the leader keeps all of it locally, the case KIP-1023 is about: with the
-//! flag off an empty follower told OFFSET_MOVED_TO_TIERED_STORAGE replicates the leader's whole
-//! local log, with it on only what is not uploaded yet.
+//! uploaded (90% of the data) and the active one holds the rest. Local retention
+//! (`local.retention.bytes`) lets the leader delete only its first uploaded segment, so its local
+//! log starts above 0 but still holds seven uploaded segments, the case KIP-1023 is about: the
+//! empty follower's fetch from 0 is told OFFSET_MOVED_TO_TIERED_STORAGE; with the flag off it
+//! then replicates the leader's whole local log (about 89% of the data), with it on only what is
+//! not uploaded yet (10%). While the leader's local log still starts at 0 an empty follower's
+//! fetch is served as any other and the flag changes nothing (kips.md §2.3: the follower turns to
+//! the remote store only on OFFSET_OUT_OF_RANGE or OFFSET_MOVED_TO_TIERED_STORAGE).
 //!
 //! Each round sets the flag for the cluster (IncrementalAlterConfigs), kills node 2, deletes its
 //! data directory but the metadata quorum's log, waits until the ISR is node 1 alone, and times
@@ -110,8 +114,9 @@ fn isr(c: &Cluster) -> Vec<i64> {
 }
 
 /// Kills node 2, deletes its data but the quorum's log, waits until it is out of the ISR, then
-/// starts it and times its way back in. Returns (time, bytes it replicated).
-fn rejoin(c: &mut Cluster) -> (Duration, u64) {
+/// starts it and times its way back in. Returns (until it served, until it was in the ISR, bytes
+/// it replicated).
+fn rejoin(c: &mut Cluster) -> (Duration, Duration, u64) {
     c.node(2).kill9();
     let data = c.nodes[1].data_dir();
     for entry in std::fs::read_dir(&data).unwrap() {
@@ -129,12 +134,13 @@ fn rejoin(c: &mut Cluster) -> (Duration, u64) {
     });
     let start = Instant::now();
     c.node(2).restart();
+    let serving = start.elapsed();
     let deadline = start + Duration::from_secs(600);
     while !isr(c).contains(&2) {
         assert!(Instant::now() < deadline, "node 2 did not rejoin in 10 min");
         std::thread::sleep(Duration::from_millis(10));
     }
-    (start.elapsed(), local_bytes(&data))
+    (serving, start.elapsed(), local_bytes(&data))
 }
 
 fn main() {
@@ -170,6 +176,11 @@ fn main() {
                 ("segment.bytes", &segment_bytes.to_string()),
                 ("remote.storage.enable", "true"),
                 ("min.insync.replicas", "1"),
+                // A segment less than everything: the first uploaded segment goes locally.
+                (
+                    "local.retention.bytes",
+                    &(total_bytes - segment_bytes).to_string(),
+                ),
             ],
         ),
         0
@@ -199,12 +210,17 @@ fn main() {
                     name.strip_suffix(".log")?.parse::<i64>().ok()
                 })
                 .max();
-            bases == Some(pending) && isr(c).len() == 2 && list_offset(&c.addr(1), -1) == end
+            bases == Some(pending)
+                && list_offset(&c.addr(1), -4) > 0
+                && isr(c).len() == 2
+                && list_offset(&c.addr(1), -1) == end
         },
     );
     let pending = list_offset(&c.addr(1), -6);
+    let local_start = list_offset(&c.addr(1), -4);
     println!(
-        "{} records, {} uploaded ({:.1}%), segment.bytes {segment_bytes}, leader's local log {} MiB",
+        "{} records, {} uploaded ({:.1}%), segment.bytes {segment_bytes}, leader's local log from \
+         offset {local_start}: {} MiB",
         end,
         pending,
         100.0 * pending as f64 / end as f64,
@@ -212,15 +228,16 @@ fn main() {
     );
 
     let mut times: Vec<(bool, Duration)> = Vec::new();
-    println!("| round | flag | rejoin (s) | node 2 replicated (MiB) |");
-    println!("|---|---|---|---|");
+    println!("| round | flag | serving (s) | in the ISR (s) | node 2 replicated (MiB) |");
+    println!("|---|---|---|---|---|");
     for (round, on) in [false, true, true, false].into_iter().enumerate() {
         set_flag(&c.addr(1), on);
-        let (took, bytes) = rejoin(&mut c);
+        let (serving, took, bytes) = rejoin(&mut c);
         println!(
-            "| {} | {} | {:.2} | {} |",
+            "| {} | {} | {:.2} | {:.2} | {} |",
             round + 1,
             if on { "on" } else { "off" },
+            serving.as_secs_f64(),
             took.as_secs_f64(),
             bytes >> 20
         );
