@@ -220,6 +220,30 @@ fn the_s3_store_keeps_the_storage_and_metadata_contracts_against_a_real_server()
         b"{}"
     );
 
+    // A segment larger than an upload part goes up in parts and reads back whole and by range.
+    let big_file = dir.path().join("00000000000000001000.log");
+    let big: Vec<u8> = (0..17 * 1024 * 1024 + 5).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&big_file, &big).unwrap();
+    let big_seg = segment_id();
+    store
+        .copy_segment(
+            &big_seg,
+            SegmentData {
+                log_file: &big_file,
+                leader_epoch_index: b"",
+                producer_snapshot: b"",
+            },
+        )
+        .unwrap();
+    assert!(other.fetch_segment(&big_seg, 0, None).unwrap() == big);
+    assert!(
+        other
+            .fetch_segment(&big_seg, 9 << 20, Some((9 << 20) + 10))
+            .unwrap()
+            == big[9 << 20..(9 << 20) + 10]
+    );
+    store.delete_segment(&big_seg).unwrap();
+
     // Metadata: states move only forward, and every client lists the newest.
     store
         .put(&metadata(&seg, SegmentState::CopySegmentStarted))

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,13 +24,18 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
-use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, WriteMultipart,
+};
 
 use super::metadata::{MetadataError, RemoteLogMetadataStore, RemoteSegmentMetadata, METADATA_DIR};
 use super::storage::{
     IndexKind, RemoteSegmentId, RemoteStorage, RemoteStorageError, SegmentData, TopicIdPartition,
 };
 use crate::config::S3Config;
+
+/// The size of the parts a segment larger than one goes up in (S3's smallest part is 5 MiB).
+const UPLOAD_PART_BYTES: usize = 8 << 20;
 
 /// A bucket of an S3-compatible store holding segments and their metadata.
 pub struct S3Storage {
@@ -241,10 +247,6 @@ impl RemoteStorage for S3Storage {
         segment: &RemoteSegmentId,
         data: SegmentData<'_>,
     ) -> Result<(), RemoteStorageError> {
-        let log = std::fs::read(data.log_file).map_err(|e| RemoteStorageError::Unavailable {
-            what: data.log_file.display().to_string(),
-            source: e,
-        })?;
         for (extension, bytes) in [
             (
                 IndexKind::LeaderEpoch.extension(),
@@ -254,12 +256,50 @@ impl RemoteStorage for S3Storage {
                 IndexKind::ProducerSnapshot.extension(),
                 Bytes::copy_from_slice(data.producer_snapshot),
             ),
-            ("log", Bytes::from(log)),
         ] {
             self.put(Self::segment_key(segment, extension), bytes)
                 .map_err(|e| self.error(format_args!("{extension} of {segment}"), e))?;
         }
-        Ok(())
+        let local = |e: std::io::Error| RemoteStorageError::Unavailable {
+            what: data.log_file.display().to_string(),
+            source: e,
+        };
+        let mut file = std::fs::File::open(data.log_file).map_err(local)?;
+        let len = file.metadata().map_err(local)?.len();
+        let key = Self::segment_key(segment, "log");
+        // The log last, so a copy whose log is there has its indexes. A segment larger than a
+        // part goes up in parts, never whole in memory (segment.bytes defaults to 1 GiB).
+        let sent = if len <= UPLOAD_PART_BYTES as u64 {
+            let mut bytes = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut bytes).map_err(local)?;
+            self.put(key, Bytes::from(bytes))
+        } else {
+            self.run(move |s| {
+                Box::pin(async move {
+                    let upload = s.put_multipart(&key).await?;
+                    let mut parts = WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES);
+                    let mut buf = vec![0; UPLOAD_PART_BYTES];
+                    loop {
+                        // Reading the local file here blocks the store's own thread only.
+                        let n = match file.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => n,
+                            Err(e) => {
+                                parts.abort().await?;
+                                return Err(object_store::Error::Generic {
+                                    store: "local segment file",
+                                    source: Box::new(e),
+                                });
+                            }
+                        };
+                        parts.wait_for_capacity(2).await?;
+                        parts.write(&buf[..n]);
+                    }
+                    parts.finish().await.map(|_| ())
+                })
+            })
+        };
+        sent.map_err(|e| self.error(format_args!("log of {segment}"), e))
     }
 
     fn fetch_segment(
