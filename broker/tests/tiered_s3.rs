@@ -45,7 +45,7 @@ impl Moto {
     fn start() -> Moto {
         assert!(
             Path::new(MOTO_SERVER).exists(),
-            "{MOTO_SERVER} is missing: the S3 tests need moto[server] from \
+            "{MOTO_SERVER} is missing: the S3 tests need moto's server from \
              scripts/python-requirements.txt (run scripts/setup-host as root)"
         );
         let port = free_port();
