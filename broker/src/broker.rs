@@ -229,6 +229,9 @@ impl Broker {
                     .tiered
                     .follower_fetch_last_tiered_offset_enable,
                 bootstrap_off_by_one: self.faults.has(Bug::TieredBootstrapOffByOne),
+                bootstrap_drops_producer_state: self
+                    .faults
+                    .has(Bug::TieredBootstrapDropsProducerState),
             }),
         }
     }

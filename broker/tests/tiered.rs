@@ -1,7 +1,9 @@
 //! Tiered storage (KIP-405, KIP-1023) on real broker processes sharing a local-directory remote
 //! store: the leader uploads closed committed segments, local retention deletes only uploaded
 //! ones, and every offset stays readable from remote plus local, by the test client and by kcat;
-//! ListOffsets answers the tiered sentinels, each only from its version.
+//! ListOffsets answers the tiered sentinels, each only from its version; total retention deletes
+//! remote segments and moves the log start; a follower started from the remote store keeps the
+//! producer state, so a retry sent to it once it leads is not appended twice.
 
 mod common;
 
@@ -680,4 +682,126 @@ fn total_retention_deletes_remote_segments_and_moves_the_log_start() {
         .map(|o| format!("{o} {}\n", o + 10))
         .collect();
     assert_eq!(String::from_utf8(out).unwrap(), want);
+}
+
+/// An idempotent producer's batches all end up in the remote store; node 3 (second in the
+/// assignment) loses its disk and starts from the remote store, then leads once node 1 is
+/// killed, and the producer resends its last batch there. Returns the answer and node 3's log
+/// end before and after it.
+fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, i64) {
+    let remote = tempfile::tempdir().unwrap();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\nfollower.fetch.last.tiered.offset.enable=true\nauto.leader.rebalance.enable=false\n",
+        remote.path().display()
+    );
+    let args: Vec<&str> = bug.map(|b| vec!["--inject-bug", b]).unwrap_or_default();
+    let mut c = Cluster::start(3, &props, &args);
+    let segment_bytes = (3 * tidemark_broker::log::testing::batch(&[b"0"]).len()).to_string();
+    assert_eq!(
+        client::create_topic_assigned(
+            &c.addr(1),
+            "t",
+            1,
+            3,
+            &[&[1, 3, 2]],
+            &[
+                ("segment.bytes", &segment_bytes),
+                ("remote.storage.enable", "true"),
+                ("local.retention.ms", "0"),
+                ("min.insync.replicas", "1"),
+            ],
+        ),
+        0
+    );
+    c.wait_for(
+        "node 1 leading with all in the ISR",
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(1, "t", 0)
+                .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+        },
+    );
+    let (code, pid, epoch) = client::init_producer_id(&c.addr(1), None);
+    assert_eq!(code, 0);
+    for seq in 0..6 {
+        assert_eq!(
+            client::produce_idempotent(
+                &c.addr(1),
+                "t",
+                (pid, epoch, seq),
+                &[seq as i64],
+                Duration::from_secs(5)
+            ),
+            Ok(seq as i64)
+        );
+    }
+    // Plain records after them until the idempotent batches are all uploaded, below the
+    // earliest pending upload.
+    let mut next = 6;
+    while list_offset(&c.addr(1), "t", -6, 11).1 <= 6 {
+        assert_eq!(
+            client::produce(&c.addr(1), "t", 0, &[next], -1, Duration::from_secs(5)),
+            Ok(next)
+        );
+        next += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.node(3).kill9();
+    let data = c.nodes[2].data_dir();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n != "__cluster_metadata") {
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+    }
+    c.node(3).restart();
+    c.wait_for("node 3 back in the ISR", Duration::from_secs(30), |c| {
+        c.partition_state_at(1, "t", 0)
+            .is_some_and(|(_, _, isr)| isr.contains(&3))
+    });
+    assert!(
+        c.nodes[2].log().contains("started from the remote store"),
+        "node 3 started from the remote store"
+    );
+    c.node(1).kill9();
+    c.wait_for("node 3 leading", Duration::from_secs(20), |c| {
+        c.partition_state_at(3, "t", 0)
+            .is_some_and(|(l, _, _)| l == 3)
+    });
+    let end_before = list_offset(&c.addr(3), "t", -1, 4).1;
+    let answer = client::produce_idempotent(
+        &c.addr(3),
+        "t",
+        (pid, epoch, 5),
+        &[5],
+        Duration::from_secs(5),
+    );
+    let end_after = list_offset(&c.addr(3), "t", -1, 4).1;
+    (answer, end_before, end_after)
+}
+
+#[test]
+fn a_follower_started_from_the_remote_store_recognises_a_producers_retry_once_it_leads() {
+    let (answer, before, after) = retry_after_a_remote_bootstrap(None);
+    assert_eq!(
+        answer,
+        Ok(5),
+        "the retry is answered with its original offset"
+    );
+    assert_eq!(after, before, "and not appended again");
+}
+
+#[test]
+fn tiered_bootstrap_drops_producer_state_appends_a_retry_again() {
+    let (answer, before, after) =
+        retry_after_a_remote_bootstrap(Some("tiered-bootstrap-drops-producer-state"));
+    assert_eq!(
+        (answer, after),
+        (Ok(before), before + 1),
+        "the retry is appended again at the log end: a duplicate"
+    );
 }
