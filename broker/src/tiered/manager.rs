@@ -290,14 +290,19 @@ pub fn plan_remote_retention(
         })
         .collect();
     remote.sort_by_key(|s| (s.start_offset, s.event_timestamp_ms));
-    // Overlapping copies (a retried upload, another leader's) count once, by their first one.
+    // Overlapping copies (another leader's of the same offsets) count once towards the size,
+    // by their first one, and go together.
     let mut next = i64::MIN;
-    remote.retain(|s| {
-        let fresh = s.end_offset >= next;
-        next = next.max(s.end_offset + 1);
-        fresh
-    });
-    let highest = remote.last().map(|s| s.end_offset);
+    let distinct: Vec<&RemoteSegmentMetadata> = remote
+        .iter()
+        .filter(|s| {
+            let fresh = s.end_offset >= next;
+            next = next.max(s.end_offset + 1);
+            fresh
+        })
+        .copied()
+        .collect();
+    let highest = distinct.last().map(|s| s.end_offset);
     let local_only: u64 = access
         .log
         .segments()
@@ -306,19 +311,13 @@ pub fn plan_remote_retention(
         .map(|s| s.size)
         .sum();
     let mut breach = (config.retention_bytes >= 0).then(|| {
-        remote.iter().map(|s| s.size_bytes).sum::<u64>() as i64 + local_only as i64
+        distinct.iter().map(|s| s.size_bytes).sum::<u64>() as i64 + local_only as i64
             - config.retention_bytes
     });
-    // A deletion cut short by a failure is finished first.
-    let mut out: Vec<RemoteSegmentMetadata> = known
-        .iter()
-        .filter(|s| {
-            s.state == SegmentState::DeleteSegmentStarted
-                && super::metadata::in_lineage(s, &cache, leo)
-        })
-        .cloned()
-        .collect();
-    for s in remote {
+    // The last offset retention lets go: the end of the last segment, oldest first, that either
+    // limit deletes.
+    let mut cut = None;
+    for s in distinct {
         let by_time = config.retention_ms >= 0 && s.max_timestamp_ms < now_ms - config.retention_ms;
         let by_size = breach.is_some_and(|b| b - s.size_bytes as i64 >= 0);
         if !by_time && !by_size {
@@ -327,9 +326,22 @@ pub fn plan_remote_retention(
         if let Some(b) = breach.as_mut() {
             *b -= s.size_bytes as i64;
         }
-        out.push(s.clone());
+        cut = Some(s.end_offset);
     }
-    out
+    // A deletion cut short by a failure is finished first.
+    known
+        .iter()
+        .filter(|s| {
+            s.state == SegmentState::DeleteSegmentStarted
+                && super::metadata::in_lineage(s, &cache, leo)
+        })
+        .chain(
+            remote
+                .into_iter()
+                .filter(|s| cut.is_some_and(|c| s.end_offset <= c)),
+        )
+        .cloned()
+        .collect()
 }
 
 /// Deletes remote segments total retention let go, each DELETE_SEGMENT_STARTED in the metadata,
