@@ -70,7 +70,7 @@ pub struct Broker {
     pub producer_ids: ProducerIdAllocator,
     /// The consumer groups this broker coordinates.
     pub groups: Arc<GroupCoordinator>,
-    /// The remote store of tiered topics, when `remote.log.storage.dir` is set.
+    /// The remote store of tiered topics, when one is configured (`remote.log.storage.*`).
     pub tiered: Option<TieredStore>,
 }
 
@@ -97,8 +97,8 @@ impl Broker {
             .ok_or_else(|| anyhow::anyhow!("no client listener in `listeners`"))?;
         let stored_hw = read_hw_checkpoint(&config.log_dir.join(HW_CHECKPOINT_FILE))?;
         let stored_log_start = read_hw_checkpoint(&config.log_dir.join(LOG_START_CHECKPOINT_FILE))?;
-        let tiered = match &config.tiered.storage_dir {
-            Some(dir) => Some(TieredStore::open_dir(dir).map_err(|e| anyhow::anyhow!(e))?),
+        let tiered = match &config.tiered.store {
+            Some(store) => Some(TieredStore::open(store).map_err(|e| anyhow::anyhow!(e))?),
             None => None,
         };
         write_meta_properties(&config)?;
@@ -229,6 +229,9 @@ impl Broker {
                     .tiered
                     .follower_fetch_last_tiered_offset_enable,
                 bootstrap_off_by_one: self.faults.has(Bug::TieredBootstrapOffByOne),
+                bootstrap_drops_producer_state: self
+                    .faults
+                    .has(Bug::TieredBootstrapDropsProducerState),
             }),
         }
     }
@@ -605,7 +608,7 @@ impl Broker {
             return Err(ApiError::new(
                 errors::INVALID_CONFIG,
                 "remote.storage.enable=true needs a remote store, and this broker has none \
-                 (remote.log.storage.dir is not set)",
+                 (neither remote.log.storage.dir nor remote.log.storage.s3.bucket is set)",
             ));
         }
         Ok(())
@@ -749,13 +752,15 @@ impl Broker {
         }
         if result.read_remote {
             let read = match (&self.tiered, self.topic_id_partition(topic, index)) {
-                (Some(store), Some(tp)) => store.read(
-                    &tp,
-                    spec.fetch_offset,
-                    result.high_watermark,
-                    spec.max_bytes,
-                ),
-                _ => Err("no remote store is configured (remote.log.storage.dir)".into()),
+                (Some(store), Some(tp)) => blocking(|| {
+                    store.read(
+                        &tp,
+                        spec.fetch_offset,
+                        result.high_watermark,
+                        spec.max_bytes,
+                    )
+                }),
+                _ => Err("no remote store is configured".into()),
             };
             match read {
                 Ok(records) => result.records = records,
@@ -794,7 +799,14 @@ impl Broker {
             let Some(tp) = self.topic_id_partition(&p.topic, p.index) else {
                 continue;
             };
-            let jobs = p.with_tiered(|access| manager::plan_uploads(access, &tp, store));
+            if !p.with_tiered(|access| access.config.remote_storage_enable) {
+                continue;
+            }
+            let Some(known) = store.list(&tp) else {
+                continue;
+            };
+            let jobs = p.with_tiered(|access| manager::plan_uploads(access, &tp, &known));
+            let uploaded = !jobs.is_empty();
             for job in jobs {
                 match job.run(
                     self.config.node_id,
@@ -811,9 +823,33 @@ impl Broker {
                     }
                 }
             }
-            if p.with_tiered(|access| manager::after_uploads(access, &tp, store, now_ms))
+            let known = if uploaded {
+                store.list(&tp)
+            } else {
+                Some(known)
+            };
+            let Some(known) = known else {
+                continue;
+            };
+            if p.with_tiered(|access| manager::after_uploads(access, &tp, &known, now_ms))
                 .is_some()
             {
+                self.data_generation.send_modify(|g| *g = g.wrapping_add(1));
+            }
+            let expired =
+                p.with_tiered(|access| manager::plan_remote_retention(access, &known, now_ms));
+            if expired.is_empty() {
+                continue;
+            }
+            match manager::delete_remote_segments(store, &expired, now_ms) {
+                Ok(n) => {
+                    info!(partition = %tp, segments = n, up_to = expired.last().map(|s| s.end_offset), "total retention deleted remote segments")
+                }
+                Err(e) => warn!(partition = %tp, "total retention of remote segments failed: {e}"),
+            }
+            // The log start moves past what was deleted.
+            if let Some(known) = store.list(&tp) {
+                p.with_tiered(|access| manager::after_uploads(access, &tp, &known, now_ms));
                 self.data_generation.send_modify(|g| *g = g.wrapping_add(1));
             }
         }
@@ -992,5 +1028,16 @@ pub fn read_cluster_id(log_dir: &std::path::Path) -> anyhow::Result<Option<Strin
 fn stop_fetcher(p: &Partition) {
     if let Some(cancel) = p.fetcher.lock().unwrap_or_else(|x| x.into_inner()).take() {
         cancel.cancel();
+    }
+}
+
+/// Runs `f`, which waits for the remote store, telling a multi-thread runtime this worker blocks
+/// so that its other tasks (heartbeats among them) move on.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }

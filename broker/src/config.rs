@@ -317,16 +317,41 @@ pub struct BrokerConfig {
 /// The broker's tiered-storage settings, under Kafka's key names where Kafka has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TieredConfig {
-    /// `remote.log.storage.dir`: the directory the local-directory remote store (data and
-    /// metadata) lives in, shared by every broker of the cluster; `None`: no remote store, and a
-    /// topic cannot enable remote storage.
-    pub storage_dir: Option<PathBuf>,
+    /// The remote store shared by every broker of the cluster (data and metadata): a directory
+    /// (`remote.log.storage.dir`) or an S3 bucket (`remote.log.storage.s3.*`); `None`: no remote
+    /// store, and a topic cannot enable remote storage.
+    pub store: Option<RemoteStoreConfig>,
     /// `remote.log.manager.task.interval.ms`: how often a leader uploads closed segments and
     /// applies local retention (Kafka's default 30000).
     pub task_interval: Duration,
     /// `follower.fetch.last.tiered.offset.enable` (KIP-1023): an empty follower of a tiered topic
     /// starts at the leader's earliest offset pending upload; dynamic, cluster-wide default.
     pub follower_fetch_last_tiered_offset_enable: bool,
+}
+
+/// Where the remote store is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteStoreConfig {
+    /// `remote.log.storage.dir`: a directory every broker sees.
+    Dir(PathBuf),
+    /// `remote.log.storage.s3.bucket` and its companions.
+    S3(S3Config),
+}
+
+/// An S3-compatible store (Kafka names no keys for one: its plugins have their own; these follow
+/// `remote.log.storage.*`). Credentials come from the environment, never from this file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Config {
+    /// `remote.log.storage.s3.bucket`: the bucket, which must exist.
+    pub bucket: String,
+    /// `remote.log.storage.s3.endpoint`: an `http://` or `https://` URL of an S3-compatible
+    /// server; `None`: AWS's endpoint for the region. Plain http is allowed only by naming it.
+    pub endpoint: Option<String>,
+    /// `remote.log.storage.s3.region` (default `us-east-1`).
+    pub region: String,
+    /// `remote.log.storage.s3.path.style.access` (default false): `<endpoint>/<bucket>/<key>`
+    /// instead of `<bucket>.<endpoint>/<key>`, as most self-hosted servers need.
+    pub path_style_access: bool,
 }
 
 /// The group coordinator's settings, under Kafka's key names.
@@ -394,6 +419,10 @@ const BROKER_KEYS: &[&str] = &[
     "group.max.session.timeout.ms",
     "offset.metadata.max.bytes",
     "remote.log.storage.dir",
+    "remote.log.storage.s3.bucket",
+    "remote.log.storage.s3.endpoint",
+    "remote.log.storage.s3.region",
+    "remote.log.storage.s3.path.style.access",
     "remote.log.manager.task.interval.ms",
     "follower.fetch.last.tiered.offset.enable",
     "log.local.retention.ms",
@@ -618,13 +647,7 @@ impl BrokerConfig {
             None => "tidemark".to_string(),
         };
         let tiered = TieredConfig {
-            storage_dir: match get("remote.log.storage.dir") {
-                Some((v, o)) if v.is_empty() => {
-                    return Err(bad("remote.log.storage.dir", v, "must be a path", o))
-                }
-                Some((v, _)) => Some(PathBuf::from(v)),
-                None => None,
-            },
+            store: remote_store(&get, &boolean)?,
             task_interval: Duration::from_millis(num(
                 "remote.log.manager.task.interval.ms",
                 30_000,
@@ -774,6 +797,90 @@ fn split_pair(line: &str) -> Option<(String, String)> {
         return None;
     }
     Some((k.to_string(), line[idx + 1..].trim().to_string()))
+}
+
+/// The remote store the `remote.log.storage.*` keys name: a directory or an S3 bucket, not both.
+fn remote_store<'a>(
+    get: &impl Fn(&str) -> Option<(&'a str, &'a Origin)>,
+    boolean: &impl Fn(&str, bool) -> Result<bool, ConfigError>,
+) -> Result<Option<RemoteStoreConfig>, ConfigError> {
+    const S3_KEYS: [&str; 3] = [
+        "remote.log.storage.s3.endpoint",
+        "remote.log.storage.s3.region",
+        "remote.log.storage.s3.path.style.access",
+    ];
+    let dir = get("remote.log.storage.dir");
+    let Some((bucket, o)) = get("remote.log.storage.s3.bucket") else {
+        if let Some((key, (v, o))) = S3_KEYS.iter().find_map(|k| Some((k, get(k)?))) {
+            return Err(bad(key, v, "needs remote.log.storage.s3.bucket", o));
+        }
+        return match dir {
+            Some((v, o)) if v.is_empty() => {
+                Err(bad("remote.log.storage.dir", v, "must be a path", o))
+            }
+            Some((v, _)) => Ok(Some(RemoteStoreConfig::Dir(PathBuf::from(v)))),
+            None => Ok(None),
+        };
+    };
+    if dir.is_some() {
+        return Err(bad(
+            "remote.log.storage.s3.bucket",
+            bucket,
+            "cannot be set with remote.log.storage.dir: a cluster has one remote store",
+            o,
+        ));
+    }
+    // S3's bucket naming rules, so that a typo is refused here rather than by every request.
+    let valid_bucket = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !valid_bucket {
+        return Err(bad(
+            "remote.log.storage.s3.bucket",
+            bucket,
+            "must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, \
+             starting and ending with a letter or digit",
+            o,
+        ));
+    }
+    let endpoint = match get("remote.log.storage.s3.endpoint") {
+        Some((v, o)) => {
+            let host = v
+                .strip_prefix("http://")
+                .or_else(|| v.strip_prefix("https://"));
+            if host.is_none_or(|h| h.is_empty() || h.contains(char::is_whitespace)) {
+                return Err(bad(
+                    "remote.log.storage.s3.endpoint",
+                    v,
+                    "must be an http:// or https:// URL",
+                    o,
+                ));
+            }
+            Some(v.trim_end_matches('/').to_string())
+        }
+        None => None,
+    };
+    let region = match get("remote.log.storage.s3.region") {
+        Some((v, o)) if v.is_empty() || v.contains(char::is_whitespace) => {
+            return Err(bad(
+                "remote.log.storage.s3.region",
+                v,
+                "must be a region name such as us-east-1",
+                o,
+            ))
+        }
+        Some((v, _)) => v.to_string(),
+        None => "us-east-1".to_string(),
+    };
+    Ok(Some(RemoteStoreConfig::S3(S3Config {
+        bucket: bucket.to_string(),
+        endpoint,
+        region,
+        path_style_access: boolean("remote.log.storage.s3.path.style.access", false)?,
+    })))
 }
 
 fn bad(key: &str, value: &str, reason: &str, origin: &Origin) -> ConfigError {
@@ -1038,7 +1145,7 @@ mod tests {
             BrokerConfig::from_entries(entries(&pairs)).unwrap()
         };
         let cfg = with(&[]);
-        assert_eq!(cfg.tiered.storage_dir, None);
+        assert_eq!(cfg.tiered.store, None);
         assert_eq!(cfg.tiered.task_interval, Duration::from_secs(30));
         assert!(!cfg.tiered.follower_fetch_last_tiered_offset_enable);
         assert_eq!(
@@ -1051,7 +1158,10 @@ mod tests {
             ("follower.fetch.last.tiered.offset.enable", "true"),
             ("log.local.retention.ms", "1000"),
         ]);
-        assert_eq!(cfg.tiered.storage_dir, Some(PathBuf::from("/srv/remote")));
+        assert_eq!(
+            cfg.tiered.store,
+            Some(RemoteStoreConfig::Dir(PathBuf::from("/srv/remote")))
+        );
         assert_eq!(cfg.tiered.task_interval, Duration::from_millis(200));
         assert!(cfg.tiered.follower_fetch_last_tiered_offset_enable);
         let mut topic = cfg.log.clone();
@@ -1071,6 +1181,70 @@ mod tests {
             .set_topic_key("remote.storage.enable", "yes")
             .unwrap_err();
         assert!(err.to_string().contains("remote.storage.enable"), "{err}");
+    }
+
+    #[test]
+    fn an_s3_remote_store_is_configured_by_its_keys_and_bad_ones_are_named() {
+        let with = |extra: &[(&str, &str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(extra);
+            BrokerConfig::from_entries(entries(&pairs))
+        };
+        let cfg = with(&[
+            ("remote.log.storage.s3.bucket", "tiered-logs"),
+            ("remote.log.storage.s3.endpoint", "http://127.0.0.1:9000/"),
+            ("remote.log.storage.s3.path.style.access", "true"),
+        ])
+        .unwrap();
+        assert_eq!(
+            cfg.tiered.store,
+            Some(RemoteStoreConfig::S3(S3Config {
+                bucket: "tiered-logs".into(),
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                region: "us-east-1".into(),
+                path_style_access: true,
+            }))
+        );
+        let refused = |extra: &[(&str, &str)], key: &str| {
+            let err = with(extra).unwrap_err().to_string();
+            assert!(err.contains(key), "{extra:?}: {err}");
+        };
+        refused(
+            &[
+                ("remote.log.storage.dir", "/srv/remote"),
+                ("remote.log.storage.s3.bucket", "b-1"),
+            ],
+            "remote.log.storage.s3.bucket",
+        );
+        refused(
+            &[("remote.log.storage.s3.bucket", "Bad_Bucket")],
+            "remote.log.storage.s3.bucket",
+        );
+        refused(
+            &[
+                ("remote.log.storage.s3.bucket", "b-1"),
+                ("remote.log.storage.s3.endpoint", "127.0.0.1:9000"),
+            ],
+            "remote.log.storage.s3.endpoint",
+        );
+        refused(
+            &[
+                ("remote.log.storage.s3.bucket", "b-1"),
+                ("remote.log.storage.s3.region", ""),
+            ],
+            "remote.log.storage.s3.region",
+        );
+        refused(
+            &[
+                ("remote.log.storage.s3.bucket", "b-1"),
+                ("remote.log.storage.s3.path.style.access", "yes"),
+            ],
+            "remote.log.storage.s3.path.style.access",
+        );
+        refused(
+            &[("remote.log.storage.s3.endpoint", "http://127.0.0.1:9000")],
+            "remote.log.storage.s3.endpoint",
+        );
     }
 
     #[test]

@@ -142,8 +142,14 @@ fn tiered_state(
     }
     segments.sort_by_key(|s| (s.start_offset, s.event_timestamp_ms));
     // Without a checkpointed log start yet (a broker that has not written one), the oldest
-    // remote segment is where the partition starts: remote segments are never deleted here.
-    let stored_start = stored_start.or_else(|| segments.first().map(|s| s.start_offset));
+    // finished remote segment is where the partition starts (total retention deletes from the
+    // oldest).
+    let stored_start = stored_start.or_else(|| {
+        segments
+            .iter()
+            .find(|s| s.state == SegmentState::CopySegmentFinished)
+            .map(|s| s.start_offset)
+    });
     let log_start = match (stored_start, local_start) {
         (Some(s), Some(l)) => Some(s.min(l)),
         (s, l) => l.or(s),

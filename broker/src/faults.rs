@@ -75,10 +75,16 @@ pub enum Bug {
     /// again on top of a producer state that already holds them, and its first fetch offset is
     /// not the one the protocol gives.
     TieredBootstrapOffByOne,
+    /// A follower starting from the remote store takes the segment's epoch cache but not its
+    /// producer snapshot (KAFKA-14467: the downloaded snapshot could be cleaned up right after
+    /// download). Breaks T1: the follower holds no state for producers whose batches are all
+    /// remote, so once it leads, a producer's retry of its last batch is not recognised as a
+    /// duplicate.
+    TieredBootstrapDropsProducerState,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::HwTruncation,
         Bug::AckBeforeReplication,
         Bug::AcceptStaleEpoch,
@@ -92,6 +98,7 @@ impl Bug {
         Bug::IsrOnlyLmleTruncation,
         Bug::LocalEpochInMirrorCache,
         Bug::TieredBootstrapOffByOne,
+        Bug::TieredBootstrapDropsProducerState,
     ];
 
     /// Whether the bug lives in cluster mirroring (so only a two-cluster test can show it).
@@ -120,6 +127,7 @@ impl Bug {
             Bug::IsrOnlyLmleTruncation => "isr-only-lmle-truncation",
             Bug::LocalEpochInMirrorCache => "local-epoch-in-mirror-cache",
             Bug::TieredBootstrapOffByOne => "tiered-bootstrap-off-by-one",
+            Bug::TieredBootstrapDropsProducerState => "tiered-bootstrap-drops-producer-state",
         }
     }
 }

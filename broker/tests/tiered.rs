@@ -1,7 +1,9 @@
 //! Tiered storage (KIP-405, KIP-1023) on real broker processes sharing a local-directory remote
 //! store: the leader uploads closed committed segments, local retention deletes only uploaded
 //! ones, and every offset stays readable from remote plus local, by the test client and by kcat;
-//! ListOffsets answers the tiered sentinels, each only from its version.
+//! ListOffsets answers the tiered sentinels, each only from its version; total retention deletes
+//! remote segments and moves the log start; a follower started from the remote store keeps the
+//! producer state, so a retry sent to it once it leads is not appended twice.
 
 mod common;
 
@@ -491,4 +493,315 @@ fn the_flag_set_at_run_time_for_the_cluster_takes_effect_without_a_restart_of_th
     assert_eq!(offsets, vec![6, 7]);
     assert_eq!(epochs, SEED_EPOCHS);
     assert_eq!(log_start, 0);
+}
+
+/// The remote store's metadata of `t`-0: (start, end, state) of every segment, oldest first.
+fn remote_segments(remote: &Path) -> Vec<(i64, i64, String)> {
+    let root = remote.join("__remote_log_metadata");
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        if !dir.file_name().to_string_lossy().starts_with("t-0-") {
+            continue;
+        }
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            if f.path().extension().is_some_and(|e| e == "json") {
+                let m: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap();
+                out.push((
+                    m["start_offset"].as_i64().unwrap(),
+                    m["end_offset"].as_i64().unwrap(),
+                    m["state"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn total_retention_deletes_remote_segments_and_moves_the_log_start() {
+    let remote = tempfile::tempdir().unwrap();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
+        remote.path().display()
+    );
+    let c = Cluster::start(3, &props, &[]);
+    let addr = c.addr(1);
+    let batch = tidemark_broker::log::testing::batch(&[b"00"]).len();
+    // Three batches a segment; retention.bytes keeps about four segments' worth in all.
+    let segment_bytes = 3 * batch;
+    let retention_bytes = 4 * segment_bytes;
+    assert_eq!(
+        client::create_topic_assigned(
+            &addr,
+            "t",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[
+                ("segment.bytes", &segment_bytes.to_string()),
+                ("remote.storage.enable", "true"),
+                ("local.retention.ms", "0"),
+                ("retention.bytes", &retention_bytes.to_string()),
+            ],
+        ),
+        0
+    );
+    c.wait_for(
+        "a leader with all in the ISR",
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(1, "t", 0)
+                .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+        },
+    );
+    let total = 60;
+    for v in 0..total {
+        assert_eq!(
+            client::produce(&addr, "t", 0, &[v + 10], -1, Duration::from_secs(5)),
+            Ok(v)
+        );
+    }
+    // By size: the oldest remote segments go, DELETE_SEGMENT_STARTED then FINISHED, their data
+    // with them, and the log start moves to the first segment left.
+    let remote_dir = remote.path().to_path_buf();
+    c.wait_for(
+        "remote segments deleted by retention.bytes",
+        Duration::from_secs(30),
+        |c| {
+            let segments = remote_segments(&remote_dir);
+            let kept: i64 = segments
+                .iter()
+                .filter(|s| s.2 == "COPY_SEGMENT_FINISHED")
+                .count() as i64;
+            list_offset(&c.addr(1), "t", -2, 4).1 > 0
+                && kept <= 4
+                && local_bases(&c.nodes[0].data_dir(), "t").len() == 1
+        },
+    );
+    let segments = remote_segments(&remote_dir);
+    let deleted: Vec<&(i64, i64, String)> = segments
+        .iter()
+        .filter(|s| s.2 == "DELETE_SEGMENT_FINISHED")
+        .collect();
+    assert!(!deleted.is_empty(), "{segments:?}");
+    assert_eq!(deleted[0].0, 0, "the oldest went first: {segments:?}");
+    let first_kept = segments
+        .iter()
+        .find(|s| s.2 == "COPY_SEGMENT_FINISHED")
+        .expect("segments within retention.bytes stay")
+        .0;
+    assert!(
+        deleted.iter().all(|s| s.1 < first_kept),
+        "only the oldest: {segments:?}"
+    );
+    // No segment file of a deleted segment is left in the store.
+    let files: usize = std::fs::read_dir(remote.path())
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().starts_with("t-0-"))
+        .map(|d| {
+            std::fs::read_dir(d.path())
+                .unwrap()
+                .flatten()
+                .filter(|f| f.path().extension().is_some_and(|e| e == "log"))
+                .count()
+        })
+        .sum();
+    let finished = segments
+        .iter()
+        .filter(|s| s.2 == "COPY_SEGMENT_FINISHED")
+        .count();
+    assert_eq!(files, finished, "{segments:?}");
+    let log_start = list_offset(&addr, "t", -2, 4).1;
+    assert_eq!(log_start, first_kept);
+    // Below the log start is out of range; from it every offset reads back.
+    assert_eq!(
+        client::read_all(&addr, "t", 0),
+        Err(1),
+        "OFFSET_OUT_OF_RANGE"
+    );
+    let out = kcat(
+        &[
+            "-C",
+            "-b",
+            &addr,
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %s\n",
+        ],
+        b"",
+    );
+    let want: String = (log_start..total)
+        .map(|o| format!("{o} {}\n", o + 10))
+        .collect();
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+
+    // By time: retention.ms lets every uploaded segment go; the log start reaches the local one.
+    let (code, message) = alter_config(&addr, 2, "t", "retention.ms", "1");
+    assert_eq!(code, 0, "{message:?}");
+    c.wait_for(
+        "every remote segment deleted by retention.ms",
+        Duration::from_secs(30),
+        |c| {
+            remote_segments(&remote_dir)
+                .iter()
+                .all(|s| s.2 == "DELETE_SEGMENT_FINISHED")
+                && list_offset(&c.addr(1), "t", -2, 4).1 == list_offset(&c.addr(1), "t", -4, 8).1
+        },
+    );
+    let local_start = list_offset(&addr, "t", -4, 8).1;
+    assert!(local_start > log_start, "{local_start} {log_start}");
+    let out = kcat(
+        &[
+            "-C",
+            "-b",
+            &addr,
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%o %s\n",
+        ],
+        b"",
+    );
+    let want: String = (local_start..total)
+        .map(|o| format!("{o} {}\n", o + 10))
+        .collect();
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+}
+
+/// An idempotent producer's batches all end up in the remote store; node 3 (second in the
+/// assignment) loses its disk and starts from the remote store, then leads once node 1 is
+/// killed, and the producer resends its last batch there. Returns the answer and node 3's log
+/// end before and after it.
+fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, i64) {
+    let remote = tempfile::tempdir().unwrap();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\nfollower.fetch.last.tiered.offset.enable=true\nauto.leader.rebalance.enable=false\n",
+        remote.path().display()
+    );
+    let args: Vec<&str> = bug.map(|b| vec!["--inject-bug", b]).unwrap_or_default();
+    let mut c = Cluster::start(3, &props, &args);
+    let segment_bytes = (3 * tidemark_broker::log::testing::batch(&[b"0"]).len()).to_string();
+    assert_eq!(
+        client::create_topic_assigned(
+            &c.addr(1),
+            "t",
+            1,
+            3,
+            &[&[1, 3, 2]],
+            &[
+                ("segment.bytes", &segment_bytes),
+                ("remote.storage.enable", "true"),
+                ("local.retention.ms", "0"),
+                ("min.insync.replicas", "1"),
+            ],
+        ),
+        0
+    );
+    c.wait_for(
+        "node 1 leading with all in the ISR",
+        Duration::from_secs(20),
+        |c| {
+            c.partition_state_at(1, "t", 0)
+                .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+        },
+    );
+    let (code, pid, epoch) = client::init_producer_id(&c.addr(1), None);
+    assert_eq!(code, 0);
+    for seq in 0..6 {
+        assert_eq!(
+            client::produce_idempotent(
+                &c.addr(1),
+                "t",
+                (pid, epoch, seq),
+                &[seq as i64],
+                Duration::from_secs(5)
+            ),
+            Ok(seq as i64)
+        );
+    }
+    // Plain records after them until the idempotent batches are all uploaded, below the
+    // earliest pending upload.
+    let mut next = 6;
+    while list_offset(&c.addr(1), "t", -6, 11).1 <= 6 {
+        assert_eq!(
+            client::produce(&c.addr(1), "t", 0, &[next], -1, Duration::from_secs(5)),
+            Ok(next)
+        );
+        next += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.node(3).kill9();
+    let data = c.nodes[2].data_dir();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n != "__cluster_metadata") {
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+    }
+    c.node(3).restart();
+    c.wait_for("node 3 back in the ISR", Duration::from_secs(30), |c| {
+        c.partition_state_at(1, "t", 0)
+            .is_some_and(|(_, _, isr)| isr.contains(&3))
+    });
+    assert!(
+        c.nodes[2].log().contains("started from the remote store"),
+        "node 3 started from the remote store"
+    );
+    c.node(1).kill9();
+    c.wait_for("node 3 leading", Duration::from_secs(20), |c| {
+        c.partition_state_at(3, "t", 0)
+            .is_some_and(|(l, _, _)| l == 3)
+    });
+    let end_before = list_offset(&c.addr(3), "t", -1, 4).1;
+    let answer = client::produce_idempotent(
+        &c.addr(3),
+        "t",
+        (pid, epoch, 5),
+        &[5],
+        Duration::from_secs(5),
+    );
+    let end_after = list_offset(&c.addr(3), "t", -1, 4).1;
+    (answer, end_before, end_after)
+}
+
+#[test]
+fn a_follower_started_from_the_remote_store_recognises_a_producers_retry_once_it_leads() {
+    let (answer, before, after) = retry_after_a_remote_bootstrap(None);
+    assert_eq!(
+        answer,
+        Ok(5),
+        "the retry is answered with its original offset"
+    );
+    assert_eq!(after, before, "and not appended again");
+}
+
+#[test]
+fn tiered_bootstrap_drops_producer_state_appends_a_retry_again() {
+    let (answer, before, after) =
+        retry_after_a_remote_bootstrap(Some("tiered-bootstrap-drops-producer-state"));
+    assert_eq!(
+        (answer, after),
+        (Ok(before), before + 1),
+        "the retry is appended again at the log end: a duplicate"
+    );
 }

@@ -163,6 +163,11 @@ pub struct PollValue {
     /// The current leader epoch the fetch carried and the broker accepted, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_epoch: Option<i64>,
+    /// Tiered topics: the leader's local log start (ListOffsets -4, EARLIEST_LOCAL) asked of the
+    /// same broker just before the fetch. A local log start only moves up, so records below it
+    /// came from the remote store (unless leadership moved in between).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_log_start: Option<i64>,
 }
 
 /// A data record as `[offset, value, leader_epoch]`. Polls may omit the epoch (`[offset, value]`).

@@ -623,6 +623,14 @@ fn poll_summary(inv: Option<&Op>, done: Option<&Op>) -> Option<String> {
         if let Some(hw) = r.high_watermark {
             s.push_str(&format!(" hw {hw}"));
         }
+        // Tiered topics: the records below the leader's local log start came from the remote
+        // store.
+        if let Some(local) = r.local_log_start {
+            let remote = r.records.iter().filter(|x| x.offset < local).count();
+            if remote > 0 {
+                s.push_str(&format!(" ({remote} from remote, local from {local})"));
+            }
+        }
     }
     Some(s)
 }

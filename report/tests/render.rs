@@ -250,3 +250,48 @@ fn a_run_cut_short_renders() {
         "the pending op is in the timeline"
     );
 }
+
+#[test]
+fn a_tiered_poll_says_how_many_records_came_from_the_remote_store() {
+    use serde_json::json;
+    use tidemark_checkers::{OpType, Process, Record};
+    let store = tempfile::tempdir().unwrap();
+    let mut h = common::History::new();
+    let mut records = Vec::new();
+    for i in 0..10i64 {
+        let t = i as f64 * 10.0;
+        h.send(0, (t, t + 2.0), "t", &[i + 1], OpType::Ok, Some(i));
+        records.push(Record::new(i, i + 1, 0));
+    }
+    let poll = json!({"topic": "t", "partition": 0, "from": 0});
+    h.push(
+        200.0,
+        Process::Client(1),
+        OpType::Invoke,
+        "poll",
+        poll,
+        None,
+    );
+    // The leader's local log started at 6: offsets 0-5 were read from the remote store.
+    let done = json!({"topic": "t", "partition": 0, "from": 0, "high_watermark": 10,
+        "local_log_start": 6,
+        "records": records.iter().map(|r| json!([r.offset, r.value, 0])).collect::<Vec<_>>()});
+    h.push(205.0, Process::Client(1), OpType::Ok, "poll", done, None);
+    let replicas: Vec<_> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| common::replica(n, "follower", "t", records.clone(), 10))
+        .collect();
+    let dir = common::write_run(
+        store.path(),
+        "tiered",
+        json!({"name": "tiered", "seed": 1, "workload": "tiered", "nemesis": [],
+        "nodes": ["n1", "n2", "n3"]}),
+        &h,
+        &replicas,
+    );
+    let html = std::fs::read_to_string(write_report(&dir).unwrap()).unwrap();
+    assert!(
+        html.contains("10 recs @0..9 hw 10 (6 from remote, local from 6)"),
+        "the poll's summary marks its remote reads"
+    );
+}

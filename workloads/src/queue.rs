@@ -654,6 +654,7 @@ impl QueueClient {
                 records: Vec::new(),
                 high_watermark: None,
                 leader_epoch: None,
+                local_log_start: None,
             });
             let (value, node) = c.poll(&poll).await.map_err(|f| Failure {
                 outcome: Outcome::Fail,
@@ -724,7 +725,23 @@ impl QueueClient {
             .and_then(|m| m.leader_epoch(&poll.topic, partition))
             .unwrap_or(-1);
         let (max_bytes, max_wait) = (self.options.poll_max_bytes, self.options.poll_max_wait);
+        let tiered = self
+            .options
+            .topic_configs
+            .get("remote.storage.enable")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let conn = self.conns.get_mut(&id).expect("connected in leader()");
+        // Where the leader's local log starts, so the history can tell remote reads: asked first,
+        // as it only moves up. Not knowing it costs the poll nothing.
+        let local_log_start = if tiered {
+            match conn.list_offsets(&poll.topic, partition, -4).await {
+                Ok((0, offset, _)) => Some(offset),
+                Ok(_) => None,
+                Err(e) => return Err(self.lost(id, node, e)),
+            }
+        } else {
+            None
+        };
         let r = match conn
             .fetch(
                 &poll.topic,
@@ -762,6 +779,7 @@ impl QueueClient {
             poll: PollValue {
                 high_watermark: Some(r.high_watermark),
                 leader_epoch: r.leader_epoch.map(i64::from),
+                local_log_start,
                 ..poll
             },
             records,
@@ -898,6 +916,7 @@ fn poll_op(topic: &str, partition: i32, from: i64) -> Invocation {
             records: Vec::new(),
             high_watermark: None,
             leader_epoch: None,
+            local_log_start: None,
         }),
     }
 }

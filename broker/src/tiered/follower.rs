@@ -34,6 +34,8 @@ pub struct TieredFollower {
     pub fetch_last_tiered_offset: bool,
     /// The injected `tiered-bootstrap-off-by-one` bug.
     pub bootstrap_off_by_one: bool,
+    /// The injected `tiered-bootstrap-drops-producer-state`.
+    pub bootstrap_drops_producer_state: bool,
 }
 
 impl TieredFollower {
@@ -237,6 +239,12 @@ pub async fn start_from_remote(
         }
     } else {
         segment.end_offset + 1
+    };
+    let producers = if tiered.bootstrap_drops_producer_state {
+        // KAFKA-14467: the downloaded producer snapshot is gone before it is loaded.
+        Default::default()
+    } else {
+        producers
     };
     p.start_after_remote(next, leader_start, &epochs, producers)?;
     info!(topic = ?p.topic, partition = p.index, log_start = leader_start, fetch_offset = next, segment = %segment.segment, epochs = ?epochs.iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>(), "started from the remote store");

@@ -8,11 +8,14 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use super::metadata::{
-    highest_offset, segment_containing, DirMetadataStore, RemoteLogMetadataStore, SegmentState,
+    highest_offset, segment_containing, DirMetadataStore, RemoteLogMetadataStore,
+    RemoteSegmentMetadata, SegmentState,
 };
+#[cfg(feature = "s3")]
+use super::s3::{S3Credentials, S3Storage};
 use super::storage::{LocalDirStorage, RemoteStorage, TopicIdPartition};
 use super::upload::{local_policy, local_segments_to_delete, upload_candidates, UploadJob};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, RemoteStoreConfig};
 use crate::log::batch::split_batches;
 use crate::log::PartitionLog;
 
@@ -24,6 +27,27 @@ pub struct TieredStore {
 }
 
 impl TieredStore {
+    /// The store the configuration names, data and metadata together.
+    pub fn open(config: &RemoteStoreConfig) -> Result<Self, String> {
+        match config {
+            RemoteStoreConfig::Dir(dir) => Self::open_dir(dir),
+            #[cfg(feature = "s3")]
+            RemoteStoreConfig::S3(s3) => {
+                let store = Arc::new(S3Storage::new(s3, S3Credentials::from_env()?)?);
+                Ok(TieredStore {
+                    storage: store.clone(),
+                    metadata: store,
+                })
+            }
+            #[cfg(not(feature = "s3"))]
+            RemoteStoreConfig::S3(s3) => Err(format!(
+                "remote.log.storage.s3.bucket={}: this broker was built without the S3 store \
+                 (cargo feature `s3` of tidemark-broker)",
+                s3.bucket
+            )),
+        }
+    }
+
     /// The local-directory store at `remote.log.storage.dir`, data and metadata together.
     pub fn open_dir(dir: &Path) -> Result<Self, String> {
         let storage = LocalDirStorage::new(dir)
@@ -32,6 +56,14 @@ impl TieredStore {
             storage: Arc::new(storage),
             metadata: Arc::new(DirMetadataStore::new(dir)),
         })
+    }
+
+    /// The partition's remote segments, or `None` (logged) while the metadata cannot be read.
+    pub fn list(&self, partition: &TopicIdPartition) -> Option<Vec<RemoteSegmentMetadata>> {
+        self.metadata
+            .list(partition)
+            .inspect_err(|e| warn!(%partition, "remote log metadata unavailable: {e}"))
+            .ok()
     }
 
     /// Reads for a consumer from the remote segment holding `offset`: whole batches from the one
@@ -121,27 +153,22 @@ pub struct TieredAccess<'a> {
     pub is_leader: bool,
 }
 
-/// One round of the leader's task for one partition, in three steps so that the copies run
-/// without the partition's lock: [`plan_uploads`] under it, [`UploadJob::run`] outside, then
-/// [`after_uploads`] under it again.
+/// One round of the leader's task for one partition, in steps so that nothing waits for the
+/// remote store under the partition's lock (a slow store would stall every request on the
+/// partition, and the broker's heartbeats with them): the metadata is listed outside it
+/// ([`TieredStore::list`]), [`plan_uploads`] runs under it, [`UploadJob::run`] outside, then
+/// [`after_uploads`] under it again with the metadata listed anew.
 pub fn plan_uploads(
     access: TieredAccess<'_>,
     partition: &TopicIdPartition,
-    store: &TieredStore,
+    known: &[RemoteSegmentMetadata],
 ) -> Vec<UploadJob> {
     if !access.is_leader || !access.config.remote_storage_enable {
         return Vec::new();
     }
     let segments = access.log.segments();
-    let known = match store.metadata.list(partition) {
-        Ok(known) => known,
-        Err(e) => {
-            warn!(%partition, "remote log metadata unavailable: {e}");
-            return Vec::new();
-        }
-    };
     let leo = access.log.log_end_offset();
-    let highest = highest_offset(&known, access.log.epochs().entries(), leo);
+    let highest = highest_offset(known, access.log.epochs().entries(), leo);
     access.state.highest_remote_offset = highest;
     // Upload only what this broker committed: the high watermark is the last stable offset here
     // (no transactions).
@@ -165,22 +192,15 @@ pub fn plan_uploads(
 pub fn after_uploads(
     access: TieredAccess<'_>,
     partition: &TopicIdPartition,
-    store: &TieredStore,
+    known: &[RemoteSegmentMetadata],
     now_ms: i64,
 ) -> Option<i64> {
     if !access.config.remote_storage_enable {
         return None;
     }
-    let known = match store.metadata.list(partition) {
-        Ok(known) => known,
-        Err(e) => {
-            warn!(%partition, "remote log metadata unavailable: {e}");
-            return None;
-        }
-    };
     let leo = access.log.log_end_offset();
     let cache = access.log.epochs().entries().to_vec();
-    access.state.highest_remote_offset = highest_offset(&known, &cache, leo);
+    access.state.highest_remote_offset = highest_offset(known, &cache, leo);
     let remote_start = known
         .iter()
         .filter(|s| {
@@ -189,9 +209,24 @@ pub fn after_uploads(
         })
         .map(|s| s.start_offset)
         .min();
+    // Segments total retention deleted no longer count: the log starts after the last of them.
+    let deleted_up_to = known
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.state,
+                SegmentState::DeleteSegmentStarted | SegmentState::DeleteSegmentFinished
+            ) && super::metadata::in_lineage(s, &cache, leo)
+        })
+        .map(|s| s.end_offset + 1)
+        .max();
     let local_start = access.log.log_start_offset();
-    if let Some(start) = remote_start.filter(|s| *s < local_start) {
-        access.state.log_start_offset = Some(start);
+    let start = match (remote_start, deleted_up_to) {
+        (Some(r), Some(d)) => Some(r.max(d)),
+        (r, d) => r.or(d),
+    };
+    if let Some(start) = start {
+        access.state.log_start_offset = (start < local_start).then_some(start);
     }
     if !access.is_leader {
         return None;
@@ -226,6 +261,118 @@ pub fn after_uploads(
             None
         }
     }
+}
+
+/// Total retention of a tiered topic (Kafka's `RemoteLogManager` retention task): the oldest
+/// finished remote segments of this leader's lineage that `retention.ms` (every record older)
+/// or `retention.bytes` (the remote bytes plus the local ones not uploaded yet, above the limit
+/// even without the segment) let go, oldest first, stopping at the first that neither does.
+/// Only a leader plans; its metadata is listed outside the partition's lock.
+pub fn plan_remote_retention(
+    access: TieredAccess<'_>,
+    known: &[RemoteSegmentMetadata],
+    now_ms: i64,
+) -> Vec<RemoteSegmentMetadata> {
+    let config = access.config;
+    if !access.is_leader
+        || !config.remote_storage_enable
+        || (config.retention_ms < 0 && config.retention_bytes < 0)
+    {
+        return Vec::new();
+    }
+    let leo = access.log.log_end_offset();
+    let cache = access.log.epochs().entries().to_vec();
+    let mut remote: Vec<&RemoteSegmentMetadata> = known
+        .iter()
+        .filter(|s| {
+            s.state == SegmentState::CopySegmentFinished
+                && super::metadata::in_lineage(s, &cache, leo)
+        })
+        .collect();
+    remote.sort_by_key(|s| (s.start_offset, s.event_timestamp_ms));
+    // Overlapping copies (another leader's of the same offsets) count once towards the size,
+    // by their first one, and go together.
+    let mut next = i64::MIN;
+    let distinct: Vec<&RemoteSegmentMetadata> = remote
+        .iter()
+        .filter(|s| {
+            let fresh = s.end_offset >= next;
+            next = next.max(s.end_offset + 1);
+            fresh
+        })
+        .copied()
+        .collect();
+    let highest = distinct.last().map(|s| s.end_offset);
+    let local_only: u64 = access
+        .log
+        .segments()
+        .iter()
+        .filter(|s| highest.is_none_or(|h| s.base_offset > h))
+        .map(|s| s.size)
+        .sum();
+    let mut breach = (config.retention_bytes >= 0).then(|| {
+        distinct.iter().map(|s| s.size_bytes).sum::<u64>() as i64 + local_only as i64
+            - config.retention_bytes
+    });
+    // The last offset retention lets go: the end of the last segment, oldest first, that either
+    // limit deletes.
+    let mut cut = None;
+    for s in distinct {
+        let by_time = config.retention_ms >= 0 && s.max_timestamp_ms < now_ms - config.retention_ms;
+        let by_size = breach.is_some_and(|b| b - s.size_bytes as i64 >= 0);
+        if !by_time && !by_size {
+            break;
+        }
+        if let Some(b) = breach.as_mut() {
+            *b -= s.size_bytes as i64;
+        }
+        cut = Some(s.end_offset);
+    }
+    // A deletion cut short by a failure is finished first.
+    known
+        .iter()
+        .filter(|s| {
+            s.state == SegmentState::DeleteSegmentStarted
+                && super::metadata::in_lineage(s, &cache, leo)
+        })
+        .chain(
+            remote
+                .into_iter()
+                .filter(|s| cut.is_some_and(|c| s.end_offset <= c)),
+        )
+        .cloned()
+        .collect()
+}
+
+/// Deletes remote segments total retention let go, each DELETE_SEGMENT_STARTED in the metadata,
+/// then its data, then DELETE_SEGMENT_FINISHED; stops at the first failure (the next round
+/// retries, from the started state). Returns how many were deleted.
+pub fn delete_remote_segments(
+    store: &TieredStore,
+    segments: &[RemoteSegmentMetadata],
+    now_ms: i64,
+) -> Result<usize, String> {
+    for (done, segment) in segments.iter().enumerate() {
+        let mut meta = segment.clone();
+        meta.event_timestamp_ms = now_ms;
+        let mut delete = || -> Result<(), String> {
+            meta.state = SegmentState::DeleteSegmentStarted;
+            store.metadata.put(&meta).map_err(|e| e.to_string())?;
+            store
+                .storage
+                .delete_segment(&meta.segment)
+                .map_err(|e| e.to_string())?;
+            meta.state = SegmentState::DeleteSegmentFinished;
+            store.metadata.put(&meta).map_err(|e| e.to_string())
+        };
+        if let Err(e) = delete() {
+            return Err(format!(
+                "deleting {} after {done} deleted: {e}",
+                segment.segment
+            ));
+        }
+    }
+    Ok(segments.len())
 }
 
 #[cfg(test)]

@@ -11,5 +11,7 @@
 pub mod follower;
 pub mod manager;
 pub mod metadata;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod storage;
 pub mod upload;

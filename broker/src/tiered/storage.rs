@@ -57,7 +57,7 @@ pub enum IndexKind {
 }
 
 impl IndexKind {
-    fn extension(self) -> &'static str {
+    pub(super) fn extension(self) -> &'static str {
         match self {
             IndexKind::LeaderEpoch => "leader-epoch-checkpoint",
             IndexKind::ProducerSnapshot => "snapshot",

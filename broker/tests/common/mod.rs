@@ -53,6 +53,8 @@ pub struct BrokerProc {
     args: Vec<String>,
     /// The broker executable: this build's, unless a benchmark compares another.
     binary: PathBuf,
+    /// Environment variables the process gets besides the test's (an S3 store's credentials).
+    pub env: Vec<(String, String)>,
 }
 
 impl BrokerProc {
@@ -84,6 +86,7 @@ impl BrokerProc {
             port,
             args,
             binary: PathBuf::from(env!("CARGO_BIN_EXE_tidemark-broker")),
+            env: Vec::new(),
         }
     }
 
@@ -96,6 +99,7 @@ impl BrokerProc {
             .unwrap();
         let child = Command::new(&self.binary)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -305,12 +309,27 @@ impl Cluster {
         Cluster::start_binary(None, n, props, extra)
     }
 
+    /// [`Cluster::start`] with `env` added to every broker's environment.
+    pub fn start_env(n: usize, props: &str, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_nodes(None, n, props, extra, env)
+    }
+
     /// [`Cluster::start`] with another broker executable (a benchmark's baseline build).
     pub fn start_binary(
         binary: Option<&std::path::Path>,
         n: usize,
         props: &str,
         extra: &[&str],
+    ) -> Cluster {
+        Cluster::start_nodes(binary, n, props, extra, &[])
+    }
+
+    fn start_nodes(
+        binary: Option<&std::path::Path>,
+        n: usize,
+        props: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
     ) -> Cluster {
         // `props` replaces FAST_FAILOVER's keys: a key set twice in one file is refused.
         let keys: Vec<&str> = props.lines().filter_map(|l| l.split('=').next()).collect();
@@ -343,6 +362,10 @@ impl Cluster {
                 if let Some(b) = binary {
                     node.binary = b.to_path_buf();
                 }
+                node.env = env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
                 node
             })
             .collect();

@@ -232,6 +232,7 @@ fn poll_value(
         records,
         high_watermark: hw,
         leader_epoch,
+        local_log_start: None,
     };
     serde_json::to_value(v).expect("a poll value serializes")
 }

@@ -120,6 +120,20 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
         assert!(!done.is_empty(), "no {f}");
         assert!(done.iter().all(|o| o["error"].is_null()), "{done:?}");
     }
+    // Polls record the leader's local log start, and some read below it: from the remote store.
+    let remote_reads = ops
+        .iter()
+        .filter(|o| o["f"] == "poll" && o["type"] == "ok")
+        .filter(|o| {
+            let local = o["value"]["local_log_start"].as_i64();
+            local.is_some_and(|l| {
+                o["value"]["records"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|r| r[0].as_i64().is_some_and(|x| x < l)))
+            })
+        })
+        .count();
+    assert!(remote_reads > 0, "no poll read from the remote store");
     // Each wipe deleted partition directories, kept the quorum's log, and the node came back
     // into every ISR; at least one of its replicas started from the remote store (its local log
     // after the partition's start, at or after the earliest pending upload).
