@@ -132,28 +132,6 @@ fn assert_valid_and_clean(v: &Verdict, what: &str) {
 }
 
 #[test]
-fn a_leader_acknowledging_before_replication_is_caught() {
-    require_root("a_leader_acknowledging_before_replication_is_caught");
-    broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let v = run(&[
-        "--time-limit",
-        "25",
-        "--seed",
-        "1",
-        "--inject-bug",
-        "ack-before-replication",
-        "--nemesis",
-        "partition",
-        "--nemesis-targets",
-        "leaders",
-        "--nemesis-interval",
-        "4",
-    ]);
-    assert_caught(&v, "lost-write", "");
-}
-
-#[test]
 fn a_follower_truncating_to_its_high_watermark_is_caught() {
     require_root("a_follower_truncating_to_its_high_watermark_is_caught");
     broker();

@@ -289,9 +289,16 @@ fn bootstrap(
         return;
     }
     let mut whys = Vec::new();
-    if let (true, Some(epuo), Some(leader_start)) =
-        (flag, l.earliest_pending_upload, l.log_start_offset)
-    {
+    // The earliest pending upload binds a follower of the leader that answered it. A wiped
+    // leader rejoins under a new one, whose view of the remote store may lag what the old one
+    // had just uploaded (found in a run of the correct broker).
+    let answered_by_another = l.node.as_deref() != Some(p.node.as_str());
+    if let (true, true, Some(epuo), Some(leader_start)) = (
+        flag,
+        answered_by_another,
+        l.earliest_pending_upload,
+        l.log_start_offset,
+    ) {
         if epuo > leader_start && local < epuo {
             whys.push(format!(
                 "its local log starts at {local}, below the earliest pending upload {epuo} the leader answered before the wipe: it fetched again what the remote store holds"

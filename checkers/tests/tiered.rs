@@ -155,6 +155,17 @@ fn a_follower_starting_below_the_earliest_pending_upload_is_a_bad_bootstrap() {
     assert_eq!(r.valid, Validity::Valid, "{r:#?}");
 }
 
+/// A wiped leader rejoins under a new leader, which answers its own earliest pending upload.
+#[test]
+fn a_wiped_leader_is_not_held_to_the_earliest_pending_upload_it_answered_itself() {
+    let mut h = history(4, 3, 2, json!([[0, 0], [1, 2]]));
+    let wipe = h.ops.last_mut().unwrap();
+    wipe.value["partitions"][0]["leader"]["node"] = json!("n3");
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+}
+
 #[test]
 fn a_follower_with_another_epoch_cache_below_its_local_start_is_a_bad_bootstrap() {
     let h = history(4, 3, 4, json!([[0, 0], [1, 2], [2, 4]]));

@@ -137,15 +137,15 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
     );
 
     // The shrunk run, replayed, fails the same way.
-    let out = tidemark_cmd(&["replay", shrunk.to_str().unwrap(), "--times", "5"]);
+    let out = tidemark_cmd(&["replay", shrunk.to_str().unwrap(), "--times", "3"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
     let (same, tries) = reproduced(&stdout);
-    assert_eq!(tries, 5);
-    assert!(same >= 3, "{stdout}");
+    assert_eq!(tries, 3);
+    assert!(same >= 2, "{stdout}");
     assert_eq!(
         stdout.lines().filter(|l| l.starts_with("try ")).count(),
-        5,
+        3,
         "{stdout}"
     );
     for run in runs(store.path()) {

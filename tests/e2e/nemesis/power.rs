@@ -151,23 +151,14 @@ fn a_cluster_wide_power_loss_under_the_default_flush_policy_loses_acknowledged_w
     default_flush_loses_acknowledged_writes(1);
 }
 
-#[test]
-fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing() {
-    require_root("per-message flush power loss");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    per_message_flush_loses_nothing(1);
-}
-
-/// Seed 5 cuts the power while `meta.properties`, written at the brokers' first start, was
+/// Seed 5 also cuts the power while `meta.properties`, written at the brokers' first start, was
 /// never fsynced: torn to `cluster.id=tide`, it kept every broker from starting again until the
 /// broker wrote it atomically (temporary file, fsync, rename, directory fsync).
 #[test]
-fn a_cluster_wide_power_loss_leaves_every_broker_able_to_start() {
-    require_root("power loss after the first start");
+fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing_and_every_broker_starts() {
+    require_root("per-message flush power loss");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let r = run(5, &["--broker-config", "log.flush.interval.messages=1"]);
-    assert_cluster_lost_power(&r);
-    assert_eq!(r.results["valid"], true, "{}", r.results);
+    per_message_flush_loses_nothing(5);
 }
 
 #[test]
