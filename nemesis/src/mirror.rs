@@ -136,6 +136,10 @@ pub struct MirrorFaults {
     /// `mirror.support.unclean.leader.election` per cluster and topic as `config` ops set it
     /// (else the setup's).
     flags: Mutex<BTreeMap<(String, String), bool>>,
+    /// A failover or failback failed after its request was sent: the brokers may still carry it
+    /// out (a stop handed to a controller without a quorum commits once the quorum is back), so
+    /// its outcome is unknown until that can no longer happen.
+    indeterminate: Mutex<bool>,
 }
 
 impl MirrorFaults {
@@ -149,7 +153,16 @@ impl MirrorFaults {
             setup,
             direction,
             flags: Mutex::new(BTreeMap::new()),
+            indeterminate: Mutex::new(false),
         }
+    }
+
+    fn mark_indeterminate(&self) {
+        *self.indeterminate.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    fn any_indeterminate(&self) -> bool {
+        *self.indeterminate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether any of `topics` has the flag on in `cluster`: only then must a truncation there
@@ -356,11 +369,30 @@ impl FaultOp for MoveOp<'_> {
             .topics
             .clone()
             .unwrap_or_else(|| self.faults.setup.topics.clone());
+        let mut indeterminate_wait = None;
         // The settle follows the mirror as it runs: a start whose answer was lost (the node
         // asked first was cut off and acted later) may have taken effect after its move was
         // recorded as failed, so the mirror running can be the reverse of the one believed.
         let (from, to, reversed) = if self.m.settle {
             let mirror = mirror_of(env)?;
+            if self.faults.any_indeterminate() {
+                // The settle runs once every fault is healed: a move given up as failed that the
+                // brokers still carry out does so within a stop's barrier wait of the quorum's
+                // return. Only once that is over does the mirror's state say which way it runs.
+                let waited = Instant::now();
+                let quiet = waited + STOP_WAIT;
+                let until = waited + self.faults.setup.settle_timeout / 2;
+                let name = mirror_name(&from, &to);
+                let dst = cluster(env, &to)?;
+                while Instant::now() < until {
+                    let now = block_on(mirror.describe_mirror(dst, &name));
+                    if Instant::now() >= quiet && !moving(&now) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                indeterminate_wait = Some(waited.elapsed());
+            }
             let running = |s| s != MirrorState::Stopped && s != MirrorState::Failed;
             let forward =
                 block_on(mirror.describe_mirror(cluster(env, &to)?, &mirror_name(&from, &to)));
@@ -400,6 +432,9 @@ impl FaultOp for MoveOp<'_> {
         if reversed {
             record["reversed"] = json!(true);
         }
+        if let Some(waited) = indeterminate_wait {
+            record["indeterminate_wait_s"] = json!(waited.as_secs_f64());
+        }
         let before = block_on(mirror.describe_mirror(dst, &name));
         if self.failover {
             let stopped = block_on(mirror.stop_mirror(dst, &name, &topics));
@@ -437,6 +472,7 @@ impl FaultOp for MoveOp<'_> {
                 }
             }
             if let Err(e) = stopped {
+                self.faults.mark_indeterminate();
                 record["direction"] = direction.record();
                 return Err(Failed {
                     done: record,
@@ -467,15 +503,7 @@ impl FaultOp for MoveOp<'_> {
         let mut before = before;
         if self.m.settle {
             let until = Instant::now() + self.faults.setup.settle_timeout / 2;
-            let unsettled = |d: &Described| {
-                d.as_ref().is_ok_and(|ps| {
-                    ps.iter().any(|(_, p)| {
-                        p.state == MirrorState::Stopping
-                            || (p.state == MirrorState::Failed && p.retry_attempt >= 0)
-                    })
-                })
-            };
-            while unsettled(&before) && Instant::now() < until {
+            while moving(&before) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(500));
                 before = block_on(mirror.describe_mirror(dst, &name));
             }
@@ -503,6 +531,7 @@ impl FaultOp for MoveOp<'_> {
             })
         };
         if let Err(e) = started {
+            self.faults.mark_indeterminate();
             record["partitions"] = partitions(dst, &topics, &before, &before, "log_end_offset");
             record["direction"] = direction.record();
             return Err(Failed {
@@ -574,6 +603,16 @@ impl FaultOp for MoveOp<'_> {
         }
         Ok(record)
     }
+}
+
+/// Whether some partition is between states: STOPPING, or FAILED with retries to come.
+fn moving(described: &Described) -> bool {
+    described.as_ref().is_ok_and(|ps| {
+        ps.iter().any(|(_, p)| {
+            p.state == MirrorState::Stopping
+                || (p.state == MirrorState::Failed && p.retry_attempt >= 0)
+        })
+    })
 }
 
 /// The nodes a lagging replica is drawn from: those leading the fewest of the partitions, counting
