@@ -456,6 +456,44 @@ fn epoch_ownership_across_clusters() {
     assert_eq!(e["records"][1]["origin"], "b");
 }
 
+/// A poll carrying a leader epoch older than its client's latest (`stale_epoch`): refused, it
+/// changes nothing; served with a record of a later epoch, the broker did not fence it (KIP-320).
+#[test]
+fn a_stale_epoch_served_past_its_epoch_is_epoch_above_leader() {
+    let (mut h, replicas) = clean();
+    let stale = json!({"topic": "t", "partition": 0, "from": 2, "stale_epoch": true});
+    h.push(Process::Client(3), OpType::Invoke, "poll", stale.clone(), None);
+    h.push(Process::Client(3), Fail, "poll", stale.clone(), None);
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(1, &[2], Ok, Some(1));
+    h.poll(2, 0, &[(0, 1, 0), (1, 2, 1)], Some(2));
+    h.push(Process::Client(3), OpType::Invoke, "poll", stale.clone(), None);
+    let mut done = stale;
+    done["from"] = json!(1);
+    done["records"] = json!([[1, 2, 1]]);
+    done["high_watermark"] = json!(2);
+    done["leader_epoch"] = json!(0);
+    let bad = h.push(Process::Client(3), Ok, "poll", done, None);
+    let recs = [(0, 1, 0), (1, 2, 1)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("a", "n2", false, 2, &recs),
+    ];
+    let r = run(&h, Some(&replicas));
+    only(&r, &["epoch-above-leader"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "epoch-above-leader")[0];
+    assert_eq!(e["op_index"], bad);
+    assert_eq!(
+        (e["leader_epoch"].clone(), e["record"].clone()),
+        (json!(0), json!([1, 2, 1]))
+    );
+}
+
 #[test]
 fn inconsistent_offsets_between_ack_and_poll() {
     let mut h = Hist::new();

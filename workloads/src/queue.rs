@@ -75,6 +75,11 @@ pub struct QueueOptions {
     pub send_fraction: f64,
     /// Chance that a poll seeks back to an earlier offset instead of reading on.
     pub seek_back_probability: f64,
+    /// Chance that a poll carries the leader epoch its client held before the latest one (a
+    /// client whose metadata refresh was lost): a broker must fence it unless it still leads
+    /// in that epoch. Absent in older runs: none.
+    #[serde(default)]
+    pub stale_epoch_probability: f64,
     /// The most bytes one poll asks for.
     pub poll_max_bytes: i32,
     /// How long a poll lets the broker wait for data.
@@ -107,6 +112,7 @@ impl QueueOptions {
             max_values_per_send: 3,
             send_fraction: 0.5,
             seek_back_probability: 1.0 / 16.0,
+            stale_epoch_probability: 1.0 / 16.0,
             poll_max_bytes: 64 * 1024,
             poll_max_wait: Duration::from_millis(100),
             producer: ProducerMode::Plain,
@@ -293,6 +299,9 @@ pub struct QueueClient {
     sequences: BTreeMap<(String, i32), i32>,
     /// The consumer-group member, with `--consumer group`.
     member: Option<GroupMember>,
+    /// Per partition, the leader epoch the client's metadata held when it last polled it, and
+    /// the one before that: what a stale poll carries.
+    epochs: BTreeMap<(String, i32), (i32, Option<i32>)>,
 }
 
 /// Why an op could not be sent, or what happened to it.
@@ -325,6 +334,7 @@ impl QueueClient {
             producer: None,
             sequences: BTreeMap::new(),
             member,
+            epochs: BTreeMap::new(),
         }
     }
 
@@ -655,6 +665,7 @@ impl QueueClient {
                 high_watermark: None,
                 leader_epoch: None,
                 local_log_start: None,
+                stale_epoch: false,
             });
             let (value, node) = c.poll(&poll).await.map_err(|f| Failure {
                 outcome: Outcome::Fail,
@@ -719,11 +730,14 @@ impl QueueClient {
         let poll: PollValue = parse_value("poll", v)?;
         let partition = partition_index(poll.partition)?;
         let (id, node) = self.leader(&poll.topic, partition).await?;
-        let epoch = self
+        let known = self
             .metadata
             .as_ref()
             .and_then(|m| m.leader_epoch(&poll.topic, partition))
             .unwrap_or(-1);
+        let older = older_epoch(&mut self.epochs, &poll.topic, partition, known);
+        let stale = poll.stale_epoch && older.is_some();
+        let epoch = older.filter(|_| stale).unwrap_or(known);
         let (max_bytes, max_wait) = (self.options.poll_max_bytes, self.options.poll_max_wait);
         let tiered = self
             .options
@@ -757,8 +771,11 @@ impl QueueClient {
             Err(e) => return Err(self.lost(id, node, e)),
         };
         if r.error_code.err().is_some() {
-            // A read that returned an error observed nothing and changed nothing.
-            self.metadata = None;
+            // A read that returned an error observed nothing and changed nothing. A stale
+            // epoch fenced is what the client asked for: its metadata stays.
+            if !(stale && r.error_code.err() == Some(ResponseError::FencedLeaderEpoch)) {
+                self.metadata = None;
+            }
             return Err(Failure {
                 outcome: Outcome::Fail,
                 node: Some(node),
@@ -780,6 +797,7 @@ impl QueueClient {
                 high_watermark: Some(r.high_watermark),
                 leader_epoch: r.leader_epoch.map(i64::from),
                 local_log_start,
+                stale_epoch: stale,
                 ..poll
             },
             records,
@@ -787,6 +805,27 @@ impl QueueClient {
         };
         Ok((to_value(&done), node))
     }
+}
+
+/// Notes `known`, a partition's leader epoch in a client's metadata now, in `epochs` (per
+/// partition: the latest and the one before), and returns the one it held before it changed to
+/// `known`, if lower.
+fn older_epoch(
+    epochs: &mut BTreeMap<(String, i32), (i32, Option<i32>)>,
+    topic: &str,
+    partition: i32,
+    known: i32,
+) -> Option<i32> {
+    if known < 0 {
+        return None;
+    }
+    let seen = epochs
+        .entry((topic.to_string(), partition))
+        .or_insert((known, None));
+    if seen.0 != known {
+        *seen = (known, Some(seen.0));
+    }
+    seen.1.filter(|&e| e >= 0 && e < known)
 }
 
 /// What to do after an idempotent send's answer.
@@ -906,7 +945,7 @@ fn send_op(topic: &str, partition: i32, values: Vec<i64>) -> Invocation {
 }
 
 /// A `poll` of a partition from offset `from`.
-fn poll_op(topic: &str, partition: i32, from: i64) -> Invocation {
+fn poll_op(topic: &str, partition: i32, from: i64, stale_epoch: bool) -> Invocation {
     Invocation {
         f: "poll".into(),
         value: to_value(&PollValue {
@@ -917,6 +956,7 @@ fn poll_op(topic: &str, partition: i32, from: i64) -> Invocation {
             high_watermark: None,
             leader_epoch: None,
             local_log_start: None,
+            stale_epoch,
         }),
     }
 }
@@ -1028,7 +1068,8 @@ impl Generator for QueueGen {
             if from > 0 && rng.random_bool(self.options.seek_back_probability) {
                 from = rng.random_range(0..from);
             }
-            poll_op(&topic, partition, from)
+            let p = self.options.stale_epoch_probability;
+            poll_op(&topic, partition, from, p > 0.0 && rng.random_bool(p))
         };
         Next::Op(Planned {
             worker,
@@ -1091,7 +1132,7 @@ impl Generator for Drain {
         Next::Op(Planned {
             worker,
             time: ctx.time,
-            op: poll_op(topic, *partition, self.position),
+            op: poll_op(topic, *partition, self.position, false),
         })
     }
 
@@ -1147,12 +1188,26 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_poll_carries_the_epoch_before_the_latest() {
+        let mut epochs = BTreeMap::new();
+        assert_eq!(older_epoch(&mut epochs, "t", 0, -1), None);
+        assert_eq!(older_epoch(&mut epochs, "t", 0, 3), None);
+        assert_eq!(older_epoch(&mut epochs, "t", 0, 3), None);
+        assert_eq!(older_epoch(&mut epochs, "t", 0, 5), Some(3));
+        assert_eq!(older_epoch(&mut epochs, "t", 0, 5), Some(3));
+        assert_eq!(older_epoch(&mut epochs, "t", 1, 5), None);
+        // Metadata from a node that lags can go back: nothing older than that is known.
+        assert_eq!(older_epoch(&mut epochs, "t", 0, 4), None);
+        assert_eq!(older_epoch(&mut epochs, "t", 0, 6), Some(4));
+    }
+
+    #[test]
     fn op_values_have_the_spec_shape() {
         assert_eq!(
             send_op("t", 1, vec![4, 5]).value,
             serde_json::json!({"topic": "t", "partition": 1, "values": [4, 5]})
         );
-        let poll = poll_op("t", 0, 7);
+        let poll = poll_op("t", 0, 7, false);
         assert_eq!(
             poll.value,
             serde_json::json!({"topic": "t", "partition": 0, "from": 7})

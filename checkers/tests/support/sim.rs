@@ -233,6 +233,7 @@ fn poll_value(
         high_watermark: hw,
         leader_epoch,
         local_log_start: None,
+        stale_epoch: false,
     };
     serde_json::to_value(v).expect("a poll value serializes")
 }
