@@ -299,8 +299,8 @@ pub struct QueueClient {
     sequences: BTreeMap<(String, i32), i32>,
     /// The consumer-group member, with `--consumer group`.
     member: Option<GroupMember>,
-    /// Per partition, the leader epoch the client's metadata held when it last polled it, and
-    /// the one before that: what a stale poll carries.
+    /// Per partition, the latest leader epoch the client's metadata held, and the one before
+    /// that: what a stale poll carries.
     epochs: BTreeMap<(String, i32), (i32, Option<i32>)>,
 }
 
@@ -358,6 +358,11 @@ impl QueueClient {
             };
             match attempt.await {
                 Ok(m) if all_led(&m, &self.options) => {
+                    for (topic, partition) in self.options.partitions() {
+                        if let Some(e) = m.leader_epoch(&topic, partition) {
+                            older_epoch(&mut self.epochs, &topic, partition, e);
+                        }
+                    }
                     self.metadata = Some(m);
                     return Ok(());
                 }
