@@ -168,10 +168,9 @@ pub struct PollValue {
     /// came from the remote store (unless leadership moved in between).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_log_start: Option<i64>,
-    /// Invocation: carry the leader epoch the client held before its latest one, as a client
-    /// whose metadata refresh was lost does. Completion: it did (`leader_epoch` is that older
-    /// epoch), so a broker that fences stale epochs (KIP-320) refuses it unless it still leads
-    /// in that epoch.
+    /// Invocation: carry a leader epoch below the latest the client knows, as a client whose
+    /// metadata refresh was lost does. Completion: it did (`leader_epoch` is that epoch), so a
+    /// broker that fences stale epochs (KIP-320) refuses it unless it still leads in that epoch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stale_epoch: bool,
 }

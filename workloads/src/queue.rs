@@ -75,9 +75,9 @@ pub struct QueueOptions {
     pub send_fraction: f64,
     /// Chance that a poll seeks back to an earlier offset instead of reading on.
     pub seek_back_probability: f64,
-    /// Chance that a poll carries the leader epoch its client held before the latest one (a
-    /// client whose metadata refresh was lost): a broker must fence it unless it still leads
-    /// in that epoch. Absent in older runs: none.
+    /// Chance that a poll carries a leader epoch one below the latest its client knows (a client
+    /// whose metadata refresh was lost): a broker must fence it unless it still leads in that
+    /// epoch. Absent in older runs: none.
     #[serde(default)]
     pub stale_epoch_probability: f64,
     /// The most bytes one poll asks for.
@@ -299,9 +299,6 @@ pub struct QueueClient {
     sequences: BTreeMap<(String, i32), i32>,
     /// The consumer-group member, with `--consumer group`.
     member: Option<GroupMember>,
-    /// Per partition, the latest leader epoch the client's metadata held, and the one before
-    /// that: what a stale poll carries.
-    epochs: BTreeMap<(String, i32), (i32, Option<i32>)>,
 }
 
 /// Why an op could not be sent, or what happened to it.
@@ -334,7 +331,6 @@ impl QueueClient {
             producer: None,
             sequences: BTreeMap::new(),
             member,
-            epochs: BTreeMap::new(),
         }
     }
 
@@ -358,11 +354,6 @@ impl QueueClient {
             };
             match attempt.await {
                 Ok(m) if all_led(&m, &self.options) => {
-                    for (topic, partition) in self.options.partitions() {
-                        if let Some(e) = m.leader_epoch(&topic, partition) {
-                            older_epoch(&mut self.epochs, &topic, partition, e);
-                        }
-                    }
                     self.metadata = Some(m);
                     return Ok(());
                 }
@@ -740,9 +731,10 @@ impl QueueClient {
             .as_ref()
             .and_then(|m| m.leader_epoch(&poll.topic, partition))
             .unwrap_or(-1);
-        let older = older_epoch(&mut self.epochs, &poll.topic, partition, known);
-        let stale = poll.stale_epoch && older.is_some();
-        let epoch = older.filter(|_| stale).unwrap_or(known);
+        // Any epoch below the leader's is fenced (KIP-320), so one below the latest known
+        // stands for whatever older metadata a client may hold.
+        let stale = poll.stale_epoch && known >= 1;
+        let epoch = if stale { known - 1 } else { known };
         let (max_bytes, max_wait) = (self.options.poll_max_bytes, self.options.poll_max_wait);
         let tiered = self
             .options
@@ -810,27 +802,6 @@ impl QueueClient {
         };
         Ok((to_value(&done), node))
     }
-}
-
-/// Notes `known`, a partition's leader epoch in a client's metadata now, in `epochs` (per
-/// partition: the latest and the one before), and returns the one it held before it changed to
-/// `known`, if lower.
-fn older_epoch(
-    epochs: &mut BTreeMap<(String, i32), (i32, Option<i32>)>,
-    topic: &str,
-    partition: i32,
-    known: i32,
-) -> Option<i32> {
-    if known < 0 {
-        return None;
-    }
-    let seen = epochs
-        .entry((topic.to_string(), partition))
-        .or_insert((known, None));
-    if seen.0 != known {
-        *seen = (known, Some(seen.0));
-    }
-    seen.1.filter(|&e| e >= 0 && e < known)
 }
 
 /// What to do after an idempotent send's answer.
@@ -1190,20 +1161,6 @@ mod tests {
         assert_eq!(error_name(READ_ONLY_TOPIC), "ReadOnlyTopic");
         assert_eq!(produce_outcome(-1), Outcome::Info);
         assert_eq!(produce_outcome(9999), Outcome::Info);
-    }
-
-    #[test]
-    fn a_stale_poll_carries_the_epoch_before_the_latest() {
-        let mut epochs = BTreeMap::new();
-        assert_eq!(older_epoch(&mut epochs, "t", 0, -1), None);
-        assert_eq!(older_epoch(&mut epochs, "t", 0, 3), None);
-        assert_eq!(older_epoch(&mut epochs, "t", 0, 3), None);
-        assert_eq!(older_epoch(&mut epochs, "t", 0, 5), Some(3));
-        assert_eq!(older_epoch(&mut epochs, "t", 0, 5), Some(3));
-        assert_eq!(older_epoch(&mut epochs, "t", 1, 5), None);
-        // Metadata from a node that lags can go back: nothing older than that is known.
-        assert_eq!(older_epoch(&mut epochs, "t", 0, 4), None);
-        assert_eq!(older_epoch(&mut epochs, "t", 0, 6), Some(4));
     }
 
     #[test]

@@ -93,8 +93,16 @@ impl LeaderEpochCache {
                 return Ok(());
             }
         }
+        let before = self.entries.len();
         self.entries
             .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
+        if self.entries.len() < before {
+            // As Kafka warns: a non-monotonic update replaces history a follower may truncate by.
+            tracing::warn!(
+                path = %self.path.display(), epoch, start_offset, removed = before - self.entries.len(),
+                "non-monotonic update of the leader epoch cache"
+            );
+        }
         self.entries.push(EpochEntry {
             epoch,
             start_offset,
