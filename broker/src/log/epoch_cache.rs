@@ -93,16 +93,19 @@ impl LeaderEpochCache {
                 return Ok(());
             }
         }
-        let before = self.entries.len();
-        self.entries
-            .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
-        if self.entries.len() < before {
-            // As Kafka warns: a non-monotonic update replaces history a follower may truncate by.
+        let (kept, removed): (Vec<EpochEntry>, Vec<EpochEntry>) = self
+            .entries
+            .iter()
+            .partition(|e| e.epoch < epoch && e.start_offset < start_offset);
+        // A leader change with no records in between replaces the entry at the same offset;
+        // anything else rewrites history a follower may truncate by, and Kafka warns of it.
+        if removed.len() > 1 || removed.first().is_some_and(|e| e.start_offset != start_offset) {
             tracing::warn!(
-                path = %self.path.display(), epoch, start_offset, removed = before - self.entries.len(),
+                path = %self.path.display(), epoch, start_offset, ?removed,
                 "non-monotonic update of the leader epoch cache"
             );
         }
+        self.entries = kept;
         self.entries.push(EpochEntry {
             epoch,
             start_offset,
