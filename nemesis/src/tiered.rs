@@ -42,10 +42,11 @@ const REJOIN_TIMEOUT: Duration = Duration::from_secs(30);
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How long a wiped node stays down at most, waiting for every partition it replicates to be led
-/// by another node that knows its tiered offsets: the controller fences a killed broker after
-/// `broker.session.timeout.ms` (3 s in tests), and a new leader learns the remote store in its
-/// first round (`remote.log.manager.task.interval.ms`).
-const RESTART_LEADER_WAIT: Duration = Duration::from_secs(10);
+/// by another node with a choice to offer ([`offers_a_choice`]): the controller fences a killed
+/// broker after `broker.session.timeout.ms` (3 s in tests), and a new leader learns the remote
+/// store in its first round (`remote.log.manager.task.interval.ms`) and keeps a segment it
+/// uploaded once one more has closed.
+const RESTART_LEADER_WAIT: Duration = Duration::from_secs(12);
 
 /// Long enough for the broker's checkpoints (written every 500 ms) to show the rejoined state.
 const CHECKPOINT_WAIT: Duration = Duration::from_millis(1200);
@@ -280,7 +281,9 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
 /// is back (the `rejoined` record names it). The answer read before the kill is no such bound
 /// for a wiped leader: its successor's view of the remote store can lag the node's own by a
 /// round. So this waits (at most [`RESTART_LEADER_WAIT`]) until each partition has a leader
-/// that is not wiped and knows its EPUO, and records the last answer, or why there was none.
+/// that is not wiped and [offers a choice](offers_a_choice), asking every leader anew each time
+/// (the last answers are the closest to the node's first fetch, so the tightest bound), and
+/// records the last answer, or why there was none.
 fn leaders_at_restart(
     cx: &NemesisContext<'_>,
     nodes: &[String],
@@ -292,9 +295,6 @@ fn leaders_at_restart(
         let view = ClusterView::read(cx).ok();
         for (topic, p) in partitions {
             let key = (topic.clone(), *p);
-            if asked.get(&key).is_some_and(knows_its_epuo) {
-                continue;
-            }
             let answer = match view.as_ref().map(|v| (v, v.partition(topic, *p))) {
                 None => json!({"error": "no node answered a metadata request"}),
                 Some((_, None)) => json!({"error": "not in the metadata"}),
@@ -306,19 +306,31 @@ fn leaders_at_restart(
             };
             asked.insert(key, answer);
         }
-        if asked.values().all(knows_its_epuo) || Instant::now() >= deadline {
+        if asked.values().all(offers_a_choice) || Instant::now() >= deadline {
             return asked;
         }
         std::thread::sleep(Duration::from_millis(300));
     }
 }
 
-/// Whether a leader's answers are in and its EPUO is known (not -1).
-fn knows_its_epuo(answer: &Value) -> bool {
-    answer.get("error").is_none()
-        && answer["earliest_pending_upload"]
-            .as_i64()
-            .is_some_and(|o| o != -1)
+/// Whether a leader's answers show the state in which a follower starting from the remote store
+/// has a choice to make, the one the tiered workload sets up (KIP-1023): part of the log is only
+/// in the remote store (log start below the local log start) and part of what was uploaded is
+/// still local (local log start below a known EPUO). A leader just elected, or catching up on
+/// uploads after an outage, has not deleted what it uploaded yet, or has deleted all of it; a
+/// node started then tests nothing of where it starts.
+fn offers_a_choice(answer: &Value) -> bool {
+    let offset = |k: &str| answer[k].as_i64();
+    match (
+        offset("log_start_offset"),
+        offset("local_log_start_offset"),
+        offset("earliest_pending_upload"),
+    ) {
+        (Some(start), Some(local), Some(epuo)) => {
+            answer.get("error").is_none() && start < local && local < epuo
+        }
+        _ => false,
+    }
 }
 
 /// Deletes every entry of the data directory but [`KEPT`], printing `<bytes>\t<name>` for each.
@@ -525,6 +537,24 @@ mod tests {
         assert_eq!(partition_dir("__consumer_offsets-3"), None);
         assert_eq!(partition_dir("meta.properties"), None);
         assert_eq!(partition_dir("replication-offset-checkpoint"), None);
+    }
+
+    #[test]
+    fn a_leader_offers_a_choice_once_it_keeps_part_of_what_it_uploaded() {
+        let answer = |start: i64, local: i64, epuo: i64| {
+            json!({"node": "n1", "leader_epoch": 2, "log_start_offset": start,
+                   "local_log_start_offset": local, "earliest_pending_upload": epuo})
+        };
+        assert!(offers_a_choice(&answer(0, 120, 160)));
+        // Nothing deleted locally yet (a new leader, or uploads catching up after an outage).
+        assert!(!offers_a_choice(&answer(0, 0, 160)));
+        // Everything uploaded already deleted locally: the two starts are the same.
+        assert!(!offers_a_choice(&answer(0, 160, 160)));
+        // A leader that has not learnt its tiered offsets.
+        assert!(!offers_a_choice(&answer(0, 120, -1)));
+        assert!(!offers_a_choice(
+            &json!({"node": "n3", "leader_epoch": 4, "error": "still led by a wiped node"})
+        ));
     }
 
     #[test]
