@@ -882,14 +882,25 @@ impl Broker {
             .offset_for_leader_epoch(current_leader_epoch, epoch)
     }
 
-    /// Writes every hosted partition's high watermark and log start offset to their checkpoints.
+    /// Writes every hosted partition's high watermark and log start offset to their checkpoints,
+    /// keeping what the checkpoints held at start for replicas on disk not opened yet.
     pub fn checkpoint_high_watermarks(&self) -> anyhow::Result<()> {
         let parts = self.all_partitions();
-        let hws = parts.iter().map(|p| (p, p.high_watermark()));
-        write_offset_checkpoint(&self.config.log_dir.join(HW_CHECKPOINT_FILE), hws)?;
-        let starts = parts.iter().map(|p| (p, p.log_start_offset()));
-        write_offset_checkpoint(&self.config.log_dir.join(LOG_START_CHECKPOINT_FILE), starts)?;
-        crate::log::sync_dir(&self.config.log_dir)?;
+        let dir = &self.config.log_dir;
+        let on_disk = |(topic, index): &(String, i32)| {
+            dir.join(crate::partition::dir_name(topic, *index)).is_dir()
+        };
+        let hws = parts
+            .iter()
+            .map(|p| ((p.topic.clone(), p.index), p.high_watermark()));
+        let hws = checkpoint_entries(hws, &self.stored_hw, on_disk);
+        write_offset_checkpoint(&dir.join(HW_CHECKPOINT_FILE), &hws)?;
+        let starts = parts
+            .iter()
+            .map(|p| ((p.topic.clone(), p.index), p.log_start_offset()));
+        let starts = checkpoint_entries(starts, &self.stored_log_start, on_disk);
+        write_offset_checkpoint(&dir.join(LOG_START_CHECKPOINT_FILE), &starts)?;
+        crate::log::sync_dir(dir)?;
         Ok(())
     }
 
@@ -928,12 +939,34 @@ impl Broker {
 
 /// Writes Kafka's offset checkpoint format (version 0, count, `topic partition offset` lines)
 /// through a synced temporary file and a rename.
-fn write_offset_checkpoint<'a>(
+/// A checkpoint's entries: the hosted replicas' `offsets`, and the `stored` entry (read at start)
+/// of every replica still on disk (`on_disk`) that is not hosted yet. A broker opens its
+/// replicas only once it has caught up with the metadata, and the first checkpoint is written at
+/// start: written without them, then killed before the next, it lost a tiered partition's log
+/// start below its local one (found in a tiered run of the correct broker), so on the next start
+/// the leader took its local log start for the partition's and its followers cut their epoch
+/// caches to it.
+fn checkpoint_entries(
+    offsets: impl Iterator<Item = ((String, i32), i64)>,
+    stored: &BTreeMap<(String, i32), i64>,
+    on_disk: impl Fn(&(String, i32)) -> bool,
+) -> BTreeMap<(String, i32), i64> {
+    let mut entries: BTreeMap<(String, i32), i64> = offsets.collect();
+    for (key, offset) in stored {
+        if !entries.contains_key(key) && on_disk(key) {
+            entries.insert(key.clone(), *offset);
+        }
+    }
+    entries
+}
+
+fn write_offset_checkpoint(
     path: &std::path::Path,
-    offsets: impl Iterator<Item = (&'a Arc<Partition>, i64)>,
+    offsets: &BTreeMap<(String, i32), i64>,
 ) -> anyhow::Result<()> {
     let lines: Vec<String> = offsets
-        .map(|(p, o)| format!("{} {} {o}\n", p.topic, p.index))
+        .iter()
+        .map(|((topic, index), o)| format!("{topic} {index} {o}\n"))
         .collect();
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp)?;
@@ -1039,5 +1072,22 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
             tokio::task::block_in_place(f)
         }
         _ => f(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_keeps_the_replicas_on_disk_not_opened_yet() {
+        let key = |t: &str, i: i32| (t.to_string(), i);
+        let stored = BTreeMap::from([(key("t0", 0), 0), (key("t0", 1), 12), (key("gone", 0), 7)]);
+        let hosted = [(key("t0", 1), 40), (key("t1", 0), 3)];
+        let entries = checkpoint_entries(hosted.into_iter(), &stored, |k| k.0 != "gone");
+        assert_eq!(
+            entries,
+            BTreeMap::from([(key("t0", 0), 0), (key("t0", 1), 40), (key("t1", 0), 3)])
+        );
     }
 }

@@ -187,6 +187,17 @@ impl PartitionState {
         self.registration.leader_epoch
     }
 
+    /// Whether this replica still follows in `leader_epoch`. What a follower's fetcher read from
+    /// its leader must not change the log once the replica has left that epoch, to lead or to
+    /// follow a newer leader: the fetcher is cancelled when the role changes, but a response it
+    /// has already read is applied without another await, so only this check, under the lock
+    /// the role change takes too, keeps it out. Found in a tiered run: a fetch of epoch 2
+    /// appended just after the replica became leader of epoch 3 replaced the cache's entries
+    /// for both epochs with (2, its offset), and the leader uploaded that cache.
+    fn follows_in(&self, leader_epoch: i32) -> bool {
+        !self.is_leader() && self.leader_epoch() == leader_epoch
+    }
+
     /// A mirror partition not yet STOPPED: read-only, and its epoch cache holds only epochs of
     /// mirrored batches (M11).
     fn is_mirroring(&self) -> bool {
@@ -1063,13 +1074,19 @@ impl Partition {
     /// Appends fetched batches as a follower and takes the leader's high watermark, bounded by
     /// this log's end and never moving back, and the leader's log start offset, bounded by that
     /// high watermark (Kafka's follower `maybeIncrementLogStartOffset`); publishes the HW.
+    /// Returns false, changing nothing, when the replica no longer follows in `fetched_in`, the
+    /// leader epoch the fetch was sent in.
     pub fn append_as_follower(
         &self,
         records: &[u8],
         leader_hw: i64,
         leader_log_start: i64,
-    ) -> Result<(), LogError> {
-        let hw = self.with_state(|s| -> Result<i64, LogError> {
+        fetched_in: i32,
+    ) -> Result<bool, LogError> {
+        let hw = self.with_state(|s| -> Result<Option<i64>, LogError> {
+            if !s.follows_in(fetched_in) {
+                return Ok(None);
+            }
             if !records.is_empty() {
                 s.log.append_as_follower(records)?;
             }
@@ -1080,16 +1097,29 @@ impl Partition {
             {
                 info!(topic = ?self.topic, partition = self.index, log_start = s.log.log_start_offset(), "log start moved with the leader's");
             }
-            Ok(s.high_watermark)
+            Ok(Some(s.high_watermark))
         })?;
+        let Some(hw) = hw else {
+            return Ok(false);
+        };
         self.publish_high_watermark(hw);
-        Ok(())
+        Ok(true)
     }
 
     /// Truncates the follower per Kafka's `getOffsetTruncationState`, given the leader's answer
-    /// `(leader_epoch, leader_end)` for our latest epoch. Returns whether truncation is complete.
-    pub fn truncate_by_epoch(&self, leader_epoch: i32, leader_end: i64) -> Result<bool, LogError> {
+    /// `(leader_epoch, leader_end)` for our latest epoch. Returns whether truncation is complete,
+    /// or `None`, changing nothing, when the replica no longer follows in `fetched_in` (the
+    /// leader epoch the answer was asked in; `None` for the mirror task, which leads).
+    pub fn truncate_by_epoch(
+        &self,
+        leader_epoch: i32,
+        leader_end: i64,
+        fetched_in: Option<i32>,
+    ) -> Result<Option<bool>, LogError> {
         self.with_state(|s| {
+            if fetched_in.is_some_and(|e| !s.follows_in(e)) {
+                return Ok(None);
+            }
             let leo = s.log.log_end_offset();
             let (target, complete) = epoch_truncation_target(s, leader_epoch, leader_end);
             if target <= leo {
@@ -1099,7 +1129,7 @@ impl Partition {
                 s.log.truncate_to(target)?;
                 s.clamp_to_log_end();
             }
-            Ok(complete)
+            Ok(Some(complete))
         })
     }
 
@@ -1119,12 +1149,18 @@ impl Partition {
 
     /// Kafka's `fetchOffsetAndTruncate`: a follower ahead of the leader (after an unclean
     /// election) truncates to the leader's end; one behind the leader's start starts over there.
+    /// Returns false, changing nothing, when the replica no longer follows in `fetched_in` (the
+    /// leader epoch the offsets were asked in; `None` for the mirror task, which leads).
     pub fn truncate_out_of_range(
         &self,
         leader_end: i64,
         leader_start: i64,
-    ) -> Result<(), LogError> {
+        fetched_in: Option<i32>,
+    ) -> Result<bool, LogError> {
         self.with_state(|s| {
+            if fetched_in.is_some_and(|e| !s.follows_in(e)) {
+                return Ok(false);
+            }
             let leo = s.log.log_end_offset();
             if leader_end < leo {
                 warn!(topic = ?self.topic, partition = self.index, leader_end, leo, "follower ahead of the leader: truncating");
@@ -1133,7 +1169,7 @@ impl Partition {
                 s.log.truncate_fully_and_start_at(leader_start)?;
             }
             s.clamp_to_log_end();
-            Ok(())
+            Ok(true)
         })
     }
 
@@ -1178,18 +1214,23 @@ impl Partition {
 
     /// A follower's start from the remote store (see [`PartitionLog::start_after_remote`]): the
     /// log starts empty at `offset`, the partition's log start is the leader's.
+    /// Returns false, changing nothing, when the replica no longer follows in `fetched_in`.
     pub fn start_after_remote(
         &self,
         offset: i64,
         leader_log_start: i64,
         epochs: &[crate::log::epoch_cache::EpochEntry],
         producers: crate::log::producer_state::ProducerStates,
-    ) -> Result<(), LogError> {
+        fetched_in: i32,
+    ) -> Result<bool, LogError> {
         self.with_state(|s| {
+            if !s.follows_in(fetched_in) {
+                return Ok(false);
+            }
             s.log.start_after_remote(offset, epochs, producers)?;
             s.tiered.log_start_offset = (leader_log_start < offset).then_some(leader_log_start);
             s.high_watermark = s.high_watermark.min(offset);
-            Ok(())
+            Ok(true)
         })
     }
 
@@ -1557,6 +1598,73 @@ mod tests {
         assert_eq!(p.high_watermark(), 1);
         follower_fetch(&p, 2, 2);
         assert_eq!(p.high_watermark(), 2);
+    }
+
+    /// Found in a tiered run of the correct broker: a follower's fetch of epoch 2, read just
+    /// before the replica became leader of epoch 3 and applied just after, appended a batch of
+    /// epoch 2 after the leader's epoch start, and the cache's entries for epochs 2 and 3 gave
+    /// way to (2, that batch's offset). Anything fetched in an epoch the replica has left must
+    /// change nothing.
+    #[test]
+    fn a_fetch_of_an_epoch_the_replica_has_left_changes_nothing() {
+        use crate::log::epoch_cache::EpochEntry;
+        let dir = tempfile::tempdir().unwrap();
+        let registration = |leader: i32, leader_epoch: i32| PartitionRegistration {
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader,
+            leader_epoch,
+            partition_epoch: leader_epoch,
+            leader_recovery_state: LeaderRecoveryState::Recovered,
+        };
+        let host = Host {
+            node_id: 1,
+            deviations: Deviations::default(),
+        };
+        let (p, _) = Partition::open(
+            dir.path(),
+            "t",
+            0,
+            host,
+            LogConfig::default(),
+            registration(2, 2),
+            Checkpointed::default(),
+        )
+        .unwrap();
+        p.apply_registration(registration(2, 2)).unwrap();
+        let fetched = |base_offset: i64| {
+            let mut b = bytes::BytesMut::from(&batch(&[b"a"])[..]);
+            crate::log::batch::stamp(&mut b, 0, base_offset, 2);
+            b.to_vec()
+        };
+        assert!(p.append_as_follower(&fetched(0), 1, 0, 2).unwrap());
+        assert_eq!(
+            p.apply_registration(registration(1, 3)).unwrap(),
+            RoleChange::BecameLeader
+        );
+        let state =
+            || p.with_state(|s| (s.log.log_end_offset(), s.log.epochs().entries().to_vec()));
+        let led = (
+            1,
+            vec![
+                EpochEntry {
+                    epoch: 2,
+                    start_offset: 0,
+                },
+                EpochEntry {
+                    epoch: 3,
+                    start_offset: 1,
+                },
+            ],
+        );
+        assert_eq!(state(), led);
+        assert!(!p.append_as_follower(&fetched(1), 2, 0, 2).unwrap());
+        assert_eq!(p.truncate_by_epoch(1, 0, Some(2)).unwrap(), None);
+        assert!(!p.truncate_out_of_range(0, 0, Some(2)).unwrap());
+        assert!(!p
+            .start_after_remote(1, 0, &[], Default::default(), 2)
+            .unwrap());
+        assert_eq!(state(), led);
     }
 
     #[test]

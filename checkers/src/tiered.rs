@@ -6,8 +6,9 @@
 //!   its leader's local log start ([`remote_prefix`](crate::lineage::remote_prefix)): an acknowledged write that was uploaded
 //!   and then lost is a `lost-write` like any other;
 //! - a `wipe` fault records, per partition of the wiped node, the leader's tiered offsets just
-//!   before (ListOffsets -6, -5, -2, -4, in that order) and the node's replica once it was back in
-//!   the ISR.
+//!   before (ListOffsets -6, -5, -2, -4, in that order), the same asked of the leader the node
+//!   was to rejoin under just before it was started again (`leader_at_restart`, absent from older
+//!   histories), and the node's replica once it was back in the ISR, with the leader then.
 //!
 //! Anomalies:
 //! - `tiered-gap` (T1, every offset readable): an offset between the partition's log start and
@@ -18,11 +19,13 @@
 //!   and the leader's local log, hold different records at one offset.
 //! - `tiered-bootstrap` (T1): a wiped follower that started from the remote store, with
 //!   `follower.fetch.last.tiered.offset.enable` on, started its local log below the earliest
-//!   pending upload its leader answered before the wipe (the earliest pending upload only grows
-//!   along a leader's lineage, so the segment covering it minus one ends at or after it; starting
-//!   lower fetches again what the remote store holds, KAFKA-13369's review finding), or came back
-//!   with another log start than the leader's, or with an epoch cache that differs from the final
-//!   leader's below where its local log starts.
+//!   pending upload the leader it rejoined under answered before it was started again (that
+//!   leader's answer only grows while it leads in one epoch, so the segment covering it minus one
+//!   ends at or after it; starting lower fetches again what the remote store holds, KAFKA-13369's
+//!   review finding), or came back with another log start than the leader's, or with an epoch
+//!   cache that differs from the final leader's below where its local log starts. Histories
+//!   without `leader_at_restart` are held to the answer before the wipe, when another node than
+//!   the wiped one gave it.
 //! - `earliest-pending-upload` (T3): a leader's answer to ListOffsets -6 below its log start,
 //!   more than one past its highest tiered offset, or other than its log start while it knew
 //!   of nothing tiered.
@@ -62,6 +65,10 @@ pub struct WipedPartition {
     /// The leader's tiered offsets just before the wipe.
     #[serde(default)]
     pub leader: Option<LeaderOffsets>,
+    /// The tiered offsets of the leader the node was to rejoin under, asked while it was still
+    /// down (absent from histories written before it was recorded).
+    #[serde(default)]
+    pub leader_at_restart: Option<LeaderOffsets>,
     /// The node's replica once it was back in the ISR (absent when it was not in time).
     #[serde(default)]
     pub rejoined: Option<Rejoined>,
@@ -73,6 +80,9 @@ pub struct LeaderOffsets {
     /// The leader.
     #[serde(default)]
     pub node: Option<String>,
+    /// Its leader epoch, as the metadata had it when it was asked.
+    #[serde(default)]
+    pub leader_epoch: Option<i32>,
     /// Why it did not answer; then the offsets are absent.
     #[serde(default)]
     pub error: Option<String>,
@@ -102,6 +112,12 @@ pub struct Rejoined {
     /// Its epoch cache.
     #[serde(default)]
     pub epochs: Vec<EpochEntry>,
+    /// The partition's leader once the replica was read.
+    #[serde(default)]
+    pub leader: Option<String>,
+    /// That leader's epoch.
+    #[serde(default)]
+    pub leader_epoch: Option<i32>,
 }
 
 /// The wipes of a history, in order, with their op indices.
@@ -145,10 +161,14 @@ pub(crate) fn check(
     let flag = flag_on(test);
     for (index, wipe) in &history.wipes {
         for p in &wipe.partitions {
-            let Some(leader) = p.leader.as_ref().filter(|l| l.error.is_none()) else {
+            let before = p.leader.as_ref().filter(|l| l.error.is_none());
+            let at_restart = p.leader_at_restart.as_ref().filter(|l| l.error.is_none());
+            for l in before.iter().chain(&at_restart) {
+                earliest_pending_upload(*index, p, l, anomalies);
+            }
+            let Some(leader) = before.or(at_restart) else {
                 continue;
             };
-            earliest_pending_upload(*index, p, leader, anomalies);
             if let Some(r) = &p.rejoined {
                 let final_leader = replicas.and_then(|rs| {
                     finals
@@ -289,22 +309,17 @@ fn bootstrap(
         return;
     }
     let mut whys = Vec::new();
-    // The earliest pending upload binds a follower of the leader that answered it. A wiped
-    // leader rejoins under a new one, whose view of the remote store may lag what the old one
-    // had just uploaded (found in a run of the correct broker).
-    let answered_by_another = l.node.as_deref() != Some(p.node.as_str());
-    if let (true, true, Some(epuo), Some(leader_start)) = (
-        flag,
-        answered_by_another,
-        l.earliest_pending_upload,
-        l.log_start_offset,
-    ) {
-        if epuo > leader_start && local < epuo {
-            whys.push(format!(
-                "its local log starts at {local}, below the earliest pending upload {epuo} the leader answered before the wipe: it fetched again what the remote store holds"
-            ));
+    let owed = owed_upload(p, l, r);
+    if let (true, Some((o, when))) = (flag, owed) {
+        if let (Some(epuo), Some(leader_start)) = (o.earliest_pending_upload, o.log_start_offset) {
+            if epuo > leader_start && local < epuo {
+                whys.push(format!(
+                    "its local log starts at {local}, below the earliest pending upload {epuo} the leader answered {when}: it fetched again what the remote store holds"
+                ));
+            }
         }
     }
+    let cited = owed.map_or(l, |(o, _)| o);
     let final_start = final_leader
         .and_then(|f| f.tiered.as_ref())
         .and_then(|t| t.log_start_offset);
@@ -339,8 +354,38 @@ fn bootstrap(
             AnomalyKind::TieredBootstrap,
             json!({"op_index": index, "node": p.node, "topic": p.topic,
                    "partition": p.partition, "local_log_start_offset": local,
-                   "log_start_offset": start, "leader": l.node,
-                   "earliest_pending_upload": l.earliest_pending_upload, "why": why}),
+                   "log_start_offset": start, "leader": cited.node,
+                   "earliest_pending_upload": cited.earliest_pending_upload, "why": why}),
         );
+    }
+}
+
+/// The leader's answers a wiped node's start from the remote store is held to, and when they
+/// were given. The follower starts at the earliest pending upload its leader answers once its
+/// first fetch is refused (kips.md §2.3), and that answer only grows while the leader leads in
+/// one epoch; so the same leader's answer in the same epoch, read before the node was started
+/// again, is a lower bound of it, if that leader and epoch are still the partition's once the
+/// node is back (no other leader came between). A wiped leader rejoins under a new one, whose
+/// view of the remote store may lag what the node itself had uploaded (found in a run of the
+/// correct broker): the answer from before the wipe binds only when another node gave it, and
+/// is used only by histories that do not have the later one.
+fn owed_upload<'a>(
+    p: &'a WipedPartition,
+    before: &'a LeaderOffsets,
+    r: &Rejoined,
+) -> Option<(&'a LeaderOffsets, &'static str)> {
+    match &p.leader_at_restart {
+        Some(at) => {
+            let followed = at.error.is_none()
+                && at.node.is_some()
+                && at.node.as_deref() != Some(p.node.as_str())
+                && at.node == r.leader
+                && at.leader_epoch.is_some()
+                && at.leader_epoch == r.leader_epoch;
+            followed.then_some((at, "before the node was started again"))
+        }
+        None => {
+            (before.node.as_deref() != Some(p.node.as_str())).then_some((before, "before the wipe"))
+        }
     }
 }

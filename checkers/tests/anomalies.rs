@@ -462,7 +462,13 @@ fn epoch_ownership_across_clusters() {
 fn a_stale_epoch_served_past_its_epoch_is_epoch_above_leader() {
     let (mut h, replicas) = clean();
     let stale = json!({"topic": "t", "partition": 0, "from": 2, "stale_epoch": true});
-    h.push(Process::Client(3), OpType::Invoke, "poll", stale.clone(), None);
+    h.push(
+        Process::Client(3),
+        OpType::Invoke,
+        "poll",
+        stale.clone(),
+        None,
+    );
     h.push(Process::Client(3), Fail, "poll", stale.clone(), None);
     let r = run(&h, Some(&replicas));
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
@@ -471,7 +477,13 @@ fn a_stale_epoch_served_past_its_epoch_is_epoch_above_leader() {
     h.send(0, &[1], Ok, Some(0));
     h.send(1, &[2], Ok, Some(1));
     h.poll(2, 0, &[(0, 1, 0), (1, 2, 1)], Some(2));
-    h.push(Process::Client(3), OpType::Invoke, "poll", stale.clone(), None);
+    h.push(
+        Process::Client(3),
+        OpType::Invoke,
+        "poll",
+        stale.clone(),
+        None,
+    );
     let mut done = stale;
     done["from"] = json!(1);
     done["records"] = json!([[1, 2, 1]]);

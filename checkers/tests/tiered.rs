@@ -155,7 +155,8 @@ fn a_follower_starting_below_the_earliest_pending_upload_is_a_bad_bootstrap() {
     assert_eq!(r.valid, Validity::Valid, "{r:#?}");
 }
 
-/// A wiped leader rejoins under a new leader, which answers its own earliest pending upload.
+/// A history from before `leader_at_restart`: a wiped leader rejoins under a new leader, which
+/// answers its own earliest pending upload, so the wiped leader's answer binds nothing.
 #[test]
 fn a_wiped_leader_is_not_held_to_the_earliest_pending_upload_it_answered_itself() {
     let mut h = history(4, 3, 2, json!([[0, 0], [1, 2]]));
@@ -164,6 +165,44 @@ fn a_wiped_leader_is_not_held_to_the_earliest_pending_upload_it_answered_itself(
     let r = run(true, &h, &replicas(&uploaded()));
     assert_eq!(r.valid, Validity::Valid, "{r:#?}");
     assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+}
+
+/// The leader n3 wiped after answering 6 (it had just uploaded up to 5), then started again
+/// under n1, which answered `epuo` in epoch 2 while n3 was down (a round behind n3's uploads);
+/// n3 came back at `local`, n1 leading in `epoch_then`.
+fn wiped_leader(epuo: i64, local: i64, epoch_then: i64) -> Hist {
+    let mut h = history(6, 5, local, json!([[0, 0], [1, 4]]));
+    let p = &mut h.ops.last_mut().unwrap().value["partitions"][0];
+    p["leader"]["node"] = json!("n3");
+    p["leader"]["leader_epoch"] = json!(1);
+    p["leader_at_restart"] = json!({"node": "n1", "leader_epoch": 2,
+        "earliest_pending_upload": epuo, "earliest_pending_upload_epoch": 1,
+        "highest_tiered_offset": epuo - 1, "log_start_offset": 0, "local_log_start_offset": 2,
+        "high_watermark": 8});
+    p["rejoined"]["leader"] = json!("n1");
+    p["rejoined"]["leader_epoch"] = json!(epoch_then);
+    h
+}
+
+#[test]
+fn a_wiped_leader_is_held_to_what_the_leader_it_rejoined_under_answered() {
+    // Started at n1's answer 4, below n3's own 6: correct.
+    let r = run(true, &wiped_leader(4, 4, 2), &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+    // The off-by-one: started at n1's local log start 2.
+    let r = run(true, &wiped_leader(4, 2, 2), &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+    let bad = &r.anomalies["tiered-bootstrap"][0];
+    assert_eq!(bad["leader"], "n1");
+    let why = bad["why"].as_str().unwrap();
+    assert!(
+        why.contains("below the earliest pending upload 4 the leader answered before the node was started again"),
+        "{why}"
+    );
+    // Another leader came between the answer and the rejoin: nothing binds the start.
+    let r = run(true, &wiped_leader(4, 2, 3), &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
 }
 
 #[test]

@@ -5,9 +5,12 @@
 //!   own log (`__cluster_metadata`, which Kafka keeps apart in `metadata.log.dir`: a controller
 //!   that forgot its votes would break the quorum, which is not what this fault tests), and
 //!   starts it empty. Before the kill it asks each partition's leader for its tiered offsets
-//!   (ListOffsets -2, -4, -5, -6); after the start it waits until the node is back in the ISR of
-//!   every partition it replicates and records its replicas as `dump-log` reads them. Those two
-//!   records are what the checkers judge the follower's start from the remote store by (T1, T3).
+//!   (ListOffsets -2, -4, -5, -6); before the start it asks them again of the leader the node
+//!   will rejoin under (a wiped leader's successor, which may know less of the remote store than
+//!   the node did); after the start it waits until the node is back in the ISR of every
+//!   partition it replicates and records its replicas as `dump-log` reads them, with the leader
+//!   they followed. Those records are what the checkers judge the follower's start from the
+//!   remote store by (T1, T3).
 //! - `remote-outage` takes the remote store away from its targets ([`RemoteStore`]): uploads and
 //!   remote reads fail there until `remote-restore` gives it back.
 //!
@@ -37,6 +40,13 @@ const REJOIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a leader gets to answer the tiered offsets.
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long a wiped node stays down at most, waiting for every partition it replicates to be led
+/// by another node with a choice to offer ([`offers_a_choice`]): the controller fences a killed
+/// broker after `broker.session.timeout.ms` (3 s in tests), and a new leader learns the remote
+/// store in its first round (`remote.log.manager.task.interval.ms`) and keeps a segment it
+/// uploaded once one more has closed.
+const RESTART_LEADER_WAIT: Duration = Duration::from_secs(12);
 
 /// Long enough for the broker's checkpoints (written every 500 ms) to show the rejoined state.
 const CHECKPOINT_WAIT: Duration = Duration::from_millis(1200);
@@ -196,6 +206,7 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
     });
     let deleted = deleted.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut partitions = Vec::new();
+    let mut keys = Vec::new();
     for (node, entries) in &deleted {
         for name in entries.as_object().into_iter().flat_map(|m| m.keys()) {
             let Some((topic, partition)) = partition_dir(name) else {
@@ -208,9 +219,16 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
             partitions.push(json!({
                 "node": node, "topic": topic, "partition": partition, "leader": leader,
             }));
+            keys.push((topic.to_string(), partition));
         }
     }
     record["deleted"] = json!(deleted);
+    let at_restart = leaders_at_restart(env.cx, nodes, &keys);
+    for (p, key) in partitions.iter_mut().zip(&keys) {
+        if let Some(asked) = at_restart.get(key) {
+            p["leader_at_restart"] = asked.clone();
+        }
+    }
     let (_, start_errors) = env.on_each(nodes, |n| kill.start(n));
     errors.extend(start_errors);
     if !errors.is_empty() {
@@ -222,18 +240,97 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
         .as_replica_dump()
         .and_then(|dump| wait_for_rejoin(env, nodes, &partitions, dump));
     record["rejoined_after_s"] = json!(rejoined.as_ref().map(|_| started.elapsed().as_secs_f64()));
+    // Read after the replicas: each had fetched by then, so a leader and epoch unchanged since
+    // the ask before the start is the leader it fetched from.
+    let followed = rejoined
+        .as_ref()
+        .and_then(|_| ClusterView::read(env.cx).ok());
     for (name, replicas) in rejoined.into_iter().flatten() {
         for p in partitions.iter_mut().filter(|p| p["node"] == name.as_str()) {
             let r = replicas
                 .iter()
                 .find(|r| r.state.topic == p["topic"] && p["partition"] == r.state.partition);
             if let Some(r) = r {
-                p["rejoined"] = rejoined_state(&r.state);
+                let mut state = rejoined_state(&r.state);
+                let leader = followed
+                    .as_ref()
+                    .and_then(|v| v.partition(&r.state.topic, r.state.partition as i32));
+                if let Some(l) = leader {
+                    state["leader"] = json!(l.leader);
+                    state["leader_epoch"] = json!(l.leader_epoch);
+                }
+                p["rejoined"] = state;
             }
         }
     }
     record["partitions"] = json!(partitions);
     Failed::partly(record, &errors)
+}
+
+/// The tiered offsets of the leader each of `partitions` will be followed from, asked while the
+/// wiped `nodes` are still down, as `leader_at_restart`.
+///
+/// Why this bounds where a wiped node must start (kips.md §2.3): an empty follower told its
+/// offset is out of range or tiered asks its leader for the earliest pending upload (EPUO), and
+/// starts right after the remote segment holding EPUO − 1, normally at EPUO itself. A leader's
+/// EPUO, max(highest tiered offset + 1, log start), only grows while it leads in one epoch:
+/// uploads raise the highest tiered offset, and the log start only moves up (an answer of -1,
+/// not yet known, the follower does not start from, it asks again). So what the follower's
+/// leader answers before the node is started, hence before its first fetch, is a lower bound of
+/// where it must start, provided that leader is still the one, in the same epoch, once the node
+/// is back (the `rejoined` record names it). The answer read before the kill is no such bound
+/// for a wiped leader: its successor's view of the remote store can lag the node's own by a
+/// round. So this waits (at most [`RESTART_LEADER_WAIT`]) until each partition has a leader
+/// that is not wiped and [offers a choice](offers_a_choice), asking every leader anew each time
+/// (the last answers are the closest to the node's first fetch, so the tightest bound), and
+/// records the last answer, or why there was none.
+fn leaders_at_restart(
+    cx: &NemesisContext<'_>,
+    nodes: &[String],
+    partitions: &[(String, i32)],
+) -> BTreeMap<(String, i32), Value> {
+    let deadline = Instant::now() + RESTART_LEADER_WAIT;
+    let mut asked: BTreeMap<(String, i32), Value> = BTreeMap::new();
+    loop {
+        let view = ClusterView::read(cx).ok();
+        for (topic, p) in partitions {
+            let key = (topic.clone(), *p);
+            let answer = match view.as_ref().map(|v| (v, v.partition(topic, *p))) {
+                None => json!({"error": "no node answered a metadata request"}),
+                Some((_, None)) => json!({"error": "not in the metadata"}),
+                Some((_, Some(pv))) if pv.leader.as_ref().is_some_and(|l| nodes.contains(l)) => {
+                    json!({"node": pv.leader, "leader_epoch": pv.leader_epoch,
+                           "error": "still led by a wiped node"})
+                }
+                Some((v, Some(_))) => leader_offsets(cx, v, topic, *p),
+            };
+            asked.insert(key, answer);
+        }
+        if asked.values().all(offers_a_choice) || Instant::now() >= deadline {
+            return asked;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Whether a leader's answers show the state in which a follower starting from the remote store
+/// has a choice to make, the one the tiered workload sets up (KIP-1023): part of the log is only
+/// in the remote store (log start below the local log start) and part of what was uploaded is
+/// still local (local log start below a known EPUO). A leader just elected, or catching up on
+/// uploads after an outage, has not deleted what it uploaded yet, or has deleted all of it; a
+/// node started then tests nothing of where it starts.
+fn offers_a_choice(answer: &Value) -> bool {
+    let offset = |k: &str| answer[k].as_i64();
+    match (
+        offset("log_start_offset"),
+        offset("local_log_start_offset"),
+        offset("earliest_pending_upload"),
+    ) {
+        (Some(start), Some(local), Some(epuo)) => {
+            answer.get("error").is_none() && start < local && local < epuo
+        }
+        _ => false,
+    }
 }
 
 /// Deletes every entry of the data directory but [`KEPT`], printing `<bytes>\t<name>` for each.
@@ -268,11 +365,15 @@ fn partition_dir(name: &str) -> Option<(&str, i32)> {
     Some((topic, index.parse().ok()?))
 }
 
-/// The tiered offsets of a partition's leader: ListOffsets -6 first, then -5, so that the
-/// earliest pending upload is never newer than the highest tiered offset read beside it; then
-/// -2, -4 and -1 (the high watermark, which a rejoined replica must reach).
+/// The tiered offsets of a partition's leader, with its leader epoch as `view` has it:
+/// ListOffsets -6 first, then -5, so that the earliest pending upload is never newer than the
+/// highest tiered offset read beside it; then -2, -4 and -1 (the high watermark, which a
+/// rejoined replica must reach).
 fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i32) -> Value {
-    let Some(leader) = view.partition(topic, p).and_then(|p| p.leader.clone()) else {
+    let Some((leader, epoch)) = view
+        .partition(topic, p)
+        .and_then(|p| Some((p.leader.clone()?, p.leader_epoch)))
+    else {
         return json!({"error": "no leader"});
     };
     let Some(node) = cx.nodes.iter().find(|n| n.name == leader) else {
@@ -302,6 +403,7 @@ fn leader_offsets(cx: &NemesisContext<'_>, view: &ClusterView, topic: &str, p: i
         (answers[0], answers[1], answers[2], answers[3], answers[4]);
     json!({
         "node": leader,
+        "leader_epoch": epoch,
         "high_watermark": end.1,
         "earliest_pending_upload": epuo.1,
         "earliest_pending_upload_epoch": epuo.2,
@@ -368,7 +470,8 @@ fn wait_for_rejoin(
     None
 }
 
-/// What the checkers need of a rejoined replica: both log starts, its end and its epoch cache.
+/// What the checkers need of a rejoined replica: both log starts, its end and its epoch cache
+/// (the leader it followed is added from the cluster's metadata).
 fn rejoined_state(r: &tidemark_harness::db::ReplicaState) -> Value {
     let local = r.log_start_offset;
     let start = r.tiered.as_ref().and_then(|t| t.log_start_offset).or(local);
@@ -434,6 +537,24 @@ mod tests {
         assert_eq!(partition_dir("__consumer_offsets-3"), None);
         assert_eq!(partition_dir("meta.properties"), None);
         assert_eq!(partition_dir("replication-offset-checkpoint"), None);
+    }
+
+    #[test]
+    fn a_leader_offers_a_choice_once_it_keeps_part_of_what_it_uploaded() {
+        let answer = |start: i64, local: i64, epuo: i64| {
+            json!({"node": "n1", "leader_epoch": 2, "log_start_offset": start,
+                   "local_log_start_offset": local, "earliest_pending_upload": epuo})
+        };
+        assert!(offers_a_choice(&answer(0, 120, 160)));
+        // Nothing deleted locally yet (a new leader, or uploads catching up after an outage).
+        assert!(!offers_a_choice(&answer(0, 0, 160)));
+        // Everything uploaded already deleted locally: the two starts are the same.
+        assert!(!offers_a_choice(&answer(0, 160, 160)));
+        // A leader that has not learnt its tiered offsets.
+        assert!(!offers_a_choice(&answer(0, 120, -1)));
+        assert!(!offers_a_choice(
+            &json!({"node": "n3", "leader_epoch": 4, "error": "still led by a wiped node"})
+        ));
     }
 
     #[test]

@@ -599,7 +599,7 @@ async fn mirror_round(
             new_epoch_before_truncation(ctx, p, to, cancel).await?;
         }
         let before = p.log_end_offset();
-        p.truncate_by_epoch(epoch, end)?;
+        p.truncate_by_epoch(epoch, end, None)?;
         ctx.tasks.update(p, |s| s.truncation_epoch = None);
         p.lift_high_watermark_cap();
         ctx.notify_data();
@@ -776,7 +776,7 @@ async fn out_of_range(
         );
     }
     info!(topic = %p.topic, partition = p.index, source_start, source_end, "out of the source's range: realigning");
-    p.truncate_out_of_range(source_end, source_start)?;
+    p.truncate_out_of_range(source_end, source_start, None)?;
     Ok(())
 }
 

@@ -168,6 +168,7 @@ async fn one_round(
                 match start.await? {
                     RemoteStart::Started => return Ok(Step::Continue),
                     RemoteStart::Retry => return Ok(Step::Reconnect),
+                    RemoteStart::Left => return Ok(Step::Stop),
                     RemoteStart::NotApplicable => {}
                 }
             }
@@ -185,13 +186,26 @@ async fn one_round(
         }
     }
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
-        let complete =
-            p.truncate_by_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset)?;
+        let Some(complete) = p.truncate_by_epoch(
+            pd.diverging_epoch.epoch,
+            pd.diverging_epoch.end_offset,
+            Some(target.leader_epoch),
+        )?
+        else {
+            return Ok(Step::Stop);
+        };
         p.set_needs_truncation(!complete);
         return Ok(Step::Continue);
     }
     let records = pd.records.clone().unwrap_or_default();
-    p.append_as_follower(&records, pd.high_watermark, pd.log_start_offset)?;
+    if !p.append_as_follower(
+        &records,
+        pd.high_watermark,
+        pd.log_start_offset,
+        target.leader_epoch,
+    )? {
+        return Ok(Step::Stop);
+    }
     ctx.data_changed.send_modify(|g| *g = g.wrapping_add(1));
     Ok(Step::Continue)
 }
@@ -233,7 +247,11 @@ async fn reconcile(
         }
         Some(_) => return Ok(Step::Reconnect),
     }
-    let complete = p.truncate_by_epoch(e.leader_epoch, e.end_offset)?;
+    let Some(complete) =
+        p.truncate_by_epoch(e.leader_epoch, e.end_offset, Some(target.leader_epoch))?
+    else {
+        return Ok(Step::Stop);
+    };
     p.set_needs_truncation(!complete);
     Ok(Step::Continue)
 }
@@ -266,6 +284,8 @@ async fn out_of_range(
         offsets.push(r.offset);
     }
     let (leader_end, leader_start) = (offsets[0], offsets[1]);
-    p.truncate_out_of_range(leader_end, leader_start)?;
+    if !p.truncate_out_of_range(leader_end, leader_start, Some(target.leader_epoch))? {
+        return Ok(Step::Stop);
+    }
     Ok(Step::Continue)
 }

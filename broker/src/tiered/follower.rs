@@ -61,6 +61,8 @@ pub enum RemoteStart {
     NotApplicable,
     /// Something is not there yet (the leader's tiered offsets, the segment's metadata): retry.
     Retry,
+    /// The replica no longer follows in the epoch the leader was asked in: nothing changed.
+    Left,
 }
 
 /// KIP-1023's `shouldFetchFromLastTieredOffset`. `cleanup.policy=compact` does not exist in this
@@ -246,7 +248,9 @@ pub async fn start_from_remote(
     } else {
         producers
     };
-    p.start_after_remote(next, leader_start, &epochs, producers)?;
+    if !p.start_after_remote(next, leader_start, &epochs, producers, leader_epoch)? {
+        return Ok(RemoteStart::Left);
+    }
     info!(topic = ?p.topic, partition = p.index, log_start = leader_start, fetch_offset = next, segment = %segment.segment, epochs = ?epochs.iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>(), "started from the remote store");
     Ok(RemoteStart::Started)
 }

@@ -136,7 +136,8 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
     assert!(remote_reads > 0, "no poll read from the remote store");
     // Each wipe deleted partition directories, kept the quorum's log, and the node came back
     // into every ISR; at least one of its replicas started from the remote store (its local log
-    // after the partition's start, at or after the earliest pending upload).
+    // after the partition's start, at or after the earliest pending upload of the leader it
+    // rejoined under, asked while it was down, when that leader still led in the same epoch).
     let parts = wiped(ops);
     assert!(!parts.is_empty());
     let from_remote: Vec<&Value> = parts
@@ -150,13 +151,32 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
         !from_remote.is_empty(),
         "no wiped replica started from the remote store: {parts:?}"
     );
-    for p in &from_remote {
-        let epuo = p["leader"]["earliest_pending_upload"].as_i64().unwrap();
+    let followed = |p: &Value| {
+        let (at, r) = (&p["leader_at_restart"], &p["rejoined"]);
+        at["error"].is_null()
+            && at["node"] != p["node"]
+            && at["node"] == r["leader"]
+            && at["leader_epoch"] == r["leader_epoch"]
+    };
+    let held: Vec<&&Value> = from_remote.iter().filter(|p| followed(p)).collect();
+    assert!(!held.is_empty(), "no leader at restart binds: {parts:?}");
+    for p in held {
+        let epuo = p["leader_at_restart"]["earliest_pending_upload"]
+            .as_i64()
+            .unwrap();
         assert!(
             p["rejoined"]["local_log_start_offset"].as_i64().unwrap() >= epuo,
             "{p}"
         );
     }
+    // The wiped leader's partitions were asked of their next leader before it came back.
+    assert!(
+        parts.iter().any(|p| p["leader"]["node"] == p["node"]
+            && p["leader_at_restart"]["node"]
+                .as_str()
+                .is_some_and(|n| p["node"] != n)),
+        "no wiped leader's successor asked: {parts:?}"
+    );
     // The data really moved: each partition has a replica whose local log starts above the
     // partition's, the offsets between held by finished remote segments with their records.
     let replicas = json_lines(&run.join("replicas.jsonl"));
