@@ -200,9 +200,12 @@ pub struct TidemarkBroker {
     remote_store: bool,
 }
 
-/// A shell function that tells whether a pid is a live (non-zombie) process.
-const ALIVE: &str =
-    "alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }";
+/// A shell function that tells whether a pid is a live process: some thread of it is not a
+/// zombie. A killed multi-threaded process shows its first thread as a zombie while the others
+/// still exit, holding its files (the data directory's lock among them), so a restart right
+/// after would find the lock taken.
+const ALIVE: &str = "alive() { for s in /proc/$1/task/*/status; do \
+     grep -q '^State:[[:space:]]*[^Z[:space:]]' \"$s\" 2>/dev/null && return 0; done; return 1; }";
 
 impl TidemarkBroker {
     /// Deploys the broker binary at `binary` (on this machine) with `config`, turning on each
@@ -981,6 +984,32 @@ mod tests {
         assert!(props.contains("\nmin.insync.replicas=5\n"));
         assert!(props.contains("\ndefault.replication.factor=1\n"));
         assert!(!props.contains("log.flush.interval.messages"));
+    }
+
+    /// `alive` of a pid, asked in a shell as the commands ask it.
+    fn alive(pid: u32) -> bool {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{ALIVE}; alive {pid} && echo yes || echo no"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    }
+
+    #[test]
+    fn alive_means_some_thread_runs() {
+        assert!(alive(std::process::id()));
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        let pid = exited.id();
+        // Exited and not yet reaped: a zombie.
+        while std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .is_ok_and(|s| !s.contains("State:\tZ"))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!alive(pid));
+        exited.wait().unwrap();
+        assert!(!alive(pid));
     }
 
     #[test]
