@@ -148,13 +148,22 @@ impl PartitionLog {
         let mut cut = false;
         let count = bases.len();
         for (i, base) in bases.into_iter().enumerate() {
-            // After a cut or an overlap, later segments cannot be trusted to follow on.
-            if cut || expected_next.is_some_and(|n| base < n) {
+            // After a cut, an overlap or a gap, later segments cannot be trusted to follow on:
+            // a crash can tear a rolled segment at a batch boundary (no cut to see) while the
+            // next one kept what was written after it, leaving offsets no segment holds.
+            let gap = expected_next.filter(|&n| base > n);
+            if cut || gap.is_some() || expected_next.is_some_and(|n| base < n) {
                 let stale = Segment::open(dir, base, false)?.0;
-                notes.push(format!(
-                    "removed segment {} after a recovery cut",
-                    stale.path().display()
-                ));
+                notes.push(match gap.filter(|_| !cut) {
+                    Some(n) => format!(
+                        "removed segment {} and any after it: it starts at {base}, but the one before ends at {n}",
+                        stale.path().display()
+                    ),
+                    None => format!(
+                        "removed segment {} after a recovery cut",
+                        stale.path().display()
+                    ),
+                });
                 stale.delete()?;
                 cut = true;
                 continue;
@@ -1056,6 +1065,42 @@ mod tests {
         log.truncate_to(0).unwrap();
         assert_eq!(log.log_end_offset(), 0);
         assert!(log.epochs().entries().is_empty());
+    }
+
+    /// A crash that tore a rolled segment exactly at a batch boundary leaves no cut to see, and
+    /// the next segment starts past where it now ends: those offsets are gone from every file,
+    /// so the segments after the gap go too (found by the log's property test).
+    #[test]
+    fn recovery_removes_segments_after_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = PartitionLog::open(dir.path(), settings()).unwrap();
+        while log.segments.len() < 2 {
+            log.append_as_leader(&batch(&[b"0123456789"]), 0).unwrap();
+        }
+        log.append_as_leader(&batch(&[b"next"]), 0).unwrap();
+        let headers = log.batch_headers().unwrap();
+        let first = *log.segments.keys().next().unwrap();
+        let (pos, _, last) = headers
+            .iter()
+            .filter(|(_, base, _)| *base == first)
+            .next_back()
+            .copied()
+            .unwrap();
+        let torn = log.segments[&first].path().to_path_buf();
+        drop(log);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&torn)
+            .unwrap()
+            .set_len(pos)
+            .unwrap();
+        let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
+        assert_eq!(log.log_end_offset(), last.base_offset, "{notes:?}");
+        assert_eq!(log.segments.len(), 1);
+        assert!(notes.iter().any(|n| n.contains("but the one before ends at")), "{notes:?}");
+        let read = values(&log.read(0, i64::MAX, usize::MAX).unwrap().records);
+        assert!(read.iter().enumerate().all(|(i, (o, _, _))| *o == i as i64));
+        assert_eq!(read.len() as i64, last.base_offset);
     }
 
     #[test]
