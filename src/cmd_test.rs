@@ -38,7 +38,7 @@ use crate::hosts_args::HostsArgs;
     tidemark test --nemesis partition,kill --nemesis-targets leaders --nemesis-interval 3\n  \
     tidemark test --nemesis-schedule store/latest/history.jsonl --seed 7\n  \
     tidemark test --workload mirror --nemesis failover,partition,kill,unclean --time-limit 30\n  \
-    tidemark test --workload tiered --nemesis wipe,kill,partition,remote-outage --time-limit 60\n  \
+    tidemark test --workload tiered --nemesis wipe,kill,partition,remote-outage,tiered-config --time-limit 60\n  \
     tidemark test --runtime hosts --nodes-file vms.txt --ssh-key ~/.ssh/id_ed25519\n  \
     tidemark image build && tidemark test --runtime docker --nemesis partition,kill\n\
     Writes store/<test>/<time>/ (test.json, history.jsonl, replicas.jsonl, results.json, nodes/).")]
@@ -46,8 +46,8 @@ pub struct Args {
     /// The workload: what clients do and how the history is checked. `queue`; `mirror`:
     /// two clusters, the second mirroring the first, with the fault kinds `failover` and
     /// `mirror-config` available; or `tiered`: the queue on topics with tiered storage on (small
-    /// segments, short local retention, a remote store the nodes share), with the fault kind
-    /// `remote-outage` available.
+    /// segments, short local retention, a remote store the nodes share), with the fault kinds
+    /// `remote-outage` and `tiered-config` available.
     #[arg(long, default_value = "queue", value_name = "NAME")]
     workload: String,
     /// With `--workload mirror`: `mirror.support.unclean.leader.election` on every topic at the
@@ -146,7 +146,8 @@ struct NemesisArgs {
     /// power, wipe (a node loses its log directory and starts empty), with `--workload mirror`
     /// failover (failover then failback) and mirror-config (flip
     /// mirror.support.unclean.leader.election), with `--workload tiered` remote-outage (the
-    /// remote store unreachable for a while); or `all`, or `none`
+    /// remote store unreachable for a while) and tiered-config (turn KIP-1023's
+    /// follower.fetch.last.tiered.offset.enable at run time); or `all`, or `none`
     /// [default: partition,kill,pause,clock,loss]. Between mirrored clusters each fault lands on
     /// the mirror's source or destination at random, unless --nemesis-targets names roles.
     #[arg(long, value_name = "LIST")]

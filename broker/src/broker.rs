@@ -232,6 +232,7 @@ impl Broker {
                 bootstrap_drops_producer_state: self
                     .faults
                     .has(Bug::TieredBootstrapDropsProducerState),
+                flag_not_dynamic: self.faults.has(Bug::TieredFlagNotDynamic),
             }),
         }
     }

@@ -81,10 +81,16 @@ pub enum Bug {
     /// remote, so once it leads, a producer's retry of its last batch is not recognised as a
     /// duplicate.
     TieredBootstrapDropsProducerState,
+    /// Followers read `follower.fetch.last.tiered.offset.enable` once, as the broker was started
+    /// with, and miss the cluster-wide dynamic value that KIP-1023 makes it (the flag exists so
+    /// an operator can turn the new start on and back off on a running cluster). Breaks T2 when
+    /// turned off at run time (an empty follower still skips to the earliest pending upload) and
+    /// T1 when turned on (it still starts at the leader's local log start).
+    TieredFlagNotDynamic,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::HwTruncation,
         Bug::AckBeforeReplication,
         Bug::AcceptStaleEpoch,
@@ -99,6 +105,7 @@ impl Bug {
         Bug::LocalEpochInMirrorCache,
         Bug::TieredBootstrapOffByOne,
         Bug::TieredBootstrapDropsProducerState,
+        Bug::TieredFlagNotDynamic,
     ];
 
     /// Whether the bug lives in cluster mirroring (so only a two-cluster test can show it).
@@ -128,6 +135,7 @@ impl Bug {
             Bug::LocalEpochInMirrorCache => "local-epoch-in-mirror-cache",
             Bug::TieredBootstrapOffByOne => "tiered-bootstrap-off-by-one",
             Bug::TieredBootstrapDropsProducerState => "tiered-bootstrap-drops-producer-state",
+            Bug::TieredFlagNotDynamic => "tiered-flag-not-dynamic",
         }
     }
 }

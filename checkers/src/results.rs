@@ -75,11 +75,15 @@ pub enum AnomalyKind {
     TieredBootstrap,
     /// A leader's ListOffsets -6 (earliest pending upload) answer breaks KIP-1023's rule (T3).
     EarliestPendingUpload,
+    /// With KIP-1023's flag off, an empty follower started elsewhere than the old protocol
+    /// starts it: after the remote segment holding the offset before its leader's local log
+    /// start (T2).
+    TieredFlagGating,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 24] = [
+    pub const ALL: [AnomalyKind; 25] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -104,6 +108,7 @@ impl AnomalyKind {
         AnomalyKind::RemoteDivergence,
         AnomalyKind::TieredBootstrap,
         AnomalyKind::EarliestPendingUpload,
+        AnomalyKind::TieredFlagGating,
     ];
 
     /// The name used in `results.json`.
@@ -133,6 +138,7 @@ impl AnomalyKind {
             AnomalyKind::RemoteDivergence => "remote-divergence",
             AnomalyKind::TieredBootstrap => "tiered-bootstrap",
             AnomalyKind::EarliestPendingUpload => "earliest-pending-upload",
+            AnomalyKind::TieredFlagGating => "tiered-flag-gating",
         }
     }
 }

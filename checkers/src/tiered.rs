@@ -29,6 +29,13 @@
 //! - `earliest-pending-upload` (T3): a leader's answer to ListOffsets -6 below its log start,
 //!   more than one past its highest tiered offset, or other than its log start while it knew
 //!   of nothing tiered.
+//! - `tiered-flag-gating` (T2): with the flag off (as the wipe recorded the cluster describing
+//!   it, else as the test's brokers were configured), a wiped follower must start as before
+//!   KIP-1023: right after the remote segment holding the offset before its leader's local log
+//!   start. Held to the leader it rejoined under, in one leader epoch from before its start to
+//!   after it was read (`rejoined.leader_offsets`), whose local log start only grows meanwhile:
+//!   it started below the local log start read before, or above the one read after without a
+//!   remote segment that ends just before it and holds an offset between the two.
 //!
 //! Pure, like every analysis of this crate.
 
@@ -51,6 +58,10 @@ pub struct WipeInfo {
     /// One entry per partition directory the wipe deleted.
     #[serde(default)]
     pub partitions: Vec<WipedPartition>,
+    /// KIP-1023's flag as the nodes described it before the kill (absent from older histories,
+    /// and when the nodes did not agree).
+    #[serde(default)]
+    pub fetch_last_tiered_offset: Option<bool>,
 }
 
 /// A partition of a wiped node.
@@ -118,6 +129,10 @@ pub struct Rejoined {
     /// That leader's epoch.
     #[serde(default)]
     pub leader_epoch: Option<i32>,
+    /// That leader's tiered offsets, asked after the replica was read (absent from older
+    /// histories).
+    #[serde(default)]
+    pub leader_offsets: Option<LeaderOffsets>,
 }
 
 /// The wipes of a history, in order, with their op indices.
@@ -158,12 +173,19 @@ pub(crate) fn check(
             final_log(&replicas[log.leader], anomalies);
         }
     }
-    let flag = flag_on(test);
     for (index, wipe) in &history.wipes {
+        let flag = wipe
+            .fetch_last_tiered_offset
+            .unwrap_or_else(|| flag_on(test));
         for p in &wipe.partitions {
             let before = p.leader.as_ref().filter(|l| l.error.is_none());
             let at_restart = p.leader_at_restart.as_ref().filter(|l| l.error.is_none());
-            for l in before.iter().chain(&at_restart) {
+            let after = p
+                .rejoined
+                .as_ref()
+                .and_then(|r| r.leader_offsets.as_ref())
+                .filter(|l| l.error.is_none());
+            for l in before.iter().chain(&at_restart).chain(&after) {
                 earliest_pending_upload(*index, p, l, anomalies);
             }
             let Some(leader) = before.or(at_restart) else {
@@ -178,6 +200,9 @@ pub(crate) fn check(
                         .find(|x| x.topic == p.topic && x.partition == p.partition)
                 });
                 bootstrap(*index, p, leader, r, flag, final_leader, anomalies);
+                if !flag {
+                    old_protocol_start(*index, p, r, final_leader, anomalies);
+                }
             }
         }
     }
@@ -356,6 +381,82 @@ fn bootstrap(
                    "partition": p.partition, "local_log_start_offset": local,
                    "log_start_offset": start, "leader": cited.node,
                    "earliest_pending_upload": cited.earliest_pending_upload, "why": why}),
+        );
+    }
+}
+
+/// T2 on one wiped replica, the flag off: it started where the protocol before KIP-1023 starts
+/// an empty follower, after the remote segment holding the offset before its leader's local
+/// log start L. The follower asks L once its fetch is refused, so between the leader's answer
+/// read before the node was started and the one read after the replica was, if that leader and
+/// epoch held throughout; L only grows in one leader epoch (local retention deletes, a leader
+/// never truncates). Where remote segments of other leaders overlap L it may start past L: the
+/// final listing of the remote store says whether such a segment exists. A listing that no
+/// longer reaches down to the first bound (total retention) judges nothing above it.
+fn old_protocol_start(
+    index: u64,
+    p: &WipedPartition,
+    r: &Rejoined,
+    final_leader: Option<&ReplicaState>,
+    anomalies: &mut Anomalies,
+) {
+    let (Some(start), Some(local)) = (r.log_start_offset, r.local_log_start_offset) else {
+        return;
+    };
+    if local <= start {
+        return;
+    }
+    let same_leader = |l: &LeaderOffsets| {
+        l.error.is_none()
+            && l.node.is_some()
+            && l.node.as_deref() != Some(p.node.as_str())
+            && l.node == r.leader
+            && l.leader_epoch.is_some()
+            && l.leader_epoch == r.leader_epoch
+    };
+    let Some(low) = p
+        .leader_at_restart
+        .as_ref()
+        .filter(|l| same_leader(l))
+        .and_then(|l| l.local_log_start_offset)
+    else {
+        return;
+    };
+    let mut why = None;
+    if local < low {
+        why = Some(format!(
+            "its local log starts at {local}, below the local log start {low} its leader had before the node was started again: the flag is off, so it starts after the remote segment holding {}",
+            low - 1
+        ));
+    }
+    let high = r
+        .leader_offsets
+        .as_ref()
+        .filter(|l| same_leader(l))
+        .and_then(|l| l.local_log_start_offset);
+    let tiered = final_leader.and_then(|f| f.tiered.as_ref());
+    if let (None, Some(high), Some(t)) = (&why, high, tiered) {
+        let listed_from = t.remote_segments.iter().map(|s| s.start_offset).min();
+        let listing_reaches = listed_from.is_some_and(|from| from < low);
+        let used = |s: &&crate::op::RemoteSegment| {
+            s.end_offset + 1 == local && s.start_offset < high && s.end_offset + 1 >= low
+        };
+        if local > high && listing_reaches && !t.remote_segments.iter().any(|s| used(&s)) {
+            why = Some(format!(
+                "its local log starts at {local}, above the local log start {high} its leader had once the node was back, and no remote segment ending at {} holds an offset between {} and {}: the flag is off, yet it skipped ahead as KIP-1023 does",
+                local - 1,
+                low - 1,
+                high - 1
+            ));
+        }
+    }
+    if let Some(why) = why {
+        anomalies.push(
+            AnomalyKind::TieredFlagGating,
+            json!({"op_index": index, "node": p.node, "topic": p.topic,
+                   "partition": p.partition, "local_log_start_offset": local,
+                   "log_start_offset": start, "leader": r.leader,
+                   "leader_local_log_start_offset": [low, high], "why": why}),
         );
     }
 }

@@ -270,3 +270,75 @@ fn uploaded_offsets_below_the_claimed_log_start_are_a_gap() {
         .unwrap()
         .contains("epoch cache below 4"));
 }
+
+/// n3 wiped while the cluster described the flag as `flag`: n1 leading in epoch 2 answered its
+/// local log start `low` while n3 was down and `high` once n3 was back, and n3 came back with
+/// its local log at `local`.
+fn described(flag: bool, low: i64, high: i64, local: i64) -> Hist {
+    let mut h = history(4, 3, local, json!([[0, 0], [1, 4]]));
+    let wipe = &mut h.ops.last_mut().unwrap().value;
+    wipe["fetch_last_tiered_offset"] = json!(flag);
+    let p = &mut wipe["partitions"][0];
+    let leader = |l: i64| {
+        json!({"node": "n1", "leader_epoch": 2, "earliest_pending_upload": 4,
+               "earliest_pending_upload_epoch": 1, "highest_tiered_offset": 3,
+               "log_start_offset": 0, "local_log_start_offset": l, "high_watermark": 8})
+    };
+    p["leader_at_restart"] = leader(low);
+    p["rejoined"]["leader"] = json!("n1");
+    p["rejoined"]["leader_epoch"] = json!(2);
+    p["rejoined"]["leader_offsets"] = leader(high);
+    h
+}
+
+#[test]
+fn with_the_flag_off_a_follower_starts_at_its_leaders_local_log_start() {
+    // The test's brokers started with the flag on; the wipe found it turned off.
+    let r = run(true, &described(false, 2, 2, 2), &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+    // The leader's local log start moved on while the node rejoined: anywhere between is right.
+    let r = run(true, &described(false, 2, 4, 4), &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    // Another leader's segment 0–3 holds offset 1: the old protocol may start after it, at 4.
+    let mut overlapping = uploaded();
+    overlapping.push(segment(
+        "c",
+        0,
+        3,
+        &[(0, 0, 0), (1, 1, 0), (2, 2, 0), (3, 3, 0)],
+    ));
+    let r = run(true, &described(false, 2, 2, 4), &replicas(&overlapping));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+}
+
+#[test]
+fn with_the_flag_off_a_follower_skipping_to_the_earliest_pending_upload_breaks_t2() {
+    let r = run(true, &described(false, 2, 2, 4), &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-flag-gating"], "{r:#?}");
+    let bad = &r.anomalies["tiered-flag-gating"][0];
+    assert_eq!(bad["leader_local_log_start_offset"], json!([2, 2]));
+    let why = bad["why"].as_str().unwrap();
+    assert!(why.contains("above the local log start 2"), "{why}");
+    // Below the leader's local log start is not the old protocol either.
+    let r = run(true, &described(false, 4, 4, 2), &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-flag-gating"], "{r:#?}");
+    let why = r.anomalies["tiered-flag-gating"][0]["why"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("below the local log start 4"), "{why}");
+    // Another leader came between: nothing binds the start.
+    let mut h = described(false, 2, 2, 4);
+    h.ops.last_mut().unwrap().value["partitions"][0]["rejoined"]["leader_epoch"] = json!(3);
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+}
+
+#[test]
+fn the_flag_the_wipe_recorded_wins_over_the_brokers_configuration() {
+    // Configured off, turned on at run time: held to KIP-1023's start (T1), not the old one.
+    let r = run(false, &described(true, 2, 2, 2), &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+    let r = run(false, &described(true, 2, 2, 4), &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+}

@@ -5,8 +5,8 @@
 //! It speaks only what the workloads and nemeses need: ApiVersions, Metadata, CreateTopics,
 //! Produce (v2 record batches whose values are decimal integers, plain or idempotent),
 //! InitProducerId, Fetch, ListOffsets (v11, with the tiered sentinels), the classic consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup,
-//! Heartbeat, OffsetCommit, OffsetFetch), ElectLeaders, IncrementalAlterConfigs of a topic, and
-//! raw frames for APIs kafka-protocol does not know (the cluster-mirroring admin APIs of
+//! Heartbeat, OffsetCommit, OffsetFetch), ElectLeaders, IncrementalAlterConfigs of a topic or
+//! of the cluster-wide broker configs, DescribeConfigs of one broker, and raw frames for APIs kafka-protocol does not know (the cluster-mirroring admin APIs of
 //! KIP-1279, see [`crate::mirror`]). Retrying, rejoining and choosing outcomes is the caller's.
 
 use std::collections::BTreeMap;
@@ -24,6 +24,7 @@ use kafka_protocol::messages::{
     },
     consumer_protocol_subscription::ConsumerProtocolSubscription,
     create_topics_request::{CreatableTopic, CreatableTopicConfig, CreateTopicsRequest},
+    describe_configs_request::{DescribeConfigsRequest, DescribeConfigsResource},
     elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
     find_coordinator_request::FindCoordinatorRequest,
@@ -107,6 +108,10 @@ impl KafkaError {
     }
 }
 
+/// The config resource types of DescribeConfigs and IncrementalAlterConfigs.
+const TOPIC_RESOURCE: i8 = 2;
+const BROKER_RESOURCE: i8 = 4;
+
 /// The newest version of each API this client knows how to fill in, and the oldest it accepts.
 const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
@@ -115,6 +120,7 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::ElectLeaders, 1, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 4),
     // The group APIs at one version each: the fields filled in below are those versions'.
     (ApiKey::FindCoordinator, 3, 3),
@@ -509,13 +515,33 @@ impl Connection {
         key: &str,
         value: &str,
     ) -> Result<(i16, Option<String>), KafkaError> {
+        self.set_config(TOPIC_RESOURCE, topic, key, value).await
+    }
+
+    /// Sets the cluster-wide dynamic broker config `key` to `value` (IncrementalAlterConfigs on
+    /// the broker resource named "", operation SET). Returns the resource's error code and
+    /// message.
+    pub async fn set_cluster_config(
+        &mut self,
+        key: &str,
+        value: &str,
+    ) -> Result<(i16, Option<String>), KafkaError> {
+        self.set_config(BROKER_RESOURCE, "", key, value).await
+    }
+
+    async fn set_config(
+        &mut self,
+        resource_type: i8,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(i16, Option<String>), KafkaError> {
         let version = self.version(ApiKey::IncrementalAlterConfigs)?;
-        const TOPIC_RESOURCE: i8 = 2;
         const SET: i8 = 0;
         let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
             AlterConfigsResource::default()
-                .with_resource_type(TOPIC_RESOURCE)
-                .with_resource_name(StrBytes::from_string(topic.to_string()))
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
                 .with_configs(vec![AlterableConfig::default()
                     .with_name(StrBytes::from_string(key.to_string()))
                     .with_config_operation(SET)
@@ -533,6 +559,39 @@ impl Connection {
                 )
             })
             .ok_or_else(|| KafkaError::Protocol("IncrementalAlterConfigs: no resource".into()))
+    }
+
+    /// The value broker `node_id` (the one this connection reaches) holds for its config `key`,
+    /// static or cluster-wide dynamic (DescribeConfigs on its broker resource): `Ok(None)` when
+    /// it has none, `Err((code, message))` when it refuses.
+    pub async fn broker_config(
+        &mut self,
+        node_id: i32,
+        key: &str,
+    ) -> Result<Result<Option<String>, (i16, Option<String>)>, KafkaError> {
+        let version = self.version(ApiKey::DescribeConfigs)?;
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(BROKER_RESOURCE)
+                .with_resource_name(StrBytes::from_string(node_id.to_string()))
+                .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_string())])),
+        ]);
+        let resp = self.send(ApiKey::DescribeConfigs, version, &req).await?;
+        let r = resp
+            .results
+            .first()
+            .ok_or_else(|| KafkaError::Protocol("DescribeConfigs: no resource".into()))?;
+        if r.error_code != 0 {
+            return Ok(Err((
+                r.error_code,
+                r.error_message.as_ref().map(|m| m.to_string()),
+            )));
+        }
+        Ok(Ok(r
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == key)
+            .and_then(|c| c.value.as_ref().map(|v| v.to_string()))))
     }
 
     /// Sends `body` as version `version` of API `key`, which this client cannot decode (request

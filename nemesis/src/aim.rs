@@ -75,7 +75,7 @@ impl Aim {
             Kind::Corrupt | Kind::Unclean => vec!["source", "destination"],
             Kind::Failover | Kind::MirrorConfig => Vec::new(),
             // Tiered storage is tested on one cluster.
-            Kind::Wipe | Kind::RemoteOutage => Vec::new(),
+            Kind::Wipe | Kind::RemoteOutage | Kind::TieredConfig => Vec::new(),
         }
     }
 

@@ -6,7 +6,7 @@
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
-//!   what was not fsynced), [`tiered`] (a wiped log directory, a remote store outage), and
+//!   what was not fsynced), [`tiered`] (a wiped log directory, a remote store outage, KIP-1023's flag turned), and
 //!   between two clusters [`mirror`] (failover, failback, and the mirror's unclean-election
 //!   flag). Every op's `info` records what was actually done, in a
 //!   form the same op accepts again, so histories replay.
@@ -84,11 +84,13 @@ pub enum Kind {
     Wipe,
     /// The remote store of tiered storage becomes unreachable for a while.
     RemoteOutage,
+    /// Turns KIP-1023's dynamic flag `follower.fetch.last.tiered.offset.enable`.
+    TieredConfig,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
@@ -101,6 +103,7 @@ impl Kind {
         Kind::MirrorConfig,
         Kind::Wipe,
         Kind::RemoteOutage,
+        Kind::TieredConfig,
     ];
 
     /// The default mix: everything that loses no data by design.
@@ -127,6 +130,7 @@ impl Kind {
             Kind::MirrorConfig => "mirror-config",
             Kind::Wipe => "wipe",
             Kind::RemoteOutage => "remote-outage",
+            Kind::TieredConfig => "tiered-config",
         }
     }
 
@@ -135,9 +139,10 @@ impl Kind {
         matches!(self, Kind::Failover | Kind::MirrorConfig)
     }
 
-    /// Whether the kind acts on tiered storage's remote store (and so needs the tiered workload).
+    /// Whether the kind acts on tiered storage's remote store or flag (and so needs the tiered
+    /// workload).
     pub fn tiers(self) -> bool {
-        self == Kind::RemoteOutage
+        matches!(self, Kind::RemoteOutage | Kind::TieredConfig)
     }
 
     /// The kind called `name`.
@@ -160,6 +165,7 @@ impl Kind {
             "config" => Kind::MirrorConfig,
             "wipe" => Kind::Wipe,
             "remote-outage" | "remote-restore" => Kind::RemoteOutage,
+            "tiered-config" => Kind::TieredConfig,
             _ => return None,
         })
     }
@@ -187,7 +193,7 @@ impl Kind {
             | Kind::Wipe
             | Kind::RemoteOutage => NodeSpec::ALL.map(NodeSpec::name).to_vec(),
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
-            Kind::Unclean | Kind::Failover | Kind::MirrorConfig => Vec::new(),
+            Kind::Unclean | Kind::Failover | Kind::MirrorConfig | Kind::TieredConfig => Vec::new(),
         }
     }
 
@@ -211,7 +217,8 @@ impl Kind {
             | Kind::Failover
             | Kind::MirrorConfig
             | Kind::Wipe
-            | Kind::RemoteOutage => Vec::new(),
+            | Kind::RemoteOutage
+            | Kind::TieredConfig => Vec::new(),
         }
     }
 
@@ -240,6 +247,8 @@ impl Kind {
             Kind::Wipe => vec!["one", "leader"],
             // The whole store down (an object store outage), or one node cut off from it.
             Kind::RemoteOutage => vec!["all", "one", "leader"],
+            // The flag is the cluster's.
+            Kind::TieredConfig => Vec::new(),
         }
     }
 }

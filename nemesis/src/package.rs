@@ -371,6 +371,12 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
             Vec::new(),
             perf("log dir wiped", &["wipe"], &[], "#8C8C8C"),
         ),
+        // Each turns the flag the other way; where it ends is where the run leaves it.
+        Kind::TieredConfig => (
+            Box::new(Repeat(op("tiered-config", json!({})))),
+            Vec::new(),
+            perf("KIP-1023 flag turned", &["tiered-config"], &[], "#A0C4E9"),
+        ),
         Kind::RemoteOutage => (
             flip_flop(
                 move |rng| {

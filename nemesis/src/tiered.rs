@@ -13,6 +13,11 @@
 //!   remote store by (T1, T3).
 //! - `remote-outage` takes the remote store away from its targets ([`RemoteStore`]): uploads and
 //!   remote reads fail there until `remote-restore` gives it back.
+//! - `tiered-config` turns KIP-1023's flag, the dynamic cluster config
+//!   `follower.fetch.last.tiered.offset.enable`, the other way (or to the value given), as an
+//!   operator does at run time, and waits until every node that answers describes the new value.
+//!   A wipe records the flag as the cluster described it, so the checkers hold each wiped node
+//!   to the protocol the flag chose (T1 on, T2 off).
 //!
 //! Every `info` names the nodes, so replaying it acts on the same ones.
 //!
@@ -51,6 +56,13 @@ const RESTART_LEADER_WAIT: Duration = Duration::from_secs(12);
 /// Long enough for the broker's checkpoints (written every 500 ms) to show the rejoined state.
 const CHECKPOINT_WAIT: Duration = Duration::from_millis(1200);
 
+/// KIP-1023's flag: the dynamic cluster config `tiered-config` sets.
+pub const FETCH_LAST_TIERED_OFFSET_KEY: &str = "follower.fetch.last.tiered.offset.enable";
+
+/// How long every answering node gets to describe a new flag value (the controller commits it,
+/// then each broker applies the metadata record).
+const CONFIG_WAIT: Duration = Duration::from_secs(5);
+
 /// The `wipe`, `remote-outage` and `remote-restore` faults.
 pub struct Tiered;
 
@@ -83,6 +95,20 @@ struct TieredValue {
     /// Written by a wipe's `info`: seconds until every wiped node was back in every ISR.
     #[serde(default, rename = "rejoined_after_s")]
     _rejoined_after_s: Option<Value>,
+    /// Written by a wipe's `info`: KIP-1023's flag as the cluster described it.
+    #[serde(default, rename = "fetch_last_tiered_offset")]
+    _fetch_last_tiered_offset: Option<Value>,
+    /// A `tiered-config`'s value to set: `{"follower.fetch.last.tiered.offset.enable": "true"}`
+    /// or `"false"`; absent, the op turns the flag the other way.
+    #[serde(default)]
+    set: Option<BTreeMap<String, String>>,
+    /// Written by a `tiered-config`'s `info`: the value before (recorded only).
+    #[serde(default, rename = "was")]
+    _was: Option<Value>,
+    /// Written by a `tiered-config`'s `info`: which nodes described the new value in time, and
+    /// what the others answered (recorded only).
+    #[serde(default, rename = "described")]
+    _described: Option<Value>,
 }
 
 /// A parsed op.
@@ -97,6 +123,8 @@ enum TieredF {
     Wipe,
     Outage,
     Restore,
+    /// Sets KIP-1023's flag to the value, or turns it the other way.
+    Config(Option<bool>),
 }
 
 impl TieredOp {
@@ -106,10 +134,14 @@ impl TieredOp {
             "wipe" => TieredF::Wipe,
             "remote-outage" => TieredF::Outage,
             "remote-restore" => TieredF::Restore,
+            "tiered-config" => TieredF::Config(flag_to_set(v.set.as_ref())?),
             other => return Err(format!("not a tiered-storage fault: {other}")),
         };
-        // Giving the store back to every node is the final heal.
-        let default = (f == TieredF::Restore).then_some(NodeSpec::All);
+        if v.set.is_some() && !matches!(f, TieredF::Config(_)) {
+            return Err("field `set`: only a tiered-config sets a config".into());
+        }
+        // Giving the store back to every node is the final heal; a config is the cluster's.
+        let default = matches!(f, TieredF::Restore | TieredF::Config(_)).then_some(NodeSpec::All);
         let targets = TargetFields {
             nodes: v.nodes,
             targets: v.targets,
@@ -119,9 +151,27 @@ impl TieredOp {
     }
 }
 
+/// The value a `tiered-config`'s `set` field asks for: none (turn it the other way), or
+/// KIP-1023's flag, `"true"` or `"false"`.
+fn flag_to_set(set: Option<&BTreeMap<String, String>>) -> Result<Option<bool>, String> {
+    let Some(set) = set else {
+        return Ok(None);
+    };
+    match (
+        set.len(),
+        set.get(FETCH_LAST_TIERED_OFFSET_KEY).map(String::as_str),
+    ) {
+        (1, Some("true")) => Ok(Some(true)),
+        (1, Some("false")) => Ok(Some(false)),
+        _ => Err(format!(
+            "field `set`: only {FETCH_LAST_TIERED_OFFSET_KEY} with \"true\" or \"false\""
+        )),
+    }
+}
+
 impl Fault for Tiered {
     fn fs(&self) -> &'static [&'static str] {
-        &["wipe", "remote-outage", "remote-restore"]
+        &["wipe", "remote-outage", "remote-restore", "tiered-config"]
     }
 
     fn parse<'a>(
@@ -143,6 +193,7 @@ impl FaultOp for TieredOp {
         }
         match self.f {
             TieredF::Wipe => wipe(env, &nodes, record),
+            TieredF::Config(wanted) => set_flag(env, &nodes, wanted),
             TieredF::Outage | TieredF::Restore => {
                 let Some(store) = env.cx.db.as_remote_store() else {
                     return Err(Failed::nothing(
@@ -179,6 +230,12 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
     // grows along a leader's lineage, so a follower that starts from the remote store must start
     // at or after it.
     let view = ClusterView::read(env.cx).ok();
+    // Nemesis ops run one at a time, so no `tiered-config` changes the flag before the node is
+    // back; a flag the nodes do not agree on is not recorded.
+    let all: Vec<String> = env.cx.nodes.iter().map(|n| n.name.clone()).collect();
+    if let Some(flag) = agreed_flag(&described_flags(env.cx, &all)) {
+        record["fetch_last_tiered_offset"] = json!(flag);
+    }
     let mut before: BTreeMap<(String, i32), Value> = BTreeMap::new();
     if let Some(v) = &view {
         for p in &v.partitions {
@@ -259,12 +316,164 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
                     state["leader"] = json!(l.leader);
                     state["leader_epoch"] = json!(l.leader_epoch);
                 }
+                if let Some(v) = &followed {
+                    // After the replica was read: the leader's local log start then bounds
+                    // where the old protocol (flag off) may have started the node.
+                    state["leader_offsets"] =
+                        leader_offsets(env.cx, v, &r.state.topic, r.state.partition as i32);
+                }
                 p["rejoined"] = state;
             }
         }
     }
     record["partitions"] = json!(partitions);
     Failed::partly(record, &errors)
+}
+
+/// KIP-1023's flag as each of `nodes` describes it (DescribeConfigs of its broker resource; a
+/// node without the key has Kafka's default, off), or why it did not answer.
+fn described_flags(
+    cx: &NemesisContext<'_>,
+    nodes: &[String],
+) -> BTreeMap<String, Result<bool, String>> {
+    let answers = block_on(async {
+        let asks = cx
+            .nodes
+            .iter()
+            .filter(|n| nodes.contains(&n.name))
+            .map(|n| async move {
+                let addr = cx.db.endpoint(n);
+                let ask = async {
+                    let mut c =
+                        Connection::connect(cx.client.dialer.clone(), addr, ASK_TIMEOUT).await?;
+                    c.broker_config(n.id as i32, FETCH_LAST_TIERED_OFFSET_KEY)
+                        .await
+                };
+                let answer = match tokio::time::timeout(ASK_TIMEOUT * 2, ask).await {
+                    Err(_) => Err("timed out".to_string()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Ok(Ok(Err((code, message)))) => Err(format!(
+                        "{}{}",
+                        error_name(code),
+                        message.map(|m| format!(": {m}")).unwrap_or_default()
+                    )),
+                    Ok(Ok(Ok(None))) => Ok(false),
+                    Ok(Ok(Ok(Some(v)))) => v
+                        .parse::<bool>()
+                        .map_err(|_| format!("described as {v:?}, not true or false")),
+                };
+                (n.name.clone(), answer)
+            });
+        futures::future::join_all(asks).await
+    });
+    answers.into_iter().collect()
+}
+
+/// The flag the answering nodes agree on, if they answered and agree.
+fn agreed_flag(described: &BTreeMap<String, Result<bool, String>>) -> Option<bool> {
+    let mut values = described.values().filter_map(|a| a.as_ref().ok());
+    let first = *values.next()?;
+    values.all(|v| *v == first).then_some(first)
+}
+
+fn described_json(described: &BTreeMap<String, Result<bool, String>>) -> Value {
+    described
+        .iter()
+        .map(|(n, a)| {
+            let v = match a {
+                Ok(b) => json!(b),
+                Err(e) => json!({ "error": e }),
+            };
+            (n.clone(), v)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// `tiered-config`: sets KIP-1023's flag cluster-wide to `wanted`, or the other way from what
+/// the answering nodes agree it is, then waits until every node of `nodes` that answers
+/// describes the new value.
+fn set_flag(env: &mut Env<'_>, nodes: &[String], wanted: Option<bool>) -> Result<Value, Failed> {
+    let cx = env.cx;
+    let before = described_flags(cx, nodes);
+    let was = agreed_flag(&before);
+    let Some(value) = wanted.or(was.map(|w| !w)) else {
+        return Err(Failed::nothing(format!(
+            "the nodes do not agree on {FETCH_LAST_TIERED_OFFSET_KEY}, nothing to turn: {}",
+            described_json(&before)
+        )));
+    };
+    let mut record = json!({"set": {FETCH_LAST_TIERED_OFFSET_KEY: value.to_string()}, "was": was});
+    // Any node takes the request to the controller; the first that answers decides.
+    let mut refusals = Vec::new();
+    let mut sent = false;
+    for n in cx.nodes.iter().filter(|n| nodes.contains(&n.name)) {
+        let addr = cx.db.endpoint(n);
+        let asked = block_on(async {
+            let ask = async {
+                let mut c =
+                    Connection::connect(cx.client.dialer.clone(), addr, ASK_TIMEOUT).await?;
+                c.set_cluster_config(FETCH_LAST_TIERED_OFFSET_KEY, &value.to_string())
+                    .await
+            };
+            tokio::time::timeout(ASK_TIMEOUT * 2, ask).await
+        });
+        match asked {
+            Ok(Ok((0, _))) => {
+                sent = true;
+                break;
+            }
+            Ok(Ok((code, message))) => {
+                return Err(Failed::nothing(format!(
+                    "{} refused the config: {}{}",
+                    n.name,
+                    error_name(code),
+                    message.map(|m| format!(": {m}")).unwrap_or_default()
+                )))
+            }
+            Ok(Err(e)) if !e.maybe_sent() => refusals.push(format!("{}: {e}", n.name)),
+            Ok(Err(e)) => {
+                // It may have been committed: say so, and what the nodes describe now.
+                record["described"] = described_json(&described_flags(cx, nodes));
+                return Err(Failed {
+                    done: record,
+                    error: format!("{}: {e}; the config may have been set", n.name),
+                });
+            }
+            Err(_) => {
+                record["described"] = described_json(&described_flags(cx, nodes));
+                return Err(Failed {
+                    done: record,
+                    error: format!("{}: timed out; the config may have been set", n.name),
+                });
+            }
+        }
+    }
+    if !sent {
+        return Err(Failed::nothing(format!(
+            "no node took the config: {}",
+            refusals.join("; ")
+        )));
+    }
+    let deadline = Instant::now() + CONFIG_WAIT;
+    loop {
+        let now = described_flags(cx, nodes);
+        let settled = now
+            .values()
+            .all(|a| a.as_ref().map_or(true, |v| *v == value));
+        if settled || Instant::now() >= deadline {
+            record["described"] = described_json(&now);
+            return if settled {
+                Ok(record)
+            } else {
+                Err(Failed {
+                    done: record,
+                    error: format!("not every node described {value} within {CONFIG_WAIT:?}"),
+                })
+            };
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The tiered offsets of the leader each of `partitions` will be followed from, asked while the
@@ -523,6 +732,49 @@ mod tests {
         assert!(e.contains("nodez"), "{e}");
         let e = parse("wipe", json!({"nodes": ["n9"]})).unwrap_err();
         assert!(e.contains("n9"), "{e}");
+        let info = json!({"nodes": ["n3"], "fetch_last_tiered_offset": false,
+                          "partitions": [{"node": "n3", "topic": "t0", "partition": 0,
+                              "rejoined": {"leader": "n1", "leader_offsets": {"node": "n1"}}}]});
+        assert!(parse("wipe", info).is_ok());
+    }
+
+    #[test]
+    fn a_tiered_config_turns_the_flag_or_sets_the_value_its_info_recorded() {
+        let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let parse = |v: Value| TieredOp::parse("tiered-config", &v, &nodes).map(|o| o.f);
+        assert_eq!(parse(json!({})), Ok(TieredF::Config(None)));
+        let info = json!({"set": {FETCH_LAST_TIERED_OFFSET_KEY: "false"}, "was": true,
+                          "described": {"n1": false, "n2": {"error": "timed out"}}});
+        assert_eq!(parse(info), Ok(TieredF::Config(Some(false))));
+        for bad in [
+            json!({"set": {FETCH_LAST_TIERED_OFFSET_KEY: "yes"}}),
+            json!({"set": {"remote.storage.enable": "true"}}),
+            json!({"set": {FETCH_LAST_TIERED_OFFSET_KEY: "true", "x": "y"}}),
+        ] {
+            let e = parse(bad.clone()).unwrap_err();
+            assert!(e.contains("field `set`"), "{bad}: {e}");
+        }
+        let e = TieredOp::parse("wipe", &json!({"targets": "one", "set": {}}), &nodes).unwrap_err();
+        assert!(e.contains("only a tiered-config"), "{e}");
+    }
+
+    #[test]
+    fn the_flag_is_what_every_answering_node_describes() {
+        let d = |answers: &[(&str, Result<bool, &str>)]| {
+            answers
+                .iter()
+                .map(|(n, a)| (n.to_string(), a.map_err(String::from)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            agreed_flag(&d(&[("n1", Ok(true)), ("n2", Err("down"))])),
+            Some(true)
+        );
+        assert_eq!(
+            agreed_flag(&d(&[("n1", Ok(true)), ("n2", Ok(false))])),
+            None
+        );
+        assert_eq!(agreed_flag(&d(&[("n1", Err("down"))])), None);
     }
 
     #[test]

@@ -466,6 +466,30 @@ const DESCRIBE_CONFIGS_REQUEST: &[Field] = &[
     v("include_documentation", 3, ANY, BOOL),
 ];
 
+const DESCRIBE_SYNONYM: &[Field] = &[f("name", STR), f("value", STR), f("source", I8)];
+const DESCRIBE_CONFIG: &[Field] = &[
+    f("name", STR),
+    f("value", STR),
+    f("read_only", BOOL),
+    v("is_default", 0, 0, BOOL),
+    v("config_source", 1, ANY, I8),
+    f("is_sensitive", BOOL),
+    v("synonyms", 1, ANY, Ty::Array(&Ty::Struct(DESCRIBE_SYNONYM))),
+    v("config_type", 3, ANY, I8),
+    v("documentation", 3, ANY, STR),
+];
+const DESCRIBE_RESULT: &[Field] = &[
+    f("error_code", I16),
+    f("error_message", STR),
+    f("resource_type", I8),
+    f("resource_name", STR),
+    f("configs", Ty::Array(&Ty::Struct(DESCRIBE_CONFIG))),
+];
+const DESCRIBE_CONFIGS_RESPONSE: &[Field] = &[
+    f("throttle_time_ms", I32),
+    f("results", Ty::Array(&Ty::Struct(DESCRIBE_RESULT))),
+];
+
 // IncrementalAlterConfigs (44).
 const ALTERABLE_CONFIG: &[Field] = &[f("name", STR), f("config_operation", I8), f("value", STR)];
 const ALTER_RESOURCE: &[Field] = &[
@@ -476,6 +500,16 @@ const ALTER_RESOURCE: &[Field] = &[
 const INCREMENTAL_ALTER_CONFIGS_REQUEST: &[Field] = &[
     f("resources", Ty::Array(&Ty::Struct(ALTER_RESOURCE))),
     f("validate_only", BOOL),
+];
+const ALTER_RESOURCE_RESPONSE: &[Field] = &[
+    f("error_code", I16),
+    f("error_message", STR),
+    f("resource_type", I8),
+    f("resource_name", STR),
+];
+const INCREMENTAL_ALTER_CONFIGS_RESPONSE: &[Field] = &[
+    f("throttle_time_ms", I32),
+    f("responses", Ty::Array(&Ty::Struct(ALTER_RESOURCE_RESPONSE))),
 ];
 
 // InitProducerId (22).
@@ -621,5 +655,14 @@ pub const RESPONSES: &[Message] = &[
     msg("InitProducerId", 22, 0, 5, 2, INIT_PRODUCER_ID_RESPONSE),
     msg("DeleteRecords", 21, 0, 2, 2, DELETE_RECORDS_RESPONSE),
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_RESPONSE),
+    msg("DescribeConfigs", 32, 1, 4, 4, DESCRIBE_CONFIGS_RESPONSE),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_RESPONSE),
+    msg(
+        "IncrementalAlterConfigs",
+        44,
+        0,
+        1,
+        1,
+        INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+    ),
 ];

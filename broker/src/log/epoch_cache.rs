@@ -99,7 +99,11 @@ impl LeaderEpochCache {
             .partition(|e| e.epoch < epoch && e.start_offset < start_offset);
         // A leader change with no records in between replaces the entry at the same offset;
         // anything else rewrites history a follower may truncate by, and Kafka warns of it.
-        if removed.len() > 1 || removed.first().is_some_and(|e| e.start_offset != start_offset) {
+        if removed.len() > 1
+            || removed
+                .first()
+                .is_some_and(|e| e.start_offset != start_offset)
+        {
             tracing::warn!(
                 path = %self.path.display(), epoch, start_offset, ?removed,
                 "non-monotonic update of the leader epoch cache"

@@ -1082,8 +1082,7 @@ mod tests {
         let first = *log.segments.keys().next().unwrap();
         let (pos, _, last) = headers
             .iter()
-            .filter(|(_, base, _)| *base == first)
-            .next_back()
+            .rfind(|(_, base, _)| *base == first)
             .copied()
             .unwrap();
         let torn = log.segments[&first].path().to_path_buf();
@@ -1097,7 +1096,12 @@ mod tests {
         let (log, notes) = PartitionLog::open(dir.path(), settings()).unwrap();
         assert_eq!(log.log_end_offset(), last.base_offset, "{notes:?}");
         assert_eq!(log.segments.len(), 1);
-        assert!(notes.iter().any(|n| n.contains("but the one before ends at")), "{notes:?}");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("but the one before ends at")),
+            "{notes:?}"
+        );
         let read = values(&log.read(0, i64::MAX, usize::MAX).unwrap().records);
         assert!(read.iter().enumerate().all(|(i, (o, _, _))| *o == i as i64));
         assert_eq!(read.len() as i64, last.base_offset);

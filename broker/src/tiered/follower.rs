@@ -36,11 +36,16 @@ pub struct TieredFollower {
     pub bootstrap_off_by_one: bool,
     /// The injected `tiered-bootstrap-drops-producer-state`.
     pub bootstrap_drops_producer_state: bool,
+    /// The injected `tiered-flag-not-dynamic`.
+    pub flag_not_dynamic: bool,
 }
 
 impl TieredFollower {
     /// The flag now: the dynamic cluster config when set, else the static one.
     pub fn fetch_last_tiered_offset_enabled(&self) -> bool {
+        if self.flag_not_dynamic {
+            return self.fetch_last_tiered_offset;
+        }
         self.image
             .borrow()
             .cluster_configs

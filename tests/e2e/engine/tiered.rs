@@ -1,8 +1,9 @@
 //! `tidemark test --workload tiered` end to end on real namespaces: topics with tiered storage on,
 //! a remote store the brokers share, and the faults that test it. The correct broker stays valid
 //! through a remote-store outage, kills and wiped log directories, with data really in the remote
-//! store and wiped followers really starting from it; the injected `tiered-bootstrap-off-by-one`
-//! is caught by the tiered-bootstrap check.
+//! store and wiped followers really starting from it, with KIP-1023's flag on and then turned off
+//! at run time; the injected `tiered-bootstrap-off-by-one` is caught by the tiered-bootstrap check
+//! and `tiered-flag-not-dynamic` by the flag-gating check.
 
 use std::path::{Path, PathBuf};
 
@@ -29,20 +30,36 @@ fn strings(v: &Value) -> Vec<String> {
 
 const S: u64 = 1_000_000_000;
 
+/// When a schedule turns KIP-1023's flag off at run time.
+#[derive(Clone, Copy, PartialEq)]
+enum FlagOff {
+    Never,
+    /// Between the wipes: the first starts from the last tiered offset, the second the old way.
+    BeforeSecondWipe,
+    BeforeFirstWipe,
+}
+
 /// Two wipes (any node, then a leader) between other faults, so each lands on a partition whose
 /// leader has already uploaded segments and kept some of them locally.
-fn schedule(dir: &Path, outage: bool) -> PathBuf {
+fn schedule(dir: &Path, outage: bool, flag_off: FlagOff) -> PathBuf {
     let mut ops = Vec::new();
     if outage {
         ops.push(json!({"time": 5 * S, "f": "remote-outage", "value": {"targets": "all"}}));
         ops.push(json!({"time": 8 * S, "f": "remote-restore", "value": {}}));
     }
+    let off = json!({"set": {"follower.fetch.last.tiered.offset.enable": "false"}});
+    if flag_off == FlagOff::BeforeFirstWipe {
+        ops.push(json!({"time": 9 * S, "f": "tiered-config", "value": off}));
+    }
     ops.extend([
         json!({"time": 10 * S, "f": "wipe", "value": {"targets": "one"}}),
         json!({"time": 16 * S, "f": "kill", "value": {"targets": "leader"}}),
         json!({"time": 18 * S, "f": "start", "value": {"targets": "all"}}),
-        json!({"time": 20 * S, "f": "wipe", "value": {"targets": "leader"}}),
     ]);
+    if flag_off == FlagOff::BeforeSecondWipe {
+        ops.push(json!({"time": 19 * S, "f": "tiered-config", "value": off}));
+    }
+    ops.push(json!({"time": 20 * S, "f": "wipe", "value": {"targets": "leader"}}));
     let path = dir.join("tiered-faults.json");
     std::fs::write(&path, Value::Array(ops).to_string()).unwrap();
     path
@@ -66,16 +83,21 @@ fn tiered_run(schedule: &Path, extra: &[&str], store: &Path) -> (PathBuf, Value)
     run_with_verdict(&args, store)
 }
 
-/// The recorded wipes' partitions.
+/// The recorded wipes' partitions, each with the flag its wipe recorded as `flag`.
 fn wiped(history: &[Value]) -> Vec<Value> {
     history
         .iter()
         .filter(|o| o["f"] == "wipe" && o["type"] == "info")
         .flat_map(|o| {
-            o["value"]["partitions"]
+            let flag = o["value"]["fetch_last_tiered_offset"].clone();
+            let mut parts = o["value"]["partitions"]
                 .as_array()
                 .cloned()
-                .unwrap_or_default()
+                .unwrap_or_default();
+            for p in &mut parts {
+                p["flag"] = flag.clone();
+            }
+            parts
         })
         .collect()
 }
@@ -95,7 +117,11 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
     broker();
     let dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
-    let (run, results) = tiered_run(&schedule(dir.path(), true), &[], store.path());
+    let (run, results) = tiered_run(
+        &schedule(dir.path(), true, FlagOff::BeforeSecondWipe),
+        &[],
+        store.path(),
+    );
     assert_eq!(
         strings(&results["bad_anomaly_types"]),
         Vec::<String>::new(),
@@ -112,7 +138,7 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
     );
     let history = json_lines(&run.join("history.jsonl"));
     let ops = &history[1..];
-    for f in ["remote-outage", "remote-restore", "wipe"] {
+    for f in ["remote-outage", "remote-restore", "wipe", "tiered-config"] {
         let done: Vec<&Value> = ops
             .iter()
             .filter(|o| o["f"] == f && o["type"] == "info")
@@ -134,11 +160,29 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
         })
         .count();
     assert!(remote_reads > 0, "no poll read from the remote store");
+    // The flag was turned off between the wipes, and every node described it so.
+    let turned: Vec<&Value> = ops
+        .iter()
+        .filter(|o| o["f"] == "tiered-config" && o["type"] == "info")
+        .collect();
+    assert_eq!(turned.len(), 1, "{turned:?}");
+    assert_eq!(turned[0]["value"]["was"], true, "{}", turned[0]);
+    let described = turned[0]["value"]["described"].as_object().unwrap();
+    assert_eq!(described.len(), 3, "{}", turned[0]);
+    assert!(described.values().all(|v| v == false), "{}", turned[0]);
     // Each wipe deleted partition directories, kept the quorum's log, and the node came back
     // into every ISR; at least one of its replicas started from the remote store (its local log
-    // after the partition's start, at or after the earliest pending upload of the leader it
-    // rejoined under, asked while it was down, when that leader still led in the same epoch).
+    // after the partition's start): with the flag on at or after the earliest pending upload of
+    // the leader it rejoined under, asked while it was down; with the flag off at or after that
+    // leader's local log start then, and at or before it once the node was back (when that
+    // leader still led in the same epoch throughout).
     let parts = wiped(ops);
+    let flags: Vec<&Value> = ops
+        .iter()
+        .filter(|o| o["f"] == "wipe" && o["type"] == "info")
+        .map(|o| &o["value"]["fetch_last_tiered_offset"])
+        .collect();
+    assert_eq!(flags, [true, false]);
     assert!(!parts.is_empty());
     let from_remote: Vec<&Value> = parts
         .iter()
@@ -161,13 +205,24 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
     let held: Vec<&&Value> = from_remote.iter().filter(|p| followed(p)).collect();
     assert!(!held.is_empty(), "no leader at restart binds: {parts:?}");
     for p in held {
-        let epuo = p["leader_at_restart"]["earliest_pending_upload"]
-            .as_i64()
-            .unwrap();
-        assert!(
-            p["rejoined"]["local_log_start_offset"].as_i64().unwrap() >= epuo,
-            "{p}"
-        );
+        let at = &p["leader_at_restart"];
+        let local = p["rejoined"]["local_log_start_offset"].as_i64().unwrap();
+        if p["flag"] == true {
+            let epuo = at["earliest_pending_upload"].as_i64().unwrap();
+            assert!(local >= epuo, "{p}");
+        } else {
+            let after = &p["rejoined"]["leader_offsets"];
+            assert!(
+                local >= at["local_log_start_offset"].as_i64().unwrap(),
+                "{p}"
+            );
+            if after["leader_epoch"] == at["leader_epoch"] {
+                assert!(
+                    local <= after["local_log_start_offset"].as_i64().unwrap(),
+                    "{p}"
+                );
+            }
+        }
     }
     // The wiped leader's partitions were asked of their next leader before it came back.
     assert!(
@@ -206,12 +261,32 @@ fn the_tiered_bootstrap_off_by_one_is_caught() {
     let dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let (run, results) = tiered_run(
-        &schedule(dir.path(), false),
+        &schedule(dir.path(), false, FlagOff::Never),
         &["--inject-bug", "tiered-bootstrap-off-by-one"],
         store.path(),
     );
     assert!(
         strings(&results["bad_anomaly_types"]).contains(&"tiered-bootstrap".to_string()),
+        "{}: {}",
+        run.display(),
+        results["anomaly_types"]
+    );
+    assert_eq!(results["valid"], false);
+}
+
+#[test]
+fn a_flag_turned_off_that_followers_never_see_is_caught() {
+    require_root("a_flag_turned_off_that_followers_never_see_is_caught");
+    broker();
+    let dir = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let (run, results) = tiered_run(
+        &schedule(dir.path(), false, FlagOff::BeforeFirstWipe),
+        &["--inject-bug", "tiered-flag-not-dynamic"],
+        store.path(),
+    );
+    assert!(
+        strings(&results["bad_anomaly_types"]).contains(&"tiered-flag-gating".to_string()),
         "{}: {}",
         run.display(),
         results["anomaly_types"]
