@@ -424,10 +424,12 @@ fn perf(
 /// bounce, handoff) and partitions three, since a leader cut off from its followers while
 /// clients still reach it is the failover in which the old leader goes on acknowledging and
 /// serving; pauses two (the old leader wakes up still believing it leads, with requests
-/// waiting). Packet loss, which rarely moves a leader, one.
+/// waiting). A wiped log directory three too: a replica rebuilding from the remote store is
+/// where tiered storage's bugs live, and nothing else brings it about. Packet loss, which rarely
+/// moves a leader, and a remote-store outage, one.
 fn weight(kind: Kind) -> u32 {
     match kind {
-        Kind::Kill | Kind::Partition => 3,
+        Kind::Kill | Kind::Partition | Kind::Wipe => 3,
         Kind::Pause => 2,
         _ => 1,
     }
@@ -438,9 +440,10 @@ fn weight(kind: Kind) -> u32 {
 /// during outages as often as between them (a failover is what one does when the source is
 /// down). A failback into a cluster with a replica down, cut off or lagging is where a
 /// truncation that must reach every replica (KIP-1279's LMLE truncation with
-/// `mirror.support.unclean.leader.election`, ULE_RECOVERY) can leave one out.
+/// `mirror.support.unclean.leader.election`, ULE_RECOVERY) can leave one out. Turning KIP-1023's
+/// flag stops nothing either, and is an operator's move too.
 fn own_timeline(kind: Kind) -> bool {
-    matches!(kind, Kind::Clock | Kind::Failover)
+    matches!(kind, Kind::Clock | Kind::Failover | Kind::TieredConfig)
 }
 
 /// The packages, performed by the nemesis worker one op at a time (an op due while another runs
@@ -451,8 +454,8 @@ fn own_timeline(kind: Kind) -> bool {
 /// enough to outlast failure detection), then is undone, and after a calm of up to half an
 /// interval from the undoing's end the next turn comes. Stacked faults mostly leave nothing
 /// available; one at a time, each fault, leader failovers above all, starts from a cluster that
-/// works. Clock skew, which stops nothing, and mirror failovers and failbacks
-/// ([`own_timeline`]) run on their own staggered timelines (gaps uniform in [0, 2·interval])
+/// works. Clock skew, which stops nothing, mirror failovers and failbacks, and turns of
+/// KIP-1023's flag ([`own_timeline`]) run on their own staggered timelines (gaps uniform in [0, 2·interval])
 /// across them, so they land inside faults as well as between them; a mirrored test's first
 /// failover comes before the first disruptive turn.
 pub struct Combined {
