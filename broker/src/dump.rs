@@ -22,9 +22,11 @@ use serde_json::{json, Value};
 use crate::broker::{
     read_cluster_id, read_hw_checkpoint, HW_CHECKPOINT_FILE, LOG_START_CHECKPOINT_FILE,
 };
+use crate::config::RemoteStoreConfig;
 use crate::log::batch;
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
 use crate::partition::{PersistedState, STATE_FILE};
+use crate::tiered::manager::TieredStore;
 
 /// Which replicas to dump and how to label them.
 #[derive(Clone, Debug, Default)]
@@ -34,9 +36,10 @@ pub struct DumpOptions {
     pub partition: Option<i32>,
     pub node: Option<String>,
     pub cluster: Option<String>,
-    /// The remote store (`remote.log.storage.dir`): its segments of each partition are listed
+    /// The remote store (a `remote.log.storage.dir`, or the S3 bucket a broker's configuration
+    /// names, credentials from the environment): its segments of each partition are listed
     /// under `"tiered"`.
-    pub remote_dir: Option<PathBuf>,
+    pub remote: Option<RemoteStoreConfig>,
 }
 
 /// Writes one line per replica found; returns how many were written.
@@ -69,6 +72,10 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
         }
         replicas.insert((topic.to_string(), part), entry.path());
     }
+    let store = match &opts.remote {
+        Some(config) => Some(TieredStore::open(config).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     let mut n = 0;
     for ((topic, part), dir) in replicas {
         let hw = match &hws {
@@ -83,9 +90,9 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
             Ok(v) => v,
             Err(e) => json!({"error": e.to_string()}),
         };
-        if let Some(remote) = &opts.remote_dir {
+        if let Some(store) = &store {
             let local_start = line["log_start_offset"].as_i64();
-            line["tiered"] = tiered_state(remote, &topic, part, stored_start, local_start)?;
+            line["tiered"] = tiered_state(store, &topic, part, stored_start, local_start)?;
         }
         let obj = line.as_object_mut().expect("a JSON object");
         obj.insert("topic".into(), json!(topic));
@@ -110,35 +117,22 @@ pub fn dump(opts: &DumpOptions, out: &mut impl Write) -> anyhow::Result<usize> {
 /// are remote), the local log start, and every segment the remote store's metadata lists for the
 /// partition (any topic id of that name), oldest first, each finished one with its records.
 fn tiered_state(
-    remote_dir: &Path,
+    store: &TieredStore,
     topic: &str,
     partition: i32,
     stored_start: Option<i64>,
     local_start: Option<i64>,
 ) -> anyhow::Result<Value> {
-    use crate::tiered::metadata::{
-        DirMetadataStore, RemoteLogMetadataStore, SegmentState, METADATA_DIR,
-    };
-    use crate::tiered::storage::{LocalDirStorage, RemoteStorage, TopicIdPartition};
-    let prefix = format!("{topic}-{partition}-");
+    use crate::tiered::metadata::SegmentState;
+    use crate::tiered::storage::TopicIdPartition;
     let mut segments = Vec::new();
-    let store = DirMetadataStore::new(remote_dir);
-    if let Ok(entries) = std::fs::read_dir(remote_dir.join(METADATA_DIR)) {
-        for entry in entries {
-            let name = entry?.file_name().to_string_lossy().to_string();
-            let Some(topic_id) = name
-                .strip_prefix(&prefix)
-                .and_then(|id| uuid::Uuid::parse_str(id).ok())
-            else {
-                continue;
-            };
-            let tp = TopicIdPartition {
-                topic_id,
-                topic: topic.to_string(),
-                partition,
-            };
-            segments.extend(store.list(&tp)?);
-        }
+    for topic_id in store.metadata.topic_ids(topic, partition)? {
+        let tp = TopicIdPartition {
+            topic_id,
+            topic: topic.to_string(),
+            partition,
+        };
+        segments.extend(store.metadata.list(&tp)?);
     }
     segments.sort_by_key(|s| (s.start_offset, s.event_timestamp_ms));
     // Without a checkpointed log start yet (a broker that has not written one), the oldest
@@ -154,7 +148,6 @@ fn tiered_state(
         (Some(s), Some(l)) => Some(s.min(l)),
         (s, l) => l.or(s),
     };
-    let storage = LocalDirStorage::new(remote_dir)?;
     let mut rows = Vec::new();
     for s in &segments {
         let mut row = json!({
@@ -169,7 +162,7 @@ fn tiered_state(
         // A finished copy is what readers are served; its records let a checker read every
         // offset below the local log start.
         if s.state == SegmentState::CopySegmentFinished {
-            row["records"] = match storage.fetch_segment(&s.segment, 0, None) {
+            row["records"] = match store.storage.fetch_segment(&s.segment, 0, None) {
                 Ok(bytes) => json!(remote_records(&bytes)?),
                 Err(e) => {
                     row["error"] = json!(e.to_string());

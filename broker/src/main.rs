@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tidemark_broker::broker::Broker;
-use tidemark_broker::config::BrokerConfig;
+use tidemark_broker::config::{BrokerConfig, RemoteStoreConfig};
 use tidemark_broker::controller::local::LocalQuorum;
 use tidemark_broker::controller::raft::{QuorumConfig, RaftQuorum};
 use tidemark_broker::controller::MetadataQuorum;
@@ -65,8 +65,12 @@ enum Command {
         cluster: Option<String>,
         /// The remote store (`remote.log.storage.dir`): add each replica's tiered side (both
         /// log starts, the remote segments).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "remote_config")]
         remote_dir: Option<PathBuf>,
+        /// A broker's configuration file: add each replica's tiered side from the remote store
+        /// it names (a directory, or an S3 bucket with credentials from `AWS_*`).
+        #[arg(long, value_name = "FILE")]
+        remote_config: Option<PathBuf>,
     },
 }
 
@@ -255,14 +259,35 @@ fn main() -> ExitCode {
             node,
             cluster,
             remote_dir,
+            remote_config,
         }) => {
+            let remote = match (remote_dir, remote_config) {
+                (Some(dir), _) => Some(RemoteStoreConfig::Dir(dir)),
+                (None, Some(path)) => match BrokerConfig::load(&path, &[]) {
+                    Ok(config) => match config.tiered.store {
+                        Some(store) => Some(store),
+                        None => {
+                            eprintln!(
+                                "dump-log: {} names no remote store (remote.log.storage.dir or remote.log.storage.s3.bucket)",
+                                path.display()
+                            );
+                            return ExitCode::FAILURE;
+                        }
+                    },
+                    Err(e) => {
+                        eprintln!("dump-log: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+                (None, None) => None,
+            };
             let opts = DumpOptions {
                 data_dir,
                 topic,
                 partition,
                 node,
                 cluster,
-                remote_dir,
+                remote,
             };
             let stdout = std::io::stdout();
             match dump(&opts, &mut stdout.lock()) {

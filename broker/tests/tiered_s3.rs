@@ -2,7 +2,7 @@
 //! moto's (scripts/python-requirements.txt), started by each test on a loopback port and killed
 //! after. The store keeps the storage and metadata contracts, tells a store that is down or a
 //! bucket that is missing from a missing object, and brokers sharing a bucket tier, serve every
-//! offset back and start a wiped follower from it.
+//! offset back and start a wiped follower from it; `dump-log --remote-config` reads the bucket.
 
 mod common;
 
@@ -523,5 +523,68 @@ fn brokers_sharing_an_s3_bucket_tier_serve_every_offset_and_start_a_wiped_follow
         local_offsets(&c, 3),
         (pending..total).collect::<Vec<_>>(),
         "node 3 holds only what was not tiered"
+    );
+
+    // dump-log reads the bucket a broker's configuration names: node 3's replica with the
+    // partition's log start, its own local one, and every tiered offset in finished segments.
+    let dump = |config: &Path, env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+            .arg("dump-log")
+            .arg("--data-dir")
+            .arg(&data3)
+            .arg("--remote-config")
+            .arg(config)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let config = c.nodes[2].dir.path().join("server.properties");
+    let out = dump(&config, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["topic"] == "t")
+        .expect("a line for t-0");
+    let tiered = &line["tiered"];
+    assert_eq!(tiered["log_start_offset"], 0, "{tiered}");
+    assert_eq!(tiered["local_log_start_offset"], pending, "{tiered}");
+    let mut remote: Vec<i64> = tiered["remote_segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["state"] == "COPY_SEGMENT_FINISHED")
+        .flat_map(|s| s["records"].as_array().unwrap().clone())
+        .map(|r| r[0].as_i64().unwrap())
+        .collect();
+    remote.sort_unstable();
+    remote.dedup();
+    assert_eq!(remote, (0..pending).collect::<Vec<_>>(), "{tiered}");
+    // Without credentials it refuses, naming the variable; a file without a store is named.
+    let out = dump(&config, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    let bare = c.nodes[2].dir.path().join("no-store.properties");
+    let without_store: String = std::fs::read_to_string(&config)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("remote.log.storage."))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&bare, without_store).unwrap();
+    let out = dump(&bare, &env);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-store.properties") && err.contains("names no remote store"),
+        "{err}"
     );
 }

@@ -58,8 +58,8 @@ pub struct WipeInfo {
     /// One entry per partition directory the wipe deleted.
     #[serde(default)]
     pub partitions: Vec<WipedPartition>,
-    /// KIP-1023's flag as the nodes described it before the kill (absent from older histories,
-    /// and when the nodes did not agree).
+    /// KIP-1023's flag as the wiped nodes described it once back, else as every node described
+    /// it before the kill (absent from older histories, and when the nodes did not agree).
     #[serde(default)]
     pub fetch_last_tiered_offset: Option<bool>,
 }

@@ -231,7 +231,9 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
     // at or after it.
     let view = ClusterView::read(env.cx).ok();
     // Nemesis ops run one at a time, so no `tiered-config` changes the flag before the node is
-    // back; a flag the nodes do not agree on is not recorded.
+    // back; a node cut off from the quorum may still describe an older value, so the wiped
+    // nodes are asked again once back (they replayed the quorum's log), and a flag the nodes
+    // do not agree on is not recorded.
     let all: Vec<String> = env.cx.nodes.iter().map(|n| n.name.clone()).collect();
     if let Some(flag) = agreed_flag(&described_flags(env.cx, &all)) {
         record["fetch_last_tiered_offset"] = json!(flag);
@@ -297,6 +299,12 @@ fn wipe(env: &mut Env<'_>, nodes: &[String], mut record: Value) -> Result<Value,
         .as_replica_dump()
         .and_then(|dump| wait_for_rejoin(env, nodes, &partitions, dump));
     record["rejoined_after_s"] = json!(rejoined.as_ref().map(|_| started.elapsed().as_secs_f64()));
+    let flag_back = rejoined
+        .as_ref()
+        .and_then(|_| agreed_flag(&described_flags(env.cx, nodes)));
+    if let Some(flag) = flag_back {
+        record["fetch_last_tiered_offset"] = json!(flag);
+    }
     // Read after the replicas: each had fetched by then, so a leader and epoch unchanged since
     // the ask before the start is the leader it fetched from.
     let followed = rejoined

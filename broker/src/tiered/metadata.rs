@@ -18,6 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::storage::{RemoteSegmentId, TopicIdPartition};
 use crate::log::epoch_cache::EpochEntry;
@@ -131,6 +132,16 @@ pub trait RemoteLogMetadataStore: Send + Sync + fmt::Debug {
         &self,
         partition: &TopicIdPartition,
     ) -> Result<Vec<RemoteSegmentMetadata>, MetadataError>;
+    /// The topic ids under which the store holds metadata of partition `partition` of `topic`
+    /// (a topic deleted and created again has two), for readers that know only the name.
+    fn topic_ids(&self, topic: &str, partition: i32) -> Result<Vec<Uuid>, MetadataError>;
+}
+
+/// The topic id a metadata directory or key prefix named `name` holds for `topic`-`partition`
+/// (`<topic>-<partition>-<topic id>`, [`TopicIdPartition::dir_name`]).
+pub fn topic_id_of(name: &str, topic: &str, partition: i32) -> Option<Uuid> {
+    name.strip_prefix(&format!("{topic}-{partition}-"))
+        .and_then(|id| Uuid::parse_str(id).ok())
 }
 
 /// Directory under the remote store's root that holds the metadata.
@@ -223,6 +234,25 @@ impl RemoteLogMetadataStore for DirMetadataStore {
         }
         out.sort_by_key(|m| (m.start_offset, m.event_timestamp_ms));
         Ok(out)
+    }
+
+    fn topic_ids(&self, topic: &str, partition: i32) -> Result<Vec<Uuid>, MetadataError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && super::storage::root_reachable(&self.remote_root) =>
+            {
+                return Ok(Vec::new())
+            }
+            other => other.map_err(Self::io(&self.root))?,
+        };
+        let mut ids = Vec::new();
+        for entry in entries {
+            let name = entry.map_err(Self::io(&self.root))?.file_name();
+            ids.extend(topic_id_of(&name.to_string_lossy(), topic, partition));
+        }
+        ids.sort();
+        Ok(ids)
     }
 }
 

@@ -28,7 +28,9 @@ use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, WriteMultipart,
 };
 
-use super::metadata::{MetadataError, RemoteLogMetadataStore, RemoteSegmentMetadata, METADATA_DIR};
+use super::metadata::{
+    topic_id_of, MetadataError, RemoteLogMetadataStore, RemoteSegmentMetadata, METADATA_DIR,
+};
 use super::storage::{
     IndexKind, RemoteSegmentId, RemoteStorage, RemoteStorageError, SegmentData, TopicIdPartition,
 };
@@ -425,5 +427,22 @@ impl RemoteLogMetadataStore for S3Storage {
         }
         out.sort_by_key(|m| (m.start_offset, m.event_timestamp_ms));
         Ok(out)
+    }
+
+    fn topic_ids(&self, topic: &str, partition: i32) -> Result<Vec<uuid::Uuid>, MetadataError> {
+        let root = ObjectPath::from(METADATA_DIR);
+        let listed = {
+            let root = root.clone();
+            self.run(move |s| Box::pin(async move { s.list_with_delimiter(Some(&root)).await }))
+        }
+        .map_err(|e| self.metadata_error(&root, e))?;
+        let mut ids: Vec<uuid::Uuid> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename())
+            .filter_map(|name| topic_id_of(name, topic, partition))
+            .collect();
+        ids.sort();
+        Ok(ids)
     }
 }
