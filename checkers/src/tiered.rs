@@ -30,7 +30,7 @@
 //!   more than one past its highest tiered offset, or other than its log start while it knew
 //!   of nothing tiered.
 //! - `tiered-flag-gating` (T2): with the flag off (as the wipe recorded the cluster describing
-//!   it, else as the test's brokers were configured), a wiped follower must start as before
+//!   it, else as the test's brokers were configured when no `tiered-config` turned it), a wiped follower must start as before
 //!   KIP-1023: right after the remote segment holding the offset before its leader's local log
 //!   start. Held to the leader it rejoined under, in one leader epoch from before its start to
 //!   after it was read (`rejoined.leader_offsets`), whose local log start only grows meanwhile:
@@ -135,10 +135,11 @@ pub struct Rejoined {
     pub leader_offsets: Option<LeaderOffsets>,
 }
 
-/// The wipes of a history, in order, with their op indices.
+/// The wipes of a history, in order, with their op indices, and whether the flag was turned.
 #[derive(Debug, Default)]
 pub struct TieredHistory {
     wipes: Vec<(u64, WipeInfo)>,
+    flag_turned: bool,
 }
 
 impl TieredHistory {
@@ -148,6 +149,12 @@ impl TieredHistory {
             .map_err(|e| format!("op {index}: a wipe record that does not parse: {e}"))?;
         self.wipes.push((index, info));
         Ok(())
+    }
+
+    /// Takes in a `tiered-config` op: from then on the brokers' configuration does not say the
+    /// flag, so a wipe that did not record it is not judged by it.
+    pub fn observe_flag_turned(&mut self) {
+        self.flag_turned = true;
     }
 }
 
@@ -174,9 +181,13 @@ pub(crate) fn check(
         }
     }
     for (index, wipe) in &history.wipes {
-        let flag = wipe
-            .fetch_last_tiered_offset
-            .unwrap_or_else(|| flag_on(test));
+        // Which protocol the node started by; unknown when the flag was turned at run time and
+        // the wipe could not tell (the nodes did not agree).
+        let flag = match wipe.fetch_last_tiered_offset {
+            Some(f) => Some(f),
+            None if history.flag_turned => None,
+            None => Some(flag_on(test)),
+        };
         for p in &wipe.partitions {
             let before = p.leader.as_ref().filter(|l| l.error.is_none());
             let at_restart = p.leader_at_restart.as_ref().filter(|l| l.error.is_none());
@@ -199,8 +210,8 @@ pub(crate) fn check(
                         .map(|l| &rs[l.leader])
                         .find(|x| x.topic == p.topic && x.partition == p.partition)
                 });
-                bootstrap(*index, p, leader, r, flag, final_leader, anomalies);
-                if !flag {
+                bootstrap(*index, p, leader, r, flag == Some(true), final_leader, anomalies);
+                if flag == Some(false) {
                     old_protocol_start(*index, p, r, final_leader, anomalies);
                 }
             }

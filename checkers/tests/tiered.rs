@@ -342,3 +342,22 @@ fn the_flag_the_wipe_recorded_wins_over_the_brokers_configuration() {
     let r = run(false, &described(true, 2, 2, 4), &replicas(&uploaded()));
     assert_eq!(r.valid, Validity::Valid, "{r:#?}");
 }
+
+#[test]
+fn a_wipe_that_could_not_tell_the_flag_after_it_was_turned_is_not_held_to_either_start() {
+    // The off-by-one's start, 2, with the flag unrecorded: the brokers' configuration decides.
+    let mut h = described(true, 2, 2, 2);
+    h.ops.last_mut().unwrap().value["fetch_last_tiered_offset"] = Value::Null;
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+    // Once a tiered-config turned it, the configuration says nothing: not judged.
+    let mut turned = Hist::new();
+    turned.nemesis(
+        "tiered-config",
+        json!({"set": {FLAG: "false"}, "was": true, "described": {"n1": false, "n2": true}}),
+    );
+    turned.ops.extend(h.ops.clone());
+    let r = run(true, &turned, &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+}

@@ -425,6 +425,7 @@ impl<'r> QueueAnalysis<'r> {
                     self.warn(problem);
                 }
             }
+            "tiered-config" => self.tiered.observe_flag_turned(),
             "config" if config_op_enables_unclean(&ev.value.json()) => {
                 self.facts.forced_unclean = true;
                 self.facts.unclean_config_op = true;
