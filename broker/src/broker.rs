@@ -3,7 +3,7 @@
 //! layer translates Kafka requests into these calls and their results back into responses.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,6 +52,10 @@ pub struct Broker {
     pub faults: Faults,
     /// Random per process start; tells a restarted broker apart from its previous run.
     pub incarnation: u64,
+    /// Whether the previous process closed the log directory cleanly ([`CLEAN_SHUTDOWN_FILE`]):
+    /// the controller takes a broker back from an unclean shutdown out of the eligible leader
+    /// replicas (KIP-966), since its log may have lost what it had acknowledged.
+    pub clean_start: bool,
     quorum: Arc<dyn MetadataQuorum>,
     partitions: Arc<HostedPartitions>,
     /// Bumped whenever any log end or high watermark moves; long-polling fetches wait on it.
@@ -102,6 +106,7 @@ impl Broker {
             None => None,
         };
         write_meta_properties(&config)?;
+        let clean_start = take_clean_shutdown_marker(&config.log_dir)?;
         let data_generation = Arc::new(watch::channel(0).0);
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
         let partitions = Arc::new(HostedPartitions::default());
@@ -125,6 +130,7 @@ impl Broker {
             config,
             faults,
             incarnation,
+            clean_start,
             quorum,
             partitions,
             data_generation,
@@ -443,8 +449,13 @@ impl Broker {
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: self.config.log.unclean_leader_election_enable,
             min_insync_replicas: self.config.log.min_insync_replicas,
+            eligible_leader_replicas: self.config.eligible_leader_replicas,
         };
-        let cmd = ControllerCommand::RegisterBroker { endpoint, defaults };
+        let cmd = ControllerCommand::RegisterBroker {
+            endpoint,
+            defaults,
+            unclean_shutdown: !self.clean_start,
+        };
         loop {
             match self.quorum.submit(cmd.clone()).await {
                 Ok(ControllerReply::Done) => break,
@@ -917,7 +928,8 @@ impl Broker {
         }
     }
 
-    /// Flushes and closes every log, leaving clean-shutdown markers.
+    /// Flushes and closes every log, leaving clean-shutdown markers: one per log, and once
+    /// every log is closed, the broker's own.
     pub fn shutdown(&self) -> anyhow::Result<()> {
         self.checkpoint_high_watermarks()?;
         let parts = std::mem::take(&mut *self.partitions_write());
@@ -930,6 +942,11 @@ impl Broker {
                 Err(p) => p.flush()?,
             }
         }
+        let marker = self.config.log_dir.join(CLEAN_SHUTDOWN_FILE);
+        std::fs::File::create(&marker)
+            .and_then(|f| f.sync_all())
+            .and_then(|_| crate::log::sync_dir(&self.config.log_dir))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", marker.display()))?;
         Ok(())
     }
 
@@ -1009,6 +1026,25 @@ pub fn read_hw_checkpoint(path: &std::path::Path) -> anyhow::Result<BTreeMap<(St
         out.insert((t, p), o);
     }
     Ok(out)
+}
+
+/// The broker's clean-shutdown marker in its log directory (Kafka's `.kafka_cleanshutdown`),
+/// written once every log is closed.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
+
+/// Whether the previous process left the marker; removes it (durably) so that a crash of this
+/// process is not taken for a clean close.
+fn take_clean_shutdown_marker(log_dir: &Path) -> anyhow::Result<bool> {
+    let marker = log_dir.join(CLEAN_SHUTDOWN_FILE);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => {
+            crate::log::sync_dir(log_dir)
+                .map_err(|e| anyhow::anyhow!("cannot sync {}: {e}", log_dir.display()))?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(anyhow::anyhow!("cannot remove {}: {e}", marker.display())),
+    }
 }
 
 /// Kafka's `meta.properties`: which cluster and node a log dir belongs to. A log dir of another

@@ -288,6 +288,11 @@ pub struct BrokerConfig {
     /// replicas every `leader_imbalance_check_interval`.
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval: Duration,
+    /// `eligible.leader.replicas.version` (KIP-966's feature level, 0 or 1): at 1 the controller
+    /// keeps the replicas that left an ISR below `min.insync.replicas` as eligible leaders and
+    /// takes a broker back from an unclean shutdown out of them. Kafka 4.1 turns it on for new
+    /// clusters, as here.
+    pub eligible_leader_replicas: bool,
     /// How often every replica applies retention (`log.retention.check.interval.ms`).
     pub retention_check_interval: Duration,
     pub log: LogConfig,
@@ -412,6 +417,7 @@ const BROKER_KEYS: &[&str] = &[
     "log.retention.check.interval.ms",
     "auto.leader.rebalance.enable",
     "leader.imbalance.check.interval.seconds",
+    "eligible.leader.replicas.version",
     "offsets.topic.num.partitions",
     "offsets.topic.replication.factor",
     "group.initial.rebalance.delay.ms",
@@ -732,6 +738,7 @@ impl BrokerConfig {
                 i64::MAX,
             )? as u64),
             auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable", true)?,
+            eligible_leader_replicas: num("eligible.leader.replicas.version", 1, 0, 1)? == 1,
             leader_imbalance_check_interval: Duration::from_secs(num(
                 "leader.imbalance.check.interval.seconds",
                 300,

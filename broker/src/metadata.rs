@@ -34,6 +34,15 @@ pub struct PartitionRegistration {
     pub partition_epoch: i32,
     #[serde(default)]
     pub leader_recovery_state: LeaderRecoveryState,
+    /// KIP-966's eligible leader replicas: replicas that left the ISR while it was below
+    /// `min.insync.replicas`, so the high watermark could not pass their log end; any of them
+    /// may lead once the ISR is empty. Empty while the ISR is at least the minimum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elr: Vec<i32>,
+    /// The leader when the partition last lost its leader with an empty ISR and ELR: elected
+    /// again once it is back (KIP-966's last known leader), as nothing else is eligible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_known_leader: Option<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +108,9 @@ pub struct BrokerEndpoint {
 pub struct ClusterDefaults {
     pub unclean_leader_election_enable: bool,
     pub min_insync_replicas: i32,
+    /// KIP-966's eligible leader replicas (`eligible.leader.replicas.version` 1).
+    #[serde(default)]
+    pub eligible_leader_replicas: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1524,6 +1524,8 @@ mod tests {
             leader_epoch: 1,
             partition_epoch: 1,
             leader_recovery_state: LeaderRecoveryState::Recovered,
+            elr: Vec::new(),
+            last_known_leader: None,
         };
         let config = LogConfig {
             min_insync_replicas: 2,
@@ -1593,6 +1595,8 @@ mod tests {
             leader_epoch: 1,
             partition_epoch: 2,
             leader_recovery_state: LeaderRecoveryState::Recovered,
+            elr: Vec::new(),
+            last_known_leader: None,
         };
         p.apply_registration(committed).unwrap();
         assert_eq!(p.high_watermark(), 1);
@@ -1616,6 +1620,8 @@ mod tests {
             leader_epoch,
             partition_epoch: leader_epoch,
             leader_recovery_state: LeaderRecoveryState::Recovered,
+            elr: Vec::new(),
+            last_known_leader: None,
         };
         let host = Host {
             node_id: 1,

@@ -174,7 +174,9 @@ fn register(id: i32) -> ControllerCommand {
         defaults: ClusterDefaults {
             unclean_leader_election_enable: false,
             min_insync_replicas: 1,
+            eligible_leader_replicas: true,
         },
+        unclean_shutdown: false,
     }
 }
 

@@ -348,3 +348,68 @@ fn leader_restarted_within_the_session_with_a_cut_log_does_not_keep_its_epoch() 
         |dir| corrupt_batch(dir, 25),
     );
 }
+
+/// KIP-966's eligible leader replicas on five real brokers (the quorum survives two of them):
+/// `t` has replicas 1 and 2 and `min.insync.replicas=2`. 2 is paused until the ISR drops it,
+/// below the minimum, so it stays eligible and writes are refused; then the leader 1 is
+/// killed and the ISR empties. Once 2 resumes it leads from the ELR with every acknowledged
+/// record; 1, back from its crash, is no longer eligible and follows.
+#[test]
+fn an_eligible_replica_leads_once_the_isr_is_empty_with_every_acknowledged_record() {
+    let mut c = Cluster::start(5, "min.insync.replicas=2\n", &[]);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "t", 1, 2, &[&[1, 2]], &[]),
+        0
+    );
+    let state = |c: &Cluster| c.partition_state_at(3, "t", 0);
+    c.wait_for("1 leading with 2 in the ISR", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1, 2])
+    });
+    for v in 0..10 {
+        assert_eq!(produce(&c.addr(1), "t", 0, &[v], -1, T), Ok(v));
+    }
+    c.node(2).pause();
+    c.wait_for("the ISR down to 1", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1])
+    });
+    // Below the minimum: refused (NOT_ENOUGH_REPLICAS), so 2 misses nothing acknowledged.
+    assert_eq!(
+        produce(&c.addr(1), "t", 0, &[10], -1, Duration::from_secs(5)),
+        Err(19)
+    );
+    c.node(1).kill9();
+    c.wait_for("no leader once 1 is fenced", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == -1 && isr.is_empty())
+    });
+    c.node(2).resume();
+    c.wait_for("2 leading from the ELR", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == 2 && isr == [2])
+    });
+    // Its log holds every acknowledged record; alone in the ISR, below the minimum, its high
+    // watermark cannot move to cover the last ones yet.
+    let log: Vec<i64> = c
+        .dump(2)
+        .into_iter()
+        .find(|r| r["topic"] == "t")
+        .map(|r| {
+            r["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x[1].as_i64().unwrap())
+                .collect()
+        })
+        .unwrap();
+    assert_eq!(log, (0..10).collect::<Vec<_>>());
+    // 1 comes back from a crash: it follows, and once in the ISR writes are taken again.
+    c.node(1).restart();
+    c.wait_for("1 back in the ISR under 2", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == 2 && isr.len() == 2)
+    });
+    assert_eq!(produce(&c.addr(2), "t", 0, &[10], -1, T), Ok(10));
+    let (records, _) = read_all(&c.addr(2), "t", 0).unwrap();
+    assert_eq!(
+        records.iter().map(|(o, v, _)| (*o, *v)).collect::<Vec<_>>(),
+        (0..11).map(|v| (v, v)).collect::<Vec<_>>()
+    );
+}

@@ -91,6 +91,8 @@ mod tests {
             leader_epoch: 1,
             partition_epoch: 1,
             leader_recovery_state: Default::default(),
+            elr: Vec::new(),
+            last_known_leader: None,
         }
     }
 

@@ -3,6 +3,12 @@
 //! brokers; an unclean one (when allowed or asked for) from any unfenced replica, with the ISR
 //! reset to that leader alone and the leader RECOVERING (KIP-704). The leader epoch moves only
 //! when the leader changes or is bumped explicitly; every change moves the partition epoch.
+//!
+//! With KIP-966's eligible leader replicas on (`eligible.leader.replicas.version=1`), replicas
+//! that leave an ISR below `min.insync.replicas` stay eligible (the high watermark cannot pass
+//! them then), the ISR may become empty, and an empty ISR's leader comes from them; a broker
+//! back from an unclean shutdown leaves them, and with none left the last known leader is
+//! elected once it is back. Without it the last ISR member stays in the ISR while fenced.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +37,9 @@ pub enum ControllerCommand {
     RegisterBroker {
         endpoint: BrokerEndpoint,
         defaults: ClusterDefaults,
+        /// The previous process did not close the log directory cleanly (KIP-966).
+        #[serde(default)]
+        unclean_shutdown: bool,
     },
     /// The active controller stopped hearing from a broker.
     FenceBroker {
@@ -144,6 +153,8 @@ pub enum ControllerCommand {
     },
 }
 
+const MIN_ISR_KEY: &str = "min.insync.replicas";
+
 /// Producer ids a broker takes at once, as Kafka's controller hands them out.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
@@ -209,7 +220,9 @@ fn set_leader(
     p.partition_epoch += 1;
 }
 
-/// Elects a leader for a leaderless partition: clean from the ISR, else unclean if allowed.
+/// Elects a leader for a leaderless partition: clean from the ISR, else (the ISR empty) from
+/// the eligible leader replicas, else the last known leader once nothing is eligible, else
+/// unclean if allowed.
 fn elect_if_leaderless(
     image_brokers: &MetadataImage,
     p: &mut PartitionRegistration,
@@ -218,24 +231,60 @@ fn elect_if_leaderless(
     if p.leader >= 0 {
         return;
     }
+    let ready = |r: &i32| usable(image_brokers, *r);
     if let Some(l) = p
         .replicas
         .iter()
         .copied()
-        .find(|r| p.isr.contains(r) && usable(image_brokers, *r))
+        .find(|r| p.isr.contains(r) && ready(r))
     {
         let isr = p.isr.clone();
         set_leader(p, l, isr, LeaderRecoveryState::Recovered);
+    } else if let Some(l) = p
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| p.isr.is_empty() && p.elr.contains(r) && ready(r))
+    {
+        p.elr.retain(|r| *r != l);
+        p.last_known_leader = None;
+        set_leader(p, l, vec![l], LeaderRecoveryState::Recovered);
+    } else if let Some(l) = p
+        .last_known_leader
+        .filter(|l| p.isr.is_empty() && p.elr.is_empty() && ready(l))
+    {
+        // Nothing else was eligible: the replica that led last has the most a clean election
+        // could have kept (KIP-966's last known leader), though it may have lost some.
+        p.last_known_leader = None;
+        set_leader(p, l, vec![l], LeaderRecoveryState::Recovering);
     } else if unclean {
-        if let Some(l) = p
-            .replicas
-            .iter()
-            .copied()
-            .find(|r| usable(image_brokers, *r))
-        {
+        if let Some(l) = p.replicas.iter().copied().find(ready) {
+            p.elr.clear();
+            p.last_known_leader = None;
             set_leader(p, l, vec![l], LeaderRecoveryState::Recovering);
         }
     }
+}
+
+/// The eligible leader replicas after the ISR went from `old_isr` to `p.isr` (KIP-966): none
+/// while the ISR holds at least `min_isr`; below it, every replica of the old ISR or the ELR
+/// not in the new ISR, since the high watermark cannot have passed their log ends.
+fn update_elr(p: &mut PartitionRegistration, old_isr: &[i32], min_isr: i32) {
+    if p.isr.len() as i32 >= min_isr {
+        p.elr.clear();
+        p.last_known_leader = None;
+        return;
+    }
+    let mut elr: Vec<i32> = p
+        .elr
+        .iter()
+        .chain(old_isr)
+        .copied()
+        .filter(|r| !p.isr.contains(r))
+        .collect();
+    elr.sort_unstable();
+    elr.dedup();
+    p.elr = elr;
 }
 
 /// Fences broker `id` and takes it out of every partition.
@@ -246,17 +295,24 @@ fn fence(image: &mut MetadataImage, id: i32) {
     remove_from_partitions(image, id);
 }
 
-/// Takes broker `id` (no longer usable) out of every partition: off the ISR unless it is the
-/// last member, and away from leadership, electing replacements.
+/// Takes broker `id` (no longer usable) out of every partition: off the ISR (unless it is the
+/// last member and the eligible leader replicas are off), and away from leadership, electing
+/// replacements.
 fn remove_from_partitions(image: &mut MetadataImage, id: i32) {
     let snapshot = image.clone();
+    let elr_on = snapshot.defaults.eligible_leader_replicas;
     for topic in image.topics.values_mut() {
-        let unclean = log_config(&snapshot.defaults, topic).unclean_leader_election_enable;
+        let config = log_config(&snapshot.defaults, topic);
+        let (unclean, min_isr) = (
+            config.unclean_leader_election_enable,
+            config.min_insync_replicas,
+        );
         for p in topic
             .partitions
             .iter_mut()
             .filter(|p| p.replicas.contains(&id))
         {
+            let old_isr = p.isr.clone();
             let shrunk: Vec<i32> = p.isr.iter().copied().filter(|r| *r != id).collect();
             if p.leader == id {
                 let next = p
@@ -266,6 +322,12 @@ fn remove_from_partitions(image: &mut MetadataImage, id: i32) {
                     .find(|r| shrunk.contains(r) && usable(&snapshot, *r));
                 match next {
                     Some(l) => set_leader(p, l, shrunk, LeaderRecoveryState::Recovered),
+                    None if elr_on => {
+                        set_leader(p, -1, shrunk, p.leader_recovery_state);
+                        if p.isr.is_empty() {
+                            p.last_known_leader.get_or_insert(id);
+                        }
+                    }
                     None => {
                         // Last replica standing: it stays in the ISR, the partition goes offline.
                         let isr = if shrunk.is_empty() {
@@ -274,14 +336,33 @@ fn remove_from_partitions(image: &mut MetadataImage, id: i32) {
                             shrunk
                         };
                         set_leader(p, -1, isr, p.leader_recovery_state);
-                        elect_if_leaderless(&snapshot, p, unclean);
                     }
                 }
-            } else if p.isr.contains(&id) && !shrunk.is_empty() {
+            } else if p.isr.contains(&id) && (elr_on || !shrunk.is_empty()) {
                 p.isr = shrunk;
                 p.partition_epoch += 1;
+            } else {
+                continue;
             }
+            if elr_on {
+                update_elr(p, &old_isr, min_isr);
+            }
+            elect_if_leaderless(&snapshot, p, unclean);
         }
+    }
+}
+
+/// Takes broker `id`, back from an unclean shutdown, out of every partition's eligible leader
+/// replicas (KIP-966): its log may have lost what the high watermark had passed.
+fn forget_unclean(image: &mut MetadataImage, id: i32) {
+    for p in image
+        .topics
+        .values_mut()
+        .flat_map(|t| t.partitions.iter_mut())
+        .filter(|p| p.elr.contains(&id))
+    {
+        p.elr.retain(|r| *r != id);
+        p.partition_epoch += 1;
     }
 }
 
@@ -319,7 +400,11 @@ fn partition_mut<'a>(
 /// Applies one command. Pure: the same image and command always give the same result.
 pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerReply {
     match cmd {
-        ControllerCommand::RegisterBroker { endpoint, defaults } => {
+        ControllerCommand::RegisterBroker {
+            endpoint,
+            defaults,
+            unclean_shutdown,
+        } => {
             let replaced = image
                 .brokers
                 .get(&endpoint.id)
@@ -327,6 +412,9 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             if replaced {
                 // The old process is gone: whatever it led must be re-elected.
                 fence(image, endpoint.id);
+            }
+            if *unclean_shutdown {
+                forget_unclean(image, endpoint.id);
             }
             image.brokers.insert(
                 endpoint.id,
@@ -472,6 +560,8 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                     leader_epoch: 0,
                     partition_epoch: 0,
                     leader_recovery_state: LeaderRecoveryState::Recovered,
+                    elr: Vec::new(),
+                    last_known_leader: None,
                 })
                 .collect();
             let count = parts.len();
@@ -519,7 +609,15 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 }
             }
             if !validate_only {
+                let min_isr_changed = topic.configs.get(MIN_ISR_KEY) != configs.get(MIN_ISR_KEY);
                 topic.configs = configs;
+                if min_isr_changed {
+                    // KIP-966: what made a replica eligible was the old minimum.
+                    for p in topic.partitions.iter_mut().filter(|p| !p.elr.is_empty()) {
+                        p.elr.clear();
+                        p.partition_epoch += 1;
+                    }
+                }
             }
             ControllerReply::Done
         }
@@ -590,7 +688,14 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                     format!("replica {bad} is fenced or unknown"),
                 );
             }
-            p.isr = new_isr.clone();
+            let old_isr = std::mem::replace(&mut p.isr, new_isr.clone());
+            if snapshot.defaults.eligible_leader_replicas {
+                let min_isr = snapshot
+                    .topics
+                    .get(topic)
+                    .map_or(1, |t| log_config(&snapshot.defaults, t).min_insync_replicas);
+                update_elr(p, &old_isr, min_isr);
+            }
             p.leader_recovery_state = *recovery_state;
             p.partition_epoch += 1;
             ControllerReply::Partition(p.clone())
@@ -915,6 +1020,18 @@ mod tests {
     use super::*;
 
     fn register(image: &mut MetadataImage, id: i32, incarnation: u64) {
+        register_with(image, id, incarnation, false, false);
+    }
+
+    /// Registers broker `id`, with KIP-966's eligible leader replicas on or off, back from an
+    /// unclean shutdown or not.
+    fn register_with(
+        image: &mut MetadataImage,
+        id: i32,
+        incarnation: u64,
+        elr: bool,
+        unclean: bool,
+    ) {
         let endpoint = BrokerEndpoint {
             id,
             host: "h".into(),
@@ -926,14 +1043,157 @@ mod tests {
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: false,
             min_insync_replicas: 1,
+            eligible_leader_replicas: elr,
         };
         assert_eq!(
             apply(
                 image,
-                &ControllerCommand::RegisterBroker { endpoint, defaults }
+                &ControllerCommand::RegisterBroker {
+                    endpoint,
+                    defaults,
+                    unclean_shutdown: unclean,
+                }
             ),
             ControllerReply::Done
         );
+    }
+
+    /// Three brokers with eligible leader replicas on, and topic `t` (one partition, RF 3,
+    /// `min.insync.replicas=2`) led by 1.
+    fn elr_cluster() -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            register_with(&mut image, id, 10, true, false);
+        }
+        let cmd = ControllerCommand::CreateTopic {
+            name: "t".into(),
+            id: Uuid::nil(),
+            partitions: 1,
+            replication_factor: 3,
+            configs: [(MIN_ISR_KEY.to_string(), "2".to_string())].into(),
+            validate_only: false,
+            assignments: Vec::new(),
+            mirror: None,
+        };
+        assert!(matches!(apply(&mut image, &cmd), ControllerReply::Topic(_)));
+        image
+    }
+
+    fn state(image: &MetadataImage) -> (i32, Vec<i32>, Vec<i32>, Option<i32>) {
+        let p = part(image);
+        (p.leader, p.isr.clone(), p.elr.clone(), p.last_known_leader)
+    }
+
+    fn unfence_cmd(id: i32) -> ControllerCommand {
+        ControllerCommand::UnfenceBroker {
+            id,
+            incarnation: 10,
+        }
+    }
+
+    #[test]
+    fn replicas_leaving_an_isr_below_the_minimum_stay_eligible_and_lead_once_it_is_empty() {
+        let mut image = elr_cluster();
+        apply(&mut image, &fence_cmd(3));
+        // At the minimum: nothing is kept.
+        assert_eq!(state(&image), (1, vec![1, 2], vec![], None));
+        apply(&mut image, &fence_cmd(2));
+        assert_eq!(state(&image), (1, vec![1], vec![2], None));
+        apply(&mut image, &unfence_cmd(2));
+        // The last ISR member goes too: the ISR empties, and 2, unfenced, leads from the ELR.
+        let epoch = part(&image).leader_epoch;
+        apply(&mut image, &fence_cmd(1));
+        assert_eq!(state(&image), (2, vec![2], vec![1], None));
+        assert_eq!(
+            part(&image).leader_epoch,
+            epoch + 2,
+            "through no leader to 2"
+        );
+        assert_eq!(
+            part(&image).leader_recovery_state,
+            LeaderRecoveryState::Recovered
+        );
+        // 3, out of the ISR while it was at the minimum, was never eligible.
+        apply(&mut image, &unfence_cmd(3));
+        apply(&mut image, &unfence_cmd(1));
+        let alter = |isr: Vec<i32>, image: &MetadataImage| ControllerCommand::AlterPartition {
+            broker_id: 2,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: part(image).leader_epoch,
+            partition_epoch: part(image).partition_epoch,
+            new_isr: isr,
+            recovery_state: LeaderRecoveryState::Recovered,
+        };
+        // Back at the minimum through AlterPartition: the ELR is cleared.
+        let cmd = alter(vec![2, 3], &image);
+        assert!(matches!(
+            apply(&mut image, &cmd),
+            ControllerReply::Partition(_)
+        ));
+        assert_eq!(state(&image), (2, vec![2, 3], vec![], None));
+        // Below it again: the replica the leader dropped is eligible.
+        let cmd = alter(vec![2], &image);
+        assert!(matches!(
+            apply(&mut image, &cmd),
+            ControllerReply::Partition(_)
+        ));
+        assert_eq!(state(&image), (2, vec![2], vec![3], None));
+        // A new minimum clears it (KIP-966).
+        let cmd = ControllerCommand::AlterTopicConfigs {
+            name: "t".into(),
+            changes: vec![(MIN_ISR_KEY.into(), Some("1".into()))],
+            validate_only: false,
+        };
+        assert_eq!(apply(&mut image, &cmd), ControllerReply::Done);
+        assert_eq!(state(&image), (2, vec![2], vec![], None));
+    }
+
+    #[test]
+    fn a_broker_back_from_an_unclean_shutdown_is_no_longer_eligible() {
+        let mut image = elr_cluster();
+        apply(&mut image, &fence_cmd(3));
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(1));
+        // Nobody eligible is unfenced: no leader; 1 led last.
+        assert_eq!(state(&image), (-1, vec![], vec![1, 2], Some(1)));
+        // 2 comes back from a crash: its log may have lost what it had.
+        register_with(&mut image, 2, 11, true, true);
+        assert_eq!(state(&image), (-1, vec![], vec![1], Some(1)));
+        // 1 comes back from a clean shutdown and leads.
+        register_with(&mut image, 1, 11, true, false);
+        assert_eq!(state(&image), (1, vec![1], vec![], None));
+        assert_eq!(
+            part(&image).leader_recovery_state,
+            LeaderRecoveryState::Recovered
+        );
+    }
+
+    #[test]
+    fn with_nothing_eligible_left_the_last_known_leader_leads_once_back() {
+        let mut image = elr_cluster();
+        apply(&mut image, &fence_cmd(3));
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(1));
+        register_with(&mut image, 2, 11, true, true);
+        register_with(&mut image, 3, 11, true, true);
+        assert_eq!(state(&image), (-1, vec![], vec![1], Some(1)));
+        register_with(&mut image, 1, 11, true, true);
+        assert_eq!(state(&image), (1, vec![1], vec![], None));
+        assert_eq!(
+            part(&image).leader_recovery_state,
+            LeaderRecoveryState::Recovering
+        );
+    }
+
+    #[test]
+    fn without_eligible_leader_replicas_the_last_isr_member_stays_through_a_crash() {
+        let mut image = cluster(false);
+        apply(&mut image, &fence_cmd(2));
+        apply(&mut image, &fence_cmd(3));
+        apply(&mut image, &fence_cmd(1));
+        register_with(&mut image, 1, 11, false, true);
+        assert_eq!(state(&image), (1, vec![1], vec![], None));
     }
 
     #[test]
