@@ -210,7 +210,15 @@ pub(crate) fn check(
                         .map(|l| &rs[l.leader])
                         .find(|x| x.topic == p.topic && x.partition == p.partition)
                 });
-                bootstrap(*index, p, leader, r, flag == Some(true), final_leader, anomalies);
+                bootstrap(
+                    *index,
+                    p,
+                    leader,
+                    r,
+                    flag == Some(true),
+                    final_leader,
+                    anomalies,
+                );
                 if flag == Some(false) {
                     old_protocol_start(*index, p, r, final_leader, anomalies);
                 }
