@@ -366,18 +366,10 @@ fn list_offset(addr: &str, topic: &str, timestamp: i64) -> (i16, i64) {
 
 /// Offsets of the records of `t`-0 on node `id`.
 fn local_offsets(c: &Cluster, id: i32) -> Vec<i64> {
-    c.dump(id)
+    c.dumped_records(id, "t")
         .into_iter()
-        .find(|r| r["topic"] == "t")
-        .map(|r| {
-            r["records"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x[0].as_i64().unwrap())
-                .collect()
-        })
-        .unwrap_or_default()
+        .map(|(o, _)| o)
+        .collect()
 }
 
 #[test]

@@ -345,13 +345,9 @@ fn bootstrap(
     final_leader: Option<&ReplicaState>,
     anomalies: &mut Anomalies,
 ) {
-    let (Some(start), Some(local)) = (r.log_start_offset, r.local_log_start_offset) else {
+    let Some((start, local)) = remote_start(r) else {
         return;
     };
-    // It replicated everything from the log start: nothing to judge.
-    if local <= start {
-        return;
-    }
     let mut whys = Vec::new();
     let owed = owed_upload(p, l, r);
     if let (true, Some((o, when))) = (flag, owed) {
@@ -419,20 +415,10 @@ fn old_protocol_start(
     final_leader: Option<&ReplicaState>,
     anomalies: &mut Anomalies,
 ) {
-    let (Some(start), Some(local)) = (r.log_start_offset, r.local_log_start_offset) else {
+    let Some((start, local)) = remote_start(r) else {
         return;
     };
-    if local <= start {
-        return;
-    }
-    let same_leader = |l: &LeaderOffsets| {
-        l.error.is_none()
-            && l.node.is_some()
-            && l.node.as_deref() != Some(p.node.as_str())
-            && l.node == r.leader
-            && l.leader_epoch.is_some()
-            && l.leader_epoch == r.leader_epoch
-    };
+    let same_leader = |l: &LeaderOffsets| answered_by_rejoined_leader(p, l, r);
     let Some(low) = p
         .leader_at_restart
         .as_ref()
@@ -480,6 +466,25 @@ fn old_protocol_start(
     }
 }
 
+/// Whether `l` was answered, without error, by the leader the wiped node rejoined under, in the
+/// epoch it rejoined in, and that leader is not the wiped node itself.
+fn answered_by_rejoined_leader(p: &WipedPartition, l: &LeaderOffsets, r: &Rejoined) -> bool {
+    l.error.is_none()
+        && l.node.is_some()
+        && l.node.as_deref() != Some(p.node.as_str())
+        && l.node == r.leader
+        && l.leader_epoch.is_some()
+        && l.leader_epoch == r.leader_epoch
+}
+
+/// A rejoined replica's log start and local log start, when it started from the remote store
+/// (its local log starts after the log start); otherwise it replicated everything and there is
+/// nothing to judge.
+fn remote_start(r: &Rejoined) -> Option<(i64, i64)> {
+    let (start, local) = (r.log_start_offset?, r.local_log_start_offset?);
+    (local > start).then_some((start, local))
+}
+
 /// The leader's answers a wiped node's start from the remote store is held to, and when they
 /// were given. The follower starts at the earliest pending upload its leader answers once its
 /// first fetch is refused (kips.md §2.3), and that answer only grows while the leader leads in
@@ -495,15 +500,8 @@ fn owed_upload<'a>(
     r: &Rejoined,
 ) -> Option<(&'a LeaderOffsets, &'static str)> {
     match &p.leader_at_restart {
-        Some(at) => {
-            let followed = at.error.is_none()
-                && at.node.is_some()
-                && at.node.as_deref() != Some(p.node.as_str())
-                && at.node == r.leader
-                && at.leader_epoch.is_some()
-                && at.leader_epoch == r.leader_epoch;
-            followed.then_some((at, "before the node was started again"))
-        }
+        Some(at) => answered_by_rejoined_leader(p, at, r)
+            .then_some((at, "before the node was started again")),
         None => {
             (before.node.as_deref() != Some(p.node.as_str())).then_some((before, "before the wipe"))
         }

@@ -484,6 +484,23 @@ impl Cluster {
     }
 
     /// Every replica of every partition on node `id`, read from its data dir.
+    /// The records (offset, value) node `id` holds of partition 0 of `topic`, as `dump-log`
+    /// reads them; none when it has no replica.
+    pub fn dumped_records(&self, id: i32, topic: &str) -> Vec<(i64, i64)> {
+        self.dump(id)
+            .into_iter()
+            .find(|r| r["topic"] == topic && r["partition"] == 0)
+            .map(|r| {
+                r["records"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| (x[0].as_i64().unwrap(), x[1].as_i64().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub fn dump(&self, id: i32) -> Vec<serde_json::Value> {
         let opts = tidemark_broker::dump::DumpOptions {
             data_dir: self.nodes[id as usize - 1].data_dir(),
