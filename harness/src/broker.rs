@@ -868,29 +868,18 @@ impl ReplicaDump for TidemarkBroker {
     }
 }
 
-fn tempfile_with(content: &str) -> anyhow::Result<TempFile> {
-    let path = std::env::temp_dir().join(format!(
-        "tidemark-props-{}-{}",
-        std::process::id(),
-        crate::leftovers::new_run_id()
-    ));
-    std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
-    Ok(TempFile(path))
-}
-
-/// A local file removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// A local file holding `content`, removed when dropped. Its name is the operating system's to
+/// choose: nodes are set up in parallel, and a name made of the pid and the time once gave two
+/// nodes the same file, so one broker started with another node's configuration (the lock on
+/// that node's data directory taken, the start refused).
+fn tempfile_with(content: &str) -> anyhow::Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::Builder::new()
+        .prefix("tidemark-props-")
+        .tempfile()
+        .context("creating a temporary file for server.properties")?;
+    std::io::Write::write_all(&mut file, content.as_bytes())
+        .with_context(|| format!("writing {}", file.path().display()))?;
+    Ok(file)
 }
 
 /// The SHA-256 of the file at `path` in lowercase hex, as `sha256sum` prints it: test.json
@@ -912,6 +901,25 @@ mod tests {
     use crate::remote::Local;
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
+
+    #[test]
+    fn configurations_rendered_at_once_each_keep_their_own_file() {
+        let files: Vec<(String, tempfile::NamedTempFile)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..32)
+                .map(|i| {
+                    s.spawn(move || {
+                        let content = format!("node.id={i}\n");
+                        let file = tempfile_with(&content).unwrap();
+                        (content, file)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (content, file) in &files {
+            assert_eq!(&std::fs::read_to_string(file.path()).unwrap(), content);
+        }
+    }
 
     fn node(i: u8) -> Node {
         Node {
