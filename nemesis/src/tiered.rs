@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tidemark_checkers::tiered::FETCH_LAST_TIERED_OFFSET_KEY;
 use tidemark_harness::kafka::{error_name, Connection, ParseResponseErrorCode};
 use tidemark_harness::nemesis::NemesisContext;
 use tidemark_harness::remote;
@@ -55,9 +56,6 @@ const RESTART_LEADER_WAIT: Duration = Duration::from_secs(12);
 
 /// Long enough for the broker's checkpoints (written every 500 ms) to show the rejoined state.
 const CHECKPOINT_WAIT: Duration = Duration::from_millis(1200);
-
-/// KIP-1023's flag: the dynamic cluster config `tiered-config` sets.
-pub const FETCH_LAST_TIERED_OFFSET_KEY: &str = "follower.fetch.last.tiered.offset.enable";
 
 /// How long every answering node gets to describe a new flag value (the controller commits it,
 /// then each broker applies the metadata record).
@@ -360,11 +358,7 @@ fn described_flags(
                 let answer = match tokio::time::timeout(ASK_TIMEOUT * 2, ask).await {
                     Err(_) => Err("timed out".to_string()),
                     Ok(Err(e)) => Err(e.to_string()),
-                    Ok(Ok(Err((code, message)))) => Err(format!(
-                        "{}{}",
-                        error_name(code),
-                        message.map(|m| format!(": {m}")).unwrap_or_default()
-                    )),
+                    Ok(Ok(Err((code, message)))) => Err(refusal(code, message)),
                     Ok(Ok(Ok(None))) => Ok(false),
                     Ok(Ok(Ok(Some(v)))) => v
                         .parse::<bool>()
@@ -375,6 +369,14 @@ fn described_flags(
         futures::future::join_all(asks).await
     });
     answers.into_iter().collect()
+}
+
+/// A config request's refusal: the error's name and the broker's message.
+fn refusal(code: i16, message: Option<String>) -> String {
+    match message {
+        Some(m) => format!("{}: {m}", error_name(code)),
+        None => error_name(code),
+    }
 }
 
 /// The flag the answering nodes agree on, if they answered and agree.
@@ -433,26 +435,22 @@ fn set_flag(env: &mut Env<'_>, nodes: &[String], wanted: Option<bool>) -> Result
             }
             Ok(Ok((code, message))) => {
                 return Err(Failed::nothing(format!(
-                    "{} refused the config: {}{}",
+                    "{} refused the config: {}",
                     n.name,
-                    error_name(code),
-                    message.map(|m| format!(": {m}")).unwrap_or_default()
+                    refusal(code, message)
                 )))
             }
             Ok(Err(e)) if !e.maybe_sent() => refusals.push(format!("{}: {e}", n.name)),
-            Ok(Err(e)) => {
+            unknown => {
                 // It may have been committed: say so, and what the nodes describe now.
+                let why = match unknown {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".to_string(),
+                };
                 record["described"] = described_json(&described_flags(cx, nodes));
                 return Err(Failed {
                     done: record,
-                    error: format!("{}: {e}; the config may have been set", n.name),
-                });
-            }
-            Err(_) => {
-                record["described"] = described_json(&described_flags(cx, nodes));
-                return Err(Failed {
-                    done: record,
-                    error: format!("{}: timed out; the config may have been set", n.name),
+                    error: format!("{}: {why}; the config may have been set", n.name),
                 });
             }
         }

@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use tidemark_checkers::tiered::FETCH_LAST_TIERED_OFFSET_KEY;
+
 use crate::queue::{Queue, QueueOptions};
 
 /// The workload's name.
@@ -32,7 +34,7 @@ pub fn topic_configs() -> BTreeMap<String, String> {
 pub fn broker_settings() -> [(&'static str, &'static str); 2] {
     [
         ("remote.log.manager.task.interval.ms", "500"),
-        ("follower.fetch.last.tiered.offset.enable", "true"),
+        (FETCH_LAST_TIERED_OFFSET_KEY, "true"),
     ]
 }
 

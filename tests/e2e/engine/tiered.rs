@@ -254,19 +254,19 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
     assert_nothing_left(&test);
 }
 
-#[test]
-fn the_tiered_bootstrap_off_by_one_is_caught() {
-    require_root("the_tiered_bootstrap_off_by_one_is_caught");
+/// Runs `schedule`'s wipes with `bug` injected and asserts the run invalid with `anomaly`.
+fn assert_caught(test: &str, bug: &str, flag_off: FlagOff, anomaly: &str) {
+    require_root(test);
     broker();
     let dir = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let (run, results) = tiered_run(
-        &schedule(dir.path(), false, FlagOff::Never),
-        &["--inject-bug", "tiered-bootstrap-off-by-one"],
+        &schedule(dir.path(), false, flag_off),
+        &["--inject-bug", bug],
         store.path(),
     );
     assert!(
-        strings(&results["bad_anomaly_types"]).contains(&"tiered-bootstrap".to_string()),
+        strings(&results["bad_anomaly_types"]).contains(&anomaly.to_string()),
         "{}: {}",
         run.display(),
         results["anomaly_types"]
@@ -275,21 +275,21 @@ fn the_tiered_bootstrap_off_by_one_is_caught() {
 }
 
 #[test]
+fn the_tiered_bootstrap_off_by_one_is_caught() {
+    assert_caught(
+        "the_tiered_bootstrap_off_by_one_is_caught",
+        "tiered-bootstrap-off-by-one",
+        FlagOff::Never,
+        "tiered-bootstrap",
+    );
+}
+
+#[test]
 fn a_flag_turned_off_that_followers_never_see_is_caught() {
-    require_root("a_flag_turned_off_that_followers_never_see_is_caught");
-    broker();
-    let dir = tempfile::tempdir().unwrap();
-    let store = tempfile::tempdir().unwrap();
-    let (run, results) = tiered_run(
-        &schedule(dir.path(), false, FlagOff::BeforeFirstWipe),
-        &["--inject-bug", "tiered-flag-not-dynamic"],
-        store.path(),
+    assert_caught(
+        "a_flag_turned_off_that_followers_never_see_is_caught",
+        "tiered-flag-not-dynamic",
+        FlagOff::BeforeFirstWipe,
+        "tiered-flag-gating",
     );
-    assert!(
-        strings(&results["bad_anomaly_types"]).contains(&"tiered-flag-gating".to_string()),
-        "{}: {}",
-        run.display(),
-        results["anomaly_types"]
-    );
-    assert_eq!(results["valid"], false);
 }
