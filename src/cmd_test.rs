@@ -142,13 +142,14 @@ pub struct Args {
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = "Faults")]
 struct NemesisArgs {
-    /// Fault kinds, comma separated: partition, kill, pause, clock, loss, corrupt, unclean,
+    /// Fault kinds, comma separated: partition, kill, pause, clock, loss, roll (rolling
+    /// restarts), corrupt, unclean,
     /// power, wipe (a node loses its log directory and starts empty), with `--workload mirror`
     /// failover (failover then failback) and mirror-config (flip
     /// mirror.support.unclean.leader.election), with `--workload tiered` remote-outage (the
     /// remote store unreachable for a while) and tiered-config (turn KIP-1023's
     /// follower.fetch.last.tiered.offset.enable at run time); or `all`, or `none`
-    /// [default: partition,kill,pause,clock,loss]. Between mirrored clusters each fault lands on
+    /// [default: partition,kill,pause,clock,loss,roll]. Between mirrored clusters each fault lands on
     /// the mirror's source or destination at random, unless --nemesis-targets names roles.
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,

@@ -113,15 +113,19 @@ impl Default for LogConfig {
     }
 }
 
+/// KIP-1023's flag: whether an empty follower of a tiered topic starts at the last tiered
+/// offset. Static, and dynamic for the whole cluster.
+pub const FETCH_LAST_TIERED_OFFSET_KEY: &str = "follower.fetch.last.tiered.offset.enable";
+
 /// Broker keys that may be changed at run time for the whole cluster (Kafka's cluster-default
 /// dynamic broker configs).
-pub const DYNAMIC_CLUSTER_KEYS: &[&str] = &["follower.fetch.last.tiered.offset.enable"];
+pub const DYNAMIC_CLUSTER_KEYS: &[&str] = &[FETCH_LAST_TIERED_OFFSET_KEY];
 
 /// Checks a dynamic cluster config: a key of [`DYNAMIC_CLUSTER_KEYS`] with a value it takes.
 pub fn validate_dynamic_cluster_config(key: &str, value: &str) -> Result<(), ConfigError> {
     let origin = Origin::Dynamic;
     match key {
-        "follower.fetch.last.tiered.offset.enable" => parse_bool(key, value, &origin).map(|_| ()),
+        FETCH_LAST_TIERED_OFFSET_KEY => parse_bool(key, value, &origin).map(|_| ()),
         _ => Err(ConfigError::UnknownKey {
             key: key.to_string(),
             origin,
@@ -430,7 +434,7 @@ const BROKER_KEYS: &[&str] = &[
     "remote.log.storage.s3.region",
     "remote.log.storage.s3.path.style.access",
     "remote.log.manager.task.interval.ms",
-    "follower.fetch.last.tiered.offset.enable",
+    FETCH_LAST_TIERED_OFFSET_KEY,
     "log.local.retention.ms",
     "log.local.retention.bytes",
 ];
@@ -660,10 +664,7 @@ impl BrokerConfig {
                 1,
                 i64::MAX,
             )? as u64),
-            follower_fetch_last_tiered_offset_enable: boolean(
-                "follower.fetch.last.tiered.offset.enable",
-                false,
-            )?,
+            follower_fetch_last_tiered_offset_enable: boolean(FETCH_LAST_TIERED_OFFSET_KEY, false)?,
         };
         let mirror_api_key_base = num("mirror.api.key.base", 94, 0, i16::MAX as i64 - 16)? as i16;
         if let Some(clash) = crate::mirror::wire::clashing_key(mirror_api_key_base) {

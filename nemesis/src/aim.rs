@@ -71,8 +71,8 @@ impl Aim {
                 Self::ALL.map(Aim::name).to_vec()
             }
             // Corruption stops its nodes, a few at most; an unclean election picks its own
-            // partition and replica.
-            Kind::Corrupt | Kind::Unclean => vec!["source", "destination"],
+            // partition and replica; a roll goes round its cluster.
+            Kind::Corrupt | Kind::Unclean | Kind::Roll => vec!["source", "destination"],
             Kind::Failover | Kind::MirrorConfig => Vec::new(),
             // Tiered storage is tested on one cluster.
             Kind::Wipe | Kind::RemoteOutage | Kind::TieredConfig => Vec::new(),

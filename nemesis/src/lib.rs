@@ -70,6 +70,8 @@ pub enum Kind {
     Clock,
     /// Random packet loss between nodes.
     Loss,
+    /// Rolling restarts: nodes stopped cleanly one after another, each waited for.
+    Roll,
     /// Truncated or bit-flipped segments.
     Corrupt,
     /// Forced unclean leader elections.
@@ -90,12 +92,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
         Kind::Clock,
         Kind::Loss,
+        Kind::Roll,
         Kind::Corrupt,
         Kind::Unclean,
         Kind::Power,
@@ -107,12 +110,13 @@ impl Kind {
     ];
 
     /// The default mix: everything that loses no data by design.
-    pub const DEFAULT: [Kind; 5] = [
+    pub const DEFAULT: [Kind; 6] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
         Kind::Clock,
         Kind::Loss,
+        Kind::Roll,
     ];
 
     /// The CLI's name.
@@ -123,6 +127,7 @@ impl Kind {
             Kind::Pause => "pause",
             Kind::Clock => "clock",
             Kind::Loss => "loss",
+            Kind::Roll => "roll",
             Kind::Corrupt => "corrupt",
             Kind::Unclean => "unclean",
             Kind::Power => "power",
@@ -154,7 +159,8 @@ impl Kind {
     pub fn of_op(f: &str) -> Option<Self> {
         Some(match f {
             "start-partition" | "stop-partition" => Kind::Partition,
-            "kill" | "start" | "bounce" | "handoff" | "roll" => Kind::Kill,
+            "kill" | "start" | "bounce" | "handoff" => Kind::Kill,
+            "roll" => Kind::Roll,
             "pause" | "resume" => Kind::Pause,
             "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,
             "start-loss" | "stop-loss" => Kind::Loss,
@@ -193,7 +199,12 @@ impl Kind {
             | Kind::Wipe
             | Kind::RemoteOutage => NodeSpec::ALL.map(NodeSpec::name).to_vec(),
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
-            Kind::Unclean | Kind::Failover | Kind::MirrorConfig | Kind::TieredConfig => Vec::new(),
+            // A roll goes round the whole cluster, or two nodes of it.
+            Kind::Roll
+            | Kind::Unclean
+            | Kind::Failover
+            | Kind::MirrorConfig
+            | Kind::TieredConfig => Vec::new(),
         }
     }
 
@@ -201,7 +212,8 @@ impl Kind {
     /// (libfaketime for clock faults is the broker's, since it starts the broker under it).
     pub fn requirements(self) -> Vec<Requirement> {
         match self {
-            Kind::Loss | Kind::Unclean => {
+            // A roll caps a restarted node's replication traffic with nftables.
+            Kind::Loss | Kind::Unclean | Kind::Roll => {
                 let by = format!("{} faults", self.name());
                 vec![Requirement::program("nft", "nftables", &by)]
             }
@@ -238,7 +250,7 @@ impl Kind {
             Kind::Pause => vec!["one", "minority", "majority", "leader", "leaders"],
             Kind::Clock | Kind::Loss => vec!["one", "minority", "majority", "all"],
             Kind::Corrupt => vec!["one", "minority"],
-            Kind::Unclean | Kind::Failover | Kind::MirrorConfig => Vec::new(),
+            Kind::Roll | Kind::Unclean | Kind::Failover | Kind::MirrorConfig => Vec::new(),
             // One node (Kafka's replication must cover it) or the whole cluster at once (only
             // per-message flush covers that).
             Kind::Power => vec!["one", "all"],
@@ -673,7 +685,7 @@ mod tests {
         let d = n.describe();
         assert_eq!(
             d["kinds"],
-            json!(["partition", "kill", "pause", "clock", "loss"])
+            json!(["partition", "kill", "pause", "clock", "loss", "roll"])
         );
         assert_eq!(d["perf"][0]["start"], json!(["start-partition"]));
     }

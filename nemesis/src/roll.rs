@@ -162,6 +162,15 @@ impl FaultOp for RollOp {
         let mut capped = Vec::new();
         for node in nodes {
             let name = &node.name;
+            // The leaderships the node hands over as it stops: a roll is a leader failover for
+            // each of them.
+            let led: Option<Vec<String>> = ClusterView::read(env.cx).ok().map(|v| {
+                v.partitions
+                    .iter()
+                    .filter(|p| p.leader.as_deref() == Some(name.as_str()))
+                    .map(|p| format!("{}/{}", p.topic, p.partition))
+                    .collect()
+            });
             if let Err(e) = env.cx.db.stop(node) {
                 errors.push(format!("{name}: {e:#}"));
                 break;
@@ -188,6 +197,7 @@ impl FaultOp for RollOp {
             }
             restarted.push(json!({
                 "node": name,
+                "led": led,
                 "in_sync_ms": in_sync_after.map(|d| d.as_millis() as u64),
             }));
         }
@@ -236,8 +246,8 @@ mod tests {
     fn a_recorded_roll_restarts_the_same_nodes_in_the_same_order() {
         let recorded = json!({"nodes": ["n3", "n1"], "kbytes_per_s": 32, "down_ms": 1500,
                               "wait_ms": 4000,
-                              "restarted": [{"node": "n3", "in_sync_ms": 900},
-                                            {"node": "n1", "in_sync_ms": null}]});
+                              "restarted": [{"node": "n3", "led": ["t0/1"], "in_sync_ms": 900},
+                                            {"node": "n1", "led": null, "in_sync_ms": null}]});
         assert_eq!(
             RollOp::parse(&recorded, &names()),
             Ok(RollOp {

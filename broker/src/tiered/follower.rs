@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use super::manager::TieredStore;
 use super::metadata::segment_for;
 use super::storage::{IndexKind, TopicIdPartition};
+use crate::config::FETCH_LAST_TIERED_OFFSET_KEY;
 use crate::log::epoch_cache::parse_checkpoint;
 use crate::log::producer_state::decode_snapshot;
 use crate::metadata::MetadataImage;
@@ -54,8 +55,6 @@ impl TieredFollower {
             .unwrap_or(self.fetch_last_tiered_offset)
     }
 }
-
-const FETCH_LAST_TIERED_OFFSET_KEY: &str = "follower.fetch.last.tiered.offset.enable";
 
 /// The outcome of a start from the remote store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

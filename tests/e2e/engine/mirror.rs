@@ -234,7 +234,19 @@ fn lagging_failback(run: &Path) -> Value {
     history[1..]
         .iter()
         .find(|o| o["f"] == "failback" && o["type"] == "info" && o["value"]["lagging"] == "a1")
-        .unwrap_or_else(|| panic!("no lagging failback in {}", run.display()))["value"]
+        .unwrap_or_else(|| {
+            // What the nemesis did instead, to tell a late fault from a refused one.
+            let faults: Vec<String> = history[1..]
+                .iter()
+                .filter(|o| o["process"] == "nemesis" && o["type"] == "info")
+                .map(|o| format!("{} {} {}", o["time"], o["f"], o["value"]))
+                .collect();
+            panic!(
+                "no lagging failback in {}; the nemesis did:\n{}",
+                run.display(),
+                faults.join("\n")
+            )
+        })["value"]
         .clone()
 }
 
