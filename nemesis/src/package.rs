@@ -15,7 +15,7 @@
 //! bounce), when there are disruptive faults at all, and comes half an interval after it, before
 //! the next fault.
 
-use rand::seq::IndexedRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::RngExt;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -152,6 +152,37 @@ fn pick(choices: &[String], rng: &mut Rng) -> String {
     choices.choose(rng).cloned().unwrap_or_default()
 }
 
+/// Draws as from a shuffled deck rather than with dice: in every round each card comes up as
+/// many times as it has copies, in a random order, so that a short run sees the whole mix
+/// rather than one kind again and again (a 30 s run has about five turns).
+struct Deck<T> {
+    cards: Vec<T>,
+    left: Vec<T>,
+}
+
+impl<T: Clone> Deck<T> {
+    /// A deck holding each card as many times as its count.
+    fn new(counts: impl IntoIterator<Item = (T, u32)>) -> Self {
+        let cards = counts
+            .into_iter()
+            .flat_map(|(card, n)| std::iter::repeat_n(card, n as usize))
+            .collect();
+        Deck {
+            cards,
+            left: Vec::new(),
+        }
+    }
+
+    /// The next card, shuffling a new round when the last one is dealt; `None` for an empty deck.
+    fn draw(&mut self, rng: &mut Rng) -> Option<T> {
+        if self.left.is_empty() {
+            self.left = self.cards.clone();
+            self.left.shuffle(rng);
+        }
+        self.left.pop()
+    }
+}
+
 /// The share of faults aimed at partition leaders when a kind's targets include leader specs:
 /// replication bugs live where a leader acknowledges, fails or hands over.
 pub const LEADER_SHARE: f64 = 0.5;
@@ -249,16 +280,19 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         ),
         Kind::Kill => (
             flip_flop(
-                move |rng| {
-                    let draw: f64 = rng.random();
-                    if draw < 0.25 {
-                        let times = rng.random_range(2..=4);
-                        let v = json!({ "times": times, crate::BURST_KEY: BURST_MS });
-                        (op("bounce", v), false)
-                    } else if draw < 0.65 {
-                        (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
-                    } else {
-                        (op("kill", aimed("targets", &targets, rng)), true)
+                {
+                    // Of every twenty kill turns: five bounces, eight handoffs, seven kills.
+                    let mut deck = Deck::new([("bounce", 5), ("handoff", 8), ("kill", 7)]);
+                    move |rng| match deck.draw(rng) {
+                        Some("bounce") => {
+                            let times = rng.random_range(2..=4);
+                            let v = json!({ "times": times, crate::BURST_KEY: BURST_MS });
+                            (op("bounce", v), false)
+                        }
+                        Some("handoff") => {
+                            (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
+                        }
+                        _ => (op("kill", aimed("targets", &targets, rng)), true),
                     }
                 },
                 undo("start"),
@@ -465,8 +499,9 @@ fn own_timeline(kind: Kind) -> bool {
 /// The packages, performed by the nemesis worker one op at a time (an op due while another runs
 /// waits for it).
 ///
-/// Disruptive kinds take turns, one fault in force at a time: a weighted random kind (Jepsen's
-/// `mix`) starts its fault, which lasts ⅔ to 1⅓ of an interval from when it is in force (long
+/// Disruptive kinds take turns, one fault in force at a time: the next kind of a shuffled deck
+/// holding each kind as many times as its share ([`weight`]; Jepsen's `mix` draws with dice,
+/// which in a short run repeats one kind and leaves others out) starts its fault, which lasts ⅔ to 1⅓ of an interval from when it is in force (long
 /// enough to outlast failure detection), then is undone, and after a calm of up to half an
 /// interval from the undoing's end the next turn comes. Stacked faults mostly leave nothing
 /// available; one at a time, each fault, leader failovers above all, starts from a cluster that
@@ -478,6 +513,8 @@ pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
     /// For each cycle: its share of the disruptive turns, or `None` for its own timeline.
     shares: Vec<Option<u32>>,
+    /// The disruptive cycles, each as many times as its share.
+    turns: Deck<usize>,
     /// When each own-timeline cycle is next due.
     due: Vec<Option<u64>>,
     /// When the next disruptive turn (or undo) is due, and which cycle has a fault in force.
@@ -516,10 +553,16 @@ struct Roles {
 impl Combined {
     /// Combines `packages` with faults lasting `interval` nanoseconds on average.
     pub fn new(packages: Vec<Package>, interval: u64) -> Self {
-        let shares = packages
+        let shares: Vec<Option<u32>> = packages
             .iter()
             .map(|p| (!own_timeline(p.kind)).then(|| weight(p.kind)))
             .collect();
+        let turns = Deck::new(
+            shares
+                .iter()
+                .enumerate()
+                .filter_map(|(i, share)| share.map(|w| (i, w))),
+        );
         let kinds = packages.iter().map(|p| p.kind).collect();
         let aims = packages.iter().map(|p| p.aims.clone()).collect();
         let cycles: Vec<Box<dyn Cycle>> = packages.into_iter().map(|p| p.cycle).collect();
@@ -528,6 +571,7 @@ impl Combined {
             stamped: vec![None; cycles.len()],
             undoing_on: None,
             shares,
+            turns,
             cycles,
             turn_due: None,
             in_force: None,
@@ -630,25 +674,12 @@ impl Combined {
                 .is_some_and(|r| !r.mirroring && r.outages_over == 0)
     }
 
-    /// The cycle whose turn it is: the one with a fault in force, else a weighted draw.
-    fn turn(&self, rng: &mut Rng) -> Option<usize> {
+    /// The cycle whose turn it is: the one with a fault in force, else the next of the deck.
+    fn turn(&mut self, rng: &mut Rng) -> Option<usize> {
         if self.in_force.is_some() {
             return self.in_force;
         }
-        let total: u32 = self.shares.iter().flatten().sum();
-        if total == 0 {
-            return None;
-        }
-        let mut roll = rng.random_range(0..total);
-        for (i, share) in self.shares.iter().enumerate() {
-            if let Some(w) = share {
-                if roll < *w {
-                    return Some(i);
-                }
-                roll -= w;
-            }
-        }
-        None
+        self.turns.draw(rng)
     }
 }
 
@@ -839,6 +870,65 @@ mod tests {
         // No count: every node, and every leader in turn.
         assert!(counts[&None] > 30 && counts[&Some(2)] > 30, "{counts:?}");
         assert_eq!(counts.len(), 2, "{counts:?}");
+    }
+
+    #[test]
+    fn a_deck_deals_every_card_its_count_in_each_round() {
+        let mut deck = Deck::new([("a", 3), ("b", 1), ("c", 2)]);
+        let mut r = rng(7);
+        let mut orders = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            let mut round: Vec<&str> = (0..6).map(|_| deck.draw(&mut r).unwrap()).collect();
+            orders.insert(round.clone());
+            round.sort_unstable();
+            assert_eq!(round, ["a", "a", "a", "b", "c", "c"]);
+        }
+        assert!(orders.len() > 5, "rounds are shuffled: {orders:?}");
+        assert_eq!(Deck::<u8>::new([]).draw(&mut r), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_round_of_ten_turns_gives_each_default_kind_its_share() {
+        let packages: Vec<Package> = crate::Kind::DEFAULT
+            .iter()
+            .map(|k| {
+                let targets = k.default_targets().into_iter().map(String::from).collect();
+                package(*k, targets, None)
+            })
+            .collect();
+        let mut gen = Combined::new(packages, 2 * S);
+        let history = simulate(&mut gen, 0, 1, 600, |_| {
+            (Outcome::Info, json!({"nodes": ["n1"]}), 100_000_000)
+        })
+        .await;
+        let faults: Vec<Kind> = history
+            .iter()
+            .filter(|o| o.kind == OpType::Invoke)
+            .filter(|o| {
+                !matches!(
+                    o.f.as_str(),
+                    "start" | "resume" | "stop-partition" | "stop-loss"
+                )
+            })
+            .filter_map(|o| Kind::of_op(&o.f))
+            .filter(|k| *k != Kind::Clock)
+            .collect();
+        assert!(faults.len() >= 30, "{}", faults.len());
+        for round in faults.chunks_exact(10).take(3) {
+            let count = |k: Kind| round.iter().filter(|f| **f == k).count();
+            assert_eq!(
+                [
+                    Kind::Partition,
+                    Kind::Kill,
+                    Kind::Pause,
+                    Kind::Loss,
+                    Kind::Roll
+                ]
+                .map(count),
+                [3, 3, 2, 1, 1],
+                "{round:?}"
+            );
+        }
     }
 
     /// Whether a fault op is aimed at partition leaders: a roll of the whole cluster stops each
