@@ -1,11 +1,15 @@
 //! `tidemark-broker admin`: the few admin operations tests and nemeses need, spoken over the
 //! Kafka protocol to any broker (so the same commands work against any Kafka-protocol cluster).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ElectLeadersRequest, MetadataRequest, TopicName};
+use kafka_protocol::messages::{
+    DescribeTopicPartitionsRequest, ElectLeadersRequest, MetadataRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
 
@@ -49,7 +53,8 @@ pub async fn elect_leaders(
     ))
 }
 
-/// Leader, epoch, replicas and ISR of every partition (of `topic`, if given), from Metadata.
+/// Leader, epoch, replicas and ISR of every partition (of `topic`, if given), from Metadata, with
+/// KIP-966's eligible leader replicas (`elr`, `last_known_elr`) where the broker tells them.
 pub async fn describe(bootstrap: &str, topic: Option<&str>) -> anyhow::Result<serde_json::Value> {
     let mut conn = KafkaConnection::connect(bootstrap, TIMEOUT, "tidemark-admin").await?;
     let topics = topic.map(|t| {
@@ -65,21 +70,73 @@ pub async fn describe(bootstrap: &str, topic: Option<&str>) -> anyhow::Result<se
         .iter()
         .map(|b| json!({"id": b.node_id.0, "host": b.host.as_str(), "port": b.port}))
         .collect();
+    let eligible = eligible_leader_replicas(&mut conn, topic).await;
     let mut partitions = Vec::new();
     for t in &resp.topics {
+        let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
         for p in &t.partitions {
-            partitions.push(json!({
-                "topic": t.name.as_ref().map(|n| n.0.as_str()),
+            let mut entry = json!({
+                "topic": name,
                 "partition": p.partition_index,
                 "error_code": p.error_code,
                 "leader": p.leader_id.0,
                 "leader_epoch": p.leader_epoch,
                 "replicas": p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>(),
                 "isr": p.isr_nodes.iter().map(|r| r.0).collect::<Vec<_>>(),
-            }));
+            });
+            if let Some((elr, last_known)) = eligible.get(&(name.clone(), p.partition_index)) {
+                entry["elr"] = json!(elr);
+                entry["last_known_elr"] = json!(last_known);
+            }
+            partitions.push(entry);
         }
     }
     Ok(json!({"controller": resp.controller_id.0, "brokers": brokers, "partitions": partitions}))
+}
+
+/// Each partition's eligible leader replicas and last known ELR, by (topic, partition), from
+/// DescribeTopicPartitions (KIP-966), page by page; empty when the broker does not speak it
+/// (Kafka before 3.8), since Metadata carries neither.
+async fn eligible_leader_replicas(
+    conn: &mut KafkaConnection,
+    topic: Option<&str>,
+) -> BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)> {
+    let mut out = BTreeMap::new();
+    let topics: Vec<TopicRequest> = topic
+        .map(|t| TopicRequest::default().with_name(TopicName(StrBytes::from_string(t.into()))))
+        .into_iter()
+        .collect();
+    let mut cursor = None;
+    loop {
+        let req = DescribeTopicPartitionsRequest::default()
+            .with_topics(topics.clone())
+            .with_cursor(cursor.take());
+        let Ok(resp) = conn.call(0, &req).await else {
+            return out;
+        };
+        for t in &resp.topics {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            for p in &t.partitions {
+                let ids = |v: &Option<Vec<kafka_protocol::messages::BrokerId>>| {
+                    v.iter().flatten().map(|r| r.0).collect::<Vec<_>>()
+                };
+                out.insert(
+                    (name.clone(), p.partition_index),
+                    (ids(&p.eligible_leader_replicas), ids(&p.last_known_elr)),
+                );
+            }
+        }
+        match resp.next_cursor {
+            Some(next) => {
+                cursor = Some(
+                    Cursor::default()
+                        .with_topic_name(next.topic_name)
+                        .with_partition_index(next.partition_index),
+                )
+            }
+            None => return out,
+        }
+    }
 }
 
 /// A mirror admin request (`tidemark-broker admin mirror ...`, named after

@@ -377,10 +377,28 @@ fn an_eligible_replica_leads_once_the_isr_is_empty_with_every_acknowledged_recor
         produce(&c.addr(1), "t", 0, &[10], -1, Duration::from_secs(5)),
         Err(19)
     );
+    // DescribeTopicPartitions (KIP-966) shows 2 eligible, as admin clients read it.
+    let eligible = |c: &Cluster| {
+        let d = c.describe_at(3, Some("t"))?;
+        let p = &d["partitions"][0];
+        Some((p["elr"].clone(), p["last_known_elr"].clone()))
+    };
+    assert_eq!(
+        eligible(&c),
+        Some((serde_json::json!([2]), serde_json::json!([])))
+    );
     c.node(1).kill9();
     c.wait_for("no leader once 1 is fenced", T, |c| {
         state(c).is_some_and(|(l, _, isr)| l == -1 && isr.is_empty())
     });
+    let while_leaderless = eligible(&c).unwrap();
+    assert!(
+        while_leaderless
+            .0
+            .as_array()
+            .is_some_and(|elr| elr.contains(&serde_json::json!(2))),
+        "{while_leaderless:?}"
+    );
     c.node(2).resume();
     c.wait_for("2 leading from the ELR", T, |c| {
         state(c).is_some_and(|(l, _, isr)| l == 2 && isr == [2])

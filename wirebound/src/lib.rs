@@ -286,6 +286,10 @@ impl<'a> Walk<'a> {
                 Ok(())
             }
             Ty::Struct(fields) => self.fields(fields),
+            Ty::NullableStruct(fields) => match self.take(1)?[0] as i8 {
+                -1 => Ok(()),
+                _ => self.fields(fields),
+            },
         }
     }
 
@@ -416,6 +420,7 @@ pub fn min_size(ty: &Ty, version: i16, flexible: bool) -> usize {
                 .sum();
             own + usize::from(flexible)
         }
+        Ty::NullableStruct(_) => 1,
     }
 }
 

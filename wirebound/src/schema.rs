@@ -17,6 +17,8 @@ pub enum Ty {
     Array(&'static Ty),
     /// A nested structure.
     Struct(&'static [Field]),
+    /// A nested structure that may be null: INT8 -1 for null, else 1 and the structure.
+    NullableStruct(&'static [Field]),
 }
 
 /// One field of a structure.
@@ -526,6 +528,55 @@ const INIT_PRODUCER_ID_RESPONSE: &[Field] = &[
     f("producer_epoch", I16),
 ];
 
+// DescribeTopicPartitions (75), flexible from v0.
+const DESCRIBE_TOPIC_PARTITIONS_TOPIC: &[Field] = &[f("name", STR)];
+const DESCRIBE_TOPIC_PARTITIONS_CURSOR: &[Field] =
+    &[f("topic_name", STR), f("partition_index", I32)];
+const DESCRIBE_TOPIC_PARTITIONS_REQUEST: &[Field] = &[
+    f(
+        "topics",
+        Ty::Array(&Ty::Struct(DESCRIBE_TOPIC_PARTITIONS_TOPIC)),
+    ),
+    f("response_partition_limit", I32),
+    f(
+        "cursor",
+        Ty::NullableStruct(DESCRIBE_TOPIC_PARTITIONS_CURSOR),
+    ),
+];
+const DESCRIBE_TOPIC_PARTITIONS_PARTITION: &[Field] = &[
+    f("error_code", I16),
+    f("partition_index", I32),
+    f("leader_id", I32),
+    f("leader_epoch", I32),
+    f("replica_nodes", Ty::Array(&I32)),
+    f("isr_nodes", Ty::Array(&I32)),
+    f("eligible_leader_replicas", Ty::Array(&I32)),
+    f("last_known_elr", Ty::Array(&I32)),
+    f("offline_replicas", Ty::Array(&I32)),
+];
+const DESCRIBE_TOPIC_PARTITIONS_TOPIC_RESPONSE: &[Field] = &[
+    f("error_code", I16),
+    f("name", STR),
+    f("topic_id", UUID),
+    f("is_internal", BOOL),
+    f(
+        "partitions",
+        Ty::Array(&Ty::Struct(DESCRIBE_TOPIC_PARTITIONS_PARTITION)),
+    ),
+    f("topic_authorized_operations", I32),
+];
+const DESCRIBE_TOPIC_PARTITIONS_RESPONSE: &[Field] = &[
+    f("throttle_time_ms", I32),
+    f(
+        "topics",
+        Ty::Array(&Ty::Struct(DESCRIBE_TOPIC_PARTITIONS_TOPIC_RESPONSE)),
+    ),
+    f(
+        "next_cursor",
+        Ty::NullableStruct(DESCRIBE_TOPIC_PARTITIONS_CURSOR),
+    ),
+];
+
 // DeleteRecords (21).
 const DELETE_RECORDS_PARTITION: &[Field] = &[f("partition_index", I32), f("offset", I64)];
 const DELETE_RECORDS_TOPIC: &[Field] = &[
@@ -636,6 +687,14 @@ pub const REQUESTS: &[Message] = &[
         1,
         INCREMENTAL_ALTER_CONFIGS_REQUEST,
     ),
+    msg(
+        "DescribeTopicPartitions",
+        75,
+        0,
+        0,
+        0,
+        DESCRIBE_TOPIC_PARTITIONS_REQUEST,
+    ),
 ];
 
 /// Every response a tidemark client decodes.
@@ -664,5 +723,13 @@ pub const RESPONSES: &[Message] = &[
         1,
         1,
         INCREMENTAL_ALTER_CONFIGS_RESPONSE,
+    ),
+    msg(
+        "DescribeTopicPartitions",
+        75,
+        0,
+        0,
+        0,
+        DESCRIBE_TOPIC_PARTITIONS_RESPONSE,
     ),
 ];

@@ -69,6 +69,14 @@ impl Gen {
                 }
             }
             Ty::Struct(fields) => self.fields(out, fields, tagged),
+            Ty::NullableStruct(fields) => {
+                if !tagged && self.rng.random_bool(0.3) {
+                    out.push(0xff);
+                } else {
+                    out.push(1);
+                    self.fields(out, fields, tagged);
+                }
+            }
         }
     }
 
@@ -217,7 +225,7 @@ fn every_array_element_takes_at_least_one_byte() {
                 );
                 visit(elem, version, flexible, path);
             }
-            Ty::Struct(fields) => {
+            Ty::Struct(fields) | Ty::NullableStruct(fields) => {
                 for f in fields.iter().filter(|f| f.in_version(version)) {
                     visit(&f.ty, version, flexible, &format!("{path}.{}", f.name));
                 }

@@ -81,6 +81,13 @@ pub async fn handle(
         RequestKind::IncrementalAlterConfigs(r) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs(broker, r).await)
         }
+        RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
+            super::describe_topic_partitions::describe_topic_partitions(
+                &broker.metadata(),
+                broker.caught_up(),
+                &r,
+            ),
+        ),
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(super::init_producer_id::init_producer_id(broker, r).await)
         }

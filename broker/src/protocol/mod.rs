@@ -3,6 +3,7 @@
 //! decoded closes only its own connection.
 
 mod delete_records;
+mod describe_topic_partitions;
 mod groups;
 mod handlers;
 mod init_producer_id;

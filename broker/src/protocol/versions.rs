@@ -21,6 +21,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     // The group coordinator (`groups`): the classic protocol, without static membership.
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
