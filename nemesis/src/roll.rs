@@ -33,11 +33,12 @@ const CAPS_KBYTES_PER_S: [u32; 3] = [1, 2, 4];
 
 /// How long each node stays down, when the op names no time: long enough for the others to
 /// take writes it will have to catch up on.
-const DOWN_MS: std::ops::RangeInclusive<u64> = 1000..=3000;
+const DOWN_MS: std::ops::RangeInclusive<u64> = 500..=2000;
 
 /// How long the operator waits for a restarted node to be in sync, when the op names no wait:
-/// an uncapped node is back within a second, a capped one under load not before the roll ends.
-const DEFAULT_WAIT: Duration = Duration::from_secs(4);
+/// an uncapped node is back within a second, a capped one under load not before the roll ends
+/// (a roll of three nodes then takes 10–15 s).
+const DEFAULT_WAIT: Duration = Duration::from_secs(3);
 
 /// How often the operator looks.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
