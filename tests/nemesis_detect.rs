@@ -174,9 +174,10 @@ const ROLLS: &str = r#"[
    "value": {"nodes": ["n3", "n1"], "kbytes_per_s": 2, "down_ms": 2500, "wait_ms": 4000}}
 ]"#;
 
-/// A rolling restart on `broker` (an injected bug or the correct one): its verdict, and the
-/// seconds each restarted node took to be back in every ISR (`None`: not within the wait).
-fn rolls(bug: Option<&str>) -> (Verdict, Vec<Option<u64>>) {
+/// A rolling restart on `broker` (an injected bug or the correct one): its verdict, and for each
+/// restarted node the seconds it took to be back in every ISR (`None`: not within the wait) and
+/// the partitions it led as it was stopped.
+fn rolls(bug: Option<&str>) -> (Verdict, Vec<(Option<u64>, Value)>) {
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("rolls.json");
     std::fs::write(&schedule, ROLLS).unwrap();
@@ -194,7 +195,7 @@ fn rolls(bug: Option<&str>) -> (Verdict, Vec<Option<u64>>) {
     }
     let v = run(&args);
     let history = std::fs::read_to_string(v.run.join("history.jsonl")).unwrap();
-    let in_sync: Vec<Option<u64>> = history
+    let restarted: Vec<(Option<u64>, Value)> = history
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|o| o["f"] == "roll" && o["type"] == "info")
@@ -204,9 +205,9 @@ fn rolls(bug: Option<&str>) -> (Verdict, Vec<Option<u64>>) {
                 .cloned()
                 .unwrap_or_default()
         })
-        .map(|r| r["in_sync_ms"].as_u64())
+        .map(|r| (r["in_sync_ms"].as_u64(), r["led"].clone()))
         .collect();
-    (v, in_sync)
+    (v, restarted)
 }
 
 #[test]
@@ -214,8 +215,9 @@ fn a_replica_let_into_the_isr_before_it_caught_up_is_caught_by_a_rolling_restart
     require_root("a_replica_let_into_the_isr_before_it_caught_up_is_caught_by_a_rolling_restart");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let (v, in_sync) = rolls(Some("isr-join-before-caught-up"));
-    assert_eq!(in_sync.len(), 4, "two rolls of two nodes: {in_sync:?}");
+    let (v, restarted) = rolls(Some("isr-join-before-caught-up"));
+    assert_eq!(restarted.len(), 4, "two rolls of two nodes: {restarted:?}");
+    let in_sync: Vec<Option<u64>> = restarted.iter().map(|r| r.0).collect();
     assert_caught(
         &v,
         "lost-write",
@@ -230,10 +232,22 @@ fn the_correct_broker_keeps_a_throttled_restarted_replica_out_of_the_isr_and_sta
     );
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let (v, in_sync) = rolls(None);
-    assert_eq!(in_sync.len(), 4, "two rolls of two nodes: {in_sync:?}");
+    let (v, restarted) = rolls(None);
+    assert_eq!(restarted.len(), 4, "two rolls of two nodes: {restarted:?}");
     // A node restarted under load cannot catch up at 2 kB/s: the operator's wait runs out.
-    assert!(in_sync.iter().any(Option::is_none), "{in_sync:?}");
+    assert!(restarted.iter().any(|r| r.0.is_none()), "{restarted:?}");
+    // Each stop records the leaderships it hands over; the rolls stop every node, so some stop
+    // found its node leading.
+    assert!(
+        restarted.iter().all(|r| r.1.is_array()),
+        "the cluster was read before each stop: {restarted:?}"
+    );
+    assert!(
+        restarted
+            .iter()
+            .any(|r| r.1.as_array().is_some_and(|led| !led.is_empty())),
+        "{restarted:?}"
+    );
     assert_valid_and_clean(&v, "correct-roll");
 }
 
