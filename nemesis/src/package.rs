@@ -501,14 +501,15 @@ fn own_timeline(kind: Kind) -> bool {
 ///
 /// Disruptive kinds take turns, one fault in force at a time: the next kind of a shuffled deck
 /// holding each kind as many times as its share ([`weight`]; Jepsen's `mix` draws with dice,
-/// which in a short run repeats one kind and leaves others out) starts its fault, which lasts ⅔ to 1⅓ of an interval from when it is in force (long
-/// enough to outlast failure detection), then is undone, and after a calm of up to half an
-/// interval from the undoing's end the next turn comes. Stacked faults mostly leave nothing
-/// available; one at a time, each fault, leader failovers above all, starts from a cluster that
-/// works. Clock skew, which stops nothing, mirror failovers and failbacks, and turns of
-/// KIP-1023's flag ([`own_timeline`]) run on their own staggered timelines (gaps uniform in [0, 2·interval])
-/// across them, so they land inside faults as well as between them; a mirrored test's first
-/// failover comes before the first disruptive turn.
+/// which in a short run repeats one kind and leaves others out) starts its fault, which lasts
+/// ⅔ to 1⅓ of an interval from when it is in force (long enough to outlast failure detection),
+/// then is undone, and after a calm of up to half an interval from the undoing's end the next
+/// turn comes. Stacked faults mostly leave nothing available; one at a time, each fault, leader
+/// failovers above all, starts from a cluster that works. Clock skew, which stops nothing,
+/// mirror failovers and failbacks, and turns of KIP-1023's flag ([`own_timeline`]) run on their
+/// own staggered timelines (gaps uniform in [0, 2·interval]) across them, so they land inside
+/// faults as well as between them; a mirrored test's first failover comes before the first
+/// disruptive turn.
 pub struct Combined {
     cycles: Vec<Box<dyn Cycle>>,
     /// For each cycle: its share of the disruptive turns, or `None` for its own timeline.
