@@ -235,11 +235,17 @@ fn a_group_of_three_survives_a_killed_member_and_a_killed_coordinator() {
         })
         .collect();
     assert_eq!(ends.values().sum::<i64>(), n as i64);
-    assert_eq!(
-        committed(&bootstrap, topic, group, 6),
-        ends,
-        "every partition committed to its end"
-    );
+    // The producer's sticky partitioner may leave a partition empty: nothing was consumed there,
+    // so nothing is committed (librdkafka reports -1001, no offset).
+    let before = committed(&bootstrap, topic, group, 6);
+    for (p, end) in &ends {
+        let got = before.get(p).copied();
+        assert!(
+            got == Some(*end) || (*end == 0 && got.is_some_and(|o| o < 0)),
+            "every partition committed to its end: partition {p} at {got:?}, end {end} \
+             (committed {before:?}, ends {ends:?})"
+        );
+    }
 
     // The coordinator is the leader of the group's partition of __consumer_offsets.
     let offsets_partition = partition_for(group, 10);
@@ -252,7 +258,7 @@ fn a_group_of_three_survives_a_killed_member_and_a_killed_coordinator() {
     let survivors = c.running().join(",");
     assert_eq!(
         committed(&survivors, topic, group, 6),
-        ends,
+        before,
         "the commits outlive the coordinator that took them"
     );
 }

@@ -23,7 +23,10 @@ def produce(bootstrap, topic, count):
         if err is not None:
             failures.append(str(err))
 
-    p = Producer({"bootstrap.servers": bootstrap})
+    # Records spread over every partition: the sticky partitioner (librdkafka's default) fills
+    # one partition for 10 ms at a time, so a fast run leaves some nearly empty and a member
+    # assigned only those never gets going.
+    p = Producer({"bootstrap.servers": bootstrap, "sticky.partitioning.linger.ms": 0})
     for i in range(int(count)):
         while True:
             try:
