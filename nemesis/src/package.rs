@@ -888,8 +888,8 @@ mod tests {
         assert_eq!(Deck::<u8>::new([]).draw(&mut r), None);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn every_round_of_ten_turns_gives_each_default_kind_its_share() {
+    /// The default kinds with their default targets, faults lasting 2 s.
+    fn default_mix() -> Combined {
         let packages: Vec<Package> = crate::Kind::DEFAULT
             .iter()
             .map(|k| {
@@ -897,7 +897,12 @@ mod tests {
                 package(*k, targets, None)
             })
             .collect();
-        let mut gen = Combined::new(packages, 2 * S);
+        Combined::new(packages, 2 * S)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_round_of_ten_turns_gives_each_default_kind_its_share() {
+        let mut gen = default_mix();
         let history = simulate(&mut gen, 0, 1, 600, |_| {
             (Outcome::Info, json!({"nodes": ["n1"]}), 100_000_000)
         })
@@ -944,14 +949,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_default_mix_aims_at_least_half_its_faults_at_leaders_after_a_burst() {
-        let packages: Vec<Package> = crate::Kind::DEFAULT
-            .iter()
-            .map(|k| {
-                let targets = k.default_targets().into_iter().map(String::from).collect();
-                package(*k, targets, None)
-            })
-            .collect();
-        let mut gen = Combined::new(packages, 2 * S);
+        let mut gen = default_mix();
         let history = simulate(&mut gen, 0, 1, 600, |op| {
             let value = match op.f.as_str() {
                 "kill" | "pause" | "start-loss" | "clock-skew" | "clock-strobe" => {
