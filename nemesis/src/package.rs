@@ -183,6 +183,15 @@ impl<T: Clone> Deck<T> {
     }
 }
 
+/// The kill package's moves: a leader chased through elections, a leader killed with its
+/// successor frozen, or a kill undone by a start.
+#[derive(Clone, Copy)]
+enum KillMove {
+    Bounce,
+    Handoff,
+    Kill,
+}
+
 /// The share of faults aimed at partition leaders when a kind's targets include leader specs:
 /// replication bugs live where a leader acknowledges, fails or hands over.
 pub const LEADER_SHARE: f64 = 0.5;
@@ -282,17 +291,21 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
             flip_flop(
                 {
                     // Of every twenty kill turns: five bounces, eight handoffs, seven kills.
-                    let mut deck = Deck::new([("bounce", 5), ("handoff", 8), ("kill", 7)]);
-                    move |rng| match deck.draw(rng) {
-                        Some("bounce") => {
+                    let mut deck = Deck::new([
+                        (KillMove::Bounce, 5),
+                        (KillMove::Handoff, 8),
+                        (KillMove::Kill, 7),
+                    ]);
+                    move |rng| match deck.draw(rng).unwrap_or(KillMove::Kill) {
+                        KillMove::Bounce => {
                             let times = rng.random_range(2..=4);
                             let v = json!({ "times": times, crate::BURST_KEY: BURST_MS });
                             (op("bounce", v), false)
                         }
-                        Some("handoff") => {
+                        KillMove::Handoff => {
                             (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
                         }
-                        _ => (op("kill", aimed("targets", &targets, rng)), true),
+                        KillMove::Kill => (op("kill", aimed("targets", &targets, rng)), true),
                     }
                 },
                 undo("start"),
@@ -475,7 +488,7 @@ fn perf(
 /// serving; pauses two (the old leader wakes up still believing it leads, with requests
 /// waiting). A wiped log directory three too: a replica rebuilding from the remote store is
 /// where tiered storage's bugs live, and nothing else brings it about. A rolling restart, which
-/// holds the turn while it goes round the cluster (10–15 s), packet loss, which rarely moves a
+/// holds the turn while it goes round the cluster (11–15 s), packet loss, which rarely moves a
 /// leader, and a remote-store outage, one.
 fn weight(kind: Kind) -> u32 {
     match kind {

@@ -37,7 +37,7 @@ const DOWN_MS: std::ops::RangeInclusive<u64> = 500..=2000;
 
 /// How long the operator waits for a restarted node to be in sync, when the op names no wait:
 /// an uncapped node is back within a second, a capped one under load not before the roll ends
-/// (a roll of three nodes then takes 10–15 s).
+/// (a roll of three nodes then takes 11–15 s).
 const DEFAULT_WAIT: Duration = Duration::from_secs(3);
 
 /// How often the operator looks.

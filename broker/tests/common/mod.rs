@@ -483,7 +483,6 @@ impl Cluster {
         );
     }
 
-    /// Every replica of every partition on node `id`, read from its data dir.
     /// The records (offset, value) node `id` holds of partition 0 of `topic`, as `dump-log`
     /// reads them; none when it has no replica.
     pub fn dumped_records(&self, id: i32, topic: &str) -> Vec<(i64, i64)> {
@@ -501,6 +500,7 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// Every replica of every partition on node `id`, read from its data dir.
     pub fn dump(&self, id: i32) -> Vec<serde_json::Value> {
         let opts = tidemark_broker::dump::DumpOptions {
             data_dir: self.nodes[id as usize - 1].data_dir(),
