@@ -159,7 +159,8 @@ struct NemesisArgs {
     #[arg(long, default_value_t = 6.0, value_name = "S")]
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,
-    /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge. With
+    /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge,
+    /// leader-replication (the leader cut off from the other brokers on their listeners only). With
     /// `--workload mirror` also which cluster, by its role when the fault happens: source (the
     /// one clients write to), destination, source-leaders, destination-leaders (unclean and
     /// corrupt: source, destination). A `kind:target` entry applies to that kind only.

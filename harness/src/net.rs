@@ -24,16 +24,23 @@ pub const NFT_TABLE: &str = "tidemark";
 /// Changes the network between nodes.
 ///
 /// Contract:
-/// - [`drop_all`](Net::drop_all) makes each node in the grudge drop every packet from each node
-///   it holds a grudge against, adding to faults already in force; nodes absent from the grudge
-///   are left as they are. Traffic between the harness's clients and the nodes is unaffected
-///   unless a grudge names it.
+/// - [`drop_on_ports`](Net::drop_on_ports) makes each node in the grudge drop every packet from
+///   each node it holds a grudge against, or with `ports` only those to or from one of them (a
+///   service's listeners: the brokers' replication cut while the controllers' quorum still
+///   talks), adding to faults already in force; nodes absent from the grudge are left as they
+///   are. Traffic between the harness's clients and the nodes is unaffected unless a grudge
+///   names it.
 /// - [`heal`](Net::heal) removes every fault this `Net` applied on the given nodes and nothing
 ///   else. Healing a healed network is fine.
 /// - Both return once the rules are in force on every node, or the first error.
 pub trait Net: Send + Sync {
-    /// Applies a whole grudge.
-    fn drop_all(&self, nodes: &[Node], grudge: &Grudge) -> anyhow::Result<()>;
+    /// Applies a whole grudge to all traffic.
+    fn drop_all(&self, nodes: &[Node], grudge: &Grudge) -> anyhow::Result<()> {
+        self.drop_on_ports(nodes, grudge, &[])
+    }
+
+    /// Applies a whole grudge to traffic to or from `ports` (all traffic when empty).
+    fn drop_on_ports(&self, nodes: &[Node], grudge: &Grudge, ports: &[u16]) -> anyhow::Result<()>;
 
     /// Removes all faults on `nodes`.
     fn heal(&self, nodes: &[Node]) -> anyhow::Result<()>;
@@ -62,10 +69,15 @@ impl Iptables {
         )
     }
 
-    /// The commands that make `node` drop traffic from `from` (after [`reset_command`]).
+    /// The commands that make `node` drop traffic from `from` (after [`reset_command`]), only
+    /// that to or from `ports` when there are any.
     ///
     /// [`reset_command`]: Iptables::reset_command
-    pub fn drop_commands(nodes: &[Node], from: &BTreeSet<String>) -> anyhow::Result<Vec<String>> {
+    pub fn drop_commands(
+        nodes: &[Node],
+        from: &BTreeSet<String>,
+        ports: &[u16],
+    ) -> anyhow::Result<Vec<String>> {
         let mut ips = Vec::new();
         for name in from {
             let n = nodes
@@ -77,21 +89,25 @@ impl Iptables {
         if ips.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(vec![command_line(&[
-            "iptables",
-            "-w",
-            "-A",
-            CHAIN,
-            "-s",
-            &ips.join(","),
-            "-j",
-            "DROP",
-        ])])
+        let sources = ips.join(",");
+        let mut words = vec!["iptables", "-w", "-A", CHAIN, "-s", &sources];
+        // `--ports` matches either end: requests to the node's listeners and answers from its
+        // peers' listeners.
+        let port_list = ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        if !ports.is_empty() {
+            words.extend(["-p", "tcp", "-m", "multiport", "--ports", &port_list]);
+        }
+        words.extend(["-j", "DROP"]);
+        Ok(vec![command_line(&words)])
     }
 }
 
 impl Net for Iptables {
-    fn drop_all(&self, nodes: &[Node], grudge: &Grudge) -> anyhow::Result<()> {
+    fn drop_on_ports(&self, nodes: &[Node], grudge: &Grudge, ports: &[u16]) -> anyhow::Result<()> {
         for (name, from) in grudge {
             let node = nodes
                 .iter()
@@ -101,7 +117,7 @@ impl Net for Iptables {
                 "iptables -w -N {CHAIN} 2>/dev/null; \
                  iptables -w -C INPUT -j {CHAIN} 2>/dev/null || iptables -w -I INPUT 1 -j {CHAIN}"
             )];
-            script.extend(Self::drop_commands(nodes, from)?);
+            script.extend(Self::drop_commands(nodes, from, ports)?);
             remote::run(node.remote.as_ref(), &script.join(" && "))?;
         }
         Ok(())
@@ -138,10 +154,18 @@ mod tests {
         let nodes = [node(1), node(2), node(3)];
         let from: BTreeSet<String> = ["n2".to_string(), "n3".to_string()].into();
         assert_eq!(
-            Iptables::drop_commands(&nodes, &from).unwrap(),
+            Iptables::drop_commands(&nodes, &from, &[]).unwrap(),
             vec!["iptables -w -A TIDEMARK -s 10.211.0.12,10.211.0.13 -j DROP".to_string()]
         );
-        assert!(Iptables::drop_commands(&nodes, &BTreeSet::new())
+        assert_eq!(
+            Iptables::drop_commands(&nodes, &from, &[9092, 9093]).unwrap(),
+            vec![
+                "iptables -w -A TIDEMARK -s 10.211.0.12,10.211.0.13 -p tcp -m multiport \
+                  --ports 9092,9093 -j DROP"
+                    .to_string()
+            ]
+        );
+        assert!(Iptables::drop_commands(&nodes, &BTreeSet::new(), &[])
             .unwrap()
             .is_empty());
     }
@@ -150,7 +174,7 @@ mod tests {
     fn unknown_nodes_in_a_grudge_are_errors() {
         let nodes = [node(1)];
         let from: BTreeSet<String> = ["n9".to_string()].into();
-        let err = Iptables::drop_commands(&nodes, &from).unwrap_err();
+        let err = Iptables::drop_commands(&nodes, &from, &[]).unwrap_err();
         assert!(err.to_string().contains("n9"), "{err}");
     }
 

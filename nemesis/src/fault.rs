@@ -32,6 +32,20 @@ impl Env<'_> {
         self.cx.nodes.iter().map(|n| n.name.clone()).collect()
     }
 
+    /// The ports of the nodes' client listeners, where brokers also fetch from each other: the
+    /// controllers' quorum and heartbeats keep ports of their own.
+    pub fn listener_ports(&self) -> Vec<u16> {
+        let mut ports: Vec<u16> = self
+            .cx
+            .nodes
+            .iter()
+            .map(|n| self.cx.db.endpoint(n).port())
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
     /// The node called `name`.
     pub fn node(&self, name: &str) -> Result<&Node, Failed> {
         self.cx

@@ -31,6 +31,11 @@ pub enum PartitionKind {
     Bridge,
     /// The leader of one random partition alone.
     Leader,
+    /// The leader of one random partition cut from the other nodes on the brokers' listeners
+    /// only, where followers fetch: the controllers' quorum still reaches it, so it stays
+    /// leader while its followers fall behind and its ISR shrinks to itself, and clients still
+    /// write to it (a replication network lost, the control network up).
+    LeaderReplication,
     /// A random non-empty subset of the current leaders, each alone, at most a minority of the
     /// nodes (the rest must be able to elect).
     Leaders,
@@ -40,7 +45,7 @@ pub enum PartitionKind {
 
 impl PartitionKind {
     /// Every kind.
-    pub const ALL: [PartitionKind; 10] = [
+    pub const ALL: [PartitionKind; 11] = [
         PartitionKind::Halves,
         PartitionKind::RandomHalves,
         PartitionKind::One,
@@ -49,6 +54,7 @@ impl PartitionKind {
         PartitionKind::MajoritiesRing,
         PartitionKind::Bridge,
         PartitionKind::Leader,
+        PartitionKind::LeaderReplication,
         PartitionKind::Leaders,
         PartitionKind::All,
     ];
@@ -64,6 +70,7 @@ impl PartitionKind {
             PartitionKind::MajoritiesRing => "majorities-ring",
             PartitionKind::Bridge => "bridge",
             PartitionKind::Leader => "leader",
+            PartitionKind::LeaderReplication => "leader-replication",
             PartitionKind::Leaders => "leaders",
             PartitionKind::All => "all",
         }
@@ -79,7 +86,15 @@ impl PartitionKind {
 
     /// Whether building the grudge needs the current leaders.
     pub fn needs_leaders(self) -> bool {
-        matches!(self, PartitionKind::Leader | PartitionKind::Leaders)
+        matches!(
+            self,
+            PartitionKind::Leader | PartitionKind::LeaderReplication | PartitionKind::Leaders
+        )
+    }
+
+    /// Whether the cut is of the brokers' listeners only, not of all traffic.
+    pub fn replication_only(self) -> bool {
+        self == PartitionKind::LeaderReplication
     }
 
     /// Builds the grudge over `nodes`. `leaders` lists, per partition, the current leader; it is
@@ -108,7 +123,7 @@ impl PartitionKind {
             PartitionKind::All => {
                 complete(&sorted.iter().map(|n| vec![n.clone()]).collect::<Vec<_>>())
             }
-            PartitionKind::Leader | PartitionKind::Leaders => {
+            PartitionKind::Leader | PartitionKind::LeaderReplication | PartitionKind::Leaders => {
                 let mut distinct: Vec<String> = leaders
                     .iter()
                     .cloned()
@@ -118,7 +133,7 @@ impl PartitionKind {
                 if distinct.is_empty() {
                     return Err("no partition has a leader".into());
                 }
-                let chosen: Vec<String> = if self == PartitionKind::Leader {
+                let chosen: Vec<String> = if self != PartitionKind::Leaders {
                     let i = rng.random_range(0..leaders.len());
                     vec![leaders[i].clone()]
                 } else {
@@ -323,10 +338,15 @@ mod tests {
                 .collect();
             assert!(!alone.is_empty());
             assert!(alone.iter().all(|n| *n == "n2" || *n == "n4"), "{g:?}");
-            let g = PartitionKind::Leader
-                .grudge(&nodes, &leaders, &mut rng(seed))
-                .unwrap();
-            assert_eq!(g.values().filter(|f| f.len() == 4).count(), 1);
+            for one in [PartitionKind::Leader, PartitionKind::LeaderReplication] {
+                let g = one.grudge(&nodes, &leaders, &mut rng(seed)).unwrap();
+                let alone: Vec<&String> = g
+                    .iter()
+                    .filter(|(_, f)| f.len() == 4)
+                    .map(|(n, _)| n)
+                    .collect();
+                assert!(alone == ["n2"] || alone == ["n4"], "{g:?}");
+            }
         }
         // With three nodes, one leader alone at a time, whichever two lead.
         let two = vec!["n1".to_string(), "n2".to_string()];

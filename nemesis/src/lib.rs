@@ -159,7 +159,7 @@ impl Kind {
     pub fn of_op(f: &str) -> Option<Self> {
         Some(match f {
             "start-partition" | "stop-partition" => Kind::Partition,
-            "kill" | "start" | "bounce" | "handoff" => Kind::Kill,
+            "kill" | "start" | "bounce" | "handoff" | "strand" => Kind::Kill,
             "roll" => Kind::Roll,
             "pause" | "resume" => Kind::Pause,
             "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,
@@ -243,6 +243,7 @@ impl Kind {
                 "majorities-ring",
                 "bridge",
                 "leader",
+                "leader-replication",
                 "leaders",
             ],
             Kind::Kill => vec!["one", "minority", "majority", "leader", "leaders", "all"],

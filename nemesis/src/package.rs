@@ -184,11 +184,13 @@ impl<T: Clone> Deck<T> {
 }
 
 /// The kill package's moves: a leader chased through elections, a leader killed with its
-/// successor frozen, or a kill undone by a start.
+/// successor frozen, a leader cut off from its followers and then killed, or a kill; the last
+/// two undone by a start.
 #[derive(Clone, Copy)]
 enum KillMove {
     Bounce,
     Handoff,
+    Strand,
     Kill,
 }
 
@@ -201,7 +203,7 @@ pub const LEADER_SHARE: f64 = 0.5;
 pub const BURST_MS: u64 = 1000;
 
 fn is_leader_target(name: &str) -> bool {
-    matches!(name, "leader" | "leaders")
+    matches!(name, "leader" | "leader-replication" | "leaders")
 }
 
 /// A fault op's value naming its targets under `key`: a leader spec with [`LEADER_SHARE`]
@@ -290,11 +292,13 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         Kind::Kill => (
             flip_flop(
                 {
-                    // Of every twenty kill turns: five bounces, eight handoffs, seven kills.
+                    // Of every twenty kill turns: four bounces, six handoffs, five strands, five
+                    // kills.
                     let mut deck = Deck::new([
-                        (KillMove::Bounce, 5),
-                        (KillMove::Handoff, 8),
-                        (KillMove::Kill, 7),
+                        (KillMove::Bounce, 4),
+                        (KillMove::Handoff, 6),
+                        (KillMove::Strand, 5),
+                        (KillMove::Kill, 5),
                     ]);
                     move |rng| match deck.draw(rng).unwrap_or(KillMove::Kill) {
                         KillMove::Bounce => {
@@ -305,13 +309,14 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                         KillMove::Handoff => {
                             (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
                         }
+                        KillMove::Strand => (op("strand", json!({})), true),
                         KillMove::Kill => (op("kill", aimed("targets", &targets, rng)), true),
                     }
                 },
                 undo("start"),
             ),
             Vec::new(),
-            perf("kill", &["kill"], &["start"], "#E9A4A0"),
+            perf("kill", &["kill", "strand"], &["start"], "#E9A4A0"),
         ),
         // An operator's roll goes round the whole cluster, stopping every leader in turn
         // (after a burst, as other faults at leaders); half of them stop after two nodes, as
@@ -855,7 +860,7 @@ mod tests {
     }
 
     #[test]
-    fn kills_sometimes_bounce_or_hand_off_leaders_which_need_no_undoing() {
+    fn kills_sometimes_bounce_hand_off_or_strand_leaders_and_strands_are_undone() {
         let mut p = package(Kind::Kill, vec!["leaders".into()], None);
         let mut r = rng(2);
         let mut seen = std::collections::BTreeMap::new();
@@ -864,9 +869,15 @@ mod tests {
             p.cycle.done(&json!({"nodes": ["n1"]}));
             *seen.entry(o.f).or_insert(0) += 1;
         }
-        assert!(seen["bounce"] > 10 && seen["handoff"] > 10, "{seen:?}");
+        assert!(
+            seen["bounce"] > 10 && seen["handoff"] > 10 && seen["strand"] > 10,
+            "{seen:?}"
+        );
         assert!(!seen.contains_key("roll"), "{seen:?}");
-        assert!(seen["kill"] - seen["start"] <= 1, "{seen:?}");
+        assert!(
+            seen["kill"] + seen["strand"] - seen["start"] <= 1,
+            "{seen:?}"
+        );
     }
 
     #[test]

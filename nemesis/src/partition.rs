@@ -1,6 +1,8 @@
 //! Network partitions: `start-partition` applies a grudge through the engine's [`Net`] (iptables
 //! inside the nodes), either built from a kind (`{"kind": "majorities-ring"}`) or given outright
 //! (`{"grudge": {"n1": ["n2"]}}`, which may be one-way); `stop-partition` heals the network.
+//! A grudge with `ports` cuts only traffic to or from those ports: `leader-replication` records
+//! the brokers' listeners, so the controllers' quorum still talks across the cut.
 //!
 //! [`Net`]: tidemark_harness::net::Net
 
@@ -25,6 +27,9 @@ struct StartValue {
     kind: Option<String>,
     #[serde(default)]
     grudge: Option<BTreeMap<String, Vec<String>>>,
+    /// With a grudge: only traffic to or from these ports is cut.
+    #[serde(default)]
+    ports: Vec<u16>,
 }
 
 /// The value of `stop-partition`: an object, whatever it holds.
@@ -36,8 +41,9 @@ struct StopValue {}
 enum PartitionOp {
     /// Cut links along a grudge built from a kind when performed.
     Kind(PartitionKind),
-    /// Cut links along this grudge (built from `kind`, when the value says which).
-    Grudge(Grudge, Option<PartitionKind>),
+    /// Cut links along this grudge (built from `kind`, when the value says which), on `ports`
+    /// only when there are any.
+    Grudge(Grudge, Option<PartitionKind>, Vec<u16>),
     /// Heal the network.
     Stop,
 }
@@ -50,7 +56,8 @@ impl PartitionOp {
         let v: StartValue = parse(value)?;
         if let Some(g) = &v.grudge {
             let kind = v.kind.as_deref().and_then(PartitionKind::parse);
-            return grudge::known(g, nodes, "grudge").map(|g| PartitionOp::Grudge(g, kind));
+            return grudge::known(g, nodes, "grudge")
+                .map(|g| PartitionOp::Grudge(g, kind, v.ports));
         }
         let Some(k) = v.kind else {
             return Err("needs `kind` (a partition kind) or `grudge`".into());
@@ -69,14 +76,14 @@ impl PartitionOp {
 impl FaultOp for PartitionOp {
     fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         let mut record = json!({});
-        let grudge = match *self {
+        let (grudge, ports) = match *self {
             PartitionOp::Stop => {
                 env.cx.net.heal(env.cx.nodes).map_err(Failed::from_error)?;
                 return Ok(json!({}));
             }
-            PartitionOp::Grudge(g, kind) => {
+            PartitionOp::Grudge(g, kind, ports) => {
                 record["kind"] = json!(kind.map_or("grudge", PartitionKind::name));
-                g
+                (g, ports)
             }
             PartitionOp::Kind(kind) => {
                 let leaders = if kind.needs_leaders() {
@@ -87,12 +94,22 @@ impl FaultOp for PartitionOp {
                     Vec::new()
                 };
                 record["kind"] = json!(kind.name());
-                kind.grudge(&env.names(), &leaders, env.rng)
-                    .map_err(Failed::nothing)?
+                let grudge = kind
+                    .grudge(&env.names(), &leaders, env.rng)
+                    .map_err(Failed::nothing)?;
+                let ports = if kind.replication_only() {
+                    env.listener_ports()
+                } else {
+                    Vec::new()
+                };
+                (grudge, ports)
             }
         };
         record["grudge"] = json!(grudge);
-        match env.cx.net.drop_all(env.cx.nodes, &grudge) {
+        if !ports.is_empty() {
+            record["ports"] = json!(ports);
+        }
+        match env.cx.net.drop_on_ports(env.cx.nodes, &grudge, &ports) {
             Ok(()) => Ok(record),
             // Some nodes may already drop traffic: say which grudge was meant.
             Err(e) => Err(Failed {
@@ -135,14 +152,25 @@ mod tests {
             json!({"kind": "one", "grudge": {"n1": ["n2"]}, "leaders": ["n1"]}),
         );
         assert!(
-            matches!(recorded, Ok(PartitionOp::Grudge(g, Some(PartitionKind::One))) if g.len() == 1)
+            matches!(recorded, Ok(PartitionOp::Grudge(g, Some(PartitionKind::One), p)) if g.len() == 1 && p.is_empty())
         );
+        // A replication cut replays on the ports it recorded.
+        let cut = parse(
+            "start-partition",
+            json!({"kind": "leader-replication", "grudge": {"n1": ["n2", "n3"]},
+                   "ports": [9092]}),
+        );
+        assert!(
+            matches!(cut, Ok(PartitionOp::Grudge(_, Some(PartitionKind::LeaderReplication), p)) if p == [9092])
+        );
+        let e = parse("start-partition", json!({"grudge": {}, "ports": [70000]})).unwrap_err();
+        assert!(e.starts_with("field `ports[0]`"), "{e}");
         // The record of a given grudge says `"kind": "grudge"`, and replays.
         let given = parse(
             "start-partition",
             json!({"kind": "grudge", "grudge": {"n3": ["n1"]}}),
         );
-        assert!(matches!(given, Ok(PartitionOp::Grudge(g, None)) if g.len() == 1));
+        assert!(matches!(given, Ok(PartitionOp::Grudge(g, None, _)) if g.len() == 1));
         assert_eq!(parse("stop-partition", json!({})), Ok(PartitionOp::Stop));
         assert_eq!(parse("stop-partition", Value::Null), Ok(PartitionOp::Stop));
         assert!(parse("stop-partition", json!([1])).is_err());

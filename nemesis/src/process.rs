@@ -3,7 +3,9 @@
 //! chases one partition's leadership like Kafka's `hard_bounce`: kill whoever leads, restart it
 //! at once, wait for the next election, and again, fast enough that a follower which has just
 //! truncated may lead before it catches up; and `handoff`, which kills a leader while freezing
-//! its successor, so the last replica takes over without having caught up.
+//! its successor, so the last replica takes over without having caught up; and `strand`, which
+//! cuts a leader off from its followers on the brokers' listeners (the controllers still reach
+//! it, clients still write to it) until its ISR has shrunk to itself, then kills it.
 //!
 //! [`Kill`]: tidemark_harness::db::Kill
 //! [`Pause`]: tidemark_harness::db::Pause
@@ -11,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use rand::seq::IndexedRandom;
+use rand::RngExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -52,6 +55,27 @@ struct HandoffValue {
     paused: Option<String>,
 }
 
+/// The value of `strand`: a partition (or one chosen when performed), and in a recorded `info`
+/// whom it cut off and killed and how long the cut held before the kill (a replay holds it as
+/// long).
+#[derive(Debug, Default, PartialEq, Deserialize)]
+struct StrandValue {
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    partition: Option<u32>,
+    #[serde(default)]
+    killed: Option<String>,
+    #[serde(default)]
+    cut_ms: Option<u64>,
+}
+
+/// How long a strand waits at most for the leader to be alone in its ISR.
+const STRAND_MAX: Duration = Duration::from_secs(8);
+
+/// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
+const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
+
 /// An op's optional `topic` and `partition`, which go together.
 fn partition_of(
     topic: Option<String>,
@@ -82,6 +106,12 @@ enum ProcessOp {
         at: Option<(String, i32)>,
         killed: Option<String>,
         paused: Option<String>,
+    },
+    /// Cut a leader off from its followers, then kill it (`killed` after `cut_ms` on replay).
+    Strand {
+        at: Option<(String, i32)>,
+        killed: Option<String>,
+        cut_ms: Option<u64>,
     },
 }
 
@@ -138,6 +168,17 @@ impl ProcessOp {
                     paused: v.paused,
                 });
             }
+            "strand" => {
+                let v: StrandValue = parse(value)?;
+                if let Some(name) = &v.killed {
+                    known_node(name, nodes, "killed")?;
+                }
+                return Ok(ProcessOp::Strand {
+                    at: partition_of(v.topic, v.partition)?,
+                    killed: v.killed,
+                    cut_ms: v.cut_ms,
+                });
+            }
             other => return Err(format!("the process fault does not perform {other:?}")),
         };
         // Restarting and thawing default to every node.
@@ -153,6 +194,7 @@ impl FaultOp for ProcessOp {
             ProcessOp::Signal(signal, targets) => signal_nodes(env, signal, &targets),
             ProcessOp::Bounce { at, times, replay } => bounce(env, at, times, replay),
             ProcessOp::Handoff { at, killed, paused } => handoff(env, at, killed, paused),
+            ProcessOp::Strand { at, killed, cut_ms } => strand(env, at, killed, cut_ms),
         }
     }
 }
@@ -256,6 +298,82 @@ fn handoff(
     }
     if let Err(e) = pause.resume(env.node(&heir)?) {
         errors.push(format!("{heir}: {e:#}"));
+    }
+    Failed::partly(record, &errors)
+}
+
+/// Cuts a partition's leader off from every other node on the brokers' listeners, where
+/// followers fetch (the controllers' quorum keeps its port, so the leader stays leader and its
+/// ISR shrinks to itself while clients go on writing to it), waits until it is alone in the ISR
+/// and a little longer, kills it, and heals the cut. A leader whose followers have fallen
+/// behind, then crashing: its successor comes from the replicas that fell behind (KIP-966's
+/// eligible leader replicas, or the ISR if it never shrank), so nothing acknowledged may have
+/// been acknowledged without them.
+fn strand(
+    env: &mut Env<'_>,
+    at: Option<(String, i32)>,
+    killed: Option<String>,
+    cut_ms: Option<u64>,
+) -> Result<Value, Failed> {
+    let kill = env
+        .cx
+        .db
+        .as_kill()
+        .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+    let (topic, partition) = match at {
+        Some(at) => at,
+        None => partition_with_isr(env, 2)?,
+    };
+    let leader = match killed {
+        Some(l) => l,
+        None => ClusterView::read(env.cx)
+            .map_err(Failed::from_error)?
+            .partition(&topic, partition)
+            .and_then(|p| p.leader.clone())
+            .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?,
+    };
+    let alone_ms = env.rng.random_range(ALONE_MS);
+    let node = env.node(&leader)?;
+    let ports = env.listener_ports();
+    let grudge = crate::grudge::isolate(&env.names(), std::slice::from_ref(&leader));
+    let mut record = json!({"topic": topic, "partition": partition, "nodes": [leader],
+                            "killed": leader, "ports": ports});
+    env.cx
+        .net
+        .drop_on_ports(env.cx.nodes, &grudge, &ports)
+        .map_err(|e| Failed {
+            done: json!({"topic": topic, "partition": partition}),
+            error: format!("cutting {leader} off: {e:#}"),
+        })?;
+    let cut = Instant::now();
+    let hold = match cut_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None => {
+            let alone = |v: &ClusterView| {
+                v.partition(&topic, partition)
+                    .is_some_and(|p| p.isr == [leader.clone()])
+            };
+            while cut.elapsed() < STRAND_MAX && !ClusterView::read(env.cx).is_ok_and(|v| alone(&v))
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            cut.elapsed() + Duration::from_millis(alone_ms)
+        }
+    };
+    std::thread::sleep(hold.saturating_sub(cut.elapsed()));
+    if let Ok(v) = ClusterView::read(env.cx) {
+        if let Some(p) = v.partition(&topic, partition) {
+            record["isr"] = json!(p.isr);
+        }
+    }
+    record["cut_ms"] = json!(cut.elapsed().as_millis() as u64);
+    let mut errors = Vec::new();
+    if let Err(e) = kill.kill(node) {
+        errors.push(format!("{leader}: {e:#}"));
+        record["nodes"] = json!([]);
+    }
+    if let Err(e) = env.cx.net.heal(env.cx.nodes) {
+        errors.push(format!("healing the cut: {e:#}"));
     }
     Failed::partly(record, &errors)
 }
@@ -371,7 +489,9 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 
 impl Fault for Process {
     fn fs(&self) -> &'static [&'static str] {
-        &["kill", "start", "pause", "resume", "bounce", "handoff"]
+        &[
+            "kill", "start", "pause", "resume", "bounce", "handoff", "strand",
+        ]
     }
 
     fn parse<'a>(
@@ -463,5 +583,27 @@ mod tests {
         assert!(e.contains("`paused`"), "{e}");
         let e = parse("bounce", json!({"times": 0})).unwrap_err();
         assert!(e.contains("`times`"), "{e}");
+        assert_eq!(
+            parse("strand", json!({})),
+            Ok(ProcessOp::Strand {
+                at: None,
+                killed: None,
+                cut_ms: None
+            })
+        );
+        let recorded = json!({"topic": "t", "partition": 2, "nodes": ["n3"], "killed": "n3",
+                              "ports": [9092], "isr": ["n3"], "cut_ms": 4210});
+        assert_eq!(
+            parse("strand", recorded),
+            Ok(ProcessOp::Strand {
+                at: Some(("t".into(), 2)),
+                killed: Some("n3".into()),
+                cut_ms: Some(4210)
+            })
+        );
+        let e = parse("strand", json!({"killed": "n5"})).unwrap_err();
+        assert!(e.contains("`killed`"), "{e}");
+        let e = parse("strand", json!({"cut_ms": -3})).unwrap_err();
+        assert!(e.starts_with("field `cut_ms`"), "{e}");
     }
 }

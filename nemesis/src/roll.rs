@@ -141,16 +141,8 @@ impl FaultOp for RollOp {
                 .map(|p| p.ip)
                 .collect()
         };
-        // The brokers' client listeners, where followers fetch: the controllers' quorum and
-        // heartbeats keep their own ports, so a restarted node stays registered and unfenced.
-        let mut ports: Vec<u16> = env
-            .cx
-            .nodes
-            .iter()
-            .map(|n| env.cx.db.endpoint(n).port())
-            .collect();
-        ports.sort_unstable();
-        ports.dedup();
+        // Only where followers fetch: a restarted node stays registered and unfenced.
+        let ports = env.listener_ports();
         let mut errors = Vec::new();
         let mut restarted = Vec::new();
         let down = Duration::from_millis(match self.down_ms {

@@ -89,12 +89,13 @@ pub struct Fault {
     pub open_ended: bool,
 }
 
-/// The fault intervals: the op that opens one, the op that closes it, and its name.
-pub const FAULT_KINDS: [(&str, &str, &str); 4] = [
-    ("start-partition", "stop-partition", "partition"),
-    ("kill", "start", "kill"),
-    ("pause", "resume", "pause"),
-    ("clock-skew", "clock-reset", "clock skew"),
+/// The fault intervals: the ops that open one, the op that closes it, and its name (an opening
+/// op other than the first names its interval itself: a `strand` is a kill).
+pub const FAULT_KINDS: [(&[&str], &str, &str); 4] = [
+    (&["start-partition"], "stop-partition", "partition"),
+    (&["kill", "strand"], "start", "kill"),
+    (&["pause"], "resume", "pause"),
+    (&["clock-skew"], "clock-reset", "clock skew"),
 ];
 
 /// A stretch of the run with one mirroring topology: which cluster took writes and which
@@ -433,7 +434,10 @@ impl Digest {
             .filter(|d| !d.value.is_null())
             .or(inv)
             .map_or(&Value::Null, |o| &o.value);
-        let Some(kind) = FAULT_KINDS.iter().position(|k| k.0 == op.f) else {
+        let Some(kind) = FAULT_KINDS
+            .iter()
+            .position(|k| k.0.contains(&op.f.as_str()))
+        else {
             self.faults.push(Fault {
                 label: clip(&one_line(&instant_label(&op.f, value)), 40),
                 kind: FAULT_KINDS.len(),
@@ -448,7 +452,7 @@ impl Digest {
             fault: self.faults.len(),
         });
         self.faults.push(Fault {
-            label: clip(&fault_label(kind, value), 60),
+            label: clip(&fault_label(kind, &op.f, value), 60),
             kind,
             start: row.start,
             end: Some(at_end),
@@ -526,8 +530,9 @@ fn instant_label(f: &str, value: &Value) -> String {
     }
 }
 
-fn fault_label(kind: usize, value: &Value) -> String {
-    let name = FAULT_KINDS[kind].2;
+fn fault_label(kind: usize, f: &str, value: &Value) -> String {
+    let (opens, _, name) = FAULT_KINDS[kind];
+    let name = if opens.first() == Some(&f) { name } else { f };
     let nodes = value.get("nodes").and_then(Value::as_array).map(|n| {
         n.iter()
             .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned))

@@ -115,8 +115,13 @@ fn invalid_run_report_links_every_anomaly_to_its_ops() {
         html.contains("td class=\"num diverge\""),
         "differing high watermark marked"
     );
-    // Fault intervals: partition, kill, and the instantaneous unclean election.
-    for label in ["partition halves", "kill n3", "unclean-election"] {
+    // Fault intervals: partition, kill, strand, and the instantaneous unclean election.
+    for label in [
+        "partition halves",
+        "kill n3",
+        "strand n2",
+        "unclean-election",
+    ] {
         assert!(html.contains(label), "{label}");
     }
     // Log excerpts around the anomalies, matched by timestamp.

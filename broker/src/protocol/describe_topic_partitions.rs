@@ -207,10 +207,10 @@ mod tests {
             }))
     }
 
-    /// (topic, partition indices) of each topic answered, and the next cursor.
-    fn pages(
-        resp: &DescribeTopicPartitionsResponse,
-    ) -> (Vec<(String, Vec<i32>)>, Option<(String, i32)>) {
+    /// A page as (topic, partition indices) of each topic answered, and the next cursor.
+    type Page = (Vec<(String, Vec<i32>)>, Option<(String, i32)>);
+
+    fn pages(resp: &DescribeTopicPartitionsResponse) -> Page {
         (
             resp.topics
                 .iter()

@@ -273,6 +273,14 @@ pub fn invalid_run(store: &Path, name: &str, topic: &str, fault: &str, log_line:
         "start-partition",
         json!({"kind": "halves", "grudge": {"n1": ["n2", "n3"]}}),
     );
+    // A strand is a kill too: its interval ends at the start of the node it killed.
+    h.nemesis(
+        200.0,
+        205.0,
+        "strand",
+        json!({"nodes": ["n2"], "killed": "n2", "cut_ms": 4000}),
+    );
+    h.nemesis(250.0, 251.0, "start", json!({"nodes": ["n2"]}));
     h.nemesis(300.0, 301.0, "kill", json!({"nodes": ["n3"]}));
     // Acknowledged at offset 30, then lost: the final log holds another value there.
     let lost = h.send(1, (320.0, 330.0), topic, &[31], OpType::Ok, Some(30));

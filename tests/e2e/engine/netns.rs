@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::support::engine::*;
-use tidemark_harness::broker::{BrokerConfig, TidemarkBroker};
+use tidemark_harness::broker::{BrokerConfig, TidemarkBroker, CLIENT_PORT, CONTROLLER_PORT};
 use tidemark_harness::client::ClientContext;
 use tidemark_harness::db::Db;
 use tidemark_harness::kafka::{Connection, ParseResponseErrorCode, ResponseError};
@@ -21,8 +21,13 @@ use tidemark_harness::runtime::{Node, Runtime};
 
 /// Whether `from` can open a TCP connection to `to`'s broker port.
 fn reaches(from: &Node, to: &Node) -> bool {
+    reaches_port(from, to, CLIENT_PORT)
+}
+
+/// Whether `from` can open a TCP connection to `to`'s `port`.
+fn reaches_port(from: &Node, to: &Node, port: u16) -> bool {
     let cmd = format!(
-        "timeout 2 bash -c 'exec 3<>/dev/tcp/{}/9092' 2>/dev/null",
+        "timeout 2 bash -c 'exec 3<>/dev/tcp/{}/{port}' 2>/dev/null",
         to.ip
     );
     from.remote.exec(&cmd).unwrap().exit == 0
@@ -68,6 +73,37 @@ async fn nodes_serve_grudges_cut_links_and_the_broker_abilities_work() {
     assert!(reaches(&nodes[2], &nodes[0]), "n3 -> n1 should still work");
     assert!(reaches(&nodes[0], &nodes[2]), "n1 -> n3 should still work");
     // The harness's client path is not part of the grudge.
+    Connection::connect(cx.dialer.clone(), cx.nodes[0].addr, cx.timeout)
+        .await
+        .unwrap();
+    Iptables.heal(&nodes).unwrap();
+    assert!(reaches(&nodes[1], &nodes[0]), "healed");
+
+    // Cut on the brokers' listener only: the controllers' port still connects, both ways.
+    let grudge: Grudge = BTreeMap::from([
+        ("n1".to_string(), BTreeSet::from(["n2".to_string()])),
+        ("n2".to_string(), BTreeSet::from(["n1".to_string()])),
+    ]);
+    Iptables
+        .drop_on_ports(&nodes, &grudge, &[CLIENT_PORT])
+        .unwrap();
+    assert!(
+        !reaches(&nodes[1], &nodes[0]),
+        "n2 -> n1:9092 should be cut"
+    );
+    assert!(
+        !reaches(&nodes[0], &nodes[1]),
+        "n1 -> n2:9092 should be cut"
+    );
+    assert!(
+        reaches_port(&nodes[1], &nodes[0], CONTROLLER_PORT),
+        "n2 -> n1's quorum port"
+    );
+    assert!(
+        reaches_port(&nodes[0], &nodes[1], CONTROLLER_PORT),
+        "n1 -> n2's quorum port"
+    );
+    assert!(reaches(&nodes[2], &nodes[0]), "n3 -> n1 should still work");
     Connection::connect(cx.dialer.clone(), cx.nodes[0].addr, cx.timeout)
         .await
         .unwrap();

@@ -95,6 +95,8 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
         at(15, "stop-loss", json!({})),
         at(16, "bounce", json!({"times": 2})),
         at(20, "handoff", json!({})),
+        at(25, "strand", json!({})),
+        at(31, "start", json!({"targets": "all"})),
         at(32, "corrupt-file", json!({"targets": "one"})),
         at(34, "start", json!({"targets": "all"})),
         at(38, "unclean-election", json!({})),
@@ -141,7 +143,7 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
             "unclean"
         ])
     );
-    assert_eq!(test["nemesis_options"]["scripted_ops"], 16);
+    assert_eq!(test["nemesis_options"]["scripted_ops"], 18);
     assert_eq!(test["nemesis_options"]["perf"].as_array().unwrap().len(), 7);
     assert!(test["broker"]["faketime"].is_string(), "{}", test["broker"]);
 
@@ -186,6 +188,15 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
                 let file = &v["files"][0];
                 assert!(file["file"].as_str().unwrap().ends_with(".log"), "{o}");
                 assert!(file["offset"].is_u64() && file["bytes"].is_u64(), "{o}");
+            }
+            // The stranded leader was alone in its ISR when killed: the cut left its controller
+            // heartbeats alone.
+            "strand" => {
+                assert!(o.get("error").is_none(), "{o}");
+                assert_eq!(v["nodes"], json!([v["killed"].clone()]), "{o}");
+                assert_eq!(v["isr"], json!([v["killed"].clone()]), "{o}");
+                assert_eq!(v["ports"], json!([9092]), "{o}");
+                assert!(v["cut_ms"].as_u64().unwrap() >= 3000, "{o}");
             }
             "unclean-election" if o.get("error").is_none() => {
                 assert_eq!(v["cluster"], "a");
