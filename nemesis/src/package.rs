@@ -309,6 +309,7 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                         KillMove::Handoff => {
                             (op("handoff", json!({ crate::BURST_KEY: BURST_MS })), false)
                         }
+                        // No burst: clients write to the stranded leader while its cut holds.
                         KillMove::Strand => (op("strand", json!({})), true),
                         KillMove::Kill => (op("kill", aimed("targets", &targets, rng)), true),
                     }
@@ -488,7 +489,7 @@ fn perf(
 
 /// How often a kind's turn comes among the disruptive kinds. Leader failovers are where
 /// log-replication bugs live, so the kinds that bring them about get more shares: kills (kill,
-/// bounce, handoff) and partitions three, since a leader cut off from its followers while
+/// bounce, handoff, strand) and partitions three, since a leader cut off from its followers while
 /// clients still reach it is the failover in which the old leader goes on acknowledging and
 /// serving; pauses two (the old leader wakes up still believing it leads, with requests
 /// waiting). A wiped log directory three too: a replica rebuilding from the remote store is
@@ -964,7 +965,7 @@ mod tests {
     /// Whether a fault op is aimed at partition leaders: a roll of the whole cluster stops each
     /// leader in turn (and records which it led).
     fn at_leaders(o: &Invocation) -> bool {
-        matches!(o.f.as_str(), "bounce" | "handoff")
+        matches!(o.f.as_str(), "bounce" | "handoff" | "strand")
             || (o.f == "roll" && o.value.get("count").is_none())
             || ["targets", "kind"]
                 .iter()
@@ -994,6 +995,7 @@ mod tests {
                         | "kill"
                         | "bounce"
                         | "handoff"
+                        | "strand"
                         | "roll"
                         | "pause"
                         | "start-loss"
@@ -1018,7 +1020,11 @@ mod tests {
                 "{f}"
             );
         }
-        assert!(aimed.iter().all(|o| o.value[crate::BURST_KEY] == BURST_MS));
+        // A strand's own cut holds for seconds while clients write: it needs no burst before.
+        assert!(aimed
+            .iter()
+            .filter(|o| o.f != "strand")
+            .all(|o| o.value[crate::BURST_KEY] == BURST_MS));
         assert!(faults
             .iter()
             .filter(|o| !at_leaders(o))
