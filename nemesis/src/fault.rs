@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
+use tidemark_harness::db::Kill;
 use tidemark_harness::generator::Rng;
 use tidemark_harness::nemesis::NemesisContext;
 use tidemark_harness::runtime::Node;
@@ -26,7 +27,15 @@ pub struct Env<'a> {
     pub leaders: Option<BTreeSet<String>>,
 }
 
-impl Env<'_> {
+impl<'a> Env<'a> {
+    /// The database's kill ability, or the error saying it has none.
+    pub fn kill(&self) -> Result<&'a dyn Kill, Failed> {
+        self.cx
+            .db
+            .as_kill()
+            .ok_or_else(|| Failed::nothing("the database cannot be killed"))
+    }
+
     /// Every node's name, in order.
     pub fn names(&self) -> Vec<String> {
         self.cx.nodes.iter().map(|n| n.name.clone()).collect()

@@ -204,9 +204,7 @@ fn signal_nodes(env: &mut Env<'_>, signal: Signal, targets: &Targets) -> Result<
     let db = env.cx.db;
     let (done, errors) = match signal {
         Signal::Kill | Signal::Start => {
-            let kill = db
-                .as_kill()
-                .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+            let kill = env.kill()?;
             if signal == Signal::Kill {
                 env.on_each(&nodes, |n| kill.kill(n))
             } else {
@@ -315,11 +313,7 @@ fn strand(
     killed: Option<String>,
     cut_ms: Option<u64>,
 ) -> Result<Value, Failed> {
-    let kill = env
-        .cx
-        .db
-        .as_kill()
-        .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+    let kill = env.kill()?;
     let (topic, partition) = match at {
         Some(at) => at,
         None => partition_with_isr(env, 2)?,
@@ -384,11 +378,7 @@ fn bounce(
     times: usize,
     replay: Option<Vec<String>>,
 ) -> Result<Value, Failed> {
-    let kill = env
-        .cx
-        .db
-        .as_kill()
-        .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+    let kill = env.kill()?;
     let (topic, partition) = match at {
         Some(at) => at,
         None => any_led_partition(env)?,

@@ -116,11 +116,7 @@ fn in_sync(view: &ClusterView, node: &str) -> bool {
 
 impl FaultOp for RollOp {
     fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
-        let kill = env
-            .cx
-            .db
-            .as_kill()
-            .ok_or_else(|| Failed::nothing("the database cannot be killed"))?;
+        let kill = env.kill()?;
         let order = match self.order {
             Some(order) => order,
             None => {
