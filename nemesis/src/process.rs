@@ -303,7 +303,7 @@ fn handoff(
 /// Cuts a partition's leader off from every other node on the brokers' listeners, where
 /// followers fetch (the controllers' quorum keeps its port, so the leader stays leader and its
 /// ISR shrinks to itself while clients go on writing to it), waits until it is alone in the ISR
-/// and a little longer, kills it, and heals the cut. A leader whose followers have fallen
+/// and a little longer (or no longer leads), kills it, and heals the cut. A leader whose followers have fallen
 /// behind, then crashing: its successor comes from the replicas that fell behind (KIP-966's
 /// eligible leader replicas, or the ISR if it never shrank), so nothing acknowledged may have
 /// been acknowledged without them.
@@ -343,21 +343,32 @@ fn strand(
     let hold = match cut_ms {
         Some(ms) => Duration::from_millis(ms),
         None => {
-            let alone = |v: &ClusterView| {
-                v.partition(&topic, partition)
-                    .is_some_and(|p| p.isr == [leader.clone()])
-            };
-            while cut.elapsed() < STRAND_MAX && !ClusterView::read(env.cx).is_ok_and(|v| alone(&v))
-            {
+            // Alone in its ISR, it goes on serving a while; a leadership gone elsewhere (a
+            // controller moved it) leaves nothing to wait for.
+            let mut moved = false;
+            while cut.elapsed() < STRAND_MAX {
+                if let Some(p) = ClusterView::read(env.cx)
+                    .ok()
+                    .and_then(|v| v.partition(&topic, partition).cloned())
+                {
+                    if p.isr == [leader.clone()] {
+                        break;
+                    }
+                    if p.leader.as_ref().is_some_and(|l| *l != leader) {
+                        moved = true;
+                        break;
+                    }
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            cut.elapsed() + Duration::from_millis(alone_ms)
+            cut.elapsed() + Duration::from_millis(if moved { 0 } else { alone_ms })
         }
     };
     std::thread::sleep(hold.saturating_sub(cut.elapsed()));
     if let Ok(v) = ClusterView::read(env.cx) {
         if let Some(p) = v.partition(&topic, partition) {
             record["isr"] = json!(p.isr);
+            record["leader_at_kill"] = json!(p.leader);
         }
     }
     record["cut_ms"] = json!(cut.elapsed().as_millis() as u64);

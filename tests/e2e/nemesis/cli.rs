@@ -195,6 +195,7 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
                 assert!(o.get("error").is_none(), "{o}");
                 assert_eq!(v["nodes"], json!([v["killed"].clone()]), "{o}");
                 assert_eq!(v["isr"], json!([v["killed"].clone()]), "{o}");
+                assert_eq!(v["leader_at_kill"], v["killed"], "{o}");
                 assert_eq!(v["ports"], json!([9092]), "{o}");
                 assert!(v["cut_ms"].as_u64().unwrap() >= 3000, "{o}");
             }
