@@ -229,7 +229,10 @@ impl Broker {
             data_changed: self.data_generation.clone(),
             tiered: self.tiered.clone().map(|store| TieredFollower {
                 store,
-                image: self.applied.subscribe(),
+                // The quorum's image, not the applied one: a fetcher started by a reconcile runs
+                // before that reconcile's image is published as applied, and a broker's first
+                // reconcile after a restart would read the flag from the image before it.
+                image: self.quorum.image(),
                 fetch_last_tiered_offset: self
                     .config
                     .tiered

@@ -28,7 +28,8 @@ use crate::replica::client::KafkaConnection;
 #[derive(Clone, Debug)]
 pub struct TieredFollower {
     pub store: TieredStore,
-    /// The image this broker acts on, for the topic ids the remote store names partitions by.
+    /// The newest metadata image (at least the one whose reconcile started the fetcher), for the
+    /// cluster-wide flag and the topic ids the remote store names partitions by.
     pub image: watch::Receiver<Arc<MetadataImage>>,
     /// `follower.fetch.last.tiered.offset.enable` (KIP-1023) as this broker was started with;
     /// the cluster-wide dynamic value, when set, wins.
