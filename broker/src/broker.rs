@@ -801,8 +801,8 @@ impl Broker {
 
     /// One round of the remote log manager on every hosted replica
     /// (`remote.log.manager.task.interval.ms`): a leader of a tiered topic uploads its closed
-    /// committed segments, then every replica learns the tiered offsets and a leader deletes the
-    /// uploaded segments local retention lets go.
+    /// committed segments, then every replica learns the tiered offsets and deletes the uploaded
+    /// segments local retention lets go.
     pub fn run_tiered_tasks(&self) {
         let Some(store) = &self.tiered else {
             return;

@@ -2,8 +2,9 @@
 //! store: the leader uploads closed committed segments, local retention deletes only uploaded
 //! ones, and every offset stays readable from remote plus local, by the test client and by kcat;
 //! ListOffsets answers the tiered sentinels, each only from its version; total retention deletes
-//! remote segments and moves the log start; a follower started from the remote store keeps the
-//! producer state, so a retry sent to it once it leads is not appended twice.
+//! remote segments and moves the log start; followers apply local retention too; a follower
+//! started from the remote store keeps the producer state, so a retry sent to it once it leads is
+//! not appended twice.
 
 mod common;
 
@@ -187,6 +188,66 @@ fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote
         .collect();
     let want: Vec<String> = (0..total).map(|v| format!("{v} {v}")).collect();
     assert_eq!(lines, want);
+}
+
+/// Followers apply local retention too, once the leader of their lineage uploaded a segment and
+/// their high watermark is past it; when the leader dies, the new one serves every offset from
+/// the remote store plus what it kept.
+#[test]
+fn followers_let_uploaded_segments_go_and_a_new_leader_serves_every_offset() {
+    let remote = tempfile::tempdir().unwrap();
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
+        remote.path().display()
+    );
+    let mut c = Cluster::start(3, &props, &[]);
+    let addr = c.addr(1);
+    assert_eq!(
+        client::create_topic_assigned(
+            &addr,
+            "t",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[
+                ("segment.bytes", "300"),
+                ("remote.storage.enable", "true"),
+                ("local.retention.ms", "0"),
+                ("min.insync.replicas", "2"),
+            ],
+        ),
+        0
+    );
+    c.wait_for("node 1 leading all three", Duration::from_secs(20), |c| {
+        c.partition_state_at(1, "t", 0)
+            .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+    });
+    let total = 60;
+    for v in 0..total {
+        assert_eq!(
+            client::produce(&addr, "t", 0, &[v], -1, Duration::from_secs(5)),
+            Ok(v)
+        );
+    }
+    let dirs: Vec<_> = c.nodes.iter().map(|n| n.data_dir()).collect();
+    c.wait_for(
+        "every replica down to its active segment",
+        Duration::from_secs(30),
+        |_| dirs.iter().all(|d| local_bases(d, "t").len() == 1),
+    );
+    for d in &dirs[1..] {
+        assert!(local_bases(d, "t")[0] > 0, "{}", d.display());
+    }
+    c.node(1).kill9();
+    c.wait_for("a new leader", Duration::from_secs(20), |c| {
+        c.partition_state("t", 0)
+            .is_some_and(|(l, _, _)| l == 2 || l == 3)
+    });
+    let (leader, _, _) = c.partition_state("t", 0).unwrap();
+    let (records, hw) = client::read_all(&c.addr(leader), "t", 0).unwrap();
+    assert_eq!(hw, total);
+    let got: Vec<(i64, i64)> = records.iter().map(|(o, v, _)| (*o, *v)).collect();
+    assert_eq!(got, (0..total).map(|v| (v, v)).collect::<Vec<_>>());
 }
 
 /// The log start offset node `node` checkpointed for `topic`-0 (the partition's, below the local

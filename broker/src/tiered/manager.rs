@@ -186,9 +186,9 @@ pub fn plan_uploads(
         .collect()
 }
 
-/// After uploads: learns the highest tiered offset and the log start from the metadata, then
-/// deletes the local segments local retention allows. Returns the new local log start when it
-/// moved.
+/// After uploads, on a leader or a follower: learns the highest tiered offset and the log start
+/// from the metadata, then deletes the local segments local retention allows. Returns the new
+/// local log start when it moved.
 pub fn after_uploads(
     access: TieredAccess<'_>,
     partition: &TopicIdPartition,
@@ -228,9 +228,8 @@ pub fn after_uploads(
     if let Some(start) = start {
         access.state.log_start_offset = (start < local_start).then_some(start);
     }
-    if !access.is_leader {
-        return None;
-    }
+    // Followers too (Kafka's since KIP-405): a segment goes once the leader of this replica's
+    // lineage uploaded all of it and this replica's high watermark is past it.
     let policy = local_policy(
         access.config.retention_ms,
         access.config.retention_bytes,
