@@ -7,8 +7,10 @@
 //! that is unknown). A high watermark is left out, never guessed, when the
 //! `replication-offset-checkpoint` cannot be read or has no entry for the replica: a checker
 //! would take a guessed 0 to mean that nothing was ever committed. Each row also carries
-//! `cluster_id` (from `meta.properties`) and, for mirror topics, `mirror_state`, so checkers can
-//! tell mirrored epochs from local ones.
+//! `cluster_id` (from `meta.properties`), for mirror topics `mirror_state`, so checkers can
+//! tell mirrored epochs from local ones, and for a replica that rebuilt its log from the remote
+//! store `remote_bootstrap` (where its local log began then, and in which leader epoch), which
+//! local retention would otherwise hide.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -25,7 +27,7 @@ use crate::broker::{
 use crate::config::RemoteStoreConfig;
 use crate::log::batch;
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
-use crate::partition::{PersistedState, STATE_FILE};
+use crate::partition::{PersistedState, RemoteBootstrap, REMOTE_BOOTSTRAP_FILE, STATE_FILE};
 use crate::tiered::manager::TieredStore;
 
 /// Which replicas to dump and how to label them.
@@ -316,6 +318,18 @@ fn replica_state(
         if let Some(m) = s.mirror_state {
             v["mirror_state"] = json!(m.name());
         }
+    }
+    // Where the replica last rebuilt its log from the remote store, if it ever did.
+    let bootstrap = dir.join(REMOTE_BOOTSTRAP_FILE);
+    let read = match std::fs::read(&bootstrap) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(e.to_string())),
+        Ok(bytes) => Some(serde_json::from_slice::<RemoteBootstrap>(&bytes).map_err(|e| e.to_string())),
+    };
+    match read {
+        Some(Ok(b)) => v["remote_bootstrap"] = json!(b),
+        Some(Err(e)) => notes.push(format!("{}: {e}", bootstrap.display())),
+        None => {}
     }
     if !notes.is_empty() {
         v["notes"] = json!(notes);

@@ -33,6 +33,18 @@ use crate::tiered::metadata::{earliest_pending_upload, epoch_at, TieredOffsets};
 /// `dump-log` can tell roles and epochs without asking a running broker.
 pub const STATE_FILE: &str = "partition.state";
 
+/// Per-partition file saying where the replica's local log began when it last rebuilt it from
+/// the remote store (a [`RemoteBootstrap`]): local retention moves the log start on afterwards,
+/// and a harness judging KIP-1023's start needs the offset the follower chose.
+pub const REMOTE_BOOTSTRAP_FILE: &str = "remote-bootstrap.json";
+
+/// Where a follower started its local log from the remote store, and in which leader epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteBootstrap {
+    pub local_log_start_offset: i64,
+    pub leader_epoch: i32,
+}
+
 /// What a replica last knew of its partition, as persisted in `partition.state`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PersistedState {
@@ -1213,8 +1225,9 @@ impl Partition {
     }
 
     /// A follower's start from the remote store (see [`PartitionLog::start_after_remote`]): the
-    /// log starts empty at `offset`, the partition's log start is the leader's.
-    /// Returns false, changing nothing, when the replica no longer follows in `fetched_in`.
+    /// log starts empty at `offset`, the partition's log start is the leader's, and
+    /// [`REMOTE_BOOTSTRAP_FILE`] says so. Returns false, changing nothing, when the replica no
+    /// longer follows in `fetched_in`.
     pub fn start_after_remote(
         &self,
         offset: i64,
@@ -1230,6 +1243,14 @@ impl Partition {
             s.log.start_after_remote(offset, epochs, producers)?;
             s.tiered.log_start_offset = (leader_log_start < offset).then_some(leader_log_start);
             s.high_watermark = s.high_watermark.min(offset);
+            let path = self.dir.join(REMOTE_BOOTSTRAP_FILE);
+            let record = RemoteBootstrap {
+                local_log_start_offset: offset,
+                leader_epoch: fetched_in,
+            };
+            let bytes =
+                serde_json::to_vec(&record).map_err(|e| LogError::Invalid(e.to_string()))?;
+            std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
             Ok(true)
         })
     }

@@ -320,7 +320,7 @@ fn move_leadership(c: &mut Cluster, from: i32, to: i32, epoch: i32) {
 /// (highest tiered offset 5, EPUO 6) and local retention by bytes keeps 3-5 on the leader (local
 /// log start 3). B holds `b_holds` records when it is killed and is started once all eight are
 /// written. Returns B's local offsets, epoch cache and log start once it caught up, and the first
-/// offset it fetched after starting from the remote store (from its log).
+/// offset it fetched after starting from the remote store (as `dump-log` reports it).
 fn seed_scenario(
     flag: bool,
     dynamic_flag: Option<bool>,
@@ -417,14 +417,18 @@ fn seed_scenario(
     });
     let (offsets, epochs) = replica(&c, 2);
     let log_start = checkpointed_log_start(&c, 2, "t").unwrap();
-    let log = c.nodes[1].log();
-    let first_fetch = log
-        .lines()
-        .filter(|l| l.contains("started from the remote store"))
-        .filter_map(|l| l.split("fetch_offset=").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .next_back()
+    // dump-log's record of where B's local log began from the remote store (-1: it did not).
+    let b = c
+        .dump(2)
+        .into_iter()
+        .find(|r| r["topic"] == "t")
+        .expect("B's replica of t");
+    let first_fetch = b["remote_bootstrap"]["local_log_start_offset"]
+        .as_i64()
         .unwrap_or(-1);
+    if first_fetch >= 0 {
+        assert_eq!(b["remote_bootstrap"]["leader_epoch"], 3, "{b}");
+    }
     // Every offset stays readable from the leader, remote part and local part.
     let (records, _) = client::read_all(&c.addr(3), "t", 0).unwrap();
     assert_eq!(

@@ -97,6 +97,7 @@ fn states(n: usize) -> Vec<ReplicaState> {
                 records,
                 error: None,
                 tiered: None,
+                remote_bootstrap: None,
             }
         })
         .collect()

@@ -297,6 +297,18 @@ pub struct ReplicaState {
     /// With tiered storage, the partition as the remote store holds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiered: Option<TieredSide>,
+    /// Where the replica's local log began when it last rebuilt it from the remote store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_bootstrap: Option<RemoteBootstrap>,
+}
+
+/// A replica's last start from the remote store (KIP-405's empty follower, or KIP-1023's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteBootstrap {
+    /// The offset its local log began at.
+    pub local_log_start_offset: i64,
+    /// The leader epoch it followed in.
+    pub leader_epoch: i32,
 }
 
 /// A replica's partition in tiered storage's remote store (`dump-log --remote-dir`): the offsets

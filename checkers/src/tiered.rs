@@ -45,7 +45,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::lineage::{lineage, remote_prefix};
-use crate::op::{EpochEntry, Record, ReplicaState};
+use crate::op::{EpochEntry, Record, RemoteBootstrap, ReplicaState};
 use crate::queue::replicas::FinalLogs;
 use crate::results::{Anomalies, AnomalyKind};
 
@@ -120,6 +120,10 @@ pub struct Rejoined {
     /// Where its local log starts.
     #[serde(default)]
     pub local_log_start_offset: Option<i64>,
+    /// Where its local log began when it last started from the remote store, as the broker
+    /// recorded it (absent from older histories and brokers that do not record it).
+    #[serde(default)]
+    pub remote_bootstrap: Option<RemoteBootstrap>,
     /// Its epoch cache.
     #[serde(default)]
     pub epochs: Vec<EpochEntry>,
@@ -354,7 +358,7 @@ fn bootstrap(
         if let (Some(epuo), Some(leader_start)) = (o.earliest_pending_upload, o.log_start_offset) {
             if epuo > leader_start && local < epuo {
                 whys.push(format!(
-                    "its local log starts at {local}, below the earliest pending upload {epuo} the leader answered {when}: it fetched again what the remote store holds"
+                    "its local log began at {local}, below the earliest pending upload {epuo} the leader answered {when}: it fetched again what the remote store holds"
                 ));
             }
         }
@@ -430,7 +434,7 @@ fn old_protocol_start(
     let mut why = None;
     if local < low {
         why = Some(format!(
-            "its local log starts at {local}, below the local log start {low} its leader had before the node was started again: the flag is off, so it starts after the remote segment holding {}",
+            "its local log began at {local}, below the local log start {low} its leader had before the node was started again: the flag is off, so it starts after the remote segment holding {}",
             low - 1
         ));
     }
@@ -448,7 +452,7 @@ fn old_protocol_start(
         };
         if local > high && listing_reaches && !t.remote_segments.iter().any(|s| used(&s)) {
             why = Some(format!(
-                "its local log starts at {local}, above the local log start {high} its leader had once the node was back, and no remote segment ending at {} holds an offset between {} and {}: the flag is off, yet it skipped ahead as KIP-1023 does",
+                "its local log began at {local}, above the local log start {high} its leader had once the node was back, and no remote segment ending at {} holds an offset between {} and {}: the flag is off, yet it skipped ahead as KIP-1023 does",
                 local - 1,
                 low - 1,
                 high - 1
@@ -477,11 +481,13 @@ fn answered_by_rejoined_leader(p: &WipedPartition, l: &LeaderOffsets, r: &Rejoin
         && l.leader_epoch == r.leader_epoch
 }
 
-/// A rejoined replica's log start and local log start, when it started from the remote store
-/// (its local log starts after the log start); otherwise it replicated everything and there is
-/// nothing to judge.
+/// A rejoined replica's log start and where its local log began, when it started from the
+/// remote store (its local log starts after the log start); otherwise it replicated everything
+/// and there is nothing to judge. The broker's record of the start wins over the local log
+/// start read later, which local retention on a follower may have moved on.
 fn remote_start(r: &Rejoined) -> Option<(i64, i64)> {
-    let (start, local) = (r.log_start_offset?, r.local_log_start_offset?);
+    let began = r.remote_bootstrap.map(|b| b.local_log_start_offset);
+    let (start, local) = (r.log_start_offset?, began.or(r.local_log_start_offset)?);
     (local > start).then_some((start, local))
 }
 

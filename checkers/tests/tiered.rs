@@ -361,3 +361,27 @@ fn a_wipe_that_could_not_tell_the_flag_after_it_was_turned_is_not_held_to_either
     assert_eq!(r.valid, Validity::Valid, "{r:#?}");
     assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
 }
+
+/// `h`'s wiped replica as the broker recorded its start from the remote store, at `began` in
+/// epoch 2, while its local log start read later is `local`.
+fn began_at(mut h: Hist, began: i64, local: i64) -> Hist {
+    let rejoined = &mut h.ops.last_mut().unwrap().value["partitions"][0]["rejoined"];
+    rejoined["local_log_start_offset"] = json!(local);
+    rejoined["remote_bootstrap"] = json!({"local_log_start_offset": began, "leader_epoch": 2});
+    h
+}
+
+#[test]
+fn a_follower_is_judged_where_it_began_not_where_local_retention_left_its_log() {
+    // Flag off, started right at the leader's local log start 2; retention then deleted 2–3 on
+    // the follower, past the leader's own local log start.
+    let h = began_at(described(false, 2, 2, 2), 2, 4);
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    // Flag on, the off-by-one start at 2 that retention later hid: still caught.
+    let h = began_at(described(true, 4, 4, 2), 2, 4);
+    let r = run(true, &h, &replicas(&uploaded()));
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+    let why = r.anomalies["tiered-bootstrap"][0]["why"].as_str().unwrap();
+    assert!(why.contains("began at 2"), "{why}");
+}

@@ -282,6 +282,7 @@ impl DumpedReplica {
                 records: Vec::new(),
                 error: Some(error),
                 tiered: None,
+                remote_bootstrap: None,
             },
             leader_epoch: None,
             isr: None,

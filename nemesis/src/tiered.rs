@@ -685,17 +685,22 @@ fn wait_for_rejoin(
     None
 }
 
-/// What the checkers need of a rejoined replica: both log starts, its end and its epoch cache
-/// (the leader it followed is added from the cluster's metadata).
+/// What the checkers need of a rejoined replica: both log starts, where its local log began
+/// when it started from the remote store (local retention may have moved its start since), its
+/// end and its epoch cache (the leader it followed is added from the cluster's metadata).
 fn rejoined_state(r: &tidemark_harness::db::ReplicaState) -> Value {
     let local = r.log_start_offset;
     let start = r.tiered.as_ref().and_then(|t| t.log_start_offset).or(local);
-    json!({
+    let mut state = json!({
         "log_start_offset": start,
         "local_log_start_offset": local,
         "log_end_offset": r.log_end_offset,
         "epochs": r.epochs,
-    })
+    });
+    if let Some(b) = r.remote_bootstrap {
+        state["remote_bootstrap"] = json!(b);
+    }
+    state
 }
 
 #[cfg(test)]

@@ -158,6 +158,7 @@ pub fn replica(
             .collect(),
         error: None,
         tiered: None,
+        remote_bootstrap: None,
     }
 }
 

@@ -203,6 +203,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                     records: records.clone(),
                     error: None,
                     tiered: None,
+                    remote_bootstrap: None,
                 })
         })
         .collect()

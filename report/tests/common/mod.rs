@@ -123,6 +123,7 @@ pub fn replica(node: &str, role: &str, topic: &str, records: Vec<Record>, hw: i6
         records,
         error: None,
         tiered: None,
+        remote_bootstrap: None,
     }
 }
 
