@@ -399,6 +399,7 @@ impl PartitionLog {
                 seg.delete()?;
             }
         }
+        producer_state::remove_snapshots_below(&self.dir, self.first_segment_base())?;
         sync_dir(&self.dir).map_err(|e| LogError::io(&self.dir, e))
     }
 
@@ -1281,5 +1282,43 @@ mod tests {
         drop(follower);
         let (reopened, _) = PartitionLog::open(&dir.path().join("f"), small).unwrap();
         assert_eq!(reopened.producer_states(), &expected);
+    }
+
+    /// Found by the harness (a correct tiered run, `producer-state-divergence`): the state
+    /// uploaded with a segment came from the batches left locally once the snapshot at the
+    /// segment's end had been pruned, so a producer idle since a segment local retention had
+    /// deleted was missing from it, and from every follower that started from it.
+    #[test]
+    fn the_state_as_of_a_segments_end_keeps_a_producer_idle_since_deleted_segments() {
+        use testing::idempotent_batch;
+        let dir = tempfile::tempdir().unwrap();
+        let small = LogSettings {
+            segment_bytes: 300,
+            ..settings()
+        };
+        let (mut log, _) = PartitionLog::open(dir.path(), small).unwrap();
+        log.append_as_leader(&idempotent_batch(&[b"v"], 7, 0, 0), 1)
+            .unwrap();
+        for seq in 0..40 {
+            log.append_as_leader(&idempotent_batch(&[b"v"], 8, 0, seq), 1)
+                .unwrap();
+        }
+        let bases: Vec<i64> = log.segments.keys().copied().collect();
+        assert!(bases.len() >= 8, "{bases:?}");
+        // Local retention takes the first two segments, producer 7's among them; the state as
+        // of the end of the next one, to be uploaded with it many rolls later, still knows
+        // producer 7.
+        log.delete_uploaded_segments(2).unwrap();
+        let at = bases[3];
+        let state = log.producer_state_at(at).unwrap();
+        assert!(state.get(7).is_some(), "producer 7 lost as of {at}");
+        assert_eq!(
+            state.get(8).unwrap().batches.back().map(|b| b.last_seq),
+            Some((at - 2) as i32)
+        );
+        assert!(producer_state::snapshot_offsets(log.dir())
+            .unwrap()
+            .iter()
+            .all(|s| *s >= log.log_start_offset()));
     }
 }

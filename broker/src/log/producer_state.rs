@@ -5,7 +5,10 @@
 //! sequences or an older epoch is refused); every replica, leader or follower, updates it from
 //! the batches it appends, so followers hold the same state as their leader. It is derived from
 //! the log alone: snapshots (`<20-digit offset>.snapshot`, taken at segment rolls and on clean
-//! shutdown) only save rescanning the batches before their offset.
+//! shutdown) save rescanning the batches before their offset, and one is kept for every segment
+//! until the segment goes (as Kafka keeps them): tiered storage uploads the state as of a
+//! segment's end with it, long after the roll, when local retention may already have deleted
+//! the batches an idle producer last wrote.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -19,9 +22,6 @@ use super::LogError;
 /// Batches remembered per producer: a producer has at most five requests in flight, so a retry
 /// is always of one of its last five batches.
 pub const CACHED_BATCHES: usize = 5;
-
-/// How many snapshots a replica keeps; older ones go when a new one is taken.
-const KEPT_SNAPSHOTS: usize = 3;
 
 const SNAPSHOT_EXT: &str = "snapshot";
 
@@ -95,6 +95,11 @@ impl ProducerStates {
 
     pub fn len(&self) -> usize {
         self.producers.len()
+    }
+
+    /// Every producer's state, by producer id.
+    pub fn iter(&self) -> impl Iterator<Item = &ProducerEntry> {
+        self.producers.values()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -240,8 +245,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<(i64, ProducerStates), String> {
     Ok((snap.offset, ProducerStates { producers }))
 }
 
-/// Writes the state as of `offset` (it covers every batch below it), durably, and drops all but
-/// the newest [`KEPT_SNAPSHOTS`].
+/// Writes the state as of `offset` (it covers every batch below it), durably.
 pub fn write_snapshot(dir: &Path, offset: i64, states: &ProducerStates) -> Result<(), LogError> {
     let path = snapshot_path(dir, offset);
     let tmp = path.with_extension("snapshot.tmp");
@@ -253,11 +257,18 @@ pub fn write_snapshot(dir: &Path, offset: i64, states: &ProducerStates) -> Resul
         f.sync_data().map_err(|e| LogError::io(&tmp, e))?;
     }
     std::fs::rename(&tmp, &path).map_err(|e| LogError::io(&path, e))?;
-    let offsets = snapshot_offsets(dir)?;
-    for old in &offsets[..offsets.len().saturating_sub(KEPT_SNAPSHOTS)] {
-        remove_snapshot(dir, *old)?;
-    }
     super::sync_dir(dir).map_err(|e| LogError::io(dir, e))
+}
+
+/// Removes the snapshots below `offset` (the log's first segment starts there: they describe
+/// batches it no longer holds).
+pub fn remove_snapshots_below(dir: &Path, offset: i64) -> Result<(), LogError> {
+    for s in snapshot_offsets(dir)? {
+        if s < offset {
+            remove_snapshot(dir, s)?;
+        }
+    }
+    Ok(())
 }
 
 fn remove_snapshot(dir: &Path, offset: i64) -> Result<(), LogError> {
@@ -265,6 +276,18 @@ fn remove_snapshot(dir: &Path, offset: i64) -> Result<(), LogError> {
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LogError::io(&path, e)),
         _ => Ok(()),
+    }
+}
+
+/// Reads the snapshot taken at `offset` and changes nothing (for `dump-log`, which may read the
+/// directory of a running broker): the state, or why it cannot be used.
+pub fn read_snapshot(dir: &Path, offset: i64) -> Result<ProducerStates, String> {
+    let path = snapshot_path(dir, offset);
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    match decode_snapshot(&bytes) {
+        Ok((claimed, states)) if claimed == offset => Ok(states),
+        Ok((claimed, _)) => Err(format!("{} claims offset {claimed}", path.display())),
+        Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }
 
@@ -452,12 +475,14 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_round_trip_and_only_the_newest_are_kept() {
+    fn snapshots_round_trip_and_go_only_with_their_segments() {
         let dir = tempfile::tempdir().unwrap();
         let s = states(&[batch(7, 0, 0, 3, 0), batch(9, 1, 4, 1, 3)]);
         for offset in [4, 10, 20, 30] {
             write_snapshot(dir.path(), offset, &s).unwrap();
         }
+        assert_eq!(snapshot_offsets(dir.path()).unwrap(), vec![4, 10, 20, 30]);
+        remove_snapshots_below(dir.path(), 10).unwrap();
         assert_eq!(snapshot_offsets(dir.path()).unwrap(), vec![10, 20, 30]);
         let mut notes = Vec::new();
         let (loaded, from) = load_snapshot(dir.path(), 25, 0, &mut notes).unwrap();
