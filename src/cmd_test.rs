@@ -56,9 +56,11 @@ pub struct Args {
     mirror_unclean_support: bool,
     /// With `--workload queue` or `tiered`: `plain` sends (one attempt each, no producer id) or
     /// `idempotent` ones (a producer id per process, a sequence per partition, a batch whose
-    /// answer is lost sent again unchanged; a duplicate is then an anomaly).
-    #[arg(long, default_value = "plain", value_name = "MODE")]
-    producer: String,
+    /// answer is lost sent again unchanged; a duplicate is then an anomaly) [default: plain;
+    /// idempotent with `--workload tiered`, whose followers rebuild the producers' state from
+    /// the remote store, and whose replicas are compared on it].
+    #[arg(long, value_name = "MODE")]
+    producer: Option<String>,
     /// With `--workload queue` or `tiered`: `assign` (each poll names its partition and offset) or `group`
     /// (every process a member of one consumer group: polls read the partitions it is assigned
     /// from the group's committed offsets, and commits move them).
@@ -381,7 +383,12 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             "--mirror-unclean-support goes with --workload mirror".into(),
         ));
     }
-    let producer = match args.producer.as_str() {
+    let default_producer = if args.workload == tidemark_workloads::tiered::NAME {
+        "idempotent"
+    } else {
+        "plain"
+    };
+    let producer = match args.producer.as_deref().unwrap_or(default_producer) {
         "plain" => ProducerMode::Plain,
         "idempotent" => ProducerMode::Idempotent,
         other => {

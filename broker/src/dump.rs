@@ -26,6 +26,7 @@ use crate::broker::{
 };
 use crate::config::RemoteStoreConfig;
 use crate::log::batch;
+use crate::log::producer_state::{self, ProducerStates};
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
 use crate::partition::{PersistedState, RemoteBootstrap, REMOTE_BOOTSTRAP_FILE, STATE_FILE};
 use crate::tiered::manager::TieredStore;
@@ -236,6 +237,7 @@ fn replica_state(
     bases.sort_unstable();
     let first_base = bases.first().copied().unwrap_or(0);
     let mut records = Vec::new();
+    let mut headers = Vec::new();
     let mut next_offset = first_base;
     let mut notes = Vec::new();
     let min_start = stored_start.unwrap_or(first_base);
@@ -281,9 +283,11 @@ fn replica_state(
             }
             next_offset = h.next_offset();
             pos += h.size;
+            headers.push(h);
         }
     }
     let log_start = stored_start.map_or(first_base, |s| s.clamp(first_base, next_offset));
+    let producers = producers(dir, log_start, next_offset, &headers, &mut notes);
     let epochs = match std::fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
         Ok(text) => parse_checkpoint(&text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join(CHECKPOINT_FILE).display()))?
@@ -306,6 +310,7 @@ fn replica_state(
         "log_end_offset": next_offset,
         "epochs": epochs,
         "records": records,
+        "producers": producers,
     });
     match hw {
         Ok(hw) => v["high_watermark"] = json!(hw.min(next_offset)),
@@ -335,6 +340,41 @@ fn replica_state(
         v["notes"] = json!(notes);
     }
     Ok(v)
+}
+
+/// The replica's idempotent producers as its broker rebuilds them when it opens the log: the
+/// newest usable snapshot between the log start and the log end, then the batches after it
+/// (all of them without one). Each as `[producer_id, epoch, last_sequence, last_offset]`, by
+/// producer id. Reads only: an unusable snapshot is noted, not removed.
+fn producers(
+    dir: &Path,
+    log_start: i64,
+    log_end: i64,
+    headers: &[batch::BatchHeader],
+    notes: &mut Vec<String>,
+) -> Value {
+    let mut offsets = producer_state::snapshot_offsets(dir).unwrap_or_default();
+    offsets.retain(|s| (log_start..=log_end).contains(s));
+    let (mut states, mut from) = (ProducerStates::default(), log_start);
+    for s in offsets.into_iter().rev() {
+        match producer_state::read_snapshot(dir, s) {
+            Ok(read) => {
+                (states, from) = (read, s);
+                break;
+            }
+            Err(why) => notes.push(format!("unusable producer snapshot: {why}")),
+        }
+    }
+    for h in headers.iter().filter(|h| h.base_offset >= from) {
+        states.update(h);
+    }
+    states
+        .iter()
+        .filter_map(|p| {
+            let last = p.batches.back()?;
+            Some(json!([p.producer_id, p.epoch, last.last_seq, last.last_offset]))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -751,9 +751,9 @@ fn total_retention_deletes_remote_segments_and_moves_the_log_start() {
 
 /// An idempotent producer's batches all end up in the remote store; node 3 (second in the
 /// assignment) loses its disk and starts from the remote store, then leads once node 1 is
-/// killed, and the producer resends its last batch there. Returns the answer and node 3's log
-/// end before and after it.
-fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, i64) {
+/// killed, and the producer resends its last batch there. Returns the answer, node 3's log end
+/// before and after it, and whether `dump-log` listed the producer on node 3 before it led.
+fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, i64, bool) {
     let remote = tempfile::tempdir().unwrap();
     let props = format!(
         "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\nfollower.fetch.last.tiered.offset.enable=true\nauto.leader.rebalance.enable=false\n",
@@ -828,9 +828,26 @@ fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, 
         c.partition_state_at(1, "t", 0)
             .is_some_and(|(_, _, isr)| isr.contains(&3))
     });
+    // What dump-log says each replica knows of the producer, as its broker rebuilds it.
+    let knows = |c: &Cluster, node: i32| -> (bool, serde_json::Value) {
+        let r = c
+            .dump(node)
+            .into_iter()
+            .find(|r| r["topic"] == "t")
+            .expect("a replica of t");
+        let listed = r["producers"]
+            .as_array()
+            .expect("dump-log lists producers")
+            .iter()
+            .any(|p| p[0] == pid && p[2] == 5);
+        (listed, r["remote_bootstrap"].clone())
+    };
+    let (node2_knows, _) = knows(&c, 2);
+    let (node3_knows, bootstrap) = knows(&c, 3);
+    assert!(node2_knows, "node 2 replicated every batch of the producer");
     assert!(
-        c.nodes[2].log().contains("started from the remote store"),
-        "node 3 started from the remote store"
+        bootstrap["local_log_start_offset"].as_i64() >= Some(6),
+        "node 3 started from the remote store after the producer's batches: {bootstrap}"
     );
     c.node(1).kill9();
     c.wait_for("node 3 leading", Duration::from_secs(20), |c| {
@@ -846,12 +863,13 @@ fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, 
         Duration::from_secs(5),
     );
     let end_after = list_offset(&c.addr(3), "t", -1, 4).1;
-    (answer, end_before, end_after)
+    (answer, end_before, end_after, node3_knows)
 }
 
 #[test]
 fn a_follower_started_from_the_remote_store_recognises_a_producers_retry_once_it_leads() {
-    let (answer, before, after) = retry_after_a_remote_bootstrap(None);
+    let (answer, before, after, knew) = retry_after_a_remote_bootstrap(None);
+    assert!(knew, "node 3 took the producer from the uploaded snapshot");
     assert_eq!(
         answer,
         Ok(5),
@@ -862,8 +880,9 @@ fn a_follower_started_from_the_remote_store_recognises_a_producers_retry_once_it
 
 #[test]
 fn tiered_bootstrap_drops_producer_state_appends_a_retry_again() {
-    let (answer, before, after) =
+    let (answer, before, after, knew) =
         retry_after_a_remote_bootstrap(Some("tiered-bootstrap-drops-producer-state"));
+    assert!(!knew, "dump-log shows node 3 without the producer");
     assert_eq!(
         (answer, after),
         (Ok(before), before + 1),

@@ -98,6 +98,7 @@ fn states(n: usize) -> Vec<ReplicaState> {
                 error: None,
                 tiered: None,
                 remote_bootstrap: None,
+                producers: None,
             }
         })
         .collect()

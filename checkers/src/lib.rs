@@ -28,6 +28,7 @@ pub mod lineage;
 mod mirror;
 pub mod op;
 pub mod policy;
+mod producers;
 pub mod queue;
 pub mod reader;
 pub mod results;
@@ -39,8 +40,8 @@ use std::io::BufRead;
 use serde_json::Value;
 
 pub use op::{
-    EpochEntry, Op, OpType, PollValue, Process, Record, RemoteSegment, ReplicaState, SendValue,
-    TieredSide,
+    EpochEntry, Op, OpType, PollValue, Process, ProducerState, Record, RemoteBootstrap,
+    RemoteSegment, ReplicaState, SendValue, TieredSide,
 };
 pub use policy::Policy;
 pub use queue::{QueueAnalysis, QueueChecker};

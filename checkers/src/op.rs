@@ -300,6 +300,43 @@ pub struct ReplicaState {
     /// Where the replica's local log began when it last rebuilt it from the remote store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_bootstrap: Option<RemoteBootstrap>,
+    /// The idempotent producers the replica knows, as its broker would rebuild them on start
+    /// (absent where the broker does not report them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers: Option<Vec<ProducerState>>,
+}
+
+/// One idempotent producer's state in a replica as
+/// `[producer_id, epoch, last_sequence, last_offset]`: its epoch, and its last batch's last
+/// sequence and offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "(i64, i64, i64, i64)", into = "(i64, i64, i64, i64)")]
+pub struct ProducerState {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i64,
+    /// The last sequence of its last batch.
+    pub last_sequence: i64,
+    /// The offset of its last batch's last record.
+    pub last_offset: i64,
+}
+
+impl From<(i64, i64, i64, i64)> for ProducerState {
+    fn from((producer_id, epoch, last_sequence, last_offset): (i64, i64, i64, i64)) -> Self {
+        ProducerState {
+            producer_id,
+            epoch,
+            last_sequence,
+            last_offset,
+        }
+    }
+}
+
+impl From<ProducerState> for (i64, i64, i64, i64) {
+    fn from(p: ProducerState) -> Self {
+        (p.producer_id, p.epoch, p.last_sequence, p.last_offset)
+    }
 }
 
 /// A replica's last start from the remote store (KIP-405's empty follower, or KIP-1023's).

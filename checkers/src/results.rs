@@ -79,11 +79,14 @@ pub enum AnomalyKind {
     /// starts it: after the remote segment holding the offset before its leader's local log
     /// start (T2).
     TieredFlagGating,
+    /// A replica holding the same log as its partition's final leader disagrees with it on an
+    /// idempotent producer's state.
+    ProducerStateDivergence,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 25] = [
+    pub const ALL: [AnomalyKind; 26] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -109,6 +112,7 @@ impl AnomalyKind {
         AnomalyKind::TieredBootstrap,
         AnomalyKind::EarliestPendingUpload,
         AnomalyKind::TieredFlagGating,
+        AnomalyKind::ProducerStateDivergence,
     ];
 
     /// The name used in `results.json`.
@@ -139,6 +143,7 @@ impl AnomalyKind {
             AnomalyKind::TieredBootstrap => "tiered-bootstrap",
             AnomalyKind::EarliestPendingUpload => "earliest-pending-upload",
             AnomalyKind::TieredFlagGating => "tiered-flag-gating",
+            AnomalyKind::ProducerStateDivergence => "producer-state-divergence",
         }
     }
 }

@@ -283,6 +283,7 @@ impl DumpedReplica {
                 error: Some(error),
                 tiered: None,
                 remote_bootstrap: None,
+                producers: None,
             },
             leader_epoch: None,
             isr: None,

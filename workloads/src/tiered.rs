@@ -4,7 +4,9 @@
 //! second, and local retention keeps uploaded segments for five seconds (a segment or two), so each leader's local log starts at an
 //! uploaded segment below the earliest offset pending upload: a follower that starts from the remote store must choose
 //! between the two (KIP-1023), and polls that seek back land on remote offsets. Brokers fetch
-//! from the last tiered offset (`follower.fetch.last.tiered.offset.enable`).
+//! from the last tiered offset (`follower.fetch.last.tiered.offset.enable`). `tidemark test`
+//! gives it idempotent producers by default: their state is what a follower rebuilds from the
+//! remote store's producer snapshot.
 //!
 //! The nemesis kinds `wipe` and `remote-outage` are this workload's; the checkers add the remote
 //! store to the final logs and judge the wipes' records (`tidemark_checkers::tiered`).

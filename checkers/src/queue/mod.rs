@@ -1346,6 +1346,7 @@ impl<'r> QueueAnalysis<'r> {
             return;
         };
         replicas::epoch_regression(replicas, &mut self.anomalies);
+        crate::producers::producer_state_divergence(replicas, &self.finals, &mut self.anomalies);
         self.check_mirror_epochs(replicas);
         let judge = |kind: AnomalyKind, place: Place<'_>| {
             self.policy.excuse(kind, place, &self.facts, &self.mirror)

@@ -159,6 +159,7 @@ pub fn replica(
         error: None,
         tiered: None,
         remote_bootstrap: None,
+        producers: None,
     }
 }
 

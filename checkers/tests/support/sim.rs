@@ -204,6 +204,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                     error: None,
                     tiered: None,
                     remote_bootstrap: None,
+                    producers: None,
                 })
         })
         .collect()

@@ -124,6 +124,7 @@ pub fn replica(node: &str, role: &str, topic: &str, records: Vec<Record>, hw: i6
         error: None,
         tiered: None,
         remote_bootstrap: None,
+        producers: None,
     }
 }
 

@@ -253,6 +253,17 @@ fn wipes_kills_and_a_remote_outage_leave_the_correct_broker_valid() {
             "{topic}/{partition}: nothing below a local log start"
         );
     }
+    // Idempotent producers by default, and every replica lists their state: the replicas were
+    // compared on it.
+    assert_eq!(test["workload_options"]["producer"], "idempotent", "{test}");
+    assert!(
+        replicas
+            .iter()
+            .filter(|r| r["topic"] == "t0" || r["topic"] == "t1")
+            .all(|r| r["producers"].as_array().is_some_and(|p| !p.is_empty())),
+        "{}",
+        run.display()
+    );
     assert_nothing_left(&test);
 }
 
@@ -293,5 +304,15 @@ fn a_flag_turned_off_that_followers_never_see_is_caught() {
         "tiered-flag-not-dynamic",
         FlagOff::BeforeFirstWipe,
         "tiered-flag-gating",
+    );
+}
+
+#[test]
+fn a_follower_that_drops_the_producers_state_is_caught() {
+    assert_caught(
+        "a_follower_that_drops_the_producers_state_is_caught",
+        "tiered-bootstrap-drops-producer-state",
+        FlagOff::Never,
+        "producer-state-divergence",
     );
 }
