@@ -26,8 +26,8 @@ use crate::broker::{
 };
 use crate::config::RemoteStoreConfig;
 use crate::log::batch;
-use crate::log::producer_state::{self, ProducerStates};
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
+use crate::log::producer_state::{self, ProducerStates};
 use crate::partition::{PersistedState, RemoteBootstrap, REMOTE_BOOTSTRAP_FILE, STATE_FILE};
 use crate::tiered::manager::TieredStore;
 
@@ -329,7 +329,9 @@ fn replica_state(
     let read = match std::fs::read(&bootstrap) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => Some(Err(e.to_string())),
-        Ok(bytes) => Some(serde_json::from_slice::<RemoteBootstrap>(&bytes).map_err(|e| e.to_string())),
+        Ok(bytes) => {
+            Some(serde_json::from_slice::<RemoteBootstrap>(&bytes).map_err(|e| e.to_string()))
+        }
     };
     match read {
         Some(Ok(b)) => v["remote_bootstrap"] = json!(b),
@@ -372,7 +374,12 @@ fn producers(
         .iter()
         .filter_map(|p| {
             let last = p.batches.back()?;
-            Some(json!([p.producer_id, p.epoch, last.last_seq, last.last_offset]))
+            Some(json!([
+                p.producer_id,
+                p.epoch,
+                last.last_seq,
+                last.last_offset
+            ]))
         })
         .collect()
 }

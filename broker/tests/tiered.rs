@@ -267,14 +267,18 @@ fn checkpointed_log_start(c: &Cluster, node: i32, topic: &str) -> Option<i64> {
     })
 }
 
+/// `dump-log`'s line for node `node`'s replica of `t`-0.
+fn dumped(c: &Cluster, node: i32) -> serde_json::Value {
+    c.dump(node)
+        .into_iter()
+        .find(|r| r["topic"] == "t")
+        .unwrap_or_else(|| panic!("node {node} has no replica of t"))
+}
+
 /// What a follower's replica of `t`-0 looks like on disk: local records' offsets and the epoch
 /// cache.
 fn replica(c: &Cluster, node: i32) -> (Vec<i64>, Vec<(i64, i64)>) {
-    let r = c
-        .dump(node)
-        .into_iter()
-        .find(|r| r["topic"] == "t")
-        .expect("a replica of t");
+    let r = dumped(c, node);
     let offsets = r["records"]
         .as_array()
         .unwrap()
@@ -418,11 +422,7 @@ fn seed_scenario(
     let (offsets, epochs) = replica(&c, 2);
     let log_start = checkpointed_log_start(&c, 2, "t").unwrap();
     // dump-log's record of where B's local log began from the remote store (-1: it did not).
-    let b = c
-        .dump(2)
-        .into_iter()
-        .find(|r| r["topic"] == "t")
-        .expect("B's replica of t");
+    let b = dumped(&c, 2);
     let first_fetch = b["remote_bootstrap"]["local_log_start_offset"]
         .as_i64()
         .unwrap_or(-1);
@@ -830,11 +830,7 @@ fn retry_after_a_remote_bootstrap(bug: Option<&str>) -> (Result<i64, i16>, i64, 
     });
     // What dump-log says each replica knows of the producer, as its broker rebuilds it.
     let knows = |c: &Cluster, node: i32| -> (bool, serde_json::Value) {
-        let r = c
-            .dump(node)
-            .into_iter()
-            .find(|r| r["topic"] == "t")
-            .expect("a replica of t");
+        let r = dumped(c, node);
         let listed = r["producers"]
             .as_array()
             .expect("dump-log lists producers")

@@ -57,7 +57,11 @@ fn a_replica_missing_a_producer_its_leader_knows_diverges() {
         node("n2", false, both()),
         node("n3", false, vec![p(8, 0, 3, 7)]),
     ]);
-    assert_eq!(r.bad_anomaly_types, vec!["producer-state-divergence"], "{r:#?}");
+    assert_eq!(
+        r.bad_anomaly_types,
+        vec!["producer-state-divergence"],
+        "{r:#?}"
+    );
     let e = &r.anomalies["producer-state-divergence"];
     assert_eq!(e.len(), 1, "{e:?}");
     assert_eq!(e[0]["node"], "n3");
@@ -71,12 +75,21 @@ fn a_replica_with_another_sequence_or_an_extra_producer_diverges() {
     let r = run(&[
         node("n1", true, both()),
         node("n2", false, vec![p(7, 0, 2, 3), p(8, 0, 3, 7)]),
-        node("n3", false, vec![p(7, 0, 3, 3), p(8, 0, 3, 7), p(9, 0, 0, 5)]),
+        node(
+            "n3",
+            false,
+            vec![p(7, 0, 3, 3), p(8, 0, 3, 7), p(9, 0, 0, 5)],
+        ),
     ]);
     let e = &r.anomalies["producer-state-divergence"];
     let found: Vec<(String, i64)> = e
         .iter()
-        .map(|x| (x["node"].as_str().unwrap().to_owned(), x["producer_id"].as_i64().unwrap()))
+        .map(|x| {
+            (
+                x["node"].as_str().unwrap().to_owned(),
+                x["producer_id"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(found, [("n2".to_owned(), 7), ("n3".to_owned(), 9)], "{e:?}");
 }
@@ -94,7 +107,8 @@ fn producers_whose_batches_retention_deleted_and_unsettled_replicas_are_not_judg
     behind.high_watermark = Some(4);
     let r = run(&[node("n1", true, both()), trimmed, behind]);
     assert!(
-        !r.anomaly_types.contains(&"producer-state-divergence".to_string()),
+        !r.anomaly_types
+            .contains(&"producer-state-divergence".to_string()),
         "{r:#?}"
     );
     // A broker that does not report producers is not judged either.
