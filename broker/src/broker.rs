@@ -76,6 +76,8 @@ pub struct Broker {
     pub groups: Arc<GroupCoordinator>,
     /// The remote store of tiered topics, when one is configured (`remote.log.storage.*`).
     pub tiered: Option<TieredStore>,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: std::sync::Mutex<crate::fetch_session::FetchSessions>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -142,6 +144,7 @@ impl Broker {
             producer_ids: ProducerIdAllocator::default(),
             groups,
             tiered,
+            fetch_sessions: Default::default(),
         }))
     }
 

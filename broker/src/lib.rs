@@ -9,6 +9,7 @@ pub mod controller;
 pub mod dump;
 pub mod errors;
 pub mod faults;
+pub mod fetch_session;
 pub mod group;
 pub mod log;
 pub mod log_dir;

@@ -439,6 +439,7 @@ async fn produce(broker: &Broker, req: ProduceRequest, version: i16) -> ProduceR
 }
 
 async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+    use crate::fetch_session::{Answer, PartitionKey, SessionRequest, Told, Wanted};
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.clamp(0, 30_000) as u64);
     let max_bytes = if req.max_bytes > 0 {
         req.max_bytes as usize
@@ -450,77 +451,192 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
     } else {
         req.replica_state.replica_id.0
     };
-    let mut data = broker.watch_data();
-    let mut first_reading = true;
-    loop {
-        data.borrow_and_update();
-        let mut resp = FetchResponse::default();
-        let mut total = 0usize;
-        let mut any_error = false;
-        for topic in &req.topics {
-            let mut tr = FetchableTopicResponse::default();
-            tr.topic = topic.topic.clone();
-            tr.topic_id = topic.topic_id;
-            let name = if topic.topic.0.is_empty() {
-                broker
-                    .metadata()
-                    .topic_by_id(topic.topic_id)
-                    .map(|t| t.name.clone())
-            } else {
-                Some(topic.topic.0.to_string())
-            };
-            for fp in &topic.partitions {
-                let mut pd = PartitionData::default();
-                pd.partition_index = fp.partition;
-                let Some(name) = &name else {
-                    pd.error_code = errors::UNKNOWN_TOPIC_ID;
-                    any_error = true;
-                    tr.partitions.push(pd);
-                    continue;
+    let requested: Vec<(PartitionKey, Wanted)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|fp| {
+                let key = PartitionKey {
+                    topic: t.topic.0.clone(),
+                    topic_id: t.topic_id,
+                    partition: fp.partition,
                 };
-                let budget = (fp.partition_max_bytes.max(0) as usize)
-                    .min(max_bytes.saturating_sub(total))
-                    .max(1);
-                let spec = FetchSpec {
+                let wanted = Wanted {
                     fetch_offset: fp.fetch_offset,
                     current_leader_epoch: fp.current_leader_epoch,
                     last_fetched_epoch: fp.last_fetched_epoch,
-                    max_bytes: budget,
-                    replica_id,
                     log_start_offset: if version >= 5 {
                         fp.log_start_offset
                     } else {
                         -1
                     },
-                    first_reading,
+                    partition_max_bytes: fp.partition_max_bytes,
                 };
-                let r = broker.fetch(name, fp.partition, spec);
-                any_error |= r.error != errors::NONE;
-                total += r.records.len();
-                pd.error_code = r.error;
-                pd.high_watermark = r.high_watermark;
-                pd.last_stable_offset = r.high_watermark;
-                if version >= 5 {
-                    pd.log_start_offset = r.log_start_offset;
+                (key, wanted)
+            })
+        })
+        .collect();
+    let session = if version >= 7 {
+        SessionRequest::of(req.session_id, req.session_epoch)
+    } else {
+        Ok(SessionRequest::Sessionless { close: None })
+    };
+    let refused = |code: i16| {
+        let mut resp = FetchResponse::default();
+        resp.error_code = code;
+        resp
+    };
+    let (want, session) = {
+        let mut sessions = broker
+            .fetch_sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match session {
+            Err(code) => return refused(code),
+            Ok(SessionRequest::Sessionless { close } | SessionRequest::Open { close }) => {
+                if let Some(id) = close {
+                    sessions.close(id);
                 }
-                if let Some((epoch, end_offset)) = r.diverging_epoch {
-                    let mut d = DivergingEpoch::default();
-                    d.epoch = epoch;
-                    d.end_offset = end_offset;
-                    pd.diverging_epoch = d;
-                }
-                pd.records = Some(r.records.into());
-                tr.partitions.push(pd);
+                (requested, session)
             }
-            resp.responses.push(tr);
+            Ok(SessionRequest::Incremental { id, epoch }) => {
+                let forgotten: Vec<PartitionKey> = req
+                    .forgotten_topics_data
+                    .iter()
+                    .flat_map(|t| {
+                        t.partitions.iter().map(|p| PartitionKey {
+                            topic: t.topic.0.clone(),
+                            topic_id: t.topic_id,
+                            partition: *p,
+                        })
+                    })
+                    .collect();
+                match sessions.begin(id, epoch, requested, &forgotten) {
+                    Ok(want) => (want, session),
+                    Err(code) => return refused(code),
+                }
+            }
+        }
+    };
+    let mut data = broker.watch_data();
+    let mut first_reading = true;
+    let answered = loop {
+        data.borrow_and_update();
+        let mut answered: Vec<(PartitionKey, Wanted, PartitionData)> = Vec::new();
+        let mut total = 0usize;
+        let mut any_error = false;
+        for (key, wanted) in &want {
+            let mut pd = PartitionData::default();
+            pd.partition_index = key.partition;
+            let name = if key.topic.is_empty() {
+                broker
+                    .metadata()
+                    .topic_by_id(key.topic_id)
+                    .map(|t| t.name.clone())
+            } else {
+                Some(key.topic.to_string())
+            };
+            let Some(name) = name else {
+                pd.error_code = errors::UNKNOWN_TOPIC_ID;
+                any_error = true;
+                answered.push((key.clone(), *wanted, pd));
+                continue;
+            };
+            let budget = (wanted.partition_max_bytes.max(0) as usize)
+                .min(max_bytes.saturating_sub(total))
+                .max(1);
+            let spec = FetchSpec {
+                fetch_offset: wanted.fetch_offset,
+                current_leader_epoch: wanted.current_leader_epoch,
+                last_fetched_epoch: wanted.last_fetched_epoch,
+                max_bytes: budget,
+                replica_id,
+                log_start_offset: wanted.log_start_offset,
+                first_reading,
+            };
+            let r = broker.fetch(&name, key.partition, spec);
+            any_error |= r.error != errors::NONE;
+            total += r.records.len();
+            pd.error_code = r.error;
+            pd.high_watermark = r.high_watermark;
+            pd.last_stable_offset = r.high_watermark;
+            if version >= 5 {
+                pd.log_start_offset = r.log_start_offset;
+            }
+            if let Some((epoch, end_offset)) = r.diverging_epoch {
+                let mut d = DivergingEpoch::default();
+                d.epoch = epoch;
+                d.end_offset = end_offset;
+                pd.diverging_epoch = d;
+            }
+            pd.records = Some(r.records.into());
+            answered.push((key.clone(), *wanted, pd));
         }
         let now = Instant::now();
         if any_error || total >= req.min_bytes.max(1) as usize || now >= deadline {
-            return resp;
+            break answered;
         }
         first_reading = false;
         let _ = tokio::time::timeout(deadline - now, data.changed()).await;
+    };
+    let told = |pd: &PartitionData| Told {
+        high_watermark: pd.high_watermark,
+        log_start_offset: pd.log_start_offset,
+    };
+    let mut resp = FetchResponse::default();
+    let included: Vec<bool> = {
+        let mut sessions = broker
+            .fetch_sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match session {
+            Ok(SessionRequest::Open { .. }) => {
+                resp.session_id = sessions.open(
+                    answered
+                        .iter()
+                        .map(|(k, w, pd)| (k.clone(), *w, told(pd)))
+                        .collect(),
+                );
+                vec![true; answered.len()]
+            }
+            Ok(SessionRequest::Incremental { id, .. }) => {
+                resp.session_id = id;
+                let answers: Vec<(PartitionKey, Answer)> = answered
+                    .iter()
+                    .map(|(k, _, pd)| {
+                        let answer = Answer {
+                            told: told(pd),
+                            has_records: pd.records.as_ref().is_some_and(|r| !r.is_empty()),
+                            error_code: pd.error_code,
+                            diverging: pd.diverging_epoch.epoch >= 0,
+                        };
+                        (k.clone(), answer)
+                    })
+                    .collect();
+                sessions.finish(id, &answers)
+            }
+            _ => vec![true; answered.len()],
+        }
+    };
+    for ((key, _, pd), include) in answered.into_iter().zip(included) {
+        if !include {
+            continue;
+        }
+        let same_topic = resp
+            .responses
+            .last()
+            .is_some_and(|t| t.topic.0 == key.topic && t.topic_id == key.topic_id);
+        if !same_topic {
+            let mut tr = FetchableTopicResponse::default();
+            tr.topic = kafka_protocol::messages::TopicName(key.topic.clone());
+            tr.topic_id = key.topic_id;
+            resp.responses.push(tr);
+        }
+        if let Some(tr) = resp.responses.last_mut() {
+            tr.partitions.push(pd);
+        }
     }
+    resp
 }
 
 fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
