@@ -185,7 +185,23 @@ fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
         "28",
         "--mirror-unclean-support",
     ];
-    let (run, results) = mirror_run(&args, store.path());
+    // The property needs both round trips to happen: a scheduled failover that failed (seen
+    // twice in many runs on a loaded machine, the mirror not yet movable) leaves its failback
+    // nothing to do, and the run says nothing either way. One more run then, saying why.
+    let mut attempt = mirror_run(&args, store.path());
+    let failed_over = |run: &Path| -> Vec<Value> {
+        json_lines(&run.join("history.jsonl"))[1..]
+            .iter()
+            .filter(|o| o["f"] == "failover" && o["type"] == "info" && !o["error"].is_null())
+            .cloned()
+            .collect()
+    };
+    let refused = failed_over(&attempt.0);
+    if !refused.is_empty() {
+        eprintln!("a scheduled failover failed, running the schedule again: {refused:?}");
+        attempt = mirror_run(&args, store.path());
+    }
+    let (run, results) = attempt;
     assert_eq!(
         strings(&results["bad_anomaly_types"]),
         Vec::<String>::new(),
@@ -193,6 +209,10 @@ fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
         run.display()
     );
     let history = json_lines(&run.join("history.jsonl"));
+    let moves: Vec<&Value> = history[1..]
+        .iter()
+        .filter(|o| (o["f"] == "failover" || o["f"] == "failback") && o["type"] == "info")
+        .collect();
     let backs: Vec<&Value> = history[1..]
         .iter()
         .filter(|o| o["f"] == "failback" && o["type"] == "info" && o["value"]["settle"].is_null())
@@ -207,7 +227,7 @@ fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
             )
         })
         .collect();
-    assert_eq!(into.len(), 2, "{backs:?}");
+    assert_eq!(into.len(), 2, "{moves:?}");
     assert_eq!(into[0].0, "a", "{backs:?}");
     assert_eq!(into[1].0, "b", "{backs:?}");
     for (to, node) in into {
