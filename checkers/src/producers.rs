@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::op::{ProducerState, ReplicaState};
+use crate::op::{ProducerState, Record, ReplicaState};
 use crate::queue::replicas::FinalLogs;
 use crate::results::{Anomalies, AnomalyKind};
 
@@ -35,6 +35,8 @@ pub(crate) fn producer_state_divergence(
         let Some(theirs) = &leader.producers else {
             continue;
         };
+        let leader_records: BTreeMap<i64, &Record> =
+            leader.records.iter().map(|x| (x.offset, x)).collect();
         let peers = replicas.iter().filter(|r| {
             r.node != leader.node
                 && r.cluster == leader.cluster
@@ -46,7 +48,7 @@ pub(crate) fn producer_state_divergence(
             let Some(mine) = &r.producers else {
                 continue;
             };
-            if r.log_end_offset != leader.log_end_offset || !same_records(r, leader) {
+            if r.log_end_offset != leader.log_end_offset || !same_records(r, &leader_records) {
                 continue;
             }
             let bound = partition_start(r).max(partition_start(leader));
@@ -88,11 +90,10 @@ fn partition_start(r: &ReplicaState) -> i64 {
         .unwrap_or(0)
 }
 
-/// Whether two replicas hold the same record at every offset both hold (records sorted by
-/// offset, as `dump-log` writes them); a disagreement is `divergence`'s to report.
-fn same_records(a: &ReplicaState, b: &ReplicaState) -> bool {
-    let theirs: BTreeMap<i64, _> = b.records.iter().map(|x| (x.offset, x)).collect();
+/// Whether a replica holds the leader's record at every offset both hold; a disagreement is
+/// `divergence`'s to report.
+fn same_records(a: &ReplicaState, leader: &BTreeMap<i64, &Record>) -> bool {
     a.records
         .iter()
-        .all(|x| theirs.get(&x.offset).is_none_or(|y| *y == x))
+        .all(|x| leader.get(&x.offset).is_none_or(|y| *y == x))
 }

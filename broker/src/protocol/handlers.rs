@@ -486,35 +486,39 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
         resp.error_code = code;
         resp
     };
-    let (want, session) = {
-        let mut sessions = broker
+    let session = match session {
+        Ok(s) => s,
+        Err(code) => return refused(code),
+    };
+    // Sessionless fetches, every follower's and librdkafka's, never take the sessions' lock.
+    let sessions = || {
+        broker
             .fetch_sessions
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match session {
-            Err(code) => return refused(code),
-            Ok(SessionRequest::Sessionless { close } | SessionRequest::Open { close }) => {
-                if let Some(id) = close {
-                    sessions.close(id);
-                }
-                (requested, session)
+            .unwrap_or_else(|p| p.into_inner())
+    };
+    let want = match session {
+        SessionRequest::Sessionless { close } | SessionRequest::Open { close } => {
+            if let Some(id) = close {
+                sessions().close(id);
             }
-            Ok(SessionRequest::Incremental { id, epoch }) => {
-                let forgotten: Vec<PartitionKey> = req
-                    .forgotten_topics_data
-                    .iter()
-                    .flat_map(|t| {
-                        t.partitions.iter().map(|p| PartitionKey {
-                            topic: t.topic.0.clone(),
-                            topic_id: t.topic_id,
-                            partition: *p,
-                        })
+            requested
+        }
+        SessionRequest::Incremental { id, epoch } => {
+            let forgotten: Vec<PartitionKey> = req
+                .forgotten_topics_data
+                .iter()
+                .flat_map(|t| {
+                    t.partitions.iter().map(|p| PartitionKey {
+                        topic: t.topic.0.clone(),
+                        topic_id: t.topic_id,
+                        partition: *p,
                     })
-                    .collect();
-                match sessions.begin(id, epoch, requested, &forgotten) {
-                    Ok(want) => (want, session),
-                    Err(code) => return refused(code),
-                }
+                })
+                .collect();
+            match sessions().begin(id, epoch, requested, &forgotten) {
+                Ok(want) => want,
+                Err(code) => return refused(code),
             }
         }
     };
@@ -584,39 +588,33 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
         log_start_offset: pd.log_start_offset,
     };
     let mut resp = FetchResponse::default();
-    let included: Vec<bool> = {
-        let mut sessions = broker
-            .fetch_sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match session {
-            Ok(SessionRequest::Open { .. }) => {
-                resp.session_id = sessions.open(
-                    answered
-                        .iter()
-                        .map(|(k, w, pd)| (k.clone(), *w, told(pd)))
-                        .collect(),
-                );
-                vec![true; answered.len()]
-            }
-            Ok(SessionRequest::Incremental { id, .. }) => {
-                resp.session_id = id;
-                let answers: Vec<(PartitionKey, Answer)> = answered
+    let included: Vec<bool> = match session {
+        SessionRequest::Open { .. } => {
+            resp.session_id = sessions().open(
+                answered
                     .iter()
-                    .map(|(k, _, pd)| {
-                        let answer = Answer {
-                            told: told(pd),
-                            has_records: pd.records.as_ref().is_some_and(|r| !r.is_empty()),
-                            error_code: pd.error_code,
-                            diverging: pd.diverging_epoch.epoch >= 0,
-                        };
-                        (k.clone(), answer)
-                    })
-                    .collect();
-                sessions.finish(id, &answers)
-            }
-            _ => vec![true; answered.len()],
+                    .map(|(k, w, pd)| (k.clone(), *w, told(pd)))
+                    .collect(),
+            );
+            vec![true; answered.len()]
         }
+        SessionRequest::Incremental { id, .. } => {
+            resp.session_id = id;
+            let answers: Vec<(PartitionKey, Answer)> = answered
+                .iter()
+                .map(|(k, _, pd)| {
+                    let answer = Answer {
+                        told: told(pd),
+                        has_records: pd.records.as_ref().is_some_and(|r| !r.is_empty()),
+                        error_code: pd.error_code,
+                        diverging: pd.diverging_epoch.epoch >= 0,
+                    };
+                    (k.clone(), answer)
+                })
+                .collect();
+            sessions().finish(id, &answers)
+        }
+        SessionRequest::Sessionless { .. } => vec![true; answered.len()],
     };
     for ((key, _, pd), include) in answered.into_iter().zip(included) {
         if !include {
