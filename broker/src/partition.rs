@@ -1660,9 +1660,10 @@ mod tests {
         .unwrap();
         p.apply_registration(registration(2, 2)).unwrap();
         let fetched = |base_offset: i64| {
-            let mut b = bytes::BytesMut::from(&batch(&[b"a"])[..]);
-            crate::log::batch::stamp(&mut b, 0, base_offset, 2);
-            b.to_vec()
+            let mut b = batch(&[b"a"]);
+            let prefix = crate::log::batch::stamped_prefix(&b, base_offset, 2);
+            b[..prefix.len()].copy_from_slice(&prefix);
+            b
         };
         assert!(p.append_as_follower(&fetched(0), 1, 0, 2).unwrap());
         assert_eq!(

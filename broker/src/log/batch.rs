@@ -332,12 +332,20 @@ pub fn split_batches(buf: &[u8]) -> Result<Vec<(usize, BatchHeader)>, BatchError
     Ok(out)
 }
 
-/// Rewrites the base offset and leader epoch of the batch at `at`; both lie outside the CRC.
-pub fn stamp(buf: &mut BytesMut, at: usize, base_offset: i64, leader_epoch: i32) {
-    buf[at..at + 8].copy_from_slice(&base_offset.to_be_bytes());
-    buf[at + LEADER_EPOCH_AT..at + LEADER_EPOCH_AT + 4]
-        .copy_from_slice(&leader_epoch.to_be_bytes());
+/// The bytes a batch's stamped copy starts with: its first `STAMPED_PREFIX` bytes with the base
+/// offset and leader epoch rewritten (both lie outside the CRC). The rest of the batch is kept as
+/// the producer sent it, so a leader's append writes the two without copying the batch.
+pub fn stamped_prefix(batch: &[u8], base_offset: i64, leader_epoch: i32) -> [u8; STAMPED_PREFIX] {
+    let mut prefix = [0u8; STAMPED_PREFIX];
+    prefix.copy_from_slice(&batch[..STAMPED_PREFIX]);
+    prefix[..8].copy_from_slice(&base_offset.to_be_bytes());
+    prefix[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+    prefix
 }
+
+/// The bytes of a batch's header up to (not including) the magic byte: base offset, length and
+/// leader epoch.
+pub const STAMPED_PREFIX: usize = MAGIC_AT;
 
 #[cfg(test)]
 pub(crate) mod tests {

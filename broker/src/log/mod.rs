@@ -9,9 +9,8 @@ pub mod producer_state;
 pub mod segment;
 
 use std::collections::BTreeMap;
+use std::io::IoSlice;
 use std::path::{Path, PathBuf};
-
-use bytes::BytesMut;
 
 use batch::BatchHeader;
 use epoch_cache::LeaderEpochCache;
@@ -467,12 +466,12 @@ impl PartitionLog {
                 duplicate: true,
             });
         }
-        let mut buf = BytesMut::from(records);
         let mut next = self.log_end_offset();
         let first = next;
         let mut stamped = Vec::with_capacity(batches.len());
+        let mut prefixes = Vec::with_capacity(batches.len());
         for (at, h) in &batches {
-            batch::stamp(&mut buf, *at, next, leader_epoch);
+            prefixes.push(batch::stamped_prefix(&records[*at..], next, leader_epoch));
             stamped.push((
                 *at,
                 BatchHeader {
@@ -483,7 +482,19 @@ impl PartitionLog {
             ));
             next += h.last_offset_delta as i64 + 1;
         }
-        self.append_stamped(&buf, &stamped)?;
+        // Each batch goes out as its stamped prefix and the rest as received: no copy of the
+        // produced records is made to stamp them.
+        let parts: Vec<IoSlice> = batches
+            .iter()
+            .zip(&prefixes)
+            .flat_map(|((at, h), prefix)| {
+                [
+                    IoSlice::new(prefix),
+                    IoSlice::new(&records[at + batch::STAMPED_PREFIX..at + h.size]),
+                ]
+            })
+            .collect();
+        self.append_stamped(&parts, &stamped)?;
         Ok(AppendInfo {
             first_offset: first,
             last_offset: next - 1,
@@ -515,7 +526,7 @@ impl PartitionLog {
             }
             expect = h.next_offset();
         }
-        self.append_stamped(records, &batches)?;
+        self.append_stamped(&[IoSlice::new(records)], &batches)?;
         Ok(Some(AppendInfo {
             first_offset: leo,
             last_offset: expect - 1,
@@ -525,11 +536,12 @@ impl PartitionLog {
 
     fn append_stamped(
         &mut self,
-        bytes: &[u8],
+        parts: &[IoSlice],
         batches: &[(usize, BatchHeader)],
     ) -> Result<(), LogError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let active_size = self.active().size();
-        if active_size > 0 && active_size + bytes.len() as u64 > self.settings.segment_bytes {
+        if active_size > 0 && active_size + len as u64 > self.settings.segment_bytes {
             let base = self.log_end_offset();
             self.reap_rolled_flushes(false)?;
             let rolled = self.active().rolled()?;
@@ -544,7 +556,7 @@ impl PartitionLog {
             .values_mut()
             .next_back()
             .expect("a log always has a segment");
-        segment.append(bytes, batches)?;
+        segment.append(parts, batches)?;
         let mut messages = 0u64;
         for (_, h) in batches {
             self.producers.update(h);

@@ -2,6 +2,7 @@
 //! uses positioned reads so fetches never disturb the append position.
 
 use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -154,21 +155,21 @@ impl Segment {
         &self.log_path
     }
 
-    /// Appends whole, already-stamped batches starting at `self.next_offset`.
+    /// Appends whole, already-stamped batches starting at `self.next_offset`: the bytes of
+    /// `parts` in order, in which `batches` gives each batch's position.
     pub fn append(
         &mut self,
-        bytes: &[u8],
+        parts: &[IoSlice],
         batches: &[(usize, BatchHeader)],
     ) -> Result<(), LogError> {
-        self.file
-            .write_all_at(bytes, self.size)
+        let len = write_all_vectored_at(&self.file, parts, self.size)
             .map_err(|e| LogError::io(&self.log_path, e))?;
         for (at, h) in batches {
             self.index
                 .on_append(h.base_offset, self.size + *at as u64, h.size as u64)?;
             self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
         }
-        self.size += bytes.len() as u64;
+        self.size += len as u64;
         if let Some((_, last)) = batches.last() {
             self.next_offset = last.next_offset();
         }
@@ -376,4 +377,28 @@ fn scan(file: &File, base_offset: i64, size: u64, verify: bool) -> std::io::Resu
         max_timestamp,
         stopped: None,
     })
+}
+
+/// Writes every byte of `parts`, in order, at `offset` (pwritev, again after a short write) and
+/// returns how many that was.
+fn write_all_vectored_at(file: &File, parts: &[IoSlice], offset: u64) -> io::Result<usize> {
+    /// Linux's `IOV_MAX`.
+    const MAX_SLICES: usize = 1024;
+    let total = parts.iter().map(|p| p.len()).sum();
+    let mut owned: Vec<IoSlice> = parts.iter().filter(|p| !p.is_empty()).copied().collect();
+    let mut slices = &mut owned[..];
+    let mut written = 0u64;
+    while !slices.is_empty() {
+        let at = i64::try_from(offset + written).map_err(io::Error::other)?;
+        match nix::sys::uio::pwritev(file, &slices[..slices.len().min(MAX_SLICES)], at) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                written += n as u64;
+                IoSlice::advance_slices(&mut slices, n);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(total)
 }

@@ -2,6 +2,7 @@
 //! on one connection are answered in order, one at a time, as Kafka does; a frame that cannot be
 //! decoded closes only its own connection.
 
+mod chunks;
 mod delete_records;
 mod describe_topic_partitions;
 mod groups;
@@ -11,7 +12,6 @@ pub mod versions;
 
 use std::sync::Arc;
 
-use bytes::Buf;
 use bytes::{Bytes, BytesMut};
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
 use crate::mirror::wire::{encode_body, MirrorApi};
+use chunks::{Response, ResponseChunks};
 use versions::supported_range;
 pub use versions::{body_version, listed_apis, LISTED_ONLY, SUPPORTED_APIS};
 
@@ -83,12 +84,11 @@ async fn connection(
             biased;
             _ = shutdown.cancelled() => return Ok(()),
             done = in_flight.next(), if !in_flight.is_empty() => {
-                let out: Option<Bytes> = done.expect("the set is not empty")?;
+                let out: Option<Response> = done.expect("the set is not empty")?;
                 if let Some(out) = out {
-                    // The length and the response go out in one vectored write, not copied
-                    // into a frame buffer first: a fetch's response can be megabytes.
-                    let len = u32::try_from(out.len())?.to_be_bytes();
-                    output.write_all_buf(&mut (&len[..]).chain(out)).await?;
+                    // The length and the response's chunks go out in one vectored write, not
+                    // copied into a frame buffer first: a fetch's response can be megabytes.
+                    output.write_all_buf(&mut out.framed()?).await?;
                 }
             }
             frame = framed.next(), if reading && in_flight.len() < MAX_IN_FLIGHT => match frame {
@@ -102,7 +102,7 @@ async fn connection(
 
 /// Decodes one request and builds its encoded response; `None` for acks=0 produce, which gets no
 /// response. An error closes the connection.
-pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<Option<Bytes>> {
+pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<Option<Response>> {
     if frame.len() < 8 {
         anyhow::bail!(
             "frame of {} bytes is too short for a request header",
@@ -123,7 +123,7 @@ pub async fn respond(broker: &Arc<Broker>, mut frame: Bytes) -> anyhow::Result<O
             .with_correlation_id(header.correlation_id)
             .encode(&mut out, 1)?;
         encode_body(&body, &mut out)?;
-        return Ok(Some(out.freeze()));
+        return Ok(Some(out.freeze().into()));
     }
     let api_key =
         ApiKey::try_from(raw_key).map_err(|_| anyhow::anyhow!("unknown API key {raw_key}"))?;
@@ -171,30 +171,25 @@ fn encode_response(
     version: i16,
     correlation_id: i32,
     body: &ResponseKind,
-) -> anyhow::Result<Bytes> {
-    let mut out = BytesMut::with_capacity(RESPONSE_OVERHEAD + record_bytes(body));
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(&mut out, api_key.response_header_version(version))?;
+) -> anyhow::Result<Response> {
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = api_key.response_header_version(version);
+    if let ResponseKind::Fetch(fetch) = body {
+        let records = fetch
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter_map(|p| p.records.clone())
+            .collect();
+        let mut out = ResponseChunks::new(records);
+        header.encode(&mut out, header_version)?;
+        fetch.encode(&mut out, version)?;
+        return Ok(out.finish());
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, header_version)?;
     body.encode(&mut out, version)?;
-    Ok(out.freeze())
-}
-
-/// Room for a response's header and fields besides the records it carries.
-const RESPONSE_OVERHEAD: usize = 4096;
-
-/// The record bytes a fetch response carries, so that its buffer is allocated once instead of
-/// growing (and copying what it holds) while the records are encoded into it.
-fn record_bytes(body: &ResponseKind) -> usize {
-    let ResponseKind::Fetch(fetch) = body else {
-        return 0;
-    };
-    fetch
-        .responses
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .map(|p| p.records.as_ref().map_or(0, |r| r.len()) + 64)
-        .sum()
+    Ok(out.freeze().into())
 }
 
 /// Binds the client listener and serves until `shutdown`.
