@@ -35,7 +35,7 @@ use crate::pause::sleep_or_cancel;
 use crate::produce;
 pub use crate::produce::{PendingAck, ProduceResult};
 use crate::producer_ids::ProducerIdAllocator;
-use crate::replica::fetcher::{self, FetchTarget, FollowerContext};
+use crate::replica::fetcher::{FetchTarget, FollowerContext, ReplicaFetchers};
 use crate::tiered::follower::TieredFollower;
 use crate::tiered::manager::{self, TieredStore};
 use crate::tiered::storage::TopicIdPartition;
@@ -78,6 +78,8 @@ pub struct Broker {
     pub tiered: Option<TieredStore>,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: std::sync::Mutex<crate::fetch_session::FetchSessions>,
+    /// The follower fetchers, one per leader broker.
+    fetchers: ReplicaFetchers,
 }
 
 impl std::fmt::Debug for Broker {
@@ -145,6 +147,7 @@ impl Broker {
             groups,
             tiered,
             fetch_sessions: Default::default(),
+            fetchers: ReplicaFetchers::default(),
         }))
     }
 
@@ -423,12 +426,8 @@ impl Broker {
                         };
                         let cancel = CancellationToken::new();
                         *p.fetcher.lock().unwrap_or_else(|x| x.into_inner()) = Some(cancel.clone());
-                        tokio::spawn(fetcher::run(
-                            self.follower_context(),
-                            p.clone(),
-                            target,
-                            cancel,
-                        ));
+                        self.fetchers
+                            .follow(self.follower_context(), p.clone(), target, cancel);
                     }
                     Err(e) => {
                         error!(topic = ?topic.name, partition = index, "cannot adopt registration: {e}")

@@ -418,7 +418,7 @@ pub struct Partition {
     high_watermark: watch::Sender<i64>,
     /// At most one AlterPartition in flight per partition, as in Kafka.
     pub alter_in_flight: AtomicBool,
-    /// The running follower fetcher, if any: stopping it is cancelling its token.
+    /// Its membership of a follower fetcher, if any: cancelling the token takes it out.
     pub fetcher: Mutex<Option<CancellationToken>>,
 }
 

@@ -1,9 +1,12 @@
 //! Incremental fetch sessions (KIP-227) on a real broker: a session opened by a full fetch, later
 //! fetches of it answering only the partitions with something new (nothing at all for idle ones),
-//! forgotten partitions left out, and the session errors.
+//! forgotten partitions left out, and the session errors. And the followers' side: one fetcher
+//! per leader broker for all its partitions, whose idle partitions cost nothing on the wire.
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::Duration;
 
 use common::client::{create_topic, produce};
@@ -122,4 +125,99 @@ fn a_session_answers_only_partitions_with_something_new() {
     assert_eq!(answered(&close).len(), 1);
     let gone: FetchResponse = fetch(request(id, 6, &[], &[]));
     assert_eq!(gone.error_code, FETCH_SESSION_ID_NOT_FOUND);
+}
+
+/// Bytes sent and received so far on each established TCP connection whose local port is
+/// `port`, keyed by the peer's address (`ss`'s TCP info, read on the broker's side).
+fn traffic_at(port: u16) -> BTreeMap<String, u64> {
+    let out = Command::new("ss")
+        .args([
+            "-tinH",
+            "state",
+            "established",
+            "sport",
+            "=",
+            &format!(":{port}"),
+        ])
+        .output()
+        .expect("ss (iproute2) runs");
+    assert!(out.status.success(), "ss failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut conns = BTreeMap::new();
+    let mut peer = None;
+    for line in text.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            peer = line.split_whitespace().last().map(str::to_string);
+            continue;
+        }
+        let count = |field: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(field))
+                .map_or(0, |v| v.parse().unwrap())
+        };
+        if let Some(p) = peer.take() {
+            conns.insert(p, count("bytes_sent:") + count("bytes_received:"));
+        }
+    }
+    conns
+}
+
+#[test]
+fn followers_fetch_all_partitions_of_a_leader_on_one_connection_and_idle_ones_cost_nothing() {
+    const PARTITIONS: i32 = 40;
+    let c = Cluster::start(3, "", &[]);
+    let addr = c.addr(1);
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let replicas: Vec<&[i32]> = vec![&[1, 2, 3]; PARTITIONS as usize];
+    assert_eq!(
+        common::client::create_topic_assigned(&addr, "t", 0, 0, &replicas, &[]),
+        0
+    );
+    c.wait_for(
+        "every partition led by 1 with all three in sync",
+        Duration::from_secs(30),
+        |c| {
+            (0..PARTITIONS).all(|p| {
+                c.partition_state("t", p)
+                    .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+            })
+        },
+    );
+    // acks=all: each record is acknowledged once both followers have fetched it.
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            produce(&addr, "t", p, &[p as i64], -1, Duration::from_secs(10)),
+            Ok(0),
+            "partition {p}"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+
+    let before = traffic_at(port);
+    assert!(
+        before.len() <= 4,
+        "two followers of {PARTITIONS} partitions should hold one connection each to their \
+         leader, found {}: {before:?}",
+        before.len()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let after = traffic_at(port);
+    let idle: u64 = after
+        .iter()
+        .filter_map(|(peer, bytes)| Some(bytes - before.get(peer)?))
+        .sum();
+    // Without a session each follower's request would name all 40 partitions and each answer
+    // carry all 40, four times a second: over 100 KB in these 3 s. With one, an idle round trip
+    // is its headers alone.
+    assert!(
+        idle < 20_000,
+        "{idle} bytes in 3 s of idle replication of {PARTITIONS} partitions: {before:?} -> {after:?}"
+    );
+    for p in [0, PARTITIONS - 1] {
+        assert_eq!(
+            c.partition_state("t", p).map(|(_, _, isr)| isr.len()),
+            Some(3),
+            "partition {p} stays in sync while idle"
+        );
+    }
 }

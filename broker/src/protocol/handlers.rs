@@ -490,7 +490,7 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchRe
         Ok(s) => s,
         Err(code) => return refused(code),
     };
-    // Sessionless fetches, every follower's and librdkafka's, never take the sessions' lock.
+    // Sessionless fetches (librdkafka's, our clients') never take the sessions' lock.
     let sessions = || {
         broker
             .fetch_sessions

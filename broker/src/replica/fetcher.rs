@@ -1,28 +1,36 @@
-//! The follower fetcher of one partition replica. Before fetching from a new leader or epoch it
-//! reconciles its log by leader epoch (OffsetsForLeaderEpoch, KIP-101/279), then fetches with its
-//! last fetched epoch so the leader can answer with a diverging epoch (KIP-595) instead of
-//! records, and truncates again when told to. It never truncates below what the leader's
-//! epochs justify — unless the `hw-truncation` bug is injected.
+//! The follower fetchers, one per leader broker, as Kafka's replica fetcher threads: each fetches
+//! every partition this broker follows on that leader in one request, within an incremental fetch
+//! session (KIP-227, [`super::session`]), so that idle partitions cost nothing. Before fetching a
+//! partition from a new leader or epoch it reconciles its log by leader epoch
+//! (OffsetsForLeaderEpoch, KIP-101/279), then fetches with its last fetched epoch so the leader
+//! can answer with a diverging epoch (KIP-595) instead of records, and truncates again when told
+//! to. It never truncates below what the leader's epochs justify — unless the `hw-truncation`
+//! bug is injected. One partition's error holds back that partition only.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use futures::FutureExt;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest,
+    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
 };
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use super::client::KafkaConnection;
+use super::session::{FollowerSession, NextFetch, PartitionKey, Wanted};
 use crate::partition::Partition;
-use crate::pause::sleep_or_cancel;
 use crate::tiered::follower::{start_from_remote, RemoteStart, TieredFollower};
 
 /// What a follower fetcher needs of its broker, and nothing more.
@@ -61,97 +69,372 @@ enum Step {
     Continue,
     /// The leader fenced us or the epoch moved on: wait for new metadata.
     Stop,
-    /// The leader has not adopted our epoch yet: ask again shortly on the same connection.
+    /// The leader has not adopted our epoch yet: ask again shortly.
     Retry,
-    Reconnect,
+    /// Something went wrong with this partition: ask again after the backoff.
+    Backoff,
 }
 
-/// Runs until `cancel` fires or the leader fences this fetcher.
-pub async fn run(
-    ctx: FollowerContext,
+/// This broker's follower fetchers, by leader broker.
+#[derive(Default)]
+pub struct ReplicaFetchers {
+    leaders: Mutex<HashMap<i32, Arc<LeaderFetcher>>>,
+}
+
+/// The partitions one fetcher fetches from its leader.
+struct LeaderFetcher {
+    members: Mutex<Members>,
+    /// Notified when a partition joins, so a fetch in progress does not hold it up.
+    joined: Notify,
+}
+
+struct Members {
+    address: String,
+    partitions: BTreeMap<PartitionKey, Member>,
+    next_id: u64,
+}
+
+#[derive(Clone)]
+struct Member {
     partition: Arc<Partition>,
     target: FetchTarget,
+    /// Cancelled when the replica stops following in this epoch (see `Partition::fetcher`).
     cancel: CancellationToken,
-) {
-    info!(topic = ?partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
-    let client_id = format!("replica-{}", ctx.node_id);
-    loop {
-        let conn = tokio::select! {
-            _ = cancel.cancelled() => return,
-            c = KafkaConnection::connect(&target.address, RPC_TIMEOUT, &client_id) => c,
+    /// Tells this membership from a later one of the same partition.
+    id: u64,
+}
+
+impl ReplicaFetchers {
+    /// Makes `partition` follow `target` until `cancel` fires or the leader fences it, on the
+    /// fetcher of `target.leader` (started on first use).
+    pub fn follow(
+        &self,
+        ctx: FollowerContext,
+        partition: Arc<Partition>,
+        target: FetchTarget,
+        cancel: CancellationToken,
+    ) {
+        info!(topic = ?partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
+        let fetcher = {
+            let mut leaders = self.leaders.lock().unwrap_or_else(|p| p.into_inner());
+            leaders
+                .entry(target.leader)
+                .or_insert_with(|| {
+                    let fetcher = Arc::new(LeaderFetcher {
+                        members: Mutex::new(Members {
+                            address: target.address.clone(),
+                            partitions: BTreeMap::new(),
+                            next_id: 0,
+                        }),
+                        joined: Notify::new(),
+                    });
+                    tokio::spawn(run(ctx, fetcher.clone()));
+                    fetcher
+                })
+                .clone()
         };
-        let mut conn = match conn {
-            Ok(c) => c,
-            Err(e) => {
-                debug!(topic = ?partition.topic, partition = partition.index, "cannot reach leader {}: {e}", target.leader);
-                if sleep_or_cancel(&cancel, BACKOFF).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        let mut retries = 0;
-        loop {
-            let step = tokio::select! {
-                _ = cancel.cancelled() => return,
-                s = one_round(&ctx, &partition, &target, &mut conn) => s,
+        {
+            let mut members = fetcher.lock();
+            members.address = target.address.clone();
+            members.next_id += 1;
+            let member = Member {
+                partition: partition.clone(),
+                target,
+                cancel,
+                id: members.next_id,
             };
-            match step {
-                Ok(Step::Continue) => retries = 0,
-                Ok(Step::Stop) => return,
-                Ok(Step::Retry) => {
-                    retries += 1;
-                    let wait = if retries > NEW_EPOCH_RETRIES {
-                        BACKOFF
-                    } else {
-                        NEW_EPOCH_RETRY
-                    };
-                    if sleep_or_cancel(&cancel, wait).await {
-                        return;
-                    }
+            members
+                .partitions
+                .insert((partition.topic.clone(), partition.index), member);
+        }
+        fetcher.joined.notify_one();
+    }
+}
+
+impl LeaderFetcher {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.members.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The leader's address and the partitions still following it, in order; cancelled ones
+    /// leave.
+    fn current(&self) -> (String, Vec<(PartitionKey, Member)>) {
+        let mut members = self.lock();
+        members.partitions.retain(|_, m| !m.cancel.is_cancelled());
+        let list = members
+            .partitions
+            .iter()
+            .map(|(k, m)| (k.clone(), m.clone()))
+            .collect();
+        (members.address.clone(), list)
+    }
+
+    /// Takes `key` out, unless it joined again since `id`.
+    fn leave(&self, key: &PartitionKey, id: u64) {
+        let mut members = self.lock();
+        if members.partitions.get(key).is_some_and(|m| m.id == id) {
+            members.partitions.remove(key);
+        }
+    }
+}
+
+/// When a partition held back is fetched again, and how many quick retries it has had.
+#[derive(Clone, Copy)]
+struct HeldBack {
+    until: Instant,
+    retries: u32,
+}
+
+/// One fetcher's loop: connect to the leader, reconcile the partitions that need it, fetch the
+/// others in one request, apply each answer. Idle (no connection) while no partition follows
+/// the leader.
+async fn run(ctx: FollowerContext, fetcher: Arc<LeaderFetcher>) {
+    let client_id = format!("replica-{}", ctx.node_id);
+    let mut conn: Option<(String, KafkaConnection)> = None;
+    let mut session = FollowerSession::default();
+    let mut held: HashMap<PartitionKey, HeldBack> = HashMap::new();
+    loop {
+        // A join before this look at the members needs no new fetch: its notice is spent here.
+        let _ = fetcher.joined.notified().now_or_never();
+        let (address, members) = fetcher.current();
+        held.retain(|k, _| members.binary_search_by(|(m, _)| m.cmp(k)).is_ok());
+        if members.is_empty() {
+            conn = None;
+            fetcher.joined.notified().await;
+            continue;
+        }
+        if conn.as_ref().is_none_or(|(a, _)| *a != address) {
+            session.failed(None);
+            match KafkaConnection::connect(&address, RPC_TIMEOUT, &client_id).await {
+                Ok(c) => conn = Some((address.clone(), c)),
+                Err(e) => {
+                    debug!(%address, "cannot reach the leader: {e}");
+                    conn = None;
+                    wait_or_join(&fetcher, BACKOFF).await;
+                    continue;
                 }
-                Ok(Step::Reconnect) | Err(_) => {
-                    if let Err(e) = step {
-                        debug!(topic = ?partition.topic, partition = partition.index, "fetch from {} failed: {e}", target.leader);
-                    }
-                    if sleep_or_cancel(&cancel, BACKOFF).await {
-                        return;
-                    }
-                    break;
-                }
+            }
+        }
+        let Some((_, c)) = conn.as_mut() else {
+            continue;
+        };
+        match round(&ctx, &fetcher, &members, &mut held, &mut session, c).await {
+            Ok(Round::Done) => {}
+            Ok(Round::Idle(until)) => {
+                wait_or_join(&fetcher, until.saturating_duration_since(Instant::now())).await
+            }
+            Ok(Round::Joined) => {
+                // The fetch in progress would hold the newcomer up to its wait: ask again at
+                // once on a new connection (the next full fetch closes this session).
+                conn = None;
+                session.failed(None);
+            }
+            Err(e) => {
+                debug!(%address, "fetching from the leader failed: {e}");
+                conn = None;
+                session.failed(None);
+                wait_or_join(&fetcher, BACKOFF).await;
             }
         }
     }
 }
 
-async fn one_round(
+async fn wait_or_join(fetcher: &LeaderFetcher, d: Duration) {
+    tokio::select! {
+        _ = fetcher.joined.notified() => {}
+        _ = tokio::time::sleep(d) => {}
+    }
+}
+
+enum Round {
+    Done,
+    /// Nothing to fetch before this instant.
+    Idle(Instant),
+    /// A partition joined while the fetch waited.
+    Joined,
+}
+
+async fn round(
+    ctx: &FollowerContext,
+    fetcher: &LeaderFetcher,
+    members: &[(PartitionKey, Member)],
+    held: &mut HashMap<PartitionKey, HeldBack>,
+    session: &mut FollowerSession,
+    conn: &mut KafkaConnection,
+) -> anyhow::Result<Round> {
+    let now = Instant::now();
+    let mut wanted = BTreeMap::new();
+    let mut reconciled = false;
+    for (key, m) in members {
+        if held.get(key).is_some_and(|h| h.until > now) || m.cancel.is_cancelled() {
+            continue;
+        }
+        let p = &m.partition;
+        if p.needs_truncation() {
+            let step = reconcile(ctx, p, &m.target, conn).await?;
+            settle(fetcher, held, key, m, step);
+            reconciled = true;
+            continue;
+        }
+        let (fetch_offset, last_fetched_epoch, log_start_offset) = p.follower_fetch_position();
+        let w = Wanted {
+            fetch_offset,
+            current_leader_epoch: m.target.leader_epoch,
+            last_fetched_epoch,
+            log_start_offset,
+        };
+        wanted.insert(key.clone(), w);
+    }
+    let next_held = held.values().map(|h| h.until).min();
+    if wanted.is_empty() && reconciled {
+        return Ok(Round::Done);
+    }
+    if wanted.is_empty() {
+        return Ok(Round::Idle(
+            next_held.unwrap_or(now + Duration::from_millis(FETCH_MAX_WAIT_MS as u64)),
+        ));
+    }
+    // A partition held back for a quick retry is not kept waiting by the others' long poll.
+    let max_wait = next_held.map_or(FETCH_MAX_WAIT_MS, |t| {
+        (t.saturating_duration_since(now).as_millis() as i32).clamp(0, FETCH_MAX_WAIT_MS)
+    });
+    let next = session.next_fetch(&wanted);
+    let req = fetch_request(ctx, &next, wanted.len(), max_wait);
+    let resp = tokio::select! {
+        r = conn.call(12, &req) => r?,
+        _ = fetcher.joined.notified() => return Ok(Round::Joined),
+    };
+    if let Some(code) = ResponseError::try_from_code(resp.error_code) {
+        session.failed(Some(resp.error_code));
+        anyhow::bail!("fetch refused: {code}");
+    }
+    session.answered(resp.session_id, wanted);
+    let mut appended = false;
+    for topic in &resp.responses {
+        for pd in &topic.partitions {
+            let key = (topic.topic.0.to_string(), pd.partition_index);
+            let Ok(at) = members.binary_search_by(|(k, _)| k.cmp(&key)) else {
+                continue;
+            };
+            let m = &members[at].1;
+            if m.cancel.is_cancelled() {
+                continue;
+            }
+            let step = apply(ctx, &m.partition, &m.target, conn, pd, &mut appended).await?;
+            settle(fetcher, held, &key, m, step);
+        }
+    }
+    if appended {
+        ctx.data_changed.send_modify(|g| *g = g.wrapping_add(1));
+    }
+    Ok(Round::Done)
+}
+
+/// Acts on a partition's step: it leaves the fetcher, is held back, or goes on.
+fn settle(
+    fetcher: &LeaderFetcher,
+    held: &mut HashMap<PartitionKey, HeldBack>,
+    key: &PartitionKey,
+    m: &Member,
+    step: Step,
+) {
+    let now = Instant::now();
+    match step {
+        Step::Continue => {
+            held.remove(key);
+        }
+        Step::Stop => {
+            held.remove(key);
+            fetcher.leave(key, m.id);
+        }
+        Step::Retry => {
+            let retries = held.get(key).map_or(0, |h| h.retries) + 1;
+            let wait = if retries > NEW_EPOCH_RETRIES {
+                BACKOFF
+            } else {
+                NEW_EPOCH_RETRY
+            };
+            held.insert(
+                key.clone(),
+                HeldBack {
+                    until: now + wait,
+                    retries,
+                },
+            );
+        }
+        Step::Backoff => {
+            held.insert(
+                key.clone(),
+                HeldBack {
+                    until: now + BACKOFF,
+                    retries: 0,
+                },
+            );
+        }
+    }
+}
+
+fn fetch_request(
+    ctx: &FollowerContext,
+    next: &NextFetch,
+    partitions: usize,
+    max_wait_ms: i32,
+) -> FetchRequest {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for ((topic, index), w) in &next.send {
+        let fp = FetchPartition::default()
+            .with_partition(*index)
+            .with_current_leader_epoch(w.current_leader_epoch)
+            .with_fetch_offset(w.fetch_offset)
+            .with_last_fetched_epoch(w.last_fetched_epoch)
+            .with_log_start_offset(w.log_start_offset)
+            .with_partition_max_bytes(ctx.fetch_max_bytes);
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == topic => t.partitions.push(fp),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(vec![fp]),
+            ),
+        }
+    }
+    let mut forgotten: Vec<ForgottenTopic> = Vec::new();
+    for (topic, index) in &next.forget {
+        match forgotten.last_mut() {
+            Some(t) if t.topic.0.as_str() == topic => t.partitions.push(*index),
+            _ => forgotten.push(
+                ForgottenTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(vec![*index]),
+            ),
+        }
+    }
+    let total = (ctx.fetch_max_bytes as i64 * partitions.max(1) as i64).min(i32::MAX as i64);
+    FetchRequest::default()
+        .with_replica_id(BrokerId(ctx.node_id))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(total as i32)
+        .with_session_id(next.session_id)
+        .with_session_epoch(next.session_epoch)
+        .with_topics(topics)
+        .with_forgotten_topics_data(forgotten)
+}
+
+fn topic_name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_string()))
+}
+
+/// Applies a partition's answer: records appended, a truncation after a diverging epoch, a
+/// start from the leader's log start or the remote store, or an error.
+async fn apply(
     ctx: &FollowerContext,
     p: &Partition,
     target: &FetchTarget,
     conn: &mut KafkaConnection,
+    pd: &PartitionData,
+    appended: &mut bool,
 ) -> anyhow::Result<Step> {
-    if p.needs_truncation() {
-        return reconcile(ctx, p, target, conn).await;
-    }
-    let (fetch_offset, last_epoch, log_start) = p.follower_fetch_position();
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(ctx.node_id))
-        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
-        .with_min_bytes(1)
-        .with_max_bytes(ctx.fetch_max_bytes)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(p.topic_name())
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(p.index)
-                .with_current_leader_epoch(target.leader_epoch)
-                .with_fetch_offset(fetch_offset)
-                .with_last_fetched_epoch(last_epoch)
-                .with_log_start_offset(log_start)
-                .with_partition_max_bytes(ctx.fetch_max_bytes)])]);
-    let resp = conn.call(12, &req).await?;
-    let Some(pd) = resp.responses.first().and_then(|t| t.partitions.first()) else {
-        anyhow::bail!("fetch response without the partition");
-    };
     match ResponseError::try_from_code(pd.error_code) {
         None => {}
         Some(ResponseError::FencedLeaderEpoch) => {
@@ -167,13 +450,13 @@ async fn one_round(
                     start_from_remote(tiered, ctx.node_id, p, target.leader_epoch, conn, moved);
                 match start.await? {
                     RemoteStart::Started => return Ok(Step::Continue),
-                    RemoteStart::Retry => return Ok(Step::Reconnect),
+                    RemoteStart::Retry => return Ok(Step::Backoff),
                     RemoteStart::Left => return Ok(Step::Stop),
                     RemoteStart::NotApplicable => {}
                 }
             }
             if moved {
-                return Ok(Step::Reconnect);
+                return Ok(Step::Backoff);
             }
             return out_of_range(ctx, p, target, conn).await;
         }
@@ -182,7 +465,7 @@ async fn one_round(
         }
         Some(code) => {
             debug!(topic = ?p.topic, partition = p.index, "fetch error {code}");
-            return Ok(Step::Reconnect);
+            return Ok(Step::Backoff);
         }
     }
     if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
@@ -206,7 +489,7 @@ async fn one_round(
     )? {
         return Ok(Step::Stop);
     }
-    ctx.data_changed.send_modify(|g| *g = g.wrapping_add(1));
+    *appended = true;
     Ok(Step::Continue)
 }
 
@@ -245,7 +528,7 @@ async fn reconcile(
         Some(ResponseError::UnknownLeaderEpoch | ResponseError::NotLeaderOrFollower) => {
             return Ok(Step::Retry)
         }
-        Some(_) => return Ok(Step::Reconnect),
+        Some(_) => return Ok(Step::Backoff),
     }
     let Some(complete) =
         p.truncate_by_epoch(e.leader_epoch, e.end_offset, Some(target.leader_epoch))?
@@ -279,7 +562,7 @@ async fn out_of_range(
             anyhow::bail!("ListOffsets response without the partition");
         };
         if r.error_code != 0 {
-            return Ok(Step::Reconnect);
+            return Ok(Step::Backoff);
         }
         offsets.push(r.offset);
     }
