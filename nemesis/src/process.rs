@@ -303,10 +303,11 @@ fn handoff(
 /// Cuts a partition's leader off from every other node on the brokers' listeners, where
 /// followers fetch (the controllers' quorum keeps its port, so the leader stays leader and its
 /// ISR shrinks to itself while clients go on writing to it), waits until it is alone in the ISR
-/// and a little longer (or no longer leads), kills it, and heals the cut. A leader whose followers have fallen
-/// behind, then crashing: its successor comes from the replicas that fell behind (KIP-966's
-/// eligible leader replicas, or the ISR if it never shrank), so nothing acknowledged may have
-/// been acknowledged without them.
+/// and a little longer, kills it, and heals the cut (a leadership that moves first takes the
+/// cut along, once; after a second move the node cut is killed as it is). A leader whose
+/// followers have fallen behind, then crashing: its successor comes from the replicas that fell
+/// behind (KIP-966's eligible leader replicas, or the ISR if it never shrank), so nothing
+/// acknowledged may have been acknowledged without them.
 fn strand(
     env: &mut Env<'_>,
     at: Option<(String, i32)>,
@@ -318,7 +319,7 @@ fn strand(
         Some(at) => at,
         None => partition_with_isr(env, 2)?,
     };
-    let leader = match killed {
+    let mut leader = match killed {
         Some(l) => l,
         None => ClusterView::read(env.cx)
             .map_err(Failed::from_error)?
@@ -326,44 +327,63 @@ fn strand(
             .and_then(|p| p.leader.clone())
             .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?,
     };
+    env.node(&leader)?;
     let alone_ms = env.rng.random_range(ALONE_MS);
-    let node = env.node(&leader)?;
     let ports = env.listener_ports();
-    let grudge = crate::grudge::isolate(&env.names(), std::slice::from_ref(&leader));
-    let mut record = json!({"topic": topic, "partition": partition, "nodes": [leader],
-                            "killed": leader, "ports": ports});
-    env.cx
-        .net
-        .drop_on_ports(env.cx.nodes, &grudge, &ports)
-        .map_err(|e| Failed {
-            done: json!({"topic": topic, "partition": partition}),
-            error: format!("cutting {leader} off: {e:#}"),
-        })?;
-    let cut = Instant::now();
-    let hold = match cut_ms {
-        Some(ms) => Duration::from_millis(ms),
-        None => {
-            // Alone in its ISR, it goes on serving a while; a leadership gone elsewhere (a
-            // controller moved it) leaves nothing to wait for.
-            let mut moved = false;
-            while cut.elapsed() < STRAND_MAX {
-                if let Some(p) = ClusterView::read(env.cx)
-                    .ok()
-                    .and_then(|v| v.partition(&topic, partition).cloned())
-                {
-                    if p.isr == [leader.clone()] {
-                        break;
-                    }
-                    if p.leader.as_ref().is_some_and(|l| *l != leader) {
-                        moved = true;
-                        break;
-                    }
+    let mut moved_from: Option<String> = None;
+    let (cut, hold) = loop {
+        let grudge = crate::grudge::isolate(&env.names(), std::slice::from_ref(&leader));
+        env.cx
+            .net
+            .drop_on_ports(env.cx.nodes, &grudge, &ports)
+            .map_err(|e| Failed {
+                done: json!({"topic": topic, "partition": partition}),
+                error: format!("cutting {leader} off: {e:#}"),
+            })?;
+        let cut = Instant::now();
+        if let Some(ms) = cut_ms {
+            break (cut, Duration::from_millis(ms));
+        }
+        // Alone in its ISR, it goes on serving a while. A leadership gone elsewhere (a
+        // controller moved it, or the view read before cutting was behind) moves the cut to
+        // the new leader, once; after that there is nothing to wait for.
+        let mut moved = None;
+        while cut.elapsed() < STRAND_MAX {
+            if let Some(p) = ClusterView::read(env.cx)
+                .ok()
+                .and_then(|v| v.partition(&topic, partition).cloned())
+            {
+                if p.isr == [leader.clone()] {
+                    break;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                if let Some(other) = p.leader.filter(|l| *l != leader) {
+                    moved = Some(other);
+                    break;
+                }
             }
-            cut.elapsed() + Duration::from_millis(if moved { 0 } else { alone_ms })
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        match moved {
+            Some(other) if moved_from.is_none() && env.node(&other).is_ok() => {
+                if let Err(e) = env.cx.net.heal(env.cx.nodes) {
+                    return Err(Failed {
+                        done: json!({"topic": topic, "partition": partition}),
+                        error: format!("healing the cut of {leader}: {e:#}"),
+                    });
+                }
+                moved_from = Some(std::mem::replace(&mut leader, other));
+                continue;
+            }
+            Some(_) => break (cut, cut.elapsed()),
+            None => break (cut, cut.elapsed() + Duration::from_millis(alone_ms)),
         }
     };
+    let node = env.node(&leader)?;
+    let mut record = json!({"topic": topic, "partition": partition, "nodes": [leader],
+                            "killed": leader, "ports": ports});
+    if let Some(first) = &moved_from {
+        record["moved_from"] = json!(first);
+    }
     std::thread::sleep(hold.saturating_sub(cut.elapsed()));
     if let Ok(v) = ClusterView::read(env.cx) {
         if let Some(p) = v.partition(&topic, partition) {
