@@ -322,6 +322,10 @@ async fn round(
             }
             let step = apply(ctx, &m.partition, &m.target, conn, pd, &mut appended).await?;
             settle(fetcher, held, &key, m, step);
+            // A partition's append is synchronous disk work: let the broker's other tasks
+            // (heartbeats, the controller, client requests) in between, as separate fetchers
+            // per partition would.
+            tokio::task::yield_now().await;
         }
     }
     if appended {
