@@ -18,11 +18,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tidemark_harness::client::{Client, ClientContext};
 use tidemark_harness::generator::{self, Context, Generator, Next, Rng, Worker};
+use tidemark_harness::kafka::Connection;
 use tidemark_harness::mirror::MirrorState;
 use tidemark_harness::op::{Completion, Invocation, Op, OpType, Outcome};
 use tidemark_harness::workload::{SetupContext, Workload};
 
-use crate::queue::{create_topics, Drain, QueueClient, QueueGen, QueueOptions};
+use crate::queue::{create_topics, wait_for_brokers, Drain, QueueClient, QueueGen, QueueOptions};
 
 /// How long setup waits for B's partitions to mirror.
 const MIRRORING_WITHIN: std::time::Duration = std::time::Duration::from_secs(25);
@@ -105,6 +106,18 @@ impl Workload for MirrorWorkload {
                 .ok_or_else(|| anyhow::anyhow!("the database cannot mirror clusters"))?;
             let q = &self.options.queue;
             create_topics(a, q).await?;
+            // The mirror creates B's topics with the source's replication factor, capped at the
+            // brokers B has registered: all of them must have.
+            let mut conn =
+                Connection::connect(b.dialer.clone(), b.nodes[0].addr, b.timeout).await?;
+            let brokers = wait_for_brokers(&mut conn, q.replication_factor as usize).await?;
+            if brokers < q.replication_factor as usize {
+                anyhow::bail!(
+                    "cluster {} reports {brokers} broker(s), fewer than the replication factor {}",
+                    b.cluster,
+                    q.replication_factor
+                );
+            }
             let (ab, ba) = (
                 mirror_name(&a.cluster, &b.cluster),
                 mirror_name(&b.cluster, &a.cluster),

@@ -192,20 +192,28 @@ impl Workload for Queue {
     }
 }
 
+/// Waits until the cluster of `conn` reports `wanted` brokers, or five seconds; returns how many
+/// it reports. A broker listens before it registers with the controller, and topics created
+/// before all have registered would be placed on fewer.
+pub async fn wait_for_brokers(conn: &mut Connection, wanted: usize) -> anyhow::Result<usize> {
+    let mut brokers = 0;
+    for attempt in 0.. {
+        brokers = conn.metadata(Some(&[])).await?.brokers.len();
+        if brokers >= wanted || attempt == 50 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(brokers)
+}
+
 /// Waits until the cluster reports enough brokers for the replication factor, creates the
 /// topics through the first node, and waits until every replica of every partition knows its
 /// leader. The caller bounds the time.
 pub async fn create_topics(cx: &ClientContext, o: &QueueOptions) -> anyhow::Result<()> {
     let first = &cx.nodes[0];
     let mut conn = Connection::connect(cx.dialer.clone(), first.addr, cx.timeout).await?;
-    let mut brokers = 0;
-    for attempt in 0.. {
-        brokers = conn.metadata(Some(&[])).await?.brokers.len();
-        if brokers >= o.replication_factor as usize || attempt == 50 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let brokers = wait_for_brokers(&mut conn, o.replication_factor as usize).await?;
     for t in &o.topics {
         let code = conn
             .create_topic_with(t, o.partitions, o.replication_factor, &o.topic_configs)
