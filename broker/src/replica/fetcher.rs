@@ -24,9 +24,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, error, info};
 
 use super::client::KafkaConnection;
 use super::session::{FollowerSession, NextFetch, PartitionKey, Wanted};
@@ -78,8 +79,11 @@ enum Step {
 /// This broker's follower fetchers, by leader broker.
 #[derive(Default)]
 pub struct ReplicaFetchers {
-    leaders: Mutex<HashMap<i32, Arc<LeaderFetcher>>>,
+    leaders: Mutex<HashMap<i32, RunningFetcher>>,
 }
+
+/// A leader's fetcher and the task running its loop.
+type RunningFetcher = (Arc<LeaderFetcher>, JoinHandle<()>);
 
 /// The partitions one fetcher fetches from its leader.
 struct LeaderFetcher {
@@ -117,21 +121,27 @@ impl ReplicaFetchers {
         info!(topic = ?partition.topic, partition = partition.index, leader = target.leader, epoch = target.leader_epoch, "following");
         let fetcher = {
             let mut leaders = self.leaders.lock().unwrap_or_else(|p| p.into_inner());
-            leaders
-                .entry(target.leader)
-                .or_insert_with(|| {
-                    let fetcher = Arc::new(LeaderFetcher {
-                        members: Mutex::new(Members {
-                            address: target.address.clone(),
-                            partitions: BTreeMap::new(),
-                            next_id: 0,
-                        }),
-                        joined: Notify::new(),
-                    });
-                    tokio::spawn(run(ctx, fetcher.clone()));
-                    fetcher
-                })
-                .clone()
+            let (fetcher, task) = leaders.entry(target.leader).or_insert_with(|| {
+                let fetcher = Arc::new(LeaderFetcher {
+                    members: Mutex::new(Members {
+                        address: target.address.clone(),
+                        partitions: BTreeMap::new(),
+                        next_id: 0,
+                    }),
+                    joined: Notify::new(),
+                });
+                let task = tokio::spawn(run(ctx.clone(), fetcher.clone()));
+                (fetcher, task)
+            });
+            if task.is_finished() {
+                // Only a panic ends the loop: its partitions would follow no one.
+                error!(
+                    leader = target.leader,
+                    "a follower fetcher stopped; starting another"
+                );
+                *task = tokio::spawn(run(ctx, fetcher.clone()));
+            }
+            fetcher.clone()
         };
         {
             let mut members = fetcher.lock();
