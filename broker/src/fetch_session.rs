@@ -32,7 +32,8 @@ pub struct PartitionKey {
     pub partition: i32,
 }
 
-/// What the client asked for a partition.
+/// What a fetch asks of a partition: kept by the broker's sessions, and by a follower's
+/// (`replica::session`) to tell which partitions changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wanted {
     pub fetch_offset: i64,

@@ -292,6 +292,7 @@ async fn round(
             current_leader_epoch: m.target.leader_epoch,
             last_fetched_epoch,
             log_start_offset,
+            partition_max_bytes: ctx.fetch_max_bytes,
         };
         wanted.insert(key.clone(), w);
     }
@@ -402,7 +403,7 @@ fn fetch_request(
             .with_fetch_offset(w.fetch_offset)
             .with_last_fetched_epoch(w.last_fetched_epoch)
             .with_log_start_offset(w.log_start_offset)
-            .with_partition_max_bytes(ctx.fetch_max_bytes);
+            .with_partition_max_bytes(w.partition_max_bytes);
         match topics.last_mut() {
             Some(t) if t.topic.0.as_str() == topic => t.partitions.push(fp),
             _ => topics.push(

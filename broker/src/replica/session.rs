@@ -9,18 +9,10 @@
 use std::collections::BTreeMap;
 
 use crate::errors;
+pub use crate::fetch_session::Wanted;
 
 /// A partition of the fetcher: topic name and index.
 pub type PartitionKey = (String, i32);
-
-/// What a fetch asks of one partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Wanted {
-    pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-    pub log_start_offset: i64,
-}
 
 /// The session fields and partitions of the next request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +110,7 @@ mod tests {
             current_leader_epoch: 3,
             last_fetched_epoch: 2,
             log_start_offset: 0,
+            partition_max_bytes: 1 << 20,
         }
     }
 
