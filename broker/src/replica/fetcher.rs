@@ -296,7 +296,9 @@ async fn round(
         };
         wanted.insert(key.clone(), w);
     }
-    let next_held = held.values().map(|h| h.until).min();
+    // Only holds still running: a partition asked again after its hold keeps its retry count,
+    // and an answer without news for it (left out of an incremental response) does not clear it.
+    let next_held = held.values().map(|h| h.until).filter(|t| *t > now).min();
     if wanted.is_empty() && reconciled {
         return Ok(Round::Done);
     }
