@@ -65,6 +65,24 @@ fn nft_drop_commands(peers: &[IpAddr], ports: &[u16], verdict: &str) -> String {
             .collect();
         (!ips.is_empty()).then(|| format!("{{ {} }}", ips.join(", ")))
     };
+    let chains = chains("loss", [set(true), set(false)], ports, verdict, "");
+    format!(
+        "{}; printf '%s\\n' {} | nft -f -",
+        nft_remove(),
+        escape(&chains)
+    )
+}
+
+/// The ruleset of the base chains `{name}_in` and `{name}_out` of the table [`NFT_TABLE`]
+/// applying `verdict` to traffic with the peers `v4` and `v6` match (a literal set or a named
+/// one), to or from `ports` if any; `sets` declares what the rules name.
+fn chains(
+    name: &str,
+    [v4, v6]: [Option<String>; 2],
+    ports: &[u16],
+    verdict: &str,
+    sets: &str,
+) -> String {
     let port_set = format!(
         "{{ {} }}",
         ports
@@ -84,8 +102,8 @@ fn nft_drop_commands(peers: &[IpAddr], ports: &[u16], verdict: &str) -> String {
     };
     let mut rules_in = Vec::new();
     let mut rules_out = Vec::new();
-    for (family, v4) in [("ip", true), ("ip6", false)] {
-        if let Some(s) = set(v4) {
+    for (family, peers) in [("ip", v4), ("ip6", v6)] {
+        if let Some(s) = peers {
             for ports in &port_matches {
                 rules_in.push(format!("{family} saddr {s} {ports}{verdict};"));
                 rules_out.push(format!("{family} daddr {s} {ports}{verdict};"));
@@ -93,19 +111,62 @@ fn nft_drop_commands(peers: &[IpAddr], ports: &[u16], verdict: &str) -> String {
         }
     }
     // nft wants each chain on lines of its own.
-    let ruleset = format!(
-        "table inet {NFT_TABLE} {{\n\
-         chain loss_in {{\ntype filter hook input priority -5; policy accept;\n{}\n}}\n\
-         chain loss_out {{\ntype filter hook output priority -5; policy accept;\n{}\n}}\n}}",
+    format!(
+        "table inet {NFT_TABLE} {{\n{sets}\
+         chain {name}_in {{\ntype filter hook input priority -5; policy accept;\n{}\n}}\n\
+         chain {name}_out {{\ntype filter hook output priority -5; policy accept;\n{}\n}}\n}}",
         rules_in.join("\n"),
         rules_out.join("\n")
-    );
-    format!(
-        "{}; printf '%s\\n' {} | nft -f -",
-        nft_remove(),
-        escape(&ruleset)
     )
 }
+
+/// The commands that cap what `node` exchanges with `peers` to or from `ports` at
+/// `kbytes_per_s` each way for `ms` milliseconds. The peers are elements of nftables sets that
+/// time out, so the cap ends in the kernel on its own: nothing has to be there to lift it, and
+/// a test that ends meanwhile leaves nothing running. Replaces an earlier such cap.
+pub fn nft_expiring_cap_commands(
+    peers: &[IpAddr],
+    ports: &[u16],
+    kbytes_per_s: u32,
+    ms: u64,
+) -> String {
+    let elements = |v4: bool| -> Vec<String> {
+        peers
+            .iter()
+            .filter(|ip| ip.is_ipv4() == v4)
+            .map(|ip| format!("{ip} timeout {ms}ms"))
+            .collect()
+    };
+    let mut sets = String::new();
+    let mut named = [None, None];
+    for (i, (v4, ty)) in [(true, "ipv4_addr"), (false, "ipv6_addr")]
+        .into_iter()
+        .enumerate()
+    {
+        let elements = elements(v4);
+        if elements.is_empty() {
+            continue;
+        }
+        let set = format!("{CATCH_UP}{}", if v4 { 4 } else { 6 });
+        sets.push_str(&format!(
+            "set {set} {{\ntype {ty}; flags timeout;\nelements = {{ {} }}\n}}\n",
+            elements.join(", ")
+        ));
+        named[i] = Some(format!("@{set}"));
+    }
+    let verdict = format!("limit rate over {kbytes_per_s} kbytes/second drop");
+    let chains = chains(CATCH_UP, named, ports, &verdict, &sets);
+    let remove = format!(
+        "nft delete chain inet {NFT_TABLE} {CATCH_UP}_in 2>/dev/null; \
+         nft delete chain inet {NFT_TABLE} {CATCH_UP}_out 2>/dev/null; \
+         nft delete set inet {NFT_TABLE} {CATCH_UP}4 2>/dev/null; \
+         nft delete set inet {NFT_TABLE} {CATCH_UP}6 2>/dev/null; true"
+    );
+    format!("{remove}; printf '%s\\n' {} | nft -f -", escape(&chains))
+}
+
+/// The name of the chains and sets of a cap that ends on its own.
+const CATCH_UP: &str = "catch_up";
 
 /// Removes the nftables loss chains, if present.
 pub fn nft_remove() -> String {
@@ -192,6 +253,22 @@ pub fn cap_on_ports(
     remote::run(
         node.remote.as_ref(),
         &nft_rate_commands(peers, ports, kbytes_per_s),
+    )?;
+    Ok(())
+}
+
+/// Caps what `node` exchanges with `peers` to or from `ports` at `kbytes_per_s` each way for
+/// `ms` milliseconds, after which the cap is gone by itself (nftables set timeouts).
+pub fn cap_on_ports_for(
+    node: &Node,
+    peers: &[IpAddr],
+    ports: &[u16],
+    kbytes_per_s: u32,
+    ms: u64,
+) -> anyhow::Result<()> {
+    remote::run(
+        node.remote.as_ref(),
+        &nft_expiring_cap_commands(peers, ports, kbytes_per_s, ms),
     )?;
     Ok(())
 }
@@ -385,6 +462,36 @@ mod tests {
         }
         assert!(!cmd.contains("{ 10.211.0.12 } limit"), "{cmd}");
         assert!(cmd.contains("| nft -f -"), "{cmd}");
+    }
+
+    #[test]
+    fn a_cap_that_ends_by_itself_names_its_peers_in_sets_that_time_out() {
+        let peers = [
+            IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12)),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ];
+        let cmd = nft_expiring_cap_commands(&peers, &[9092], 2, 4500);
+        assert!(
+            cmd.starts_with("nft delete chain inet tidemark catch_up_in"),
+            "{cmd}"
+        );
+        for want in [
+            "set catch_up4 {",
+            "type ipv4_addr; flags timeout;",
+            "elements = { 10.211.0.12 timeout 4500ms }",
+            "set catch_up6 {",
+            "elements = { ::1 timeout 4500ms }",
+            "ip saddr @catch_up4 th sport { 9092 } limit rate over 2 kbytes/second drop;",
+            "ip daddr @catch_up4 th dport { 9092 } limit rate over 2 kbytes/second drop;",
+            "ip6 saddr @catch_up6 th dport { 9092 } limit rate over 2 kbytes/second drop;",
+            "chain catch_up_out {",
+        ] {
+            assert!(cmd.contains(want), "{want} in {cmd}");
+        }
+        // It leaves the loss chains alone.
+        assert!(!cmd.contains("loss_in"), "{cmd}");
+        let v4 = nft_expiring_cap_commands(&peers[..1], &[9092], 2, 4500);
+        assert!(!v4.contains("catch_up6 {"), "{v4}");
     }
 
     #[test]

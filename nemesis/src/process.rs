@@ -1,5 +1,5 @@
 //! Process faults through the database's [`Kill`] and [`Pause`] abilities: `kill` (SIGKILL) and
-//! `start`, `pause` (SIGSTOP) and `resume` (SIGCONT) on resolved targets, and `bounce`, which
+//! `start` (optionally with a slow catch-up: see [`CatchUp`]), `pause` (SIGSTOP) and `resume` (SIGCONT) on resolved targets, and `bounce`, which
 //! chases one partition's leadership like Kafka's `hard_bounce`: kill whoever leads, restart it
 //! at once, wait for the next election, and again, fast enough that a follower which has just
 //! truncated may lead before it catches up; and `handoff`, which kills a leader while freezing
@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use rand::seq::IndexedRandom;
 use rand::RngExt;
 use serde::Deserialize;
@@ -76,6 +77,39 @@ const STRAND_MAX: Duration = Duration::from_secs(8);
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
 const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
 
+/// The `catch_up` of a `start`: the restarted nodes' replication (the brokers' listeners, where
+/// followers fetch) is capped at `kbytes_per_s` each way for `ms`, and the cap then ends by
+/// itself. A node back from a crash has to fetch everything written while it was down; in a
+/// test's small cluster that takes one fetch, on a real one seconds to hours, and that window
+/// (a replica catching up, whether the ISR lets it in, whether a leader failure meanwhile can
+/// hand it leadership) is where replication bugs live. Absent fields are drawn when performed
+/// and recorded, so a replay caps the same.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatchUp {
+    #[serde(default)]
+    kbytes_per_s: Option<u32>,
+    #[serde(default)]
+    ms: Option<u64>,
+}
+
+/// Bandwidths (kB/s each way) a catching-up node gets when the op names none: below the few
+/// kB/s the workloads write, as a roll's caps.
+const CATCH_UP_KBYTES_PER_S: [u32; 3] = [1, 2, 4];
+
+/// How long a catch-up is capped when the op names no time: past the calm after the restart,
+/// so the next fault lands while the node still catches up.
+const CATCH_UP_MS: std::ops::RangeInclusive<u64> = 4000..=8000;
+
+/// The value of `start`: its targets and an optional slow catch-up.
+#[derive(Debug, Default, Deserialize)]
+struct StartValue {
+    #[serde(flatten)]
+    targets: TargetFields,
+    #[serde(default)]
+    catch_up: Option<CatchUp>,
+}
+
 /// An op's optional `topic` and `partition`, which go together.
 fn partition_of(
     topic: Option<String>,
@@ -95,6 +129,8 @@ fn partition_of(
 enum ProcessOp {
     /// `kill`, `start`, `pause` or `resume` on the targets.
     Signal(Signal, Targets),
+    /// `start` the targets, their replication capped a while.
+    StartCatchingUp(Targets, CatchUp),
     /// Chase a partition's leadership `times` times, or kill exactly `replay`, in order.
     Bounce {
         at: Option<(String, i32)>,
@@ -128,7 +164,17 @@ impl ProcessOp {
     fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
         let signal = match f {
             "kill" => Signal::Kill,
-            "start" => Signal::Start,
+            "start" => {
+                let v: StartValue = parse(value)?;
+                if v.catch_up.is_some_and(|c| c.kbytes_per_s == Some(0)) {
+                    return Err("field `catch_up.kbytes_per_s`: must be at least 1".into());
+                }
+                let targets = v.targets.targets(nodes, Some(NodeSpec::All))?;
+                return Ok(match v.catch_up {
+                    Some(c) => ProcessOp::StartCatchingUp(targets, c),
+                    None => ProcessOp::Signal(Signal::Start, targets),
+                });
+            }
             "pause" => Signal::Pause,
             "resume" => Signal::Resume,
             "bounce" => {
@@ -181,8 +227,8 @@ impl ProcessOp {
             }
             other => return Err(format!("the process fault does not perform {other:?}")),
         };
-        // Restarting and thawing default to every node.
-        let default = matches!(signal, Signal::Start | Signal::Resume).then_some(NodeSpec::All);
+        // Thawing defaults to every node, as restarting does.
+        let default = (signal == Signal::Resume).then_some(NodeSpec::All);
         let targets = parse::<TargetFields>(value)?.targets(nodes, default)?;
         Ok(ProcessOp::Signal(signal, targets))
     }
@@ -192,6 +238,7 @@ impl FaultOp for ProcessOp {
     fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         match *self {
             ProcessOp::Signal(signal, targets) => signal_nodes(env, signal, &targets),
+            ProcessOp::StartCatchingUp(targets, c) => start_catching_up(env, &targets, c),
             ProcessOp::Bounce { at, times, replay } => bounce(env, at, times, replay),
             ProcessOp::Handoff { at, killed, paused } => handoff(env, at, killed, paused),
             ProcessOp::Strand { at, killed, cut_ms } => strand(env, at, killed, cut_ms),
@@ -223,6 +270,47 @@ fn signal_nodes(env: &mut Env<'_>, signal: Signal, targets: &Targets) -> Result<
         }
     };
     let mut record = json!({ "nodes": sorted(done) });
+    if let Some(spec) = targets.spec_name() {
+        record["targets"] = json!(spec);
+    }
+    Failed::partly(record, &errors)
+}
+
+/// Caps the targets' replication as `c` says, then starts them: the cap is in force before
+/// their first fetch, and ends by itself.
+fn start_catching_up(env: &mut Env<'_>, targets: &Targets, c: CatchUp) -> Result<Value, Failed> {
+    let kbytes_per_s = match c.kbytes_per_s {
+        Some(k) => k,
+        None => *CATCH_UP_KBYTES_PER_S.choose(env.rng).expect("non-empty"),
+    };
+    let ms = match c.ms {
+        Some(ms) => ms,
+        None => env.rng.random_range(CATCH_UP_MS),
+    };
+    let nodes = env.resolve(targets)?;
+    let kill = env.kill()?;
+    let ports = env.listener_ports();
+    let ips: Vec<(String, std::net::IpAddr)> = env
+        .cx
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.ip))
+        .collect();
+    let (done, errors) = env.on_each(&nodes, |n| {
+        let peers: Vec<_> = ips
+            .iter()
+            .filter(|(m, _)| *m != n.name)
+            .map(|(_, ip)| *ip)
+            .collect();
+        // A node the cap failed on is started all the same, and the error recorded.
+        let capped = crate::loss::cap_on_ports_for(n, &peers, &ports, kbytes_per_s, ms);
+        kill.start(n)?;
+        capped.context("bandwidth cap")
+    });
+    let mut record = json!({
+        "nodes": sorted(done),
+        "catch_up": {"kbytes_per_s": kbytes_per_s, "ms": ms},
+    });
     if let Some(spec) = targets.spec_name() {
         record["targets"] = json!(spec);
     }
@@ -555,6 +643,33 @@ mod tests {
                 Targets::Nodes(vec!["n2".into()])
             ))
         );
+        // A start with a slow catch-up; what was drawn is recorded and replays as drawn.
+        assert_eq!(
+            parse("start", json!({"nodes": ["n3"], "catch_up": {}})),
+            Ok(ProcessOp::StartCatchingUp(
+                Targets::Nodes(vec!["n3".into()]),
+                CatchUp::default()
+            ))
+        );
+        let recorded = json!({"nodes": ["n3"], "catch_up": {"kbytes_per_s": 2, "ms": 5000}});
+        assert_eq!(
+            parse("start", recorded),
+            Ok(ProcessOp::StartCatchingUp(
+                Targets::Nodes(vec!["n3".into()]),
+                CatchUp {
+                    kbytes_per_s: Some(2),
+                    ms: Some(5000)
+                }
+            ))
+        );
+        let e = parse("start", json!({"catch_up": {"kbytes": 2}})).unwrap_err();
+        assert!(e.contains("unknown field `kbytes`"), "{e}");
+        let e = parse("start", json!({"catch_up": {"kbytes_per_s": 0}})).unwrap_err();
+        assert!(e.starts_with("field `catch_up.kbytes_per_s`"), "{e}");
+        let e = parse("start", json!({"catch_up": {"ms": "soon"}})).unwrap_err();
+        assert!(e.contains("invalid type"), "{e}");
+        let e = parse("start", json!({"nodes": ["n9"], "catch_up": {}})).unwrap_err();
+        assert!(e.contains("unknown node \"n9\""), "{e}");
         assert!(parse("kill", json!({})).is_err());
         assert!(parse("pause", json!([1])).is_err());
         let e = parse("kill", json!({"nodes": ["n1", "n7"]})).unwrap_err();
