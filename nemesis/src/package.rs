@@ -348,7 +348,13 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         Kind::Pause => (
             flip_flop(
                 move |rng| (op("pause", aimed("targets", &targets, rng)), true),
-                undo("resume"),
+                // Thawed, the node is behind and catches up slowly, as a killed one does.
+                |info: &Value| {
+                    op(
+                        "resume",
+                        json!({ "nodes": recorded_nodes(info), "catch_up": {} }),
+                    )
+                },
             ),
             Vec::new(),
             perf("pause", &["pause"], &["resume"], "#C5A0E9"),
@@ -834,7 +840,10 @@ mod tests {
         let first = p.cycle.next(&mut r);
         assert_eq!(first, op("pause", json!({"targets": "one"})));
         p.cycle.done(&json!({"nodes": ["n2"], "targets": "one"}));
-        assert_eq!(p.cycle.next(&mut r), op("resume", json!({"nodes": ["n2"]})));
+        assert_eq!(
+            p.cycle.next(&mut r),
+            op("resume", json!({"nodes": ["n2"], "catch_up": {}}))
+        );
         p.cycle.done(&json!({"nodes": ["n2"]}));
         assert_eq!(p.cycle.next(&mut r).f, "pause");
 
@@ -1102,7 +1111,9 @@ mod tests {
             assert_ne!(w[0], w[1]);
         }
         let resumes: Vec<&&Op> = invokes.iter().filter(|o| o.f == "resume").collect();
-        assert!(resumes.iter().all(|o| o.value == json!({"nodes": ["n1"]})));
+        assert!(resumes
+            .iter()
+            .all(|o| o.value == json!({"nodes": ["n1"], "catch_up": {}})));
         // A partition and a pause are never in force together; clock skew may overlap either.
         let (mut cut, mut paused, mut skewed_while_disrupted) = (false, false, 0);
         for f in &fs {

@@ -77,10 +77,11 @@ const STRAND_MAX: Duration = Duration::from_secs(8);
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
 const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
 
-/// The `catch_up` of a `start`: the restarted nodes' replication (the brokers' listeners, where
+/// The `catch_up` of a `start` or `resume`: the nodes' replication (the brokers' listeners, where
 /// followers fetch) is capped at `kbytes_per_s` each way for `ms`, and the cap then ends by
 /// itself. A node back from a crash has to fetch everything written while it was down; in a
-/// test's small cluster that takes one fetch, on a real one seconds to hours, and that window
+/// test's small cluster that takes one fetch, on a real one seconds to hours (a node thawed
+/// after a stall is behind too), and that window
 /// (a replica catching up, whether the ISR lets it in, whether a leader failure meanwhile can
 /// hand it leadership) is where replication bugs live. Absent fields are drawn when performed
 /// and recorded, so a replay caps the same.
@@ -97,13 +98,13 @@ pub struct CatchUp {
 /// kB/s the workloads write, as a roll's caps.
 const CATCH_UP_KBYTES_PER_S: [u32; 3] = [1, 2, 4];
 
-/// How long a catch-up is capped when the op names no time: past the calm after the restart,
-/// so the next fault lands while the node still catches up.
+/// How long a catch-up is capped when the op names no time: past the calm after the restart or
+/// thaw, so the next fault lands while the node still catches up.
 const CATCH_UP_MS: std::ops::RangeInclusive<u64> = 4000..=8000;
 
-/// The value of `start`: its targets and an optional slow catch-up.
+/// The value of `start` and `resume`: their targets and an optional slow catch-up.
 #[derive(Debug, Default, Deserialize)]
-struct StartValue {
+struct ComeBackValue {
     #[serde(flatten)]
     targets: TargetFields,
     #[serde(default)]
@@ -129,8 +130,8 @@ fn partition_of(
 enum ProcessOp {
     /// `kill`, `start`, `pause` or `resume` on the targets.
     Signal(Signal, Targets),
-    /// `start` the targets, their replication capped a while.
-    StartCatchingUp(Targets, CatchUp),
+    /// `start` or `resume` the targets, their replication capped a while.
+    CatchingUp(Signal, Targets, CatchUp),
     /// Chase a partition's leadership `times` times, or kill exactly `replay`, in order.
     Bounce {
         at: Option<(String, i32)>,
@@ -164,19 +165,24 @@ impl ProcessOp {
     fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
         let signal = match f {
             "kill" => Signal::Kill,
-            "start" => {
-                let v: StartValue = parse(value)?;
+            "start" | "resume" => {
+                let signal = if f == "start" {
+                    Signal::Start
+                } else {
+                    Signal::Resume
+                };
+                let v: ComeBackValue = parse(value)?;
                 if v.catch_up.is_some_and(|c| c.kbytes_per_s == Some(0)) {
                     return Err("field `catch_up.kbytes_per_s`: must be at least 1".into());
                 }
+                // Restarting and thawing default to every node.
                 let targets = v.targets.targets(nodes, Some(NodeSpec::All))?;
                 return Ok(match v.catch_up {
-                    Some(c) => ProcessOp::StartCatchingUp(targets, c),
-                    None => ProcessOp::Signal(Signal::Start, targets),
+                    Some(c) => ProcessOp::CatchingUp(signal, targets, c),
+                    None => ProcessOp::Signal(signal, targets),
                 });
             }
             "pause" => Signal::Pause,
-            "resume" => Signal::Resume,
             "bounce" => {
                 let v: BounceValue = parse(value)?;
                 if v.times == Some(0) {
@@ -227,9 +233,7 @@ impl ProcessOp {
             }
             other => return Err(format!("the process fault does not perform {other:?}")),
         };
-        // Thawing defaults to every node, as restarting does.
-        let default = (signal == Signal::Resume).then_some(NodeSpec::All);
-        let targets = parse::<TargetFields>(value)?.targets(nodes, default)?;
+        let targets = parse::<TargetFields>(value)?.targets(nodes, None)?;
         Ok(ProcessOp::Signal(signal, targets))
     }
 }
@@ -238,7 +242,7 @@ impl FaultOp for ProcessOp {
     fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
         match *self {
             ProcessOp::Signal(signal, targets) => signal_nodes(env, signal, &targets),
-            ProcessOp::StartCatchingUp(targets, c) => start_catching_up(env, &targets, c),
+            ProcessOp::CatchingUp(signal, targets, c) => catching_up(env, signal, &targets, c),
             ProcessOp::Bounce { at, times, replay } => bounce(env, at, times, replay),
             ProcessOp::Handoff { at, killed, paused } => handoff(env, at, killed, paused),
             ProcessOp::Strand { at, killed, cut_ms } => strand(env, at, killed, cut_ms),
@@ -276,9 +280,14 @@ fn signal_nodes(env: &mut Env<'_>, signal: Signal, targets: &Targets) -> Result<
     Failed::partly(record, &errors)
 }
 
-/// Caps the targets' replication as `c` says, then starts them: the cap is in force before
-/// their first fetch, and ends by itself.
-fn start_catching_up(env: &mut Env<'_>, targets: &Targets, c: CatchUp) -> Result<Value, Failed> {
+/// Caps the targets' replication as `c` says, then starts or thaws them (`signal`): the cap is
+/// in force before their first fetch, and ends by itself.
+fn catching_up(
+    env: &mut Env<'_>,
+    signal: Signal,
+    targets: &Targets,
+    c: CatchUp,
+) -> Result<Value, Failed> {
     let kbytes_per_s = match c.kbytes_per_s {
         Some(k) => k,
         None => *CATCH_UP_KBYTES_PER_S.choose(env.rng).expect("non-empty"),
@@ -288,7 +297,18 @@ fn start_catching_up(env: &mut Env<'_>, targets: &Targets, c: CatchUp) -> Result
         None => env.rng.random_range(CATCH_UP_MS),
     };
     let nodes = env.resolve(targets)?;
-    let kill = env.kill()?;
+    let come_back = |n: &tidemark_harness::runtime::Node| -> anyhow::Result<()> {
+        match signal {
+            Signal::Resume => match env.cx.db.as_pause() {
+                Some(pause) => pause.resume(n),
+                None => anyhow::bail!("the database cannot be paused"),
+            },
+            _ => match env.cx.db.as_kill() {
+                Some(kill) => kill.start(n),
+                None => anyhow::bail!("the database cannot be killed"),
+            },
+        }
+    };
     let ports = env.listener_ports();
     let ips: Vec<(String, std::net::IpAddr)> = env
         .cx
@@ -302,9 +322,9 @@ fn start_catching_up(env: &mut Env<'_>, targets: &Targets, c: CatchUp) -> Result
             .filter(|(m, _)| *m != n.name)
             .map(|(_, ip)| *ip)
             .collect();
-        // A node the cap failed on is started all the same, and the error recorded.
+        // A node the cap failed on comes back all the same, and the error recorded.
         let capped = crate::loss::cap_on_ports_for(n, &peers, &ports, kbytes_per_s, ms);
-        kill.start(n)?;
+        come_back(n)?;
         capped.context("bandwidth cap")
     });
     let mut record = json!({
@@ -646,15 +666,17 @@ mod tests {
         // A start with a slow catch-up; what was drawn is recorded and replays as drawn.
         assert_eq!(
             parse("start", json!({"nodes": ["n3"], "catch_up": {}})),
-            Ok(ProcessOp::StartCatchingUp(
+            Ok(ProcessOp::CatchingUp(
+                Signal::Start,
                 Targets::Nodes(vec!["n3".into()]),
                 CatchUp::default()
             ))
         );
         let recorded = json!({"nodes": ["n3"], "catch_up": {"kbytes_per_s": 2, "ms": 5000}});
         assert_eq!(
-            parse("start", recorded),
-            Ok(ProcessOp::StartCatchingUp(
+            parse("resume", recorded),
+            Ok(ProcessOp::CatchingUp(
+                Signal::Resume,
                 Targets::Nodes(vec!["n3".into()]),
                 CatchUp {
                     kbytes_per_s: Some(2),

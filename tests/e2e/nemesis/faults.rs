@@ -1,8 +1,8 @@
 //! Each fault kind against real brokers in network namespaces, asserting its effect: partitions
 //! cut TCP and heal, kill and pause act on the process, clock skew shows in a faketime'd
 //! process and a strobe flips on its own while the nemesis takes other turns, packet loss drops a measurable share and goes away, a damaged segment is cut by the
-//! broker's recovery, a node started catching up stays out of the ISR until its cap ends by
-//! itself, and a forced unclean election picks a replica outside the ISR. Every op's
+//! broker's recovery, a node started or thawed catching up stays out of the ISR until its cap
+//! ends by itself, and a forced unclean election picks a replica outside the ISR. Every op's
 //! record says what was done. The tests take turns: clusters with three-second failure
 //! detection on two cores should not compete.
 
@@ -276,8 +276,8 @@ fn refused_connects(c: &Cluster, from: &str, to: &str, n: usize) -> usize {
 }
 
 #[test]
-fn a_node_started_catching_up_is_held_back_by_a_cap_that_ends_by_itself() {
-    require_root("a_node_started_catching_up_is_held_back_by_a_cap_that_ends_by_itself");
+fn a_node_started_or_thawed_catching_up_is_held_back_by_a_cap_that_ends_by_itself() {
+    require_root("a_node_started_or_thawed_catching_up_is_held_back_by_a_cap_that_ends_by_itself");
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
@@ -285,53 +285,53 @@ fn a_node_started_catching_up_is_held_back_by_a_cap_that_ends_by_itself() {
         v.partition("t", 0)
             .is_some_and(|p| p.isr.iter().any(|r| r == n))
     };
-    c.wait("all in sync", Duration::from_secs(30), |v| {
-        v.partition("t", 0)
-            .is_some_and(|p| p.leader.is_some() && p.isr.len() == 3)
-    });
-    let p = c.view().partition("t", 0).unwrap().clone();
-    let victim = p
-        .replicas
-        .iter()
-        .find(|r| Some(*r) != p.leader.as_ref())
-        .unwrap()
-        .clone();
-    c.must("kill", json!({"nodes": [victim]}));
-    c.wait("the killed node out of the ISR", Duration::from_secs(30), |v| {
-        !in_isr(v, &victim)
-    });
-    // What it misses: far more than 1 kB/s moves in the cap's 4 s.
-    let values: Vec<i64> = (0..20_000).collect();
-    for chunk in values.chunks(2_000) {
-        assert!(c.produce("t", 0, chunk), "the two others acknowledge");
+    for (down, back) in [("kill", "start"), ("pause", "resume")] {
+        c.wait("all in sync", Duration::from_secs(30), |v| {
+            v.partition("t", 0)
+                .is_some_and(|p| p.leader.is_some() && p.isr.len() == 3)
+        });
+        let p = c.view().partition("t", 0).unwrap().clone();
+        let victim = p
+            .replicas
+            .iter()
+            .find(|r| Some(*r) != p.leader.as_ref())
+            .unwrap()
+            .clone();
+        c.must(down, json!({"nodes": [victim]}));
+        c.wait("the node out of the ISR", Duration::from_secs(30), |v| {
+            !in_isr(v, &victim)
+        });
+        // What it misses: far more than 1 kB/s moves in the cap's 4 s.
+        let values: Vec<i64> = (0..20_000).collect();
+        for chunk in values.chunks(2_000) {
+            assert!(c.produce("t", 0, chunk), "the two others acknowledge");
+        }
+        let catch_up = json!({"kbytes_per_s": 1, "ms": 4000});
+        let done = c.must(back, json!({"nodes": [victim], "catch_up": catch_up}));
+        assert_eq!(done, json!({"nodes": [victim], "catch_up": catch_up}));
+        let set = c.sh(&victim, "nft list set inet tidemark catch_up4");
+        assert!(set.contains("timeout 4s"), "{set}");
+        // Capped, it cannot catch up, and a correct broker keeps it out of the ISR.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(2500) {
+            assert!(
+                !in_isr(&c.view(), &victim),
+                "{back}: {victim} in the ISR while capped"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        // The cap ends by itself, and the node catches up.
+        c.wait("the node back in the ISR", Duration::from_secs(30), |v| {
+            in_isr(v, &victim)
+        });
+        assert!(
+            started.elapsed() >= Duration::from_secs(3),
+            "{back}: back in sync {:?} after it was capped for 4 s",
+            started.elapsed()
+        );
+        let set = c.sh(&victim, "nft list set inet tidemark catch_up4");
+        assert!(!set.contains("elements"), "{set}");
     }
-    let done = c.must(
-        "start",
-        json!({"nodes": [victim], "catch_up": {"kbytes_per_s": 1, "ms": 4000}}),
-    );
-    assert_eq!(
-        done,
-        json!({"nodes": [victim], "catch_up": {"kbytes_per_s": 1, "ms": 4000}})
-    );
-    let set = c.sh(&victim, "nft list set inet tidemark catch_up4");
-    assert!(set.contains("timeout 4s"), "{set}");
-    // Capped, it cannot catch up, and a correct broker keeps it out of the ISR.
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(2500) {
-        assert!(!in_isr(&c.view(), &victim), "{victim} in the ISR while capped");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    // The cap ends by itself, and the node catches up.
-    c.wait("the restarted node back in the ISR", Duration::from_secs(30), |v| {
-        in_isr(v, &victim)
-    });
-    assert!(
-        started.elapsed() >= Duration::from_secs(3),
-        "back in sync {:?} after a start capped for 4 s",
-        started.elapsed()
-    );
-    let set = c.sh(&victim, "nft list set inet tidemark catch_up4");
-    assert!(!set.contains("elements"), "{set}");
     c.destroy();
 }
 
