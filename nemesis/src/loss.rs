@@ -65,24 +65,6 @@ fn nft_drop_commands(peers: &[IpAddr], ports: &[u16], verdict: &str) -> String {
             .collect();
         (!ips.is_empty()).then(|| format!("{{ {} }}", ips.join(", ")))
     };
-    let chains = chains("loss", [set(true), set(false)], ports, verdict, "");
-    format!(
-        "{}; printf '%s\\n' {} | nft -f -",
-        nft_remove(),
-        escape(&chains)
-    )
-}
-
-/// The ruleset of the base chains `{name}_in` and `{name}_out` of the table [`NFT_TABLE`]
-/// applying `verdict` to traffic with the peers `v4` and `v6` match (a literal set or a named
-/// one), to or from `ports` if any; `sets` declares what the rules name.
-fn chains(
-    name: &str,
-    [v4, v6]: [Option<String>; 2],
-    ports: &[u16],
-    verdict: &str,
-    sets: &str,
-) -> String {
     let port_set = format!(
         "{{ {} }}",
         ports
@@ -102,8 +84,8 @@ fn chains(
     };
     let mut rules_in = Vec::new();
     let mut rules_out = Vec::new();
-    for (family, peers) in [("ip", v4), ("ip6", v6)] {
-        if let Some(s) = peers {
+    for (family, v4) in [("ip", true), ("ip6", false)] {
+        if let Some(s) = set(v4) {
             for ports in &port_matches {
                 rules_in.push(format!("{family} saddr {s} {ports}{verdict};"));
                 rules_out.push(format!("{family} daddr {s} {ports}{verdict};"));
@@ -111,39 +93,44 @@ fn chains(
         }
     }
     // nft wants each chain on lines of its own.
-    format!(
-        "table inet {NFT_TABLE} {{\n{sets}\
-         chain {name}_in {{\ntype filter hook input priority -5; policy accept;\n{}\n}}\n\
-         chain {name}_out {{\ntype filter hook output priority -5; policy accept;\n{}\n}}\n}}",
+    let ruleset = format!(
+        "table inet {NFT_TABLE} {{\n\
+         chain loss_in {{\ntype filter hook input priority -5; policy accept;\n{}\n}}\n\
+         chain loss_out {{\ntype filter hook output priority -5; policy accept;\n{}\n}}\n}}",
         rules_in.join("\n"),
         rules_out.join("\n")
+    );
+    format!(
+        "{}; printf '%s\\n' {} | nft -f -",
+        nft_remove(),
+        escape(&ruleset)
     )
 }
 
-/// The commands that cap what `node` exchanges with `peers` to or from `ports` at
-/// `kbytes_per_s` each way for `ms` milliseconds. The peers are elements of nftables sets that
-/// time out, so the cap ends in the kernel on its own: nothing has to be there to lift it, and
-/// a test that ends meanwhile leaves nothing running. Replaces an earlier such cap.
+/// The commands that cap what `node` receives from `peers`' `ports` (the answers to its
+/// requests there: a follower's fetched records) at `bytes_per_s` for `ms` milliseconds; what it
+/// sends is not held up. The peers are elements of nftables sets that time out, so the cap ends
+/// in the kernel on its own: nothing has to be there to lift it, and a test that ends meanwhile
+/// leaves nothing running. Replaces an earlier such cap.
 pub fn nft_expiring_cap_commands(
     peers: &[IpAddr],
     ports: &[u16],
-    kbytes_per_s: u32,
+    bytes_per_s: u32,
     ms: u64,
 ) -> String {
-    let elements = |v4: bool| -> Vec<String> {
-        peers
+    let ports = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut sets = String::new();
+    let mut rules = String::new();
+    for (family, ty, v4) in [("ip", "ipv4_addr", true), ("ip6", "ipv6_addr", false)] {
+        let elements: Vec<String> = peers
             .iter()
             .filter(|ip| ip.is_ipv4() == v4)
             .map(|ip| format!("{ip} timeout {ms}ms"))
-            .collect()
-    };
-    let mut sets = String::new();
-    let mut named = [None, None];
-    for (i, (v4, ty)) in [(true, "ipv4_addr"), (false, "ipv6_addr")]
-        .into_iter()
-        .enumerate()
-    {
-        let elements = elements(v4);
+            .collect();
         if elements.is_empty() {
             continue;
         }
@@ -152,20 +139,26 @@ pub fn nft_expiring_cap_commands(
             "set {set} {{\ntype {ty}; flags timeout;\nelements = {{ {} }}\n}}\n",
             elements.join(", ")
         ));
-        named[i] = Some(format!("@{set}"));
+        rules.push_str(&format!(
+            "{family} saddr @{set} th sport {{ {ports} }} limit rate over {bytes_per_s} \
+             bytes/second drop;\n"
+        ));
     }
-    let verdict = format!("limit rate over {kbytes_per_s} kbytes/second drop");
-    let chains = chains(CATCH_UP, named, ports, &verdict, &sets);
-    let remove = format!(
-        "nft delete chain inet {NFT_TABLE} {CATCH_UP}_in 2>/dev/null; \
-         nft delete chain inet {NFT_TABLE} {CATCH_UP}_out 2>/dev/null; \
-         nft delete set inet {NFT_TABLE} {CATCH_UP}4 2>/dev/null; \
-         nft delete set inet {NFT_TABLE} {CATCH_UP}6 2>/dev/null; true"
+    // nft wants each chain and set on lines of their own.
+    let ruleset = format!(
+        "table inet {NFT_TABLE} {{\n{sets}chain {CATCH_UP}_in {{\ntype filter hook input \
+         priority -5; policy accept;\n{rules}}}\n}}"
     );
-    format!("{remove}; printf '%s\\n' {} | nft -f -", escape(&chains))
+    format!(
+        "nft delete chain inet {NFT_TABLE} {CATCH_UP}_in 2>/dev/null; \
+         nft delete set inet {NFT_TABLE} {CATCH_UP}4 2>/dev/null; \
+         nft delete set inet {NFT_TABLE} {CATCH_UP}6 2>/dev/null; true; \
+         printf '%s\\n' {} | nft -f -",
+        escape(&ruleset)
+    )
 }
 
-/// The name of the chains and sets of a cap that ends on its own.
+/// The name of the chain and sets of a cap that ends on its own.
 const CATCH_UP: &str = "catch_up";
 
 /// Removes the nftables loss chains, if present.
@@ -257,18 +250,18 @@ pub fn cap_on_ports(
     Ok(())
 }
 
-/// Caps what `node` exchanges with `peers` to or from `ports` at `kbytes_per_s` each way for
-/// `ms` milliseconds, after which the cap is gone by itself (nftables set timeouts).
+/// Caps what `node` receives from `peers`' `ports` at `bytes_per_s` for `ms` milliseconds,
+/// after which the cap is gone by itself (nftables set timeouts).
 pub fn cap_on_ports_for(
     node: &Node,
     peers: &[IpAddr],
     ports: &[u16],
-    kbytes_per_s: u32,
+    bytes_per_s: u32,
     ms: u64,
 ) -> anyhow::Result<()> {
     remote::run(
         node.remote.as_ref(),
-        &nft_expiring_cap_commands(peers, ports, kbytes_per_s, ms),
+        &nft_expiring_cap_commands(peers, ports, bytes_per_s, ms),
     )?;
     Ok(())
 }
@@ -465,12 +458,12 @@ mod tests {
     }
 
     #[test]
-    fn a_cap_that_ends_by_itself_names_its_peers_in_sets_that_time_out() {
+    fn a_cap_that_ends_by_itself_slows_what_peers_answer_and_names_them_in_sets_that_time_out() {
         let peers = [
             IpAddr::V4(Ipv4Addr::new(10, 211, 0, 12)),
             IpAddr::V6(Ipv6Addr::LOCALHOST),
         ];
-        let cmd = nft_expiring_cap_commands(&peers, &[9092], 2, 4500);
+        let cmd = nft_expiring_cap_commands(&peers, &[9092], 1024, 4500);
         assert!(
             cmd.starts_with("nft delete chain inet tidemark catch_up_in"),
             "{cmd}"
@@ -481,16 +474,19 @@ mod tests {
             "elements = { 10.211.0.12 timeout 4500ms }",
             "set catch_up6 {",
             "elements = { ::1 timeout 4500ms }",
-            "ip saddr @catch_up4 th sport { 9092 } limit rate over 2 kbytes/second drop;",
-            "ip daddr @catch_up4 th dport { 9092 } limit rate over 2 kbytes/second drop;",
-            "ip6 saddr @catch_up6 th dport { 9092 } limit rate over 2 kbytes/second drop;",
-            "chain catch_up_out {",
+            "chain catch_up_in {",
+            "ip saddr @catch_up4 th sport { 9092 } limit rate over 1024 bytes/second drop;",
+            "ip6 saddr @catch_up6 th sport { 9092 } limit rate over 1024 bytes/second drop;",
         ] {
             assert!(cmd.contains(want), "{want} in {cmd}");
         }
-        // It leaves the loss chains alone.
-        assert!(!cmd.contains("loss_in"), "{cmd}");
-        let v4 = nft_expiring_cap_commands(&peers[..1], &[9092], 2, 4500);
+        // What the node sends, and the loss chains, are left alone.
+        assert!(!cmd.contains("daddr") && !cmd.contains("dport"), "{cmd}");
+        assert!(
+            !cmd.contains("catch_up_out") && !cmd.contains("loss_in"),
+            "{cmd}"
+        );
+        let v4 = nft_expiring_cap_commands(&peers[..1], &[9092], 1024, 4500);
         assert!(!v4.contains("catch_up6 {"), "{v4}");
     }
 

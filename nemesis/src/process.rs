@@ -77,26 +77,30 @@ const STRAND_MAX: Duration = Duration::from_secs(8);
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
 const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
 
-/// The `catch_up` of a `start` or `resume`: the nodes' replication (the brokers' listeners, where
-/// followers fetch) is capped at `kbytes_per_s` each way for `ms`, and the cap then ends by
-/// itself. A node back from a crash has to fetch everything written while it was down; in a
-/// test's small cluster that takes one fetch, on a real one seconds to hours (a node thawed
-/// after a stall is behind too), and that window
-/// (a replica catching up, whether the ISR lets it in, whether a leader failure meanwhile can
-/// hand it leadership) is where replication bugs live. Absent fields are drawn when performed
-/// and recorded, so a replay caps the same.
+/// The `catch_up` of a `start` or `resume`: what the nodes receive from the other brokers'
+/// listeners (where followers fetch: the records they lack) is capped at `bytes_per_s` for
+/// `ms`, and the cap then ends by itself; what they send (their fetch requests) is not held up.
+/// A node back from a crash has to fetch everything written while it was down; in a test's
+/// small cluster that takes one fetch, on a real one seconds to hours (a node thawed after a
+/// stall is behind too), and that window (a replica catching up, whether the ISR lets it in,
+/// whether a leader failure meanwhile can hand it leadership) is where replication bugs live.
+/// An absent rate is [`CATCH_UP_BYTES_PER_S`], an absent time is drawn when performed; both are
+/// recorded, so a replay caps the same.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatchUp {
     #[serde(default)]
-    kbytes_per_s: Option<u32>,
+    bytes_per_s: Option<u32>,
     #[serde(default)]
     ms: Option<u64>,
 }
 
-/// Bandwidths (kB/s each way) a catching-up node gets when the op names none: below the few
-/// kB/s the workloads write, as a roll's caps.
-const CATCH_UP_KBYTES_PER_S: [u32; 3] = [1, 2, 4];
+/// The bandwidth (bytes/s) a catching-up node receives at when the op names none: far below
+/// what the workloads write, so that hardly any fetched records get through and the node is
+/// still behind when the cap ends. The default queue workload writes about 37 small batches a
+/// second, some 3 kB; at 1 kB/s a restarted node's backlog of a few seconds (a couple of kB)
+/// was through within two, and it stayed in step after that.
+const CATCH_UP_BYTES_PER_S: u32 = 256;
 
 /// How long a catch-up is capped when the op names no time: past the calm after the restart or
 /// thaw, so the next fault lands while the node still catches up.
@@ -172,8 +176,8 @@ impl ProcessOp {
                     Signal::Resume
                 };
                 let v: ComeBackValue = parse(value)?;
-                if v.catch_up.is_some_and(|c| c.kbytes_per_s == Some(0)) {
-                    return Err("field `catch_up.kbytes_per_s`: must be at least 1".into());
+                if v.catch_up.is_some_and(|c| c.bytes_per_s == Some(0)) {
+                    return Err("field `catch_up.bytes_per_s`: must be at least 1".into());
                 }
                 // Restarting and thawing default to every node.
                 let targets = v.targets.targets(nodes, Some(NodeSpec::All))?;
@@ -288,9 +292,9 @@ fn catching_up(
     targets: &Targets,
     c: CatchUp,
 ) -> Result<Value, Failed> {
-    let kbytes_per_s = match c.kbytes_per_s {
-        Some(k) => k,
-        None => *CATCH_UP_KBYTES_PER_S.choose(env.rng).expect("non-empty"),
+    let bytes_per_s = match c.bytes_per_s {
+        Some(b) => b,
+        None => CATCH_UP_BYTES_PER_S,
     };
     let ms = match c.ms {
         Some(ms) => ms,
@@ -323,13 +327,13 @@ fn catching_up(
             .map(|(_, ip)| *ip)
             .collect();
         // A node the cap failed on comes back all the same, and the error recorded.
-        let capped = crate::loss::cap_on_ports_for(n, &peers, &ports, kbytes_per_s, ms);
+        let capped = crate::loss::cap_on_ports_for(n, &peers, &ports, bytes_per_s, ms);
         come_back(n)?;
         capped.context("bandwidth cap")
     });
     let mut record = json!({
         "nodes": sorted(done),
-        "catch_up": {"kbytes_per_s": kbytes_per_s, "ms": ms},
+        "catch_up": {"bytes_per_s": bytes_per_s, "ms": ms},
     });
     if let Some(spec) = targets.spec_name() {
         record["targets"] = json!(spec);
@@ -672,22 +676,22 @@ mod tests {
                 CatchUp::default()
             ))
         );
-        let recorded = json!({"nodes": ["n3"], "catch_up": {"kbytes_per_s": 2, "ms": 5000}});
+        let recorded = json!({"nodes": ["n3"], "catch_up": {"bytes_per_s": 2048, "ms": 5000}});
         assert_eq!(
             parse("resume", recorded),
             Ok(ProcessOp::CatchingUp(
                 Signal::Resume,
                 Targets::Nodes(vec!["n3".into()]),
                 CatchUp {
-                    kbytes_per_s: Some(2),
+                    bytes_per_s: Some(2048),
                     ms: Some(5000)
                 }
             ))
         );
-        let e = parse("start", json!({"catch_up": {"kbytes": 2}})).unwrap_err();
-        assert!(e.contains("unknown field `kbytes`"), "{e}");
-        let e = parse("start", json!({"catch_up": {"kbytes_per_s": 0}})).unwrap_err();
-        assert!(e.starts_with("field `catch_up.kbytes_per_s`"), "{e}");
+        let e = parse("start", json!({"catch_up": {"kbytes_per_s": 2}})).unwrap_err();
+        assert!(e.contains("unknown field `kbytes_per_s`"), "{e}");
+        let e = parse("start", json!({"catch_up": {"bytes_per_s": 0}})).unwrap_err();
+        assert!(e.starts_with("field `catch_up.bytes_per_s`"), "{e}");
         let e = parse("start", json!({"catch_up": {"ms": "soon"}})).unwrap_err();
         assert!(e.contains("invalid type"), "{e}");
         let e = parse("start", json!({"nodes": ["n9"], "catch_up": {}})).unwrap_err();

@@ -306,7 +306,7 @@ fn a_node_started_or_thawed_catching_up_is_held_back_by_a_cap_that_ends_by_itsel
         for chunk in values.chunks(2_000) {
             assert!(c.produce("t", 0, chunk), "the two others acknowledge");
         }
-        let catch_up = json!({"kbytes_per_s": 1, "ms": 4000});
+        let catch_up = json!({"bytes_per_s": 1024, "ms": 4000});
         let done = c.must(back, json!({"nodes": [victim], "catch_up": catch_up}));
         assert_eq!(done, json!({"nodes": [victim], "catch_up": catch_up}));
         let set = c.sh(&victim, "nft list set inet tidemark catch_up4");
