@@ -2,7 +2,8 @@
 //! and whether they ever accuse the correct broker. Runs `tidemark test` (this executable) for
 //! every bug over `--seeds` seeds and for the correct broker over `--correct-seeds`, then prints
 //! a Markdown table: caught runs, the median seconds into a run until its first anomaly, and
-//! false alarms.
+//! false alarms. Each run's line on stderr also lists the faults it began, so that a miss can be
+//! read against what its schedule drew (no handoff, no roll, ...).
 //!
 //! When an anomaly happened comes from the history, not from when the checker noticed it
 //! ([`crate::evidence`]).
@@ -15,7 +16,7 @@ use std::process::Command;
 use serde_json::Value;
 use tidemark_checkers::{read_history, Op};
 
-use crate::evidence::{first_anomaly, strings};
+use crate::evidence::{faults_begun, first_anomaly, strings};
 
 /// The catalogue's one-cluster bugs (broker/src/faults.rs); the mirroring bugs need two
 /// clusters and a failover schedule.
@@ -182,13 +183,14 @@ fn one_run(
         wall_s,
     };
     eprintln!(
-        "{} seed {seed}: valid {:?} {:?} first anomaly {:?} s, {:.0} s wall, {}",
+        "{} seed {seed}: valid {:?} {:?} first anomaly {:?} s, {:.0} s wall, {}\n  faults: {}",
         bug.unwrap_or("correct"),
         outcome.valid,
         outcome.anomalies,
         outcome.first_anomaly_s,
         outcome.wall_s,
-        dir.display()
+        dir.display(),
+        faults_begun(&ops, limit * 1_000_000_000).join(", ")
     );
     Ok(outcome)
 }

@@ -107,6 +107,32 @@ fn exposing_fault(ops: &[Op], at: u64) -> Option<u64> {
         .map(|f| f.time)
 }
 
+/// The faults the nemesis began within the first `until` nanoseconds, in order, each as its
+/// seconds into the run and its op, with what it was aimed at (a partition's kind, a kill's or
+/// pause's targets) and `catch-up` for a node brought back catching up: what a run drew, to read
+/// a miss against.
+pub fn faults_begun(ops: &[Op], until: u64) -> Vec<String> {
+    ops.iter()
+        .filter(|o| o.process == Process::Nemesis && o.kind == OpType::Invoke && o.time <= until)
+        .filter_map(|o| {
+            let at = o.time as f64 / 1e9;
+            if UNDOING.contains(&o.f.as_str()) {
+                return o
+                    .value
+                    .get("catch_up")
+                    .map(|_| format!("{at:.1} {} catching up", o.f));
+            }
+            let aim = ["kind", "targets"]
+                .iter()
+                .find_map(|k| o.value.get(*k).and_then(Value::as_str));
+            Some(match aim {
+                Some(aim) => format!("{at:.1} {} {aim}", o.f),
+                None => format!("{at:.1} {}", o.f),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +206,28 @@ mod tests {
             Some(7_000_000_000)
         );
         assert_eq!(first_of_kind(&history(), &results, "duplicate"), None);
+    }
+
+    #[test]
+    fn the_faults_begun_name_their_aim_and_catch_ups_but_not_their_undoings() {
+        let n = Process::Nemesis;
+        let mut ops = history();
+        ops[0].value = json!({"kind": "majority"});
+        let mut kill = op(10, 10.0, n, OpType::Invoke, "kill");
+        kill.value = json!({"targets": "leader"});
+        let mut start = op(11, 14.25, n, OpType::Invoke, "start");
+        start.value = json!({"nodes": ["n1"], "catch_up": {}});
+        let late = op(12, 31.0, n, OpType::Invoke, "pause");
+        ops.extend([kill, start, late]);
+        assert_eq!(
+            faults_begun(&ops, 30_000_000_000),
+            [
+                "1.0 start-partition majority",
+                "7.0 bounce",
+                "10.0 kill leader",
+                "14.2 start catching up"
+            ]
+        );
+        assert!(faults_begun(&ops, 0).is_empty());
     }
 }
