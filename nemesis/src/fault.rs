@@ -41,6 +41,16 @@ impl<'a> Env<'a> {
         self.cx.nodes.iter().map(|n| n.name.clone()).collect()
     }
 
+    /// The addresses of every node but `name`: whom a fault on `name`'s traffic is about.
+    pub fn peers_of(&self, name: &str) -> Vec<std::net::IpAddr> {
+        self.cx
+            .nodes
+            .iter()
+            .filter(|p| p.name != name)
+            .map(|p| p.ip)
+            .collect()
+    }
+
     /// The ports of the nodes' client listeners, where brokers also fetch from each other: the
     /// controllers' quorum and heartbeats keep ports of their own.
     pub fn listener_ports(&self) -> Vec<u16> {

@@ -337,21 +337,13 @@ impl FaultOp for LossOp {
             LossOp::Start { targets, .. } | LossOp::Stop(targets) => targets,
         };
         let nodes = env.resolve(targets)?;
-        let peers_of = |n: &Node| -> Vec<IpAddr> {
-            env.cx
-                .nodes
-                .iter()
-                .filter(|p| p.name != n.name)
-                .map(|p| p.ip)
-                .collect()
-        };
         let LossOp::Start {
             targets,
             probability,
             delay,
         } = *self
         else {
-            let (done, errors) = env.on_each(&nodes, |n| lift(n, &peers_of(n)));
+            let (done, errors) = env.on_each(&nodes, |n| lift(n, &env.peers_of(&n.name)));
             return Failed::partly(json!({ "nodes": done }), &errors);
         };
         let probability = match probability {
@@ -360,7 +352,7 @@ impl FaultOp for LossOp {
         };
         let methods = std::sync::Mutex::new(Vec::new());
         let (done, errors) = env.on_each(&nodes, |n| {
-            let method = impose(n, &peers_of(n), probability, delay)?;
+            let method = impose(n, &env.peers_of(&n.name), probability, delay)?;
             methods
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

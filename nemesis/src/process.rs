@@ -1,5 +1,6 @@
 //! Process faults through the database's [`Kill`] and [`Pause`] abilities: `kill` (SIGKILL) and
-//! `start` (optionally with a slow catch-up: see [`CatchUp`]), `pause` (SIGSTOP) and `resume` (SIGCONT) on resolved targets, and `bounce`, which
+//! `start`, `pause` (SIGSTOP) and `resume` (SIGCONT) on resolved targets (`start` and `resume`
+//! optionally bringing the nodes back catching up slowly, [`CatchUp`]), and `bounce`, which
 //! chases one partition's leadership like Kafka's `hard_bounce`: kill whoever leads, restart it
 //! at once, wait for the next election, and again, fast enough that a follower which has just
 //! truncated may lead before it catches up; and `handoff`, which kills a leader while freezing
@@ -284,57 +285,29 @@ fn signal_nodes(env: &mut Env<'_>, signal: Signal, targets: &Targets) -> Result<
     Failed::partly(record, &errors)
 }
 
-/// Caps the targets' replication as `c` says, then starts or thaws them (`signal`): the cap is
-/// in force before their first fetch, and ends by itself.
+/// Caps what the targets receive as `c` says, then starts or thaws them (`signal`) as
+/// [`signal_nodes`] does: the cap is in force before their first fetch, and ends by itself. A
+/// node the cap failed on comes back all the same, and the error is recorded.
 fn catching_up(
     env: &mut Env<'_>,
     signal: Signal,
     targets: &Targets,
     c: CatchUp,
 ) -> Result<Value, Failed> {
-    let bytes_per_s = match c.bytes_per_s {
-        Some(b) => b,
-        None => CATCH_UP_BYTES_PER_S,
-    };
-    let ms = match c.ms {
-        Some(ms) => ms,
-        None => env.rng.random_range(CATCH_UP_MS),
-    };
+    let bytes_per_s = c.bytes_per_s.unwrap_or(CATCH_UP_BYTES_PER_S);
+    let ms = c.ms.unwrap_or_else(|| env.rng.random_range(CATCH_UP_MS));
     let nodes = env.resolve(targets)?;
-    let come_back = |n: &tidemark_harness::runtime::Node| -> anyhow::Result<()> {
-        match signal {
-            Signal::Resume => match env.cx.db.as_pause() {
-                Some(pause) => pause.resume(n),
-                None => anyhow::bail!("the database cannot be paused"),
-            },
-            _ => match env.cx.db.as_kill() {
-                Some(kill) => kill.start(n),
-                None => anyhow::bail!("the database cannot be killed"),
-            },
-        }
-    };
     let ports = env.listener_ports();
-    let ips: Vec<(String, std::net::IpAddr)> = env
-        .cx
-        .nodes
-        .iter()
-        .map(|n| (n.name.clone(), n.ip))
-        .collect();
-    let (done, errors) = env.on_each(&nodes, |n| {
-        let peers: Vec<_> = ips
-            .iter()
-            .filter(|(m, _)| *m != n.name)
-            .map(|(_, ip)| *ip)
-            .collect();
-        // A node the cap failed on comes back all the same, and the error recorded.
-        let capped = crate::loss::cap_on_ports_for(n, &peers, &ports, bytes_per_s, ms);
-        come_back(n)?;
-        capped.context("bandwidth cap")
+    let (_, cap_errors) = env.on_each(&nodes, |n| {
+        crate::loss::cap_on_ports_for(n, &env.peers_of(&n.name), &ports, bytes_per_s, ms)
+            .context("bandwidth cap")
     });
-    let mut record = json!({
-        "nodes": sorted(done),
-        "catch_up": {"bytes_per_s": bytes_per_s, "ms": ms},
-    });
+    let (mut record, mut errors) = match signal_nodes(env, signal, &Targets::Nodes(nodes)) {
+        Ok(record) => (record, Vec::new()),
+        Err(failed) => (failed.done, vec![failed.error]),
+    };
+    errors.extend(cap_errors);
+    record["catch_up"] = json!({"bytes_per_s": bytes_per_s, "ms": ms});
     if let Some(spec) = targets.spec_name() {
         record["targets"] = json!(spec);
     }

@@ -10,7 +10,6 @@
 //! down, and a clean election may hand leadership to the replica that lacks acknowledged records.
 //! Kafka's system tests roll brokers the same way (`rolling_bounce`).
 
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rand::seq::IndexedRandom;
@@ -129,14 +128,6 @@ impl FaultOp for RollOp {
             Some(c) => c,
             None => *CAPS_KBYTES_PER_S.choose(env.rng).expect("non-empty"),
         };
-        let peers_of = |name: &str| -> Vec<IpAddr> {
-            env.cx
-                .nodes
-                .iter()
-                .filter(|p| p.name != name)
-                .map(|p| p.ip)
-                .collect()
-        };
         // Only where followers fetch: a restarted node stays registered and unfenced.
         let ports = env.listener_ports();
         let mut errors = Vec::new();
@@ -166,7 +157,7 @@ impl FaultOp for RollOp {
                 break;
             }
             if cap > 0 {
-                match loss::cap_on_ports(node, &peers_of(name), &ports, cap) {
+                match loss::cap_on_ports(node, &env.peers_of(name), &ports, cap) {
                     Ok(()) => capped.push(node),
                     Err(e) => errors.push(format!("{name}: bandwidth cap: {e:#}")),
                 }
@@ -192,7 +183,7 @@ impl FaultOp for RollOp {
             }));
         }
         for node in capped {
-            if let Err(e) = loss::lift(node, &peers_of(&node.name)) {
+            if let Err(e) = loss::lift(node, &env.peers_of(&node.name)) {
                 errors.push(format!("{}: lifting the bandwidth cap: {e:#}", node.name));
             }
         }
