@@ -53,6 +53,38 @@ fn op_indices(entry: &Value, out: &mut Vec<u64>) {
     }
 }
 
+/// The values an anomaly entry saw only in a final log (`{"value": v, "seen_by": {"final_log":
+/// ..}}`): what was written at an offset after another value was seen there.
+fn final_log_values(entry: &Value, out: &mut Vec<u64>) {
+    match entry {
+        Value::Object(m) => {
+            if m.get("seen_by")
+                .is_some_and(|s| s.get("final_log").is_some())
+            {
+                out.extend(m.get("value").and_then(Value::as_u64));
+            }
+            m.values().for_each(|v| final_log_values(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| final_log_values(v, out)),
+        _ => {}
+    }
+}
+
+/// When `value` was last known written: its send's completion (else its invocation). A value
+/// the final log holds at an offset another value was seen at makes the offsets disagree only
+/// once it was written, not when the first value was acknowledged.
+fn written_at(ops: &[Op], value: u64) -> Option<u64> {
+    ops.iter()
+        .filter(|o| o.f == "send" && o.process != Process::Nemesis)
+        .filter(|o| {
+            o.value["values"]
+                .as_array()
+                .is_some_and(|vs| vs.iter().any(|v| v.as_u64() == Some(value)))
+        })
+        .map(|o| o.time)
+        .max()
+}
+
 /// Nanoseconds into the main phase at which the first forbidden anomaly existed: its entry's
 /// last named op, or the start of the fault that exposed it when that came later. `None` when
 /// the run is valid or no entry names an op (a divergence seen only in the final replicas).
@@ -70,7 +102,10 @@ pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
     for entry in results["anomalies"][kind].as_array().into_iter().flatten() {
         let mut idx = Vec::new();
         op_indices(entry, &mut idx);
-        if let Some(t) = idx.into_iter().filter_map(time_of).max() {
+        let mut finals = Vec::new();
+        final_log_values(entry, &mut finals);
+        let written = finals.into_iter().filter_map(|v| written_at(ops, v));
+        if let Some(t) = idx.into_iter().filter_map(time_of).chain(written).max() {
             evidenced = Some(evidenced.map_or(t, |e| e.min(t)));
         }
     }
@@ -191,6 +226,32 @@ mod tests {
             "anomalies": {"divergence": [{"replicas": []}]}});
         assert_eq!(first_anomaly(&history(), &only_replicas), None);
         assert_eq!(first_anomaly(&history(), &json!({"valid": true})), None);
+    }
+
+    #[test]
+    fn an_offset_disagreeing_with_the_final_log_counts_from_when_the_other_value_was_written() {
+        let mut ops = history();
+        ops[2].value = json!({"values": [10]});
+        ops[3].value = json!({"offset": 4, "values": [10]});
+        ops[6].value = json!({"values": [11, 12]});
+        ops[7].value = json!({"offset": 4, "values": [11, 12]});
+        let results = json!({"valid": false,
+            "bad_anomaly_types": ["inconsistent-offsets", "lost-write"],
+            "anomalies": {
+                "inconsistent-offsets": [{"offset": 4, "values": [
+                    {"value": 11, "seen_by": {"final_log": {"cluster": "a", "node": "n1"}}},
+                    {"value": 10, "seen_by": {"send": 3}}]}],
+                "lost-write": [{"op_index": 3, "value": 10,
+                                "final_log": {"high_watermark": 9, "node": "n1"}}]}});
+        assert_eq!(
+            first_of_kind(&ops, &results, "inconsistent-offsets"),
+            Some(7_000_000_000),
+            "11 was acknowledged at 5.5 s, when no fault was in force; the next began at 7 s"
+        );
+        assert_eq!(
+            first_of_kind(&ops, &results, "lost-write"),
+            Some(2_500_000_000)
+        );
     }
 
     #[test]
