@@ -274,11 +274,13 @@ pub fn run(args: Args) -> u8 {
     };
     println!(
         "smallest run showing {}: {}\n  {}\n  schedule: {} (tidemark test --nemesis-schedule)\n  \
-         {} runs in {:.1} min",
+         replay: tidemark replay {} --anomaly {} --times 5\n  {} runs in {:.1} min",
         shrinker.anomaly,
         dest.display(),
         best.describe(),
         dest.join("schedule.json").display(),
+        dest.display(),
+        shrinker.anomaly,
         shrinker.runs,
         shrinker.started.elapsed().as_secs_f64() / 60.0
     );

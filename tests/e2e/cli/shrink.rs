@@ -136,13 +136,29 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
         "no replay command in the report"
     );
 
-    // The shrunk run, replayed, fails the same way.
-    let out = tidemark_cmd(&["replay", shrunk.to_str().unwrap(), "--times", "3"]);
+    // The shrunk run, replayed, shows the anomaly it kept again (the command shrink printed).
+    let replay = format!(
+        "tidemark replay {} --anomaly {kept} --times 5",
+        shrunk.display()
+    );
+    assert!(stdout.contains(&replay), "{stdout}");
+    let out = tidemark_cmd(&[
+        "replay",
+        shrunk.to_str().unwrap(),
+        "--anomaly",
+        &kept,
+        "--times",
+        "3",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
     let (same, tries) = reproduced(&stdout);
     assert_eq!(tries, 3);
     assert!(same >= 2, "{stdout}");
+    assert!(
+        stdout.contains(&format!("reproduced: {kept} came back")),
+        "{stdout}"
+    );
     assert_eq!(
         stdout.lines().filter(|l| l.starts_with("try ")).count(),
         3,
@@ -189,6 +205,15 @@ fn a_valid_run_replays_valid_and_bad_input_is_refused() {
     );
     assert_eq!(reproduced(&stdout), (1, 1), "{stdout}");
     assert!(stdout.contains("try 1/1: valid"), "{stdout}");
+
+    // Nor can one ask whether an anomaly it never showed comes back.
+    let out = tidemark_cmd(&["replay", run.to_str().unwrap(), "--anomaly", "lost-write"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(254), "{stderr}");
+    assert!(
+        stderr.contains("--anomaly lost-write") && stderr.contains("did not forbid it (valid)"),
+        "{stderr}"
+    );
 
     // A valid run has nothing to shrink.
     let out = tidemark_cmd(&["shrink", run.to_str().unwrap()]);
