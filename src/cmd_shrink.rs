@@ -2,7 +2,8 @@
 //! by running it again with less. First the time limit is cut to just past the fault that
 //! exposed the anomaly (the faults after it dropped), then delta debugging drops faults, then
 //! the faults left are shortened, then the time limit is cut to just past the last fault op and
-//! the client load halved; each step is kept when its run still forbids the anomaly type. Every
+//! the client load halved; each step is kept when its run still forbids the anomaly type, and a
+//! time cut that loses it is tried once more halfway back. Every
 //! run is a replay of the original (same command line, seed and broker build, faults doing what
 //! was recorded; see [`crate::rerun`]) in a scratch store inside the store, within a budget of
 //! runs and minutes. The smallest failing run is moved into the store as a run of its own, its
@@ -23,6 +24,12 @@ use crate::rerun::{write_schedule, Recorded, Trial, TrialError, TrialRun, Trials
 /// How long a run goes on after the last fault op it keeps: time for a lost acknowledgement's
 /// new leader to take over before the final phase heals.
 const MARGIN_NS: u64 = 2_000_000_000;
+
+/// Runs a time cut may take: the cut itself and, when it loses the anomaly, one halfway back.
+const TIME_TRIES: usize = 2;
+
+/// Time cuts closer than this to one already tried are not worth a run.
+const TIME_RESOLUTION_NS: u64 = 4_000_000_000;
 
 /// Arguments of `tidemark shrink`.
 #[derive(clap::Args, Debug)]
@@ -316,7 +323,21 @@ fn steps(s: &mut Shrinker, original: &Candidate) {
             time_limit_ns: (end + MARGIN_NS).min(original.time_limit_ns),
             ..original.clone()
         };
-        if cut.time_limit_ns < original.time_limit_ns || cut.faults.len() < original.faults.len() {
+        if cut.time_limit_ns < original.time_limit_ns {
+            shrink::shortest_failing_time(
+                cut.time_limit_ns,
+                original.time_limit_ns,
+                TIME_RESOLUTION_NS,
+                TIME_TRIES,
+                |t| {
+                    let c = Candidate {
+                        time_limit_ns: t,
+                        ..cut.clone()
+                    };
+                    s.attempt("cut to the exposing fault", &c)
+                },
+            );
+        } else if cut.faults.len() < original.faults.len() {
             s.attempt("cut to the exposing fault", &cut);
         }
     }
@@ -349,11 +370,19 @@ fn steps(s: &mut Shrinker, original: &Candidate) {
     let last_op = current.schedule().last().map_or(0, |o| o.time);
     let limit = (last_op + MARGIN_NS).min(current.time_limit_ns);
     if limit + 500_000_000 < current.time_limit_ns {
-        let c = Candidate {
-            time_limit_ns: limit,
-            ..current
-        };
-        s.attempt("cut the time limit", &c);
+        shrink::shortest_failing_time(
+            limit,
+            current.time_limit_ns,
+            TIME_RESOLUTION_NS,
+            TIME_TRIES,
+            |t| {
+                let c = Candidate {
+                    time_limit_ns: t,
+                    ..current.clone()
+                };
+                s.attempt("cut the time limit", &c)
+            },
+        );
     }
     let current = s.current(original);
     if current.rate > 1.0 {

@@ -218,6 +218,41 @@ pub fn ddmin(n: usize, mut fails: impl FnMut(&[usize]) -> Option<bool>) -> Vec<u
     current
 }
 
+/// The shortest time limit found failing between `shortest` and `longest`, within `tries`
+/// tests: `shortest` first (a cut just past the fault that exposed the anomaly usually keeps it),
+/// then bisection towards `longest` while the gap is wider than `resolution` (what exposes a
+/// bug may need time after the fault: a lost offset is written again only once a new leader
+/// has its quorum back). `fails` answers `None` when no more tests may be run. `None` when no
+/// limit tested failed; `longest` itself is never tested.
+pub fn shortest_failing_time(
+    shortest: u64,
+    longest: u64,
+    resolution: u64,
+    tries: usize,
+    mut fails: impl FnMut(u64) -> Option<bool>,
+) -> Option<u64> {
+    if tries == 0 || shortest >= longest {
+        return None;
+    }
+    if fails(shortest)? {
+        return Some(shortest);
+    }
+    let (mut passed, mut failed) = (shortest, None::<u64>);
+    for _ in 1..tries {
+        let upper = failed.unwrap_or(longest);
+        if upper - passed <= resolution {
+            break;
+        }
+        let mid = passed + (upper - passed) / 2;
+        match fails(mid) {
+            None => break,
+            Some(true) => failed = Some(mid),
+            Some(false) => passed = mid,
+        }
+    }
+    failed
+}
+
 /// `items` cut into `parts` contiguous chunks whose lengths differ by at most one.
 fn split(items: &[usize], parts: usize) -> Vec<Vec<usize>> {
     let (size, extra) = (items.len() / parts, items.len() % parts);
@@ -235,6 +270,36 @@ fn split(items: &[usize], parts: usize) -> Vec<Vec<usize>> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The limits asked about, and the answer, for a bug that shows from `from` on.
+    fn search(from: u64, tries: usize) -> (Vec<u64>, Option<u64>) {
+        let mut asked = Vec::new();
+        let found = shortest_failing_time(10, 30, 2, tries, |t| {
+            asked.push(t);
+            Some(t >= from)
+        });
+        (asked, found)
+    }
+
+    #[test]
+    fn the_shortest_limit_is_tried_first_then_bisected_towards_the_longest() {
+        assert_eq!(search(8, 3), (vec![10], Some(10)));
+        assert_eq!(search(14, 3), (vec![10, 20, 15], Some(15)));
+        assert_eq!(search(25, 3), (vec![10, 20, 25], Some(25)));
+        // The longest is never tested: nothing below it failed, nothing is known.
+        assert_eq!(search(31, 3), (vec![10, 20, 25], None));
+        assert_eq!(search(14, 1), (vec![10], None));
+        assert_eq!(search(14, 0), (vec![], None));
+        // Bisection stops at the resolution.
+        assert_eq!(search(11, 9), (vec![10, 20, 15, 12], Some(12)));
+        // A spent budget ends the search with what failed so far.
+        let mut n = 0;
+        let found = shortest_failing_time(10, 30, 2, 5, |t| {
+            n += 1;
+            (n <= 2).then_some(t >= 14)
+        });
+        assert_eq!(found, Some(20));
+    }
 
     /// ddmin with a predicate over literal subsets, returning the result and every subset asked.
     fn minimise(n: usize, fails: impl Fn(&[usize]) -> bool) -> (Vec<usize>, Vec<Vec<usize>>) {
