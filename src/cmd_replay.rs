@@ -4,8 +4,9 @@
 //! not the recorded one, unless `--any-broker`), and the recorded faults at their recorded
 //! offsets of test time doing what their `info`s recorded (the nodes they hit, not re-resolved:
 //! "the leader" is the node the recording hit). It says after each try whether the same anomaly
-//! types came back (or, with `--anomaly TYPE`, that one: a lost write and the offsets written
-//! again where it was are one bug's two faces, and whether the second shows depends on timing),
+//! types came back (or, with `--anomaly TYPE` or for a run `tidemark shrink` made, the type it
+//! kept: a lost write and the offsets written again where it was are one bug's two faces, and
+//! whether the second shows depends on timing),
 //! then the reproduction rate. Exits 0 when every try repeated the recorded verdict, 1 when some
 //! did not, 254 on bad input, 255 when a run failed or was interrupted.
 
@@ -28,7 +29,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// A try reproduces when it forbids this anomaly type, one the recorded run forbade
-    /// [default: when it forbids every type the recorded run did].
+    /// [default: the type a shrunk run was shrunk keeping, else every type the recorded run
+    /// forbade].
     #[arg(long, value_name = "TYPE")]
     pub anomaly: Option<String>,
 }
@@ -49,8 +51,11 @@ pub fn run(args: Args) -> u8 {
     if let Err(e) = recorded.check_broker(args.any_broker) {
         return bad(e);
     }
-    if let Some(kind) = args
+    let anomaly = args
         .anomaly
+        .clone()
+        .or_else(|| recorded.shrunk_keeping().map(String::from));
+    if let Some(kind) = anomaly
         .as_ref()
         .filter(|k| !recorded.verdict.bad.contains(*k))
     {
@@ -99,12 +104,12 @@ pub fn run(args: Args) -> u8 {
             }
             Err(TrialError::Failed(e)) => return failed(format!("try {i}: {e}")),
         };
-        let same = match &args.anomaly {
+        let same = match &anomaly {
             Some(kind) => run.verdict.bad.contains(kind),
             None => run.verdict.repeats(&recorded.verdict),
         };
         repeated += usize::from(same);
-        let said = match (same, &args.anomaly, recorded.verdict.bad.is_empty()) {
+        let said = match (same, &anomaly, recorded.verdict.bad.is_empty()) {
             (true, Some(kind), _) => format!("reproduced: {kind} came back"),
             (true, None, false) => "reproduced: the same anomaly types came back".into(),
             (true, None, true) => "reproduced: the same verdict".into(),

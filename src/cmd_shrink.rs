@@ -148,7 +148,7 @@ impl Shrinker<'_> {
             &candidate.trial(),
             &self.scratch,
             &schedule_file,
-            Some(&self.recorded.dir),
+            Some((&self.recorded.dir, &self.anomaly)),
         ) {
             Ok(run) => run,
             Err(e) => {

@@ -134,6 +134,9 @@ pub struct Args {
     /// `tidemark shrink` sets it on its runs.
     #[arg(long, value_name = "RUN_DIR")]
     shrunk_from: Option<PathBuf>,
+    /// With `--shrunk-from`: the anomaly type the shrink keeps (test.json `shrunk_keeping`).
+    #[arg(long, value_name = "TYPE", requires = "shrunk_from")]
+    shrunk_keeping: Option<String>,
     /// The faults: which kinds, how often, on which nodes, or a scripted schedule (last, so
     /// their help heading covers only them).
     #[command(flatten)]
@@ -690,6 +693,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         final_timeout,
         argv: std::env::args().collect(),
         shrunk_from: args.shrunk_from,
+        shrunk_keeping: args.shrunk_keeping,
     };
     let workload: Arc<dyn Workload> = if mirror_workload {
         let (a, b) = (options.clusters[0].clone(), options.clusters[1].clone());

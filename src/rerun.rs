@@ -28,6 +28,9 @@ struct RecordedTest {
     rate: f64,
     argv: Vec<String>,
     broker: RecordedBroker,
+    /// The anomaly type a shrunk run was shrunk keeping; absent in other and older runs.
+    #[serde(default)]
+    shrunk_keeping: Option<String>,
 }
 
 /// test.json's `broker`.
@@ -107,6 +110,11 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The anomaly type `tidemark shrink` kept, when this run is a shrunk one.
+    pub fn shrunk_keeping(&self) -> Option<&str> {
+        self.test.shrunk_keeping.as_deref()
+    }
+
     /// Reads the run in `dir`; errors name the file and the field.
     pub fn load(dir: &Path) -> Result<Self, String> {
         let dir = std::fs::canonicalize(dir)
@@ -196,6 +204,7 @@ impl Recorded {
             "--concurrency",
             "--rate",
             "--shrunk-from",
+            "--shrunk-keeping",
         ];
         let mut out = Vec::new();
         let mut args = self.test.argv.iter().skip(2);
@@ -291,14 +300,14 @@ impl Trials {
     }
 
     /// Runs `trial` of `run` into `store`, its schedule written to `schedule_file` first;
-    /// `shrunk_from` records the run it shrinks.
+    /// `shrunk` records the run it shrinks and the anomaly type kept.
     pub fn run(
         &mut self,
         run: &Recorded,
         trial: &Trial,
         store: &Path,
         schedule_file: &Path,
-        shrunk_from: Option<&Path>,
+        shrunk: Option<(&Path, &str)>,
     ) -> Result<TrialRun, TrialError> {
         write_schedule(schedule_file, &trial.schedule).map_err(TrialError::Failed)?;
         let mut args: Vec<OsString> = run.base_args().into_iter().map(OsString::from).collect();
@@ -319,8 +328,13 @@ impl Trials {
             store.as_os_str().to_owned(),
             "--quiet".into(),
         ]);
-        if let Some(original) = shrunk_from {
-            args.extend(["--shrunk-from".into(), original.as_os_str().to_owned()]);
+        if let Some((original, keeping)) = shrunk {
+            args.extend([
+                "--shrunk-from".into(),
+                original.as_os_str().to_owned(),
+                "--shrunk-keeping".into(),
+                keeping.into(),
+            ]);
         }
         let child = self.run_test(&args)?;
         let output = &child.output;

@@ -53,6 +53,8 @@ pub struct TestOptions {
     /// The run directory this run was shrunk from (`tidemark shrink`), for the record and for
     /// the results browser, which lists a shrunk run under its original.
     pub shrunk_from: Option<PathBuf>,
+    /// The anomaly type the shrink kept (with `shrunk_from`): what a replay of it asks about.
+    pub shrunk_keeping: Option<String>,
 }
 
 impl TestOptions {
@@ -144,6 +146,7 @@ impl Test {
             "final_timeout_s": o.final_timeout.as_secs_f64(),
             "argv": o.argv,
             "shrunk_from": o.shrunk_from,
+            "shrunk_keeping": o.shrunk_keeping,
         })
     }
 }

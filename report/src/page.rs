@@ -207,13 +207,18 @@ pub fn report(run: &Run) -> Markup {
                         }
                     }
                     p { (verdict_source(&run.verdict)) }
+                    @let keeping = run.test.get("shrunk_keeping").and_then(Value::as_str);
                     @if let Some(original) = run.test.get("shrunk_from").and_then(Value::as_str) {
-                        p { "Shrunk from " code { (original) } }
+                        p {
+                            "Shrunk from " code { (original) }
+                            @if let Some(kind) = keeping { ", keeping " (kind) }
+                        }
                     }
                     @if class == "invalid" {
                         @let dir = shell_word(&run.dir.display().to_string());
+                        @let only = keeping.map(|k| format!(" --anomaly {}", shell_word(k))).unwrap_or_default();
                         p.commands {
-                            "Reproduce: " code { "tidemark replay " (dir) " --times 5" }
+                            "Reproduce: " code { "tidemark replay " (dir) (only) " --times 5" }
                             " · find the smallest run that still fails: "
                             code { "tidemark shrink " (dir) }
                         }

@@ -74,6 +74,7 @@ fn options(
         final_timeout: Duration::from_secs(30),
         argv: vec!["bench".into()],
         shrunk_from: None,
+        shrunk_keeping: None,
     }
 }
 

@@ -109,6 +109,7 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
     assert_eq!(shrunk.len(), 1, "{stdout}");
     let shrunk = &shrunk[0];
     let test = json(&shrunk.join("test.json"));
+    assert_eq!(test["shrunk_keeping"], kept.as_str(), "{test}");
     // Just past the exposing fault (about 10 s), or halfway back from there to the original's 30 s.
     assert!(test["time_limit_s"].as_f64().unwrap() <= 21.0, "{stdout}");
     let schedule: Vec<ScheduledOp> = serde_json::from_value(json(&shrunk.join("schedule.json")))
@@ -133,24 +134,25 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
     // Its report shows how to replay and shrink it, where it now is.
     let report = std::fs::read_to_string(shrunk.join("report.html")).unwrap();
     assert!(
-        report.contains(&format!("tidemark replay {}", shrunk.display())),
-        "no replay command in the report"
+        report.contains(&format!(
+            "tidemark replay {} --anomaly {kept} --times 5",
+            shrunk.display()
+        )),
+        "no replay command for {kept} in the report"
+    );
+    assert!(
+        report.contains(&format!(", keeping {kept}")),
+        "{kept} not named"
     );
 
-    // The shrunk run, replayed, shows the anomaly it kept again (the command shrink printed).
+    // The shrunk run, replayed, shows the anomaly it kept again: what a replay of it asks by
+    // default, and the command shrink printed.
     let replay = format!(
         "tidemark replay {} --anomaly {kept} --times 5",
         shrunk.display()
     );
     assert!(stdout.contains(&replay), "{stdout}");
-    let out = tidemark_cmd(&[
-        "replay",
-        shrunk.to_str().unwrap(),
-        "--anomaly",
-        &kept,
-        "--times",
-        "3",
-    ]);
+    let out = tidemark_cmd(&["replay", shrunk.to_str().unwrap(), "--times", "3"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
     let (same, tries) = reproduced(&stdout);

@@ -89,6 +89,7 @@ async fn a_partition_is_applied_recorded_and_healed() {
         final_timeout: Duration::from_secs(30),
         argv: vec![],
         shrunk_from: None,
+        shrunk_keeping: None,
     };
     let test = Test {
         runtime: Box::new(runtime),
