@@ -6,9 +6,9 @@
 //! "the leader" is the node the recording hit). It says after each try whether the same anomaly
 //! types came back (or, with `--anomaly TYPE` or for a run `tidemark shrink` made, the type it
 //! kept: a lost write and the offsets written again where it was are one bug's two faces, and
-//! whether the second shows depends on timing),
-//! then the reproduction rate. Exits 0 when every try repeated the recorded verdict, 1 when some
-//! did not, 254 on bad input, 255 when a run failed or was interrupted.
+//! whether the second shows depends on timing), then the reproduction rate. Exits 0 when every
+//! try repeated the recorded verdict, 1 when some did not, 254 on bad input, 255 when a run
+//! failed or was interrupted.
 
 use std::path::PathBuf;
 

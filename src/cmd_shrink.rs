@@ -3,10 +3,9 @@
 //! exposed the anomaly (the faults after it dropped), then delta debugging drops faults, then
 //! the faults left are shortened, then the time limit is cut to just past the last fault op and
 //! the client load halved; each step is kept when its run still forbids the anomaly type, and a
-//! time cut that loses it is tried once more halfway back. Every
-//! run is a replay of the original (same command line, seed and broker build, faults doing what
-//! was recorded; see [`crate::rerun`]) in a scratch store inside the store, within a budget of
-//! runs and minutes. The smallest failing run is moved into the store as a run of its own, its
+//! time cut that loses it is tried once more halfway back. Every run is a replay of the original
+//! (same command line, seed and broker build, faults doing what was recorded; see
+//! [`crate::rerun`]) in a scratch store inside the store, within a budget of runs and minutes. The smallest failing run is moved into the store as a run of its own, its
 //! test.json saying `shrunk_from`, with its schedule beside it as `schedule.json`. The pure
 //! parts (faults, shortening, ddmin) are `tidemark_nemesis::shrink`.
 //!
@@ -173,6 +172,24 @@ impl Shrinker<'_> {
         Some(kept)
     }
 
+    /// Runs `cut`, and when it loses the anomaly a limit halfway back towards `longest`
+    /// ([`shrink::shortest_failing_time`]); the runs that keep it become the best.
+    fn cut_time(&mut self, step: &str, cut: &Candidate, longest: u64) {
+        shrink::shortest_failing_time(
+            cut.time_limit_ns,
+            longest,
+            TIME_RESOLUTION_NS,
+            TIME_TRIES,
+            |t| {
+                let c = Candidate {
+                    time_limit_ns: t,
+                    ..cut.clone()
+                };
+                self.attempt(step, &c)
+            },
+        );
+    }
+
     /// The smallest failing candidate so far, else the original.
     fn current(&self, original: &Candidate) -> Candidate {
         self.best
@@ -324,19 +341,7 @@ fn steps(s: &mut Shrinker, original: &Candidate) {
             ..original.clone()
         };
         if cut.time_limit_ns < original.time_limit_ns {
-            shrink::shortest_failing_time(
-                cut.time_limit_ns,
-                original.time_limit_ns,
-                TIME_RESOLUTION_NS,
-                TIME_TRIES,
-                |t| {
-                    let c = Candidate {
-                        time_limit_ns: t,
-                        ..cut.clone()
-                    };
-                    s.attempt("cut to the exposing fault", &c)
-                },
-            );
+            s.cut_time("cut to the exposing fault", &cut, original.time_limit_ns);
         } else if cut.faults.len() < original.faults.len() {
             s.attempt("cut to the exposing fault", &cut);
         }
@@ -370,19 +375,11 @@ fn steps(s: &mut Shrinker, original: &Candidate) {
     let last_op = current.schedule().last().map_or(0, |o| o.time);
     let limit = (last_op + MARGIN_NS).min(current.time_limit_ns);
     if limit + 500_000_000 < current.time_limit_ns {
-        shrink::shortest_failing_time(
-            limit,
-            current.time_limit_ns,
-            TIME_RESOLUTION_NS,
-            TIME_TRIES,
-            |t| {
-                let c = Candidate {
-                    time_limit_ns: t,
-                    ..current.clone()
-                };
-                s.attempt("cut the time limit", &c)
-            },
-        );
+        let cut = Candidate {
+            time_limit_ns: limit,
+            ..current.clone()
+        };
+        s.cut_time("cut the time limit", &cut, current.time_limit_ns);
     }
     let current = s.current(original);
     if current.rate > 1.0 {

@@ -5,6 +5,8 @@
 //! `tidemark bench-detection` reports that time; `tidemark shrink` cuts a run's faults and time
 //! limit to just past it.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 use tidemark_checkers::{Op, OpType, Process};
 
@@ -70,19 +72,22 @@ fn final_log_values(entry: &Value, out: &mut Vec<u64>) {
     }
 }
 
-/// When `value` was last known written: its send's completion (else its invocation). A value
-/// the final log holds at an offset another value was seen at makes the offsets disagree only
-/// once it was written, not when the first value was acknowledged.
-fn written_at(ops: &[Op], value: u64) -> Option<u64> {
-    ops.iter()
+/// When each sent value was last known written: its send's completion (else its invocation). A
+/// value the final log holds at an offset another value was seen at makes the offsets disagree
+/// only once it was written, not when the first value was acknowledged.
+fn written_at(ops: &[Op]) -> HashMap<u64, u64> {
+    let mut at = HashMap::new();
+    for o in ops
+        .iter()
         .filter(|o| o.f == "send" && o.process != Process::Nemesis)
-        .filter(|o| {
-            o.value["values"]
-                .as_array()
-                .is_some_and(|vs| vs.iter().any(|v| v.as_u64() == Some(value)))
-        })
-        .map(|o| o.time)
-        .max()
+    {
+        for v in o.value["values"].as_array().into_iter().flatten() {
+            if let Some(v) = v.as_u64() {
+                at.insert(v, o.time);
+            }
+        }
+    }
+    at
 }
 
 /// Nanoseconds into the main phase at which the first forbidden anomaly existed: its entry's
@@ -99,13 +104,20 @@ pub fn first_anomaly(ops: &[Op], results: &Value) -> Option<u64> {
 pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
     let time_of = |i: u64| ops.get(i as usize).filter(|o| o.index == i).map(|o| o.time);
     let mut evidenced: Option<u64> = None;
+    let mut written: Option<HashMap<u64, u64>> = None;
     for entry in results["anomalies"][kind].as_array().into_iter().flatten() {
         let mut idx = Vec::new();
         op_indices(entry, &mut idx);
         let mut finals = Vec::new();
         final_log_values(entry, &mut finals);
-        let written = finals.into_iter().filter_map(|v| written_at(ops, v));
-        if let Some(t) = idx.into_iter().filter_map(time_of).chain(written).max() {
+        let finals_written: Vec<u64> = if finals.is_empty() {
+            Vec::new()
+        } else {
+            let at = written.get_or_insert_with(|| written_at(ops));
+            finals.iter().filter_map(|v| at.get(v).copied()).collect()
+        };
+        let times = idx.into_iter().filter_map(time_of);
+        if let Some(t) = times.chain(finals_written).max() {
             evidenced = Some(evidenced.map_or(t, |e| e.min(t)));
         }
     }
