@@ -72,7 +72,8 @@ enum Target {
 fn teardown(args: &Args) -> Result<bool, Problem> {
     let fail = |e: anyhow::Error| Problem::Harness(format!("{e:#}"));
     let state_dir = leftovers::state_dir().map_err(fail)?;
-    let mut found = leftovers::find(&state_dir).map_err(fail)?;
+    let labelled = docker::labelled_runs().map_err(fail)?;
+    let mut found = leftovers::find(&state_dir, labelled).map_err(fail)?;
     if let Some(run) = &args.run {
         found.retain(|l| &l.run == run);
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_harness::broker::{BrokerConfig, TidemarkBroker, MIRROR_UNCLEAN_KEY};
-use tidemark_harness::docker::{DockerRuntime, DEFAULT_IMAGE};
+use tidemark_harness::docker::{self, DockerRuntime, DEFAULT_IMAGE};
 use tidemark_harness::hosts::{read_nodes_file, HostsRuntime};
 use tidemark_harness::leftovers;
 use tidemark_harness::nemesis::Nemesis;
@@ -630,7 +630,9 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     // firewall chain on a host this run needs would collide with it: refuse. Anything else it
     // left (namespaces carry their run's id) is named, and this run goes on.
     let state_dir = leftovers::state_dir().map_err(|e| Problem::Harness(format!("{e:#}")))?;
-    let found = leftovers::find(&state_dir).map_err(|e| Problem::Harness(format!("{e:#}")))?;
+    let found = docker::labelled_runs()
+        .and_then(|labelled| leftovers::find(&state_dir, labelled))
+        .map_err(|e| Problem::Harness(format!("{e:#}")))?;
     let these_hosts = hosts.as_ref().map(|(h, _)| h.hosts());
     let (blocking, other): (Vec<_>, Vec<_>) = found
         .iter()

@@ -15,14 +15,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 
 use crate::dial::{Dialer, Direct};
-use crate::leftovers::{self, Resources, RunState, PREFIX};
+use crate::leftovers::{self, Resources, RunState, PREFIX, RUN_LABEL};
 use crate::prerequisites::{self, Requirement};
 use crate::remote::{self, command_line};
 use crate::runtime::{Node, Runtime};
 use crate::ssh::{KnownHosts, Ssh, SshConfig};
-
-/// The label every container and network of a run carries, with the run id as its value.
-pub const RUN_LABEL: &str = "tidemark.run";
 
 /// The image nodes run unless told otherwise.
 pub const DEFAULT_IMAGE: &str = "tidemark-node";

@@ -23,6 +23,9 @@ use crate::ssh::SshConfig;
 /// Prefix of every network namespace the harness creates.
 pub const PREFIX: &str = "tdm-";
 
+/// The label every Docker container and network of a run carries, with the run id as its value.
+pub const RUN_LABEL: &str = "tidemark.run";
+
 /// Where root's runs are recorded: on disk rather than in `/run`, so a record of runs on SSH
 /// hosts outlives a reboot of this machine.
 pub const ROOT_STATE_DIR: &str = "/var/lib/tidemark/runs";
@@ -237,8 +240,7 @@ impl std::fmt::Display for Leftover {
             write!(
                 f,
                 "{sep} containers or a network labelled {}={}",
-                crate::docker::RUN_LABEL,
-                self.run
+                RUN_LABEL, self.run
             )?;
             sep = ";";
         }
@@ -249,7 +251,7 @@ impl std::fmt::Display for Leftover {
             Some(Resources::Docker { work_dir }) => write!(
                 f,
                 "{sep} containers and network labelled {}={}, directory {}",
-                crate::docker::RUN_LABEL,
+                RUN_LABEL,
                 self.run,
                 work_dir.display()
             ),
@@ -270,9 +272,10 @@ impl std::fmt::Display for Leftover {
     }
 }
 
-/// The runs recorded in `state_dir` or found in prefixed namespaces whose owner is gone or
-/// unknown. Runs whose owner is alive are left out, namespaces and all.
-pub fn find(state_dir: &Path) -> anyhow::Result<Vec<Leftover>> {
+/// The runs recorded in `state_dir`, found in prefixed namespaces or named by Docker resources
+/// labelled [`RUN_LABEL`] (`labelled`, as `docker::labelled_runs` lists them) whose owner is
+/// gone or unknown. Runs whose owner is alive are left out, namespaces and all.
+pub fn find(state_dir: &Path, labelled: Vec<String>) -> anyhow::Result<Vec<Leftover>> {
     let mut runs: BTreeMap<String, Leftover> = BTreeMap::new();
     let entry = |runs: &mut BTreeMap<String, Leftover>, run: &str| -> Leftover {
         runs.remove(run).unwrap_or_else(|| Leftover {
@@ -318,7 +321,7 @@ pub fn find(state_dir: &Path) -> anyhow::Result<Vec<Leftover>> {
         l.namespaces.push(ns);
         runs.insert(run, l);
     }
-    for run in crate::docker::labelled_runs()? {
+    for run in labelled {
         if live.contains(&run) {
             continue;
         }
@@ -504,11 +507,19 @@ mod tests {
         };
         dead.write(dir.path()).unwrap();
         std::fs::write(dir.path().join("torn.json"), "{\"run\":").unwrap();
-        let found: Vec<Leftover> = find(dir.path())
+        // Docker's labels name the live run, the dead one and one nobody recorded.
+        let labelled = vec!["live".into(), "dead".into(), "unrecorded".into()];
+        let (found, unrecorded): (Vec<Leftover>, Vec<Leftover>) = find(dir.path(), labelled)
             .unwrap()
             .into_iter()
-            .filter(|l| l.record.is_some())
+            .partition(|l| l.record.is_some());
+        let labelled_only: Vec<(&str, bool)> = unrecorded
+            .iter()
+            .filter(|l| l.containers)
+            .map(|l| (l.run.as_str(), l.owner_known()))
             .collect();
+        assert_eq!(labelled_only, vec![("unrecorded", false)]);
+        assert!(found.iter().all(|l| l.run != "dead" || l.containers));
         let runs: Vec<(&str, bool)> = found
             .iter()
             .map(|l| (l.run.as_str(), l.owner_known()))
