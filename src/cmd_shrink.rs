@@ -5,9 +5,11 @@
 //! the client load halved; each step is kept when its run still forbids the anomaly type, and a
 //! time cut that loses it is tried once more halfway back. Every run is a replay of the original
 //! (same command line, seed and broker build, faults doing what was recorded; see
-//! [`crate::rerun`]) in a scratch store inside the store, within a budget of runs and minutes. The smallest failing run is moved into the store as a run of its own, its
-//! test.json saying `shrunk_from`, with its schedule beside it as `schedule.json`. The pure
-//! parts (faults, shortening, ddmin) are `tidemark_nemesis::shrink`.
+//! [`crate::rerun`]) in a scratch store inside the store, within a budget of runs and minutes.
+//! The smallest failing run is moved into the store as a run of its own, its test.json saying
+//! `shrunk_from` and `shrunk_keeping` (the type kept, which its replay asks about), with its
+//! schedule beside it as `schedule.json`. The pure parts (faults, shortening, ddmin, the time
+//! cut's search) are `tidemark_nemesis::shrink`.
 //!
 //! Exits 0 when it wrote a run, 1 when no run in the budget showed the anomaly, 254 on bad input,
 //! 255 when a run failed or was interrupted.
