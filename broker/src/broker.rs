@@ -767,11 +767,12 @@ impl Broker {
             info!(topic = ?topic, partition = index, ?isr, "expanding ISR");
             self.alter_partition(&p, isr, LeaderRecoveryState::Recovered);
         }
-        if result.read_remote {
+        if let Some(lineage) = result.read_remote.take() {
             let read = match (&self.tiered, self.topic_id_partition(topic, index)) {
                 (Some(store), Some(tp)) => blocking(|| {
                     store.read(
                         &tp,
+                        &lineage,
                         spec.fetch_offset,
                         result.high_watermark,
                         spec.max_bytes,

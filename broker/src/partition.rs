@@ -26,7 +26,9 @@ use crate::mirror::rules::{
     lmle_truncation_offset, truncation_wait, MirrorRules, MirrorState, TruncationWait,
 };
 use crate::retention::{segments_to_delete, RetentionPolicy};
-use crate::tiered::manager::{below_local_start, BelowLocalStart, TieredAccess, TieredState};
+use crate::tiered::manager::{
+    below_local_start, BelowLocalStart, Lineage, TieredAccess, TieredState,
+};
 use crate::tiered::metadata::{earliest_pending_upload, epoch_at, TieredOffsets};
 
 /// Per-partition file recording the last registration this replica acted on, so that
@@ -135,8 +137,9 @@ pub struct FetchResult {
     /// KIP-595: set when the follower's log diverged from ours.
     pub diverging_epoch: Option<(i32, i64)>,
     /// A consumer's offset is below the local log start but in the remote store: the caller
-    /// reads it there (up to the high watermark) without this partition's lock.
-    pub read_remote: bool,
+    /// reads it there (up to the high watermark) without this partition's lock, from the
+    /// segments of this leader's lineage.
+    pub read_remote: Option<Lineage>,
 }
 
 /// An append as leader: where the records went, in which epoch.
@@ -846,7 +849,10 @@ impl Partition {
                     },
                     BelowLocalStart::ReadRemote => FetchResult {
                         error: 0,
-                        read_remote: true,
+                        read_remote: Some(Lineage {
+                            epochs: s.log.epochs().entries().to_vec(),
+                            log_end: leo,
+                        }),
                         ..out_of_range
                     },
                 };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use super::metadata::{
-    highest_offset, segment_containing, DirMetadataStore, RemoteLogMetadataStore,
+    highest_offset, segment_in_lineage, DirMetadataStore, RemoteLogMetadataStore,
     RemoteSegmentMetadata, SegmentState,
 };
 #[cfg(feature = "s3")]
@@ -17,6 +17,7 @@ use super::storage::{LocalDirStorage, RemoteStorage, TopicIdPartition};
 use super::upload::{local_policy, local_segments_to_delete, upload_candidates, UploadJob};
 use crate::config::{LogConfig, RemoteStoreConfig};
 use crate::log::batch::split_batches;
+use crate::log::epoch_cache::EpochEntry;
 use crate::log::PartitionLog;
 
 /// The remote store (bytes and metadata) shared by the brokers of a cluster.
@@ -66,18 +67,21 @@ impl TieredStore {
             .ok()
     }
 
-    /// Reads for a consumer from the remote segment holding `offset`: whole batches from the one
-    /// containing `offset`, up to `max_offset` (the high watermark) and about `max_bytes` (at
-    /// least one batch, as Kafka does). Empty when no finished segment holds the offset.
+    /// Reads for a consumer from the remote segment of the leader's `lineage` holding `offset`:
+    /// whole batches from the one containing `offset`, up to `max_offset` (the high watermark)
+    /// and about `max_bytes` (at least one batch, as Kafka does). Empty when no finished segment
+    /// of the lineage holds the offset.
     pub fn read(
         &self,
         partition: &TopicIdPartition,
+        lineage: &Lineage,
         offset: i64,
         max_offset: i64,
         max_bytes: usize,
     ) -> Result<Vec<u8>, String> {
         let segments = self.metadata.list(partition).map_err(|e| e.to_string())?;
-        let Some(segment) = segment_containing(&segments, offset) else {
+        let found = segment_in_lineage(&segments, &lineage.epochs, lineage.log_end, offset);
+        let Some(segment) = found else {
             return Ok(Vec::new());
         };
         let bytes = self
@@ -97,6 +101,14 @@ impl TieredStore {
         }
         Ok(out)
     }
+}
+
+/// What a leader judges remote segments by when it reads them for a consumer: its epoch cache
+/// and log end, taken under the partition's lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lineage {
+    pub epochs: Vec<EpochEntry>,
+    pub log_end: i64,
 }
 
 /// One replica's tiered offsets beside its local log.
@@ -412,16 +424,26 @@ mod tests {
             let job = UploadJob::prepare(&log, tp.clone(), s).unwrap();
             job.run(1, 0, &*store.storage, &*store.metadata).unwrap();
         }
+        let lineage = Lineage {
+            epochs: log.epochs().entries().to_vec(),
+            log_end: log.log_end_offset(),
+        };
         let offsets = |bytes: Vec<u8>| values(&bytes).iter().map(|v| v.0).collect::<Vec<_>>();
         assert_eq!(
-            offsets(store.read(&tp, 1, 5, 1 << 20).unwrap()),
+            offsets(store.read(&tp, &lineage, 1, 5, 1 << 20).unwrap()),
             vec![1, 2, 3]
         );
-        assert_eq!(offsets(store.read(&tp, 1, 3, 1 << 20).unwrap()), vec![1, 2]);
+        assert_eq!(
+            offsets(store.read(&tp, &lineage, 1, 3, 1 << 20).unwrap()),
+            vec![1, 2]
+        );
         // At least one batch, however small the budget.
-        assert_eq!(offsets(store.read(&tp, 2, 5, 1).unwrap()), vec![2]);
+        assert_eq!(
+            offsets(store.read(&tp, &lineage, 2, 5, 1).unwrap()),
+            vec![2]
+        );
         // Offset 4 is in the local active segment, not in the remote store.
-        assert!(store.read(&tp, 4, 5, 1 << 20).unwrap().is_empty());
+        assert!(store.read(&tp, &lineage, 4, 5, 1 << 20).unwrap().is_empty());
     }
 
     #[test]

@@ -256,26 +256,46 @@ impl RemoteLogMetadataStore for DirMetadataStore {
     }
 }
 
-/// Whether a segment's epochs agree with a leader's epoch cache: each of its epochs is in the
-/// cache and starts inside that epoch's range there. Segments of another lineage (written by a
-/// leader whose log was later truncated away) are not this leader's data.
+/// Whether a segment's epochs agree with a leader's epoch cache (Kafka's
+/// `isRemoteSegmentWithinLeaderEpochs`): each of its epochs is in the cache, starts inside that
+/// epoch's range there (where the leader's started, for every epoch but the segment's first) and
+/// ends before the leader's next epoch begins. Segments of another lineage (written by a leader
+/// whose log was later truncated away) are not this leader's data, even where their first
+/// offsets agree: after an unclean election the old leader's last segment can hold, in the old
+/// epoch, offsets the new leader wrote in its own.
 ///
 /// Below the cache's first entry the cache says nothing: a cache truncated from its start (a
-/// follower that took a leader's log start) keeps only the epoch covering the new start, so an
-/// epoch there no later than the first one is the partition's. Rejecting it made a follower that
-/// had followed a leader's log start, once leader, put its log start above every segment it could
-/// no longer place: acknowledged offsets still in the remote store became out of range.
+/// follower that took a leader's log start) keeps only the epoch covering the new start, moved
+/// to it, so an earlier epoch that ended below that start, or the first epoch begun below it, is
+/// the partition's. Rejecting it made a follower that had followed a leader's log start, once
+/// leader, put its log start above every segment it could no longer place: acknowledged offsets
+/// still in the remote store became out of range.
 pub fn in_lineage(segment: &RemoteSegmentMetadata, cache: &[EpochEntry], log_end: i64) -> bool {
-    let first = cache.first();
+    let Some(first) = cache.first() else {
+        return false;
+    };
+    let epochs: Vec<(i32, i64)> = segment
+        .segment_leader_epochs
+        .iter()
+        .map(|(e, s)| (*e, *s))
+        .collect();
     segment.end_offset < log_end
-        && segment.segment_leader_epochs.iter().all(|(epoch, start)| {
-            if let Some(f) = first.filter(|f| *start < f.start_offset) {
-                return *epoch <= f.epoch;
-            }
-            cache.iter().enumerate().any(|(i, e)| {
-                let next = cache.get(i + 1).map_or(log_end, |n| n.start_offset);
-                e.epoch == *epoch && e.start_offset <= *start && *start < next
-            })
+        && epochs.iter().enumerate().all(|(i, &(epoch, start))| {
+            let last = epochs.get(i + 1).map_or(segment.end_offset, |n| n.1 - 1);
+            let Some(at) = cache.iter().position(|e| e.epoch == epoch) else {
+                return epoch < first.epoch && last < first.start_offset;
+            };
+            let (from, to) = (
+                cache[at].start_offset,
+                cache.get(at + 1).map_or(log_end, |n| n.start_offset),
+            );
+            let starts_right = match (at, i) {
+                (0, 0) => true,
+                (0, _) => start <= from,
+                (_, 0) => from <= start,
+                _ => start == from,
+            };
+            starts_right && start < to && last < to
         })
 }
 
@@ -291,16 +311,20 @@ pub fn segment_for(
         .find(|s| s.state == SegmentState::CopySegmentFinished && s.epoch_at(offset) == Some(epoch))
 }
 
-/// The finished segment holding `offset` whatever its epoch (a consumer read below the local log
-/// start), the earliest uploaded first when copies overlap.
-pub fn segment_containing(
-    segments: &[RemoteSegmentMetadata],
+/// The finished segment of this leader's lineage holding `offset` (a consumer's read below the
+/// local log start), the earliest uploaded first when copies overlap. Another lineage's copy of
+/// the offset holds another record, whichever was uploaded first.
+pub fn segment_in_lineage<'a>(
+    segments: &'a [RemoteSegmentMetadata],
+    cache: &[EpochEntry],
+    log_end: i64,
     offset: i64,
-) -> Option<&RemoteSegmentMetadata> {
+) -> Option<&'a RemoteSegmentMetadata> {
     segments
         .iter()
         .filter(|s| s.state == SegmentState::CopySegmentFinished)
         .filter(|s| s.start_offset <= offset && offset <= s.end_offset)
+        .filter(|s| in_lineage(s, cache, log_end))
         .min_by_key(|s| s.event_timestamp_ms)
 }
 
@@ -430,10 +454,13 @@ mod tests {
             Uuid::from_u128(2)
         );
         assert_eq!(
-            segment_containing(&segments, 1).unwrap().segment.id,
+            segment_in_lineage(&segments, &cache, 8, 1)
+                .unwrap()
+                .segment
+                .id,
             Uuid::from_u128(1)
         );
-        assert!(segment_containing(&segments, 6).is_none());
+        assert!(segment_in_lineage(&segments, &cache, 8, 6).is_none());
         assert_eq!(
             RemoteSegmentMetadata::epochs_from_cache(&cache, 3, 5),
             BTreeMap::from([(1, 3), (2, 5)])
@@ -489,6 +516,35 @@ mod tests {
         assert_eq!(highest_offset(&segments, &cache, 12), Some(5));
         // A segment reaching past the log end is not in the lineage either.
         assert_eq!(highest_offset(&segments[..2], &cache, 5), Some(2));
+    }
+
+    #[test]
+    fn a_segment_running_past_its_epochs_end_in_the_leaders_lineage_is_not_the_leaders() {
+        // The old leader uploaded 123-135 in epoch 0; an unclean election made a replica whose
+        // log ended at 133 the leader in epoch 3, which wrote its own 133-135.
+        let old = seg(1, 123, 135, &[(0, 123)]);
+        let below = seg(2, 111, 122, &[(0, 111)]);
+        let cache = [entry(0, 0), entry(3, 133)];
+        assert!(!in_lineage(&old, &cache, 150));
+        assert!(in_lineage(&below, &cache, 150));
+        let segments = [below.clone(), old.clone()];
+        assert_eq!(highest_offset(&segments, &cache, 150), Some(122));
+        // Its own upload of the same offsets is, and is what a consumer reads there.
+        let own = seg(3, 123, 140, &[(0, 123), (3, 133)]);
+        let segments = [below, old, own];
+        assert_eq!(highest_offset(&segments, &cache, 150), Some(140));
+        assert_eq!(
+            segment_in_lineage(&segments, &cache, 150, 134)
+                .unwrap()
+                .segment
+                .id,
+            Uuid::from_u128(3)
+        );
+        // An epoch boundary inside a segment must be the leader's.
+        let moved = seg(4, 123, 140, &[(0, 123), (3, 131)]);
+        assert!(!in_lineage(&moved, &cache, 150));
+        // The old leader's view: its epoch 0 runs on, so its own segment is in its lineage.
+        assert!(in_lineage(&segments[1], &[entry(0, 0)], 150));
     }
 
     #[test]

@@ -181,7 +181,7 @@ mod tests {
     use crate::log::producer_state::decode_snapshot;
     use crate::log::testing::{batch, idempotent_batch, values};
     use crate::log::LogSettings;
-    use crate::tiered::metadata::{highest_offset, segment_containing, DirMetadataStore};
+    use crate::tiered::metadata::{highest_offset, segment_in_lineage, DirMetadataStore};
     use crate::tiered::storage::{IndexKind, LocalDirStorage};
 
     fn seg(base: i64, next: i64, size: u64, ts: i64) -> SegmentSummary {
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(listed, uploaded);
         let cache = log.epochs().entries().to_vec();
         assert_eq!(highest_offset(&listed, &cache, 4), Some(2));
-        let third = segment_containing(&listed, 2).unwrap();
+        let third = segment_in_lineage(&listed, &cache, 4, 2).unwrap();
         assert_eq!(third.segment_leader_epochs, BTreeMap::from([(1, 2)]));
         let bytes = storage.fetch_segment(&third.segment, 0, None).unwrap();
         assert_eq!(values(&bytes), vec![(2, b"v2".to_vec(), 1)]);
