@@ -142,6 +142,23 @@ fn a_segment_of_another_lineage_is_not_the_partitions_data() {
 }
 
 #[test]
+fn an_older_leaders_segment_running_past_its_epoch_is_not_the_partitions_data() {
+    let mut segments = uploaded();
+    // The leader of epoch 0 uploaded 2–5 before an unclean election handed offset 4 on to epoch
+    // 1: its 4 and 5 were truncated away, so the segment is not this lineage's, though 2 and 3
+    // agree.
+    segments.push(segment(
+        "y",
+        2,
+        5,
+        &[(2, 2, 0), (3, 3, 0), (4, 94, 0), (5, 95, 0)],
+    ));
+    let r = run(true, &clean(), &replicas(&segments));
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    assert!(r.anomaly_types.is_empty(), "{:?}", r.anomaly_types);
+}
+
+#[test]
 fn a_follower_starting_below_the_earliest_pending_upload_is_a_bad_bootstrap() {
     // KAFKA-13369's off-by-one: n3 started at the leader's local log start 2, not after the
     // segment (2–3) its state came from.
