@@ -373,6 +373,27 @@ impl PartitionState {
         self.leader_epoch_start_offset = self.leader_epoch_start_offset.min(leo);
     }
 
+    /// A replica's truncation to `target`. Below a follower's local log start on a tiered topic
+    /// nothing of its local log is left, and the offsets below the cut are the partition's in the
+    /// remote store (the new leader's lineage agrees up to the cut): the follower starts over
+    /// empty, as a wiped one does, so it takes the remote store's epochs and producer state on
+    /// its way back. Kafka's `truncateFullyAndStartAt` at the cut keeps neither, and such a
+    /// replica, once leader, lacked the producers idle since before the cut (found by the
+    /// tiered workload after a forced unclean election).
+    fn truncate_replica(&mut self, target: i64) -> Result<(), LogError> {
+        if self.config.remote_storage_enable
+            && !self.is_leader()
+            && target < self.log.log_start_offset()
+        {
+            self.log.truncate_fully_and_start_at(0)?;
+            self.tiered = TieredState::default();
+        } else {
+            self.log.truncate_to(target)?;
+        }
+        self.clamp_to_log_end();
+        Ok(())
+    }
+
     /// Whether `replica` may join the ISR now (caught up to the high watermark and to this
     /// leader's epoch start, and the leader not RECOVERING). `unchecked` is the injected
     /// `isr-join-before-caught-up` bug: any fetch will do.
@@ -1144,8 +1165,7 @@ impl Partition {
                 if target < leo {
                     info!(topic = ?self.topic, partition = self.index, from = leo, to = target, "truncating by leader epoch");
                 }
-                s.log.truncate_to(target)?;
-                s.clamp_to_log_end();
+                s.truncate_replica(target)?;
             }
             Ok(Some(complete))
         })
@@ -1182,7 +1202,7 @@ impl Partition {
             let leo = s.log.log_end_offset();
             if leader_end < leo {
                 warn!(topic = ?self.topic, partition = self.index, leader_end, leo, "follower ahead of the leader: truncating");
-                s.log.truncate_to(leader_end)?;
+                s.truncate_replica(leader_end)?;
             } else if leader_start > leo {
                 s.log.truncate_fully_and_start_at(leader_start)?;
             }

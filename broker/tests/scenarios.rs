@@ -115,8 +115,8 @@ fn r_minisr_catches_no_strict_min_isr() {
 }
 
 /// R-ACK: an acks=all write is acknowledged only once the ISR has it, so losing the leader right
-/// after the acknowledgement loses nothing.
-fn r_ack(bug: Option<&str>) -> Result<(), String> {
+/// after the acknowledgement loses nothing. `Ok` says whether the write was acknowledged.
+fn r_ack(bug: Option<&str>) -> Result<bool, String> {
     let mut c = start("", bug);
     assert_eq!(
         create_topic_assigned(
@@ -136,6 +136,8 @@ fn r_ack(bug: Option<&str>) -> Result<(), String> {
         .map_err(|e| format!("setup: {e}"))?;
     c.node(2).pause();
     c.node(3).pause();
+    // Well before the controller fences the stopped followers (2 s), which would leave no
+    // clean leader to elect.
     let acked = produce(&c.addr(1), "a", 0, &[2], -1, Duration::from_millis(700)).is_ok();
     c.node(1).kill9();
     c.node(2).resume();
@@ -148,7 +150,7 @@ fn r_ack(bug: Option<&str>) -> Result<(), String> {
             "acknowledged value 2 lost: new leader {l} holds {have:?}"
         ));
     }
-    Ok(())
+    Ok(acked)
 }
 
 #[test]
@@ -156,11 +158,23 @@ fn r_ack_correct_broker() {
     r_ack(None).unwrap();
 }
 
+/// A try can show nothing: on a loaded machine (every scenario's cluster at once on two cores)
+/// even the bug's early acknowledgement can come after the 700 ms the write may take, and a
+/// follower's fetch already waiting at the leader when it was stopped carries the write to it
+/// once it resumes. The scenario runs again then, up to three times.
 #[test]
 fn r_ack_catches_ack_before_replication() {
-    let err =
-        r_ack(Some("ack-before-replication")).expect_err("the bug must lose an acknowledged write");
-    assert!(err.contains("lost"), "{err}");
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        match r_ack(Some("ack-before-replication")) {
+            Err(err) => {
+                assert!(err.contains("lost"), "{err}");
+                return;
+            }
+            Ok(acked) => tries.push(acked),
+        }
+    }
+    panic!("the bug lost no acknowledged write in three tries (acknowledged: {tries:?})");
 }
 
 /// once a new leader is elected, requests carrying the old leader epoch are fenced

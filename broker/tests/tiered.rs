@@ -5,7 +5,8 @@
 //! remote segments and moves the log start; followers apply local retention too; a follower
 //! started from the remote store keeps the producer state, so a retry sent to it once it leads is
 //! not appended twice; after an unclean election the new leader uploads and serves its own
-//! records where the old leader's last segment overlaps them.
+//! records where the old leader's last segment overlaps them, and the old leader, cut below its
+//! local log start, comes back with the epochs and producers below the cut.
 
 mod common;
 
@@ -13,6 +14,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{client, kcat, Cluster};
+
+const T: Duration = Duration::from_secs(20);
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -887,20 +890,17 @@ fn tiered_bootstrap_drops_producer_state_appends_a_retry_again() {
     );
 }
 
-/// An unclean election on a tiered topic: the old leader uploaded, in its epoch, offsets that
-/// the lagging replica made leader then writes in its own. The new leader's uploads must start
-/// where its own lineage's uploads end, not after the old leader's last segment, and a consumer
-/// reading below its local log start must get its records: before the fix it skipped uploading
-/// its first records, local retention deleted them, and reads there served the old leader's
-/// (a correct run of the harness's tiered workload under every fault kind found it).
-#[test]
-fn after_an_unclean_election_the_new_leader_uploads_and_serves_its_own_records() {
-    let remote = tempfile::tempdir().unwrap();
+/// Five brokers (so the controllers keep a quorum with two replicas down) sharing `remote`, and
+/// topic `t` on nodes 1–3 with small segments and local retention 0: an idempotent producer
+/// writes 0–9 to all three and goes idle, node 2 is killed, node 1 writes 10–39 alone, uploads
+/// past 20 and deletes its local copies; then nodes 1 and 3 die and node 2, lagging at 10, is
+/// made leader by a forced unclean election. `before_election` runs while only node 1's
+/// uploads are done.
+fn unclean_over_uploads(remote: &Path, before_election: impl FnOnce(&Cluster)) -> Cluster {
     let props = format!(
         "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
-        remote.path().display()
+        remote.display()
     );
-    // Five nodes, so the controllers keep a quorum with two of the replicas down.
     let mut c = Cluster::start(5, &props, &[]);
     let addr = c.addr(1);
     assert_eq!(
@@ -918,30 +918,30 @@ fn after_an_unclean_election_the_new_leader_uploads_and_serves_its_own_records()
         ),
         0
     );
-    c.wait_for("node 1 leading all three", Duration::from_secs(20), |c| {
+    c.wait_for("node 1 leading all three", T, |c| {
         c.partition_state_at(1, "t", 0)
             .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
     });
-    let produce = |addr: &str, values: std::ops::Range<i64>| {
-        for v in values {
-            client::produce(addr, "t", 0, &[v], -1, Duration::from_secs(5)).unwrap();
-        }
-    };
-    produce(&addr, 0..10);
-    c.wait_for("node 2 has all ten", Duration::from_secs(20), |c| {
+    let (err, pid, epoch) = client::init_producer_id(&addr, None);
+    assert_eq!(err, 0);
+    for v in 0..10 {
+        let at = client::produce_idempotent(&addr, "t", (pid, epoch, v as i32), &[v], T);
+        assert_eq!(at, Ok(v));
+    }
+    c.wait_for("node 2 has all ten", T, |c| {
         c.dumped_records(2, "t").len() == 10
     });
     c.node(2).kill9();
     produce(&addr, 10..40);
-    c.wait_for(
-        "node 1 uploaded past offset 20",
-        Duration::from_secs(30),
-        |_| remote_segments(remote.path()).iter().any(|s| s.1 >= 20),
-    );
+    c.wait_for("node 1 uploaded past 20 and deleted it", T, |c| {
+        remote_segments(remote).iter().any(|s| s.1 >= 20)
+            && local_bases(&c.nodes[0].data_dir(), "t")[0] > 10
+    });
+    before_election(&c);
     c.node(3).kill9();
     c.node(1).kill9();
     c.node(2).restart();
-    c.wait_for("no leader", Duration::from_secs(30), |c| {
+    c.wait_for("no leader", T, |c| {
         c.partition_state_at(5, "t", 0)
             .is_some_and(|(l, _, _)| l == -1)
     });
@@ -964,19 +964,69 @@ fn after_an_unclean_election_the_new_leader_uploads_and_serves_its_own_records()
         "elect-leaders: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    c.wait_for("node 2 leading", Duration::from_secs(20), |c| {
+    c.wait_for("node 2 leading", T, |c| {
         c.partition_state_at(2, "t", 0)
             .is_some_and(|(l, _, _)| l == 2)
     });
+    c
+}
+
+/// Produces `values` to `t`-0 at `addr`, one acks=all batch each.
+fn produce(addr: &str, values: std::ops::Range<i64>) {
+    for v in values {
+        let at = client::produce(addr, "t", 0, &[v], -1, Duration::from_secs(5));
+        assert!(at.is_ok(), "{v}: {at:?}");
+    }
+}
+
+/// The new leader's uploads must start where its own lineage's uploads end, not after the old
+/// leader's last segment (offsets it then wrote in its own epoch), and a consumer reading below
+/// its local log start must get its records: before the fix it skipped uploading its first
+/// records, local retention deleted them, and reads there served the old leader's (a correct
+/// run of the harness's tiered workload under every fault kind found it).
+#[test]
+fn after_an_unclean_election_the_new_leader_uploads_and_serves_its_own_records() {
+    let remote = tempfile::tempdir().unwrap();
+    let c = unclean_over_uploads(remote.path(), |_| {});
     produce(&c.addr(2), 100..140);
-    c.wait_for(
-        "node 2 down to its active segment",
-        Duration::from_secs(30),
-        |c| local_bases(&c.nodes[1].data_dir(), "t").len() == 1,
-    );
+    c.wait_for("node 2 down to its active segment", T, |c| {
+        local_bases(&c.nodes[1].data_dir(), "t").len() == 1
+    });
     let (records, hw) = client::read_all(&c.addr(2), "t", 0).unwrap();
     assert_eq!(hw, 50);
     let got: Vec<i64> = records.iter().map(|r| r.1).collect();
     let expected: Vec<i64> = (0..10).chain(100..140).collect();
     assert_eq!(got, expected, "node 2 serves its own lineage");
+}
+
+/// The old leader returns with every local offset above the new leader's cut at 10, while the
+/// new leader still holds 10 locally: it must start over, not at the cut, or it keeps neither
+/// the epochs of the offsets below the cut (in the remote store) nor the producer idle since
+/// before it, and lacks that producer once it leads.
+#[test]
+fn a_follower_cut_below_its_local_log_start_comes_back_with_the_epochs_and_producers_below() {
+    let remote = tempfile::tempdir().unwrap();
+    // Node 2 keeps its local log from here on.
+    let mut c = unclean_over_uploads(remote.path(), |c| {
+        assert_eq!(
+            alter_config(&c.addr(1), 2, "t", "local.retention.ms", "-2").0,
+            0
+        );
+    });
+    produce(&c.addr(2), 100..110);
+    c.node(1).restart();
+    c.wait_for("node 1 back in the ISR", T, |c| {
+        c.partition_state_at(2, "t", 0)
+            .is_some_and(|(_, _, isr)| isr.contains(&1))
+    });
+    let leader = dumped(&c, 2);
+    assert_eq!(
+        leader["producers"].as_array().map(Vec::len),
+        Some(1),
+        "{leader}"
+    );
+    c.wait_for("node 1's epochs and producers as node 2's", T, |c| {
+        let (mine, theirs) = (dumped(c, 1), dumped(c, 2));
+        mine["epochs"] == theirs["epochs"] && mine["producers"] == theirs["producers"]
+    });
 }
