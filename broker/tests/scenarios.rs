@@ -473,25 +473,7 @@ fn r_ule_unclean_election_loses_exactly_the_unreplicated_writes() {
         -1,
         "no clean leader exists and unclean election is off"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
-        .args([
-            "admin",
-            "elect-leaders",
-            "--bootstrap-server",
-            &c.addr(2),
-            "--topic",
-            "u",
-            "--partition",
-            "0",
-            "--unclean",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "elect-leaders: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    c.elect_unclean(2, "u", 0);
     c.wait_for("the election reaches node 5", T, |c| {
         [2, 3].contains(&leader(c, "u"))
     });

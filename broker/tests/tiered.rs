@@ -200,32 +200,8 @@ fn uploaded_segments_leave_the_local_log_and_every_offset_reads_back_from_remote
 #[test]
 fn followers_let_uploaded_segments_go_and_a_new_leader_serves_every_offset() {
     let remote = tempfile::tempdir().unwrap();
-    let props = format!(
-        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
-        remote.path().display()
-    );
-    let mut c = Cluster::start(3, &props, &[]);
+    let mut c = tiered_cluster(3, remote.path(), &[("min.insync.replicas", "2")]);
     let addr = c.addr(1);
-    assert_eq!(
-        client::create_topic_assigned(
-            &addr,
-            "t",
-            1,
-            3,
-            &[&[1, 2, 3]],
-            &[
-                ("segment.bytes", "300"),
-                ("remote.storage.enable", "true"),
-                ("local.retention.ms", "0"),
-                ("min.insync.replicas", "2"),
-            ],
-        ),
-        0
-    );
-    c.wait_for("node 1 leading all three", Duration::from_secs(20), |c| {
-        c.partition_state_at(1, "t", 0)
-            .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
-    });
     let total = 60;
     for v in 0..total {
         assert_eq!(
@@ -890,6 +866,32 @@ fn tiered_bootstrap_drops_producer_state_appends_a_retry_again() {
     );
 }
 
+/// `n` brokers sharing the remote store `remote` (its task every 200 ms) and topic `t` on nodes
+/// 1–3, led by node 1 with all three in its ISR: segments of 300 bytes, tiered, local retention
+/// 0, and `extra` topic configs.
+fn tiered_cluster(n: usize, remote: &Path, extra: &[(&str, &str)]) -> Cluster {
+    let props = format!(
+        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
+        remote.display()
+    );
+    let c = Cluster::start(n, &props, &[]);
+    let mut configs = vec![
+        ("segment.bytes", "300"),
+        ("remote.storage.enable", "true"),
+        ("local.retention.ms", "0"),
+    ];
+    configs.extend_from_slice(extra);
+    assert_eq!(
+        client::create_topic_assigned(&c.addr(1), "t", 1, 3, &[&[1, 2, 3]], &configs),
+        0
+    );
+    c.wait_for("node 1 leading all three", T, |c| {
+        c.partition_state_at(1, "t", 0)
+            .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
+    });
+    c
+}
+
 /// Five brokers (so the controllers keep a quorum with two replicas down) sharing `remote`, and
 /// topic `t` on nodes 1–3 with small segments and local retention 0: an idempotent producer
 /// writes 0–9 to all three and goes idle, node 2 is killed, node 1 writes 10–39 alone, uploads
@@ -897,31 +899,8 @@ fn tiered_bootstrap_drops_producer_state_appends_a_retry_again() {
 /// made leader by a forced unclean election. `before_election` runs while only node 1's
 /// uploads are done.
 fn unclean_over_uploads(remote: &Path, before_election: impl FnOnce(&Cluster)) -> Cluster {
-    let props = format!(
-        "remote.log.storage.dir={}\nremote.log.manager.task.interval.ms=200\n",
-        remote.display()
-    );
-    let mut c = Cluster::start(5, &props, &[]);
+    let mut c = tiered_cluster(5, remote, &[]);
     let addr = c.addr(1);
-    assert_eq!(
-        client::create_topic_assigned(
-            &addr,
-            "t",
-            1,
-            3,
-            &[&[1, 2, 3]],
-            &[
-                ("segment.bytes", "300"),
-                ("remote.storage.enable", "true"),
-                ("local.retention.ms", "0"),
-            ],
-        ),
-        0
-    );
-    c.wait_for("node 1 leading all three", T, |c| {
-        c.partition_state_at(1, "t", 0)
-            .is_some_and(|(l, _, isr)| l == 1 && isr.len() == 3)
-    });
     let (err, pid, epoch) = client::init_producer_id(&addr, None);
     assert_eq!(err, 0);
     for v in 0..10 {
@@ -945,25 +924,7 @@ fn unclean_over_uploads(remote: &Path, before_election: impl FnOnce(&Cluster)) -
         c.partition_state_at(5, "t", 0)
             .is_some_and(|(l, _, _)| l == -1)
     });
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
-        .args([
-            "admin",
-            "elect-leaders",
-            "--bootstrap-server",
-            &c.addr(2),
-            "--topic",
-            "t",
-            "--partition",
-            "0",
-            "--unclean",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "elect-leaders: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    c.elect_unclean(2, "t", 0);
     c.wait_for("node 2 leading", T, |c| {
         c.partition_state_at(2, "t", 0)
             .is_some_and(|(l, _, _)| l == 2)

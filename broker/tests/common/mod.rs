@@ -458,6 +458,32 @@ impl Cluster {
         ))
     }
 
+    /// ElectLeaders UNCLEAN for `topic`-`partition` through `tidemark-broker admin` at node
+    /// `via`; fails the test unless the request succeeded.
+    pub fn elect_unclean(&self, via: i32, topic: &str, partition: i32) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-broker"))
+            .args([
+                "admin",
+                "elect-leaders",
+                "--bootstrap-server",
+                &self.addr(via),
+            ])
+            .args([
+                "--topic",
+                topic,
+                "--partition",
+                &partition.to_string(),
+                "--unclean",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "elect-leaders: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
     /// Polls `cond` until it holds or `within` passes (then fails the test with `what`).
     pub fn wait_for(&self, what: &str, within: Duration, cond: impl Fn(&Self) -> bool) {
         let deadline = Instant::now() + within;
