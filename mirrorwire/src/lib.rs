@@ -293,7 +293,9 @@ pub struct PartitionDescription {
     /// What a PREPARING partition waits for (e.g. replicas to join the ISR).
     pub waiting_for: Option<String>,
     /// A STOPPED partition's producer-id reset barrier, written by its failover: every record
-    /// below this offset was mirrored, every one after it written here.
+    /// after it was written here, every one below it mirrored if the mirror was in step when
+    /// stopped (a FAILED one may still hold records its source no longer has, which its next
+    /// fetch's diverging epoch would have cut).
     #[serde(default)]
     pub barrier_offset: Option<i64>,
 }

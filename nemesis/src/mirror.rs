@@ -812,10 +812,8 @@ fn partitions(
             ps.iter()
                 .filter(|(t, _)| topics.contains(t))
                 .map(|(t, p)| {
-                    // Where a failover parted the clusters is known once the stop is done:
-                    // a STOPPING partition may still lose what its leader alone held.
-                    let offset = match (offset_key, p.state) {
-                        ("mirrored_offset", s) if s != MirrorState::Stopped => None,
+                    let offset = match offset_key {
+                        "mirrored_offset" => parted_at(p, state_before(t, p.partition)),
                         _ => Some(p.barrier_offset.unwrap_or(p.destination_offset)),
                     };
                     let mut entry = json!({
@@ -834,6 +832,21 @@ fn partitions(
         ),
         Err(e) => json!({"error": format!("describe: {e:#}")}),
     }
+}
+
+/// Where a failover parted the clusters on partition `p`, stopped from `before`: its stop's
+/// barrier (else its log end), known once the stop is done (a STOPPING partition may still lose
+/// what its leader alone held), and only if its mirror was in step with the source. A mirror
+/// that had FAILED did not finish its last fetch: its log may hold records the source's lineage
+/// no longer has (an election there since) or its own from before the failback, which only the
+/// next fetch's diverging epoch would have cut (kips.md §1.5, the second truncation). Found by
+/// mirror runs under every fault kind (seeds 811, 817), whose source writes the destination never
+/// fetched were judged lost below a barrier that claimed them.
+fn parted_at(p: &PartitionDescription, before: Option<MirrorState>) -> Option<i64> {
+    if p.state != MirrorState::Stopped || before == Some(MirrorState::Failed) {
+        return None;
+    }
+    Some(p.barrier_offset.unwrap_or(p.destination_offset))
 }
 
 /// The newest leader epoch of every partition of `topics` among the answers of `cluster`'s
@@ -888,6 +901,40 @@ mod tests {
 
     fn faults() -> MirrorFaults {
         MirrorFaults::new(MirrorSetup::new("a", "b", vec!["t0".into()]))
+    }
+
+    #[test]
+    fn a_failover_parts_the_clusters_at_the_barrier_of_a_partition_stopped_in_step() {
+        let stopped = PartitionDescription {
+            partition: 0,
+            leader: 1,
+            leader_epoch: 5,
+            state: MirrorState::Stopped,
+            source_offset: 120,
+            destination_offset: 121,
+            lag: 0,
+            lmle: 3,
+            retry_attempt: 0,
+            last_error: None,
+            waiting_for: None,
+            barrier_offset: Some(120),
+        };
+        assert_eq!(parted_at(&stopped, Some(MirrorState::Mirroring)), Some(120));
+        let no_barrier = PartitionDescription {
+            barrier_offset: None,
+            ..stopped.clone()
+        };
+        assert_eq!(
+            parted_at(&no_barrier, Some(MirrorState::Mirroring)),
+            Some(121)
+        );
+        // A mirror that had failed is not known to hold the source's records below its barrier.
+        assert_eq!(parted_at(&stopped, Some(MirrorState::Failed)), None);
+        let stopping = PartitionDescription {
+            state: MirrorState::Stopping,
+            ..stopped
+        };
+        assert_eq!(parted_at(&stopping, Some(MirrorState::Mirroring)), None);
     }
 
     #[test]
