@@ -390,7 +390,6 @@ impl PartitionState {
         } else {
             self.log.truncate_to(target)?;
         }
-        self.clamp_to_log_end();
         Ok(())
     }
 
@@ -1166,6 +1165,7 @@ impl Partition {
                     info!(topic = ?self.topic, partition = self.index, from = leo, to = target, "truncating by leader epoch");
                 }
                 s.truncate_replica(target)?;
+                s.clamp_to_log_end();
             }
             Ok(Some(complete))
         })

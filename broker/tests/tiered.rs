@@ -14,12 +14,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{client, kcat, Cluster};
-
-const T: Duration = Duration::from_secs(20);
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tidemark_broker::replica::client::KafkaConnection;
+
+/// How long the tests wait for a cluster to reach a state.
+const T: Duration = Duration::from_secs(20);
 
 /// ListOffsets for partition 0 of `topic` at `version`: (error, offset, leader epoch).
 fn list_offset(addr: &str, topic: &str, timestamp: i64, version: i16) -> (i16, i64, i32) {
