@@ -56,8 +56,16 @@
 //!   compares histories that no longer match the logs, which is KIP-101's "replica divergence
 //!   after multiple hard failures" and which KIP-279 narrows but cannot close without flushing
 //!   the log with every record. With per-message flush every acknowledged record was durable on
-//!   every in-sync replica before the acknowledgement, so nothing is excused; a single node
-//!   losing power excuses nothing either, since its peers kept what it lost.
+//!   every in-sync replica before the acknowledgement, so nothing is excused.
+//! - **A power loss of fewer nodes**, entry by entry, with the same flush policy: an
+//!   acknowledged record was on every in-sync replica, and the ISR may have been as small as
+//!   `min.insync.replicas` (`topic_config`, else `broker_config`). A power loss that struck at
+//!   once at least that many of a partition's replicas (the nodes the final replica states list
+//!   for it, or the nodes struck when none are listed) may have struck its whole ISR, so that
+//!   partition's `lost-write` (of a write acknowledged before the loss was recorded),
+//!   `inconsistent-offsets`, `divergence` and `commit-skip` are allowed. When neither config
+//!   names `min.insync.replicas` nothing is assumed: a power loss short of a whole cluster
+//!   excuses nothing, since the struck nodes' peers may have kept what they lost.
 //! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
 //!   written again (the unclean, unmarked-failover and power-loss rules), a group's commit may
 //!   stand above records it never read, so `commit-skip` is allowed with `lost-write`.
@@ -67,7 +75,7 @@
 //!   includes `duplicate` whatever the producer: the plain producer never sends a batch twice,
 //!   and the idempotent one's retries carry their sequence, so the broker must keep one copy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -76,6 +84,7 @@ use crate::results::AnomalyKind;
 
 const UNCLEAN_KEY: &str = "unclean.leader.election.enable";
 const FLUSH_MESSAGES_KEY: &str = "log.flush.interval.messages";
+const MIN_INSYNC_KEY: &str = "min.insync.replicas";
 
 /// What must hold for a [`Rule`] to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +169,11 @@ pub enum Excuse {
     /// epoch the other cluster also wrote, which the replication protocol cannot tell apart (M4
     /// holds for the ISR only then).
     FlaglessFailback,
+    /// A power loss struck at once at least `min.insync.replicas` of the entry's partition's
+    /// replicas in its cluster, after the entry's record was acknowledged when it is about one,
+    /// and the flush policy is not per-message: the whole ISR may have lost what it had not
+    /// flushed.
+    InSyncPowerLoss,
 }
 
 /// A rule that allows the entries of some types one by one.
@@ -188,6 +202,15 @@ pub const ENTRY_RULES: &[EntryRule] = &[
     EntryRule {
         excuse: Excuse::FlaglessFailback,
         allows: &[AnomalyKind::Divergence, AnomalyKind::EpochOwnership],
+    },
+    EntryRule {
+        excuse: Excuse::InSyncPowerLoss,
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
+            AnomalyKind::Divergence,
+            AnomalyKind::CommitSkip,
+        ],
     },
     EntryRule {
         excuse: Excuse::UncleanSourceUnguarded,
@@ -222,6 +245,67 @@ pub struct Policy {
     unclean_enabled: bool,
     mirror_unclean_support: bool,
     flush_per_message: bool,
+    min_insync: MinInsync,
+}
+
+/// `min.insync.replicas` as the test's configuration sets it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct MinInsync {
+    /// From `broker_config`.
+    broker: Option<u64>,
+    /// From a flat `topic_config` (every topic).
+    every_topic: Option<u64>,
+    /// From `topic_config`'s per-topic maps.
+    topics: BTreeMap<String, u64>,
+}
+
+impl MinInsync {
+    fn from_test(test: &Value) -> Self {
+        let mut m = MinInsync {
+            broker: test
+                .get("broker_config")
+                .and_then(|c| c.get(MIN_INSYNC_KEY))
+                .and_then(count),
+            ..MinInsync::default()
+        };
+        if let Some(map) = test.get("topic_config").and_then(Value::as_object) {
+            m.every_topic = map.get(MIN_INSYNC_KEY).and_then(count);
+            for (topic, per_topic) in map {
+                if let Some(n) = per_topic.get(MIN_INSYNC_KEY).and_then(count) {
+                    m.topics.insert(topic.clone(), n);
+                }
+            }
+        }
+        m
+    }
+
+    /// The setting for `topic`, if the configuration names one.
+    fn of(&self, topic: &str) -> Option<u64> {
+        self.topics
+            .get(topic)
+            .copied()
+            .or(self.every_topic)
+            .or(self.broker)
+    }
+}
+
+/// A whole number given as a JSON number or a string.
+fn count(v: &Value) -> Option<u64> {
+    match v {
+        Value::String(s) => s.trim().parse().ok(),
+        v => v.as_u64(),
+    }
+}
+
+/// A `power-loss` op as its `info` recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowerLoss {
+    /// The index of its `info`.
+    pub index: u64,
+    /// The cluster it struck.
+    pub cluster: String,
+    /// The nodes that lost power at once.
+    pub nodes: BTreeSet<String>,
 }
 
 /// What the history itself says about the policy, gathered while it streams past.
@@ -242,6 +326,11 @@ pub struct HistoryFacts {
     pub clusters: usize,
     /// A `power-loss` op that cut every node of a cluster at once.
     pub cluster_power_loss: bool,
+    /// Every `power-loss` op recorded, in order.
+    pub power_losses: Vec<PowerLoss>,
+    /// The nodes the final replica states list for each partition, by cluster, topic and
+    /// partition.
+    pub replica_nodes: BTreeMap<(String, String, i64), BTreeSet<String>>,
 }
 
 impl Policy {
@@ -269,6 +358,7 @@ impl Policy {
                     Value::Number(n) => n.as_u64() == Some(1),
                     _ => false,
                 }),
+            min_insync: MinInsync::from_test(test),
         }
     }
 
@@ -355,6 +445,31 @@ impl Policy {
                     "{cluster} failed back (op {}) with {MIRROR_UNCLEAN_KEY} off: its LMLE truncation waited for the ISR only",
                     c.index
                 ))
+            }
+            Excuse::InSyncPowerLoss => {
+                if self.flush_per_message {
+                    return None;
+                }
+                let min = self.min_insync.of(place.topic)?;
+                let cluster = place.cluster.unwrap_or_default();
+                let replicas = facts.replica_nodes.get(&(
+                    cluster.to_owned(),
+                    place.topic.to_owned(),
+                    place.partition,
+                ));
+                facts.power_losses.iter().find_map(|p| {
+                    let struck = match replicas {
+                        Some(r) => p.nodes.intersection(r).count(),
+                        None => p.nodes.len(),
+                    } as u64;
+                    let after = place.acknowledged.is_none_or(|a| a < p.index);
+                    (p.cluster == cluster && after && struck >= min.max(1)).then(|| {
+                        format!(
+                            "a power loss (op {}) struck {struck} of {}/{}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
+                            p.index, place.topic, place.partition
+                        )
+                    })
+                })
             }
             Excuse::UncleanSourceUnguarded => {
                 let offset = place.offset.unwrap_or(0);

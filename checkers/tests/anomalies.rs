@@ -1092,3 +1092,81 @@ fn a_cluster_wide_power_loss_allows_lost_writes_unless_every_message_is_flushed(
     let r = check(&json!({}), one.ops.clone(), Some(&replicas));
     assert_eq!(r.valid, Validity::Invalid);
 }
+
+#[test]
+fn a_power_loss_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowledged() {
+    // Three replicas, min.insync.replicas 2; n1 and n2 lose power at once (n3 may have been out
+    // of the ISR): the writes acknowledged before are allowed lost, the one after is not.
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(1));
+    h.nemesis(
+        "power-loss",
+        json!({"nodes": ["n1", "n2"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    let replicas = vec![
+        replica("a", "n1", true, 1, &[(0, 1, 0)]),
+        replica("a", "n2", false, 1, &[(0, 1, 0)]),
+        replica("a", "n3", false, 1, &[(0, 1, 0)]),
+    ];
+    let min2 = json!({"broker_config": {"min.insync.replicas": "2"}});
+    let r = check(&min2, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = entries(&r, "lost-write");
+    assert!(lost[0]["allowed"]
+        .as_str()
+        .is_some_and(|w| w.contains("power loss (op 5) struck 2 of t/0")));
+
+    // Every message flushed: the ISR had them on disk.
+    let flushed = json!({"broker_config": {"min.insync.replicas": 2,
+                                           "log.flush.interval.messages": "1"}});
+    let r = check(&flushed, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    // A topic's own setting wins over the broker's: three replicas must have been struck.
+    let topic3 = json!({"broker_config": {"min.insync.replicas": "2"},
+                        "topic_config": {"t": {"min.insync.replicas": "3"}}});
+    let r = check(&topic3, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    // Nothing says how small the ISR may have been: nothing is assumed.
+    let r = check(&json!({}), h.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+
+    // One node struck, below min.insync.replicas: its peers kept what it lost.
+    let mut one = Hist::new();
+    one.send(0, &[1], Ok, Some(0));
+    one.send(0, &[2], Ok, Some(1));
+    one.nemesis(
+        "power-loss",
+        json!({"nodes": ["n1"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    let r = check(&min2, one.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    // With min.insync.replicas 1 a lone in-sync replica may have been the one.
+    let min1 = json!({"broker_config": {"min.insync.replicas": 1}});
+    let r = check(&min1, one.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    // A node that holds no replica of the partition counts for nothing.
+    let mut elsewhere = Hist::new();
+    elsewhere.send(0, &[1], Ok, Some(0));
+    elsewhere.send(0, &[2], Ok, Some(1));
+    elsewhere.nemesis(
+        "power-loss",
+        json!({"nodes": ["n4"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    let r = check(&min1, elsewhere.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+
+    // A write acknowledged after the power loss was on the ISR that came back: its loss is not
+    // excused.
+    let mut after = Hist::new();
+    after.send(0, &[1], Ok, Some(0));
+    after.nemesis(
+        "power-loss",
+        json!({"nodes": ["n1", "n2"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    after.send(0, &[2], Ok, Some(1));
+    let r = check(&min2, after.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(entries(&r, "lost-write")[0].get("allowed").is_none());
+}

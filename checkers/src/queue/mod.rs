@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use crate::dense::DenseMap;
 use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
-use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy};
+use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy, PowerLoss};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
 use crate::tiered::TieredHistory;
 use crate::Checker;
@@ -334,6 +334,11 @@ impl<'r> QueueAnalysis<'r> {
     fn load_final_logs(&mut self, replicas: &'r [ReplicaState]) {
         for r in replicas {
             self.cluster_id(Some(&r.cluster));
+            self.facts
+                .replica_nodes
+                .entry((r.cluster.clone(), r.topic.clone(), r.partition))
+                .or_default()
+                .insert(r.node.clone());
         }
         let (finals, warnings) = FinalLogs::build(replicas);
         for w in warnings {
@@ -431,10 +436,26 @@ impl<'r> QueueAnalysis<'r> {
                 self.facts.unclean_config_op = true;
             }
             "failover" => self.facts.failover = true,
-            "power-loss"
-                if ev.value.json().get("cluster_wide").and_then(Value::as_bool) == Some(true) =>
-            {
-                self.facts.cluster_power_loss = true
+            "power-loss" if ev.kind != OpType::Invoke => {
+                let value = ev.value.json();
+                if value.get("cluster_wide").and_then(Value::as_bool) == Some(true) {
+                    self.facts.cluster_power_loss = true;
+                }
+                let nodes = value
+                    .get("nodes")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.facts.power_losses.push(PowerLoss {
+                    index: ev.index,
+                    cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
+                    nodes,
+                });
             }
             _ => {}
         }
