@@ -332,18 +332,31 @@ impl TidemarkBroker {
         )
     }
 
-    /// Unmounts the data directory (`lazy` after a power loss, when the filesystem has already
-    /// dropped what it had; otherwise cleanly, so it writes everything back) and waits for the
-    /// filesystem process to exit, killing it after 10 s.
+    /// Unmounts the data directory and waits for the filesystem process to exit, killing it
+    /// after 10 s. Cleanly, the filesystem is asked on its control socket to write everything
+    /// back and unmount; it exits by itself, as it does after a power loss (`lazy`: it has
+    /// dropped what it had and is unmounting). A plain `fusermount3 -u` is not enough: the
+    /// copies of the mount in the mount namespaces of processes started since (each
+    /// `ip netns exec` makes one) keep the filesystem's session open, so it would never hear of
+    /// the unmount and would be killed before writing back.
     fn unmount_command(node: &Node, lazy: bool) -> String {
+        let clean = if lazy {
+            String::new()
+        } else {
+            format!(
+                "if [ -S {sock} ] && ! {bin} unmount --control {sock}; then \
+                 echo 'tidemark-powerfs did not write back before unmounting' >&2; fi; ",
+                bin = Self::path_arg(&Self::powerfs_bin(node)),
+                sock = Self::path_arg(&Self::powerfs_socket(node)),
+            )
+        };
         format!(
-            "{ALIVE}; mp={mp}; if mountpoint -q $mp; then \
-             fusermount3 -u {flags} $mp || fusermount3 -u -z $mp; fi; \
+            "{ALIVE}; mp={mp}; {clean}if mountpoint -q $mp; then \
+             fusermount3 -u -z $mp; fi; \
              p=$(cat {pid} 2>/dev/null) || exit 0; i=0; \
              while alive $p && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
              if alive $p; then kill -KILL $p; fi; rm -f {pid}",
             mp = Self::path_arg(&Self::data_dir(node)),
-            flags = if lazy { "-z" } else { "" },
             pid = Self::path_arg(&Self::powerfs_pid_file(node)),
         )
     }
@@ -1084,7 +1097,14 @@ mod tests {
             ),
             "{mount}"
         );
-        assert!(TidemarkBroker::unmount_command(&node(1), true).contains("fusermount3 -u -z"));
+        let lazy = TidemarkBroker::unmount_command(&node(1), true);
+        assert!(lazy.contains("fusermount3 -u -z"), "{lazy}");
+        assert!(!lazy.contains("unmount --control"), "{lazy}");
+        let clean = TidemarkBroker::unmount_command(&node(1), false);
+        assert!(
+            clean.contains("/w/n1/bin/tidemark-powerfs unmount --control /w/n1/powerfs.sock"),
+            "{clean}"
+        );
         assert_eq!(
             broker.describe()["powerfs"],
             serde_json::json!("/p"),

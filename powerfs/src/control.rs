@@ -21,6 +21,8 @@ pub enum Request {
         /// Chooses the tears.
         seed: u64,
     },
+    /// Make everything durable, as a clean shutdown flushes the page cache, and unmount.
+    Unmount,
 }
 
 /// The reply to a request.
@@ -29,19 +31,22 @@ pub enum Request {
 pub enum Reply {
     /// What the power loss did.
     PowerLost(PowerLoss),
+    /// Everything was made durable; the filesystem unmounts.
+    Unmounted,
     /// The request failed.
     Error(String),
 }
 
-/// Serves requests on `listener` until power is lost; then calls `after_loss` (which unmounts).
-pub fn serve(listener: UnixListener, state: Arc<Mutex<State>>, after_loss: impl FnOnce()) {
+/// Serves requests on `listener` until power is lost or an unmount is asked for; then calls
+/// `end` (which unmounts).
+pub fn serve(listener: UnixListener, state: Arc<Mutex<State>>, end: impl FnOnce()) {
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
         let mut line = String::new();
         if BufReader::new(&conn).read_line(&mut line).is_err() {
             continue;
         }
-        let (reply, lost) = match serde_json::from_str::<Request>(&line) {
+        let (reply, over) = match serde_json::from_str::<Request>(&line) {
             Ok(Request::LosePower { seed }) => {
                 let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
                 match s.lose_power(seed) {
@@ -49,13 +54,20 @@ pub fn serve(listener: UnixListener, state: Arc<Mutex<State>>, after_loss: impl 
                     Err(e) => (Reply::Error(format!("losing power: {e}")), false),
                 }
             }
+            Ok(Request::Unmount) => {
+                let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                match s.sync_all() {
+                    Ok(()) => (Reply::Unmounted, true),
+                    Err(e) => (Reply::Error(format!("syncing: errno {e}")), false),
+                }
+            }
             Err(e) => (Reply::Error(format!("bad request {line:?}: {e}")), false),
         };
         let text = serde_json::to_string(&reply).unwrap_or_default();
         let _ = writeln!(conn, "{text}");
         drop(conn);
-        if lost {
-            after_loss();
+        if over {
+            end();
             return;
         }
     }

@@ -38,8 +38,11 @@ use fuser::{Config, MountOption, SessionACL};
 pub use state::{PowerLoss, State, Torn};
 
 /// Mounts `backing` at `mountpoint`, serving the control socket at `control`, and returns when
-/// the filesystem is unmounted (by `fusermount3 -u` or after a power loss). The mount goes away
-/// by itself if this process dies.
+/// the filesystem is unmounted (by `fusermount3 -u`). After a power loss or an `unmount` asked
+/// on the control socket the process unmounts and exits by itself: a copy of the mount in
+/// another mount namespace (every `ip netns exec` started after the mount holds one) would keep
+/// the session open, and only closing the FUSE device ends it there. The mount goes away by
+/// itself if this process dies.
 pub fn mount(backing: &Path, mountpoint: &Path, control: &Path) -> anyhow::Result<()> {
     let state = State::load(backing)
         .with_context(|| format!("reading the backing directory {}", backing.display()))?;
@@ -56,8 +59,10 @@ pub fn mount(backing: &Path, mountpoint: &Path, control: &Path) -> anyhow::Resul
     let session = fuser::Session::new(fs::PowerFs::new(state.clone()), mountpoint, &config)
         .with_context(|| format!("mounting {}", mountpoint.display()))?;
     // With auto_unmount, fuser leaves unmounting to fusermount3 when the session ends, so the
-    // end after a power loss is a lazy unmount, which ends the session.
+    // end after a power loss or an unmount request is a lazy unmount, then the exit that closes
+    // the device (nothing is left to write back: the state is dead, or durable).
     let target = mountpoint.to_path_buf();
+    let socket = control.to_path_buf();
     std::thread::spawn(move || {
         control::serve(listener, state, move || {
             let status = Command::new("fusermount3")
@@ -66,10 +71,12 @@ pub fn mount(backing: &Path, mountpoint: &Path, control: &Path) -> anyhow::Resul
                 .status();
             if !status.as_ref().is_ok_and(|s| s.success()) {
                 eprintln!(
-                    "tidemark-powerfs: fusermount3 -u -z {} failed after the power loss: {status:?}",
+                    "tidemark-powerfs: fusermount3 -u -z {} failed: {status:?}",
                     target.display()
                 );
             }
+            let _ = std::fs::remove_file(&socket);
+            std::process::exit(0);
         })
     });
     session

@@ -30,6 +30,12 @@ enum Command {
         #[arg(long)]
         control: PathBuf,
     },
+    /// Make everything behind CONTROL durable, as a clean shutdown does, and unmount it.
+    Unmount {
+        /// The mount's control socket.
+        #[arg(long)]
+        control: PathBuf,
+    },
     /// Make the filesystem behind CONTROL lose power; prints what was dropped as JSON.
     LosePower {
         /// The mount's control socket.
@@ -48,6 +54,11 @@ fn main() -> anyhow::Result<()> {
             mountpoint,
             control,
         } => tidemark_powerfs::mount(&backing, &mountpoint, &control),
+        Command::Unmount { control } => match control::call(&control, &Request::Unmount)? {
+            Reply::Unmounted => Ok(()),
+            Reply::Error(e) => bail!("{}: {e}", control.display()),
+            Reply::PowerLost(_) => bail!("{}: unexpected reply", control.display()),
+        },
         Command::LosePower { control, seed } => {
             match control::call(&control, &Request::LosePower { seed })? {
                 Reply::PowerLost(report) => {
@@ -55,6 +66,7 @@ fn main() -> anyhow::Result<()> {
                     Ok(())
                 }
                 Reply::Error(e) => bail!("{}: {e}", control.display()),
+                Reply::Unmounted => bail!("{}: unexpected reply", control.display()),
             }
         }
     }

@@ -244,3 +244,38 @@ fn a_clean_unmount_keeps_everything() {
     m.start();
     assert_eq!(fs::read(m.path("d/f")).unwrap(), b"never synced");
 }
+
+/// A copy of the mount in another mount namespace (as every `ip netns exec` started after the
+/// mount holds) keeps the FUSE session open after `fusermount3 -u` here, so the filesystem never
+/// hears of the unmount; an unmount asked on the control socket writes everything back and ends
+/// the process anyway.
+#[test]
+fn an_unmount_asked_for_keeps_everything_while_another_namespace_holds_a_copy() {
+    let mut m = Mount::new();
+    fs::create_dir(m.path("d")).unwrap();
+    write_new(&m.path("d/f"), b"never synced");
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let needle = format!(" {} ", m.mnt().display());
+    let copy = format!("/proc/{}/mountinfo", holder.id());
+    wait_for("the copy of the mount", || {
+        fs::read_to_string(&copy).is_ok_and(|t| t.contains(&needle))
+    });
+    let reply = control::call(&m.control(), &Request::Unmount).unwrap();
+    assert_eq!(reply, Reply::Unmounted);
+    let mut child = m.child.take().unwrap();
+    let mut status = None;
+    wait_for("the filesystem to exit", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(status.unwrap().success());
+    assert!(!mounted(&m.mnt()));
+    assert_eq!(fs::read(m.backing().join("d/f")).unwrap(), b"never synced");
+    m.start();
+    assert_eq!(fs::read(m.path("d/f")).unwrap(), b"never synced");
+}
