@@ -917,9 +917,7 @@ impl Broker {
             .iter()
             .map(|p| ((p.topic.clone(), p.index), p.log_start_offset()));
         let starts = checkpoint_entries(starts, &self.stored_log_start, on_disk);
-        write_offset_checkpoint(&dir.join(LOG_START_CHECKPOINT_FILE), &starts)?;
-        crate::log::sync_dir(dir)?;
-        Ok(())
+        write_offset_checkpoint(&dir.join(LOG_START_CHECKPOINT_FILE), &starts)
     }
 
     /// Applies retention to every hosted replica once (`log.retention.check.interval.ms`).
@@ -992,15 +990,9 @@ fn write_offset_checkpoint(
         .iter()
         .map(|((topic, index), o)| format!("{topic} {index} {o}\n"))
         .collect();
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    std::io::Write::write_all(
-        &mut file,
-        format!("0\n{}\n{}", lines.len(), lines.concat()).as_bytes(),
-    )?;
-    file.sync_data()?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    let text = format!("0\n{}\n{}", lines.len(), lines.concat());
+    crate::durable::replace_file(path, text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Reads a Kafka offset checkpoint (`replication-offset-checkpoint`, `log-start-offset-checkpoint`):
@@ -1073,15 +1065,8 @@ fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<()> {
     );
     // Written whole or not at all, as Kafka does: a power loss must not leave a torn file that
     // names another cluster and keeps the broker from ever starting again.
-    let tmp = config.log_dir.join(format!("{META_PROPERTIES_FILE}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        crate::log::sync_dir(&config.log_dir)
-    };
-    write().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    crate::durable::replace_file(&path, text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Name of the file naming the cluster a log dir belongs to.

@@ -7,6 +7,7 @@ pub mod broker;
 pub mod config;
 pub mod controller;
 pub mod dump;
+pub mod durable;
 pub mod errors;
 pub mod faults;
 pub mod fetch_session;

@@ -185,15 +185,9 @@ impl MetadataFile {
     }
 
     pub fn save(&self, image: &MetadataImage) -> anyhow::Result<()> {
-        let tmp = self.path.with_extension("tmp");
         let bytes = serde_json::to_vec_pretty(image)?;
-        std::fs::write(&tmp, bytes)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            crate::log::sync_dir(dir)?;
-        }
-        Ok(())
+        crate::durable::replace_file(&self.path, &bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.path.display()))
     }
 }
 

@@ -648,7 +648,7 @@ impl Partition {
                 let path = self.dir.join(STATE_FILE);
                 let bytes = serde_json::to_vec(&s.persisted())
                     .map_err(|e| LogError::Invalid(e.to_string()))?;
-                std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
+                crate::durable::replace_file(&path, &bytes).map_err(|e| LogError::io(&path, e))?;
             }
             s.apply_truncation_cap();
             s.maybe_increment_high_watermark(strict_min_isr);

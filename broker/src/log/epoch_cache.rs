@@ -2,7 +2,6 @@
 //! follower truncates after a leader change, so it is kept exact and persisted on every change in
 //! Kafka's `leader-epoch-checkpoint` text format.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::LogError;
@@ -176,19 +175,9 @@ impl LeaderEpochCache {
     }
 
     fn flush(&self) -> Result<(), LogError> {
-        let tmp = self.path.with_extension("tmp");
         let text = render_checkpoint(&self.entries);
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, &self.path)?;
-            match self.path.parent() {
-                Some(dir) => super::sync_dir(dir),
-                None => Ok(()),
-            }
-        };
-        write().map_err(|e| LogError::io(&self.path, e))
+        crate::durable::replace_file(&self.path, text.as_bytes())
+            .map_err(|e| LogError::io(&self.path, e))
     }
 }
 

@@ -17,11 +17,8 @@ use epoch_cache::LeaderEpochCache;
 use producer_state::{Admission, ProducerError, ProducerStates};
 use segment::{RolledSegment, Segment};
 
-/// Makes a directory's entries durable: a file created, renamed or removed in it survives a power
-/// loss only after this (Kafka flushes the directory on segment roll and log creation too).
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
+// Kafka flushes the directory on segment roll and log creation too.
+pub(crate) use crate::durable::sync_dir;
 
 /// Marker written on clean shutdown; its absence at start means a crash, so every segment is
 /// CRC-scanned instead of only the newest.

@@ -248,16 +248,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<(i64, ProducerStates), String> {
 /// Writes the state as of `offset` (it covers every batch below it), durably.
 pub fn write_snapshot(dir: &Path, offset: i64, states: &ProducerStates) -> Result<(), LogError> {
     let path = snapshot_path(dir, offset);
-    let tmp = path.with_extension("snapshot.tmp");
     let bytes = encode_snapshot(offset, states)?;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp).map_err(|e| LogError::io(&tmp, e))?;
-        f.write_all(&bytes).map_err(|e| LogError::io(&tmp, e))?;
-        f.sync_data().map_err(|e| LogError::io(&tmp, e))?;
-    }
-    std::fs::rename(&tmp, &path).map_err(|e| LogError::io(&path, e))?;
-    super::sync_dir(dir).map_err(|e| LogError::io(dir, e))
+    crate::durable::replace_file(&path, &bytes).map_err(|e| LogError::io(&path, e))
 }
 
 /// Removes the snapshots below `offset` (the log's first segment starts there: they describe

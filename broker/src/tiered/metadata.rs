@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -195,19 +194,11 @@ impl RemoteLogMetadataStore for DirMetadataStore {
                 });
             }
         }
-        let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec(metadata).map_err(|e| MetadataError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            crate::log::sync_dir(&dir)
-        };
-        write().map_err(Self::io(&path))
+        crate::durable::replace_file(&path, &bytes).map_err(Self::io(&path))
     }
 
     fn list(

@@ -190,7 +190,7 @@ fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
 /// netns exec` after a mount held a copy of it in its own mount namespace, which kept the
 /// filesystem's session open after the unmount, so it never wrote back and was killed 10 s later
 /// (a power loss in all but name); each restarted broker found the partition state it had
-/// written before the stop empty.
+/// written before the stop empty, as a broker that lost power did (it wrote the file in place).
 #[test]
 fn a_rolling_restart_under_power_faults_keeps_what_the_nodes_wrote() {
     require_root("rolling restart under power faults");
@@ -206,13 +206,20 @@ fn a_rolling_restart_under_power_faults_keeps_what_the_nodes_wrote() {
         .iter()
         .find(|o| o["process"] == "nemesis" && o["f"] == "roll" && o["type"] == "info")
         .expect("a roll info");
-    assert_eq!(roll["value"]["nodes"], json!(["n1", "n2"]), "{roll}");
-    for n in ["n1", "n2"] {
+    let restarted: Vec<&Value> = roll["value"]["restarted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["node"])
+        .collect();
+    assert_eq!(restarted, [&json!("n1"), &json!("n2")], "{roll}");
+    // n3 lost power: the brokers replace their partition state files whole, so it comes back
+    // with the old contents or the new, not an empty file.
+    for n in ["n1", "n2", "n3"] {
         let log = std::fs::read_to_string(r.dir.join("nodes").join(n).join("broker.log")).unwrap();
-        assert!(log.contains("SIGTERM"), "{n} was not stopped cleanly");
         assert!(
             !log.contains("is not a valid partition state"),
-            "{n} lost what it wrote before its clean stop:\n{log}"
+            "{n} lost what it wrote before its stop:\n{log}"
         );
     }
     assert_eq!(r.results["valid"], true, "{}", r.results);

@@ -311,7 +311,7 @@ fn load_log(path: &Path, purged: Option<LogId<u64>>) -> io::Result<Log> {
 fn open_append(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new().create(true).append(true).open(path)?;
     if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
+        crate::durable::sync_dir(dir)?;
     }
     Ok(file)
 }
@@ -333,18 +333,7 @@ pub(super) fn read_json<T: DeserializeOwned>(dir: &Path, name: &str) -> io::Resu
 
 /// Replaces `dir/name` with `bytes` so that a crash leaves either the old or the new contents.
 pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(name))?;
-    sync_dir(dir)
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    crate::durable::replace_file(&dir.join(name), bytes)
 }
 
 /// Runs file I/O off the async worker threads.
