@@ -384,7 +384,16 @@ fn bootstrap(
                 .collect()
         };
         let (mine, theirs) = (below(&r.epochs), below(&f.epochs));
-        if mine != theirs {
+        // An epoch below the replica's local start that it could not have known when it
+        // rejoined means a later leader rewrote that range (an unclean election, or the last
+        // leader back without its log): what the rewrite lost is judged as lost writes, not as
+        // the bootstrap's doing.
+        let known = r
+            .leader_epoch
+            .map(i64::from)
+            .or_else(|| r.epochs.iter().map(|e| e.epoch).max());
+        let rewritten = known.is_some_and(|k| theirs.iter().any(|e| e.epoch > k));
+        if mine != theirs && !rewritten {
             whys.push(format!(
                 "its epoch cache below {local} is {} where the final leader {} has {}",
                 json!(mine),

@@ -231,6 +231,32 @@ fn a_follower_with_another_epoch_cache_below_its_local_start_is_a_bad_bootstrap(
     assert!(why.contains("epoch cache below 4"), "{why}");
 }
 
+/// After n3 rejoined (epochs up to 1), a leader in epoch 5 rewrote the partition from offset 0
+/// (the last leader back without its log, elected as KIP-966's last known leader): the final
+/// leader's epochs below n3's local start are ones n3 could not have known, not a bad bootstrap.
+#[test]
+fn a_lineage_rewritten_below_the_local_start_after_the_rejoin_is_not_the_bootstraps() {
+    let h = history(4, 3, 4, json!([[0, 0], [1, 4]]));
+    let rewritten: Vec<(i64, i64, i64)> = (0..8).map(|v| (v, v, 5)).collect();
+    let segments = vec![segment(
+        "c",
+        0,
+        3,
+        &[(0, 0, 5), (1, 1, 5), (2, 2, 5), (3, 3, 5)],
+    )];
+    let rs = vec![
+        tiered(replica("", "n1", true, 8, &rewritten), 4, &segments),
+        replica("", "n2", false, 8, &rewritten),
+        tiered(replica("", "n3", false, 8, &rewritten), 4, &segments),
+    ];
+    let r = run(true, &h, &rs);
+    assert_eq!(r.valid, Validity::Valid, "{r:#?}");
+    // The same final leader with an epoch n3 knew differing below its local start still is one.
+    let h = history(4, 3, 4, json!([[0, 0], [1, 2], [5, 4]]));
+    let r = run(true, &h, &rs);
+    assert_eq!(r.bad_anomaly_types, vec!["tiered-bootstrap"], "{r:#?}");
+}
+
 #[test]
 fn an_earliest_pending_upload_past_the_highest_tiered_offset_breaks_t3() {
     let h = history(6, 3, 6, json!([[0, 0], [1, 4]]));
