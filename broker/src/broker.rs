@@ -56,6 +56,9 @@ pub struct Broker {
     /// the controller takes a broker back from an unclean shutdown out of the eligible leader
     /// replicas (KIP-966), since its log may have lost what it had acknowledged.
     pub clean_start: bool,
+    /// The log directory's id (`directory.id` in `meta.properties`, KIP-858): a directory that
+    /// lost everything comes back with another, so the controller knows its replicas are empty.
+    pub directory_id: uuid::Uuid,
     quorum: Arc<dyn MetadataQuorum>,
     partitions: Arc<HostedPartitions>,
     /// Bumped whenever any log end or high watermark moves; long-polling fetches wait on it.
@@ -109,7 +112,7 @@ impl Broker {
             Some(store) => Some(TieredStore::open(store).map_err(|e| anyhow::anyhow!(e))?),
             None => None,
         };
-        write_meta_properties(&config)?;
+        let directory_id = write_meta_properties(&config)?;
         let clean_start = take_clean_shutdown_marker(&config.log_dir)?;
         let data_generation = Arc::new(watch::channel(0).0);
         let incarnation = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -135,6 +138,7 @@ impl Broker {
             faults,
             incarnation,
             clean_start,
+            directory_id,
             quorum,
             partitions,
             data_generation,
@@ -450,6 +454,7 @@ impl Broker {
             incarnation: self.incarnation,
             fenced: false,
             shutting_down: false,
+            directory_id: Some(self.directory_id),
         };
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: self.config.log.unclean_leader_election_enable,
@@ -1045,9 +1050,10 @@ fn take_clean_shutdown_marker(log_dir: &Path) -> anyhow::Result<bool> {
     }
 }
 
-/// Kafka's `meta.properties`: which cluster and node a log dir belongs to. A log dir of another
-/// cluster is refused rather than silently mixed into this one.
-fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<()> {
+/// Kafka's `meta.properties`: which cluster and node a log dir belongs to, and the directory's
+/// own id (KIP-858), made when the directory is new. A log dir of another cluster is refused
+/// rather than silently mixed into this one. Returns the directory id.
+fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<uuid::Uuid> {
     let path = config.log_dir.join(META_PROPERTIES_FILE);
     if let Some(found) = read_cluster_id(&config.log_dir)? {
         if found != config.cluster_id {
@@ -1057,16 +1063,21 @@ fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<()> {
                 config.cluster_id
             );
         }
-        return Ok(());
+        if let Some(id) = read_meta_property(&config.log_dir, "directory.id")? {
+            return uuid::Uuid::parse_str(&id)
+                .map_err(|e| anyhow::anyhow!("{}: directory.id={id}: {e}", path.display()));
+        }
     }
+    let id = uuid::Uuid::new_v4();
     let text = format!(
-        "version=1\ncluster.id={}\nnode.id={}\n",
+        "version=1\ncluster.id={}\nnode.id={}\ndirectory.id={id}\n",
         config.cluster_id, config.node_id
     );
     // Written whole or not at all, as Kafka does: a power loss must not leave a torn file that
     // names another cluster and keeps the broker from ever starting again.
     crate::durable::replace_file(&path, text.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(id)
 }
 
 /// Name of the file naming the cluster a log dir belongs to.
@@ -1074,16 +1085,22 @@ pub const META_PROPERTIES_FILE: &str = "meta.properties";
 
 /// The `cluster.id` in a log dir's `meta.properties`, if there is one.
 pub fn read_cluster_id(log_dir: &std::path::Path) -> anyhow::Result<Option<String>> {
+    read_meta_property(log_dir, "cluster.id")
+}
+
+/// The value of `key` in a log dir's `meta.properties`, if the file and the key are there.
+fn read_meta_property(log_dir: &std::path::Path, key: &str) -> anyhow::Result<Option<String>> {
     let path = log_dir.join(META_PROPERTIES_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(anyhow::anyhow!("{}: {e}", path.display())),
     };
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("cluster.id="))
-        .map(|v| v.trim().to_string()))
+    Ok(text.lines().find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix('='))
+            .map(|v| v.trim().to_string())
+    }))
 }
 
 fn stop_fetcher(p: &Partition) {

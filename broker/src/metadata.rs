@@ -101,6 +101,9 @@ pub struct BrokerEndpoint {
     /// can leave, and is not elected or let back into an ISR until a new incarnation registers.
     #[serde(default)]
     pub shutting_down: bool,
+    /// The id of the broker's log directory (KIP-858); absent from older registrations.
+    #[serde(default)]
+    pub directory_id: Option<Uuid>,
 }
 
 /// Cluster-wide defaults the controller needs for its own decisions.

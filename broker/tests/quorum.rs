@@ -170,6 +170,7 @@ fn register(id: i32) -> ControllerCommand {
             incarnation: 1000 + id as u64,
             fenced: false,
             shutting_down: false,
+            directory_id: None,
         },
         defaults: ClusterDefaults {
             unclean_leader_election_enable: false,

@@ -102,6 +102,7 @@ mod tests {
                     incarnation,
                     fenced,
                     shutting_down: false,
+                    directory_id: None,
                 },
             );
         }

@@ -79,6 +79,7 @@ mod tests {
             incarnation: 1,
             fenced,
             shutting_down,
+            directory_id: None,
         };
         (id, b)
     }

@@ -354,6 +354,26 @@ fn remove_from_partitions(image: &mut MetadataImage, id: i32) {
 
 /// Takes broker `id`, back from an unclean shutdown, out of every partition's eligible leader
 /// replicas (KIP-966): its log may have lost what the high watermark had passed.
+/// A broker back with another log directory (KIP-858: the old one is gone, and everything in
+/// it) holds none of its partitions' records: it leaves their ISRs and eligible leader replicas
+/// and is no longer their last known leader, so it is elected only once it has caught up again
+/// (or by an unclean election). Electing it would turn one node's loss into the partition's.
+fn forget_lost_log(image: &mut MetadataImage, id: i32) {
+    for p in image
+        .topics
+        .values_mut()
+        .flat_map(|t| t.partitions.iter_mut())
+        .filter(|p| p.replicas.contains(&id))
+    {
+        p.isr.retain(|r| *r != id);
+        p.elr.retain(|r| *r != id);
+        if p.last_known_leader == Some(id) {
+            p.last_known_leader = None;
+        }
+        p.partition_epoch += 1;
+    }
+}
+
 fn forget_unclean(image: &mut MetadataImage, id: i32) {
     for p in image
         .topics
@@ -412,6 +432,15 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
             if replaced {
                 // The old process is gone: whatever it led must be re-elected.
                 fence(image, endpoint.id);
+            }
+            let lost_log = image
+                .brokers
+                .get(&endpoint.id)
+                .and_then(|b| b.directory_id)
+                .zip(endpoint.directory_id)
+                .is_some_and(|(old, new)| old != new);
+            if lost_log {
+                forget_lost_log(image, endpoint.id);
             }
             if *unclean_shutdown {
                 forget_unclean(image, endpoint.id);
@@ -1032,6 +1061,18 @@ mod tests {
         elr: bool,
         unclean: bool,
     ) {
+        register_in(image, id, incarnation, elr, unclean, None);
+    }
+
+    /// As [`register_with`], with the broker's log directory id.
+    fn register_in(
+        image: &mut MetadataImage,
+        id: i32,
+        incarnation: u64,
+        elr: bool,
+        unclean: bool,
+        directory_id: Option<Uuid>,
+    ) {
         let endpoint = BrokerEndpoint {
             id,
             host: "h".into(),
@@ -1039,6 +1080,7 @@ mod tests {
             incarnation,
             fenced: false,
             shutting_down: false,
+            directory_id,
         };
         let defaults = ClusterDefaults {
             unclean_leader_election_enable: false,
@@ -1184,6 +1226,32 @@ mod tests {
             part(&image).leader_recovery_state,
             LeaderRecoveryState::Recovering
         );
+    }
+
+    #[test]
+    fn a_last_known_leader_back_with_another_log_directory_is_not_elected() {
+        let dir = |n: u128| Some(Uuid::from_u128(n));
+        let crashed = || {
+            let mut image = elr_cluster();
+            for id in 1..=3 {
+                register_in(&mut image, id, 10, true, false, dir(id as u128));
+            }
+            apply(&mut image, &fence_cmd(3));
+            apply(&mut image, &fence_cmd(2));
+            apply(&mut image, &fence_cmd(1));
+            register_in(&mut image, 2, 11, true, true, dir(2));
+            register_in(&mut image, 3, 11, true, true, dir(3));
+            assert_eq!(state(&image), (-1, vec![], vec![1], Some(1)));
+            image
+        };
+        // 1 comes back with a new, empty log directory: it must catch up before it leads.
+        let mut image = crashed();
+        register_in(&mut image, 1, 11, true, true, dir(11));
+        assert_eq!(state(&image), (-1, vec![], vec![], None));
+        // Its old directory back from a crash: it leads as the last eligible replica.
+        let mut image = crashed();
+        register_in(&mut image, 1, 11, true, true, dir(1));
+        assert_eq!(state(&image), (1, vec![1], vec![], None));
     }
 
     #[test]
