@@ -708,3 +708,77 @@ fn r_leadloss_catches_ack_on_leadership_loss() {
         .expect("the bug must ack it in one of three tries");
     assert!(err.contains("acknowledged"), "{err}");
 }
+
+/// R-DIR (KIP-858): a replica back with another log directory holds none of the records it
+/// had, so it must not lead on the strength of an ISR or last-leader standing its old directory
+/// earned. With min.insync.replicas=1 the ISR shrinks to the leader alone (no eligible leader
+/// replicas), which then loses its directory: it used to be elected again with an empty log, and
+/// the others would have truncated everything to follow it.
+#[test]
+fn r_dir_a_leader_back_without_its_log_directory_does_not_lead() {
+    let mut c = start(
+        "broker.session.timeout.ms=2000\nbroker.heartbeat.interval.ms=200\n",
+        None,
+    );
+    assert_eq!(
+        create_topic_assigned(
+            &c.addr(1),
+            "w",
+            1,
+            3,
+            &[&[1, 2, 3]],
+            &[("min.insync.replicas", "1")]
+        ),
+        0
+    );
+    c.wait_for("ISR of 3", T, |c| {
+        c.partition_state("w", 0).is_some_and(|s| s.2.len() == 3)
+    });
+    for v in 0..5 {
+        produce(&c.addr(1), "w", 0, &[v], -1, Duration::from_secs(5)).unwrap();
+    }
+    c.node(2).kill9();
+    c.node(3).kill9();
+    c.wait_for("node 1 alone in the ISR", T, |c| {
+        c.partition_state_at(5, "w", 0)
+            .is_some_and(|(l, _, isr)| l == 1 && isr == [1])
+    });
+    for v in 5..10 {
+        produce(&c.addr(1), "w", 0, &[v], -1, Duration::from_secs(5)).unwrap();
+    }
+    // Node 1 loses its log directory (the metadata quorum's log aside, as a wipe keeps it).
+    c.node(1).kill9();
+    let data = c.node(1).data_dir();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "__cluster_metadata") {
+            continue;
+        }
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    c.node(2).restart();
+    c.node(3).restart();
+    c.node(1).restart();
+    c.wait_for("node 1 registered again", T, |c| {
+        c.nodes[0]
+            .log()
+            .matches("registered with the controller")
+            .count()
+            >= 2
+    });
+    // Give an election every chance to happen.
+    std::thread::sleep(Duration::from_secs(3));
+    let (leader, _, isr) = c.partition_state_at(5, "w", 0).unwrap();
+    assert_ne!(leader, 1, "node 1 leads with an empty log (isr {isr:?})");
+    assert!(
+        !isr.contains(&1),
+        "node 1 is in the ISR with an empty log: {isr:?}"
+    );
+    // The replicas that kept their logs did not truncate to an empty leader.
+    let kept: Vec<i64> = c.dumped_records(2, "w").iter().map(|r| r.1).collect();
+    assert_eq!(kept, (0..5).collect::<Vec<_>>());
+}
