@@ -251,6 +251,12 @@ fn a_clean_unmount_keeps_everything() {
 /// the process anyway.
 #[test]
 fn an_unmount_asked_for_keeps_everything_while_another_namespace_holds_a_copy() {
+    let uid = Command::new("id").arg("-u").output().expect("id -u");
+    assert!(
+        String::from_utf8_lossy(&uid.stdout).trim() == "0",
+        "this test makes a mount namespace (unshare --mount), which needs root: run the tests \
+         as root, as the README says"
+    );
     let mut m = Mount::new();
     fs::create_dir(m.path("d")).unwrap();
     write_new(&m.path("d/f"), b"never synced");
