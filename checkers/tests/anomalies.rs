@@ -1093,17 +1093,29 @@ fn a_cluster_wide_power_loss_allows_lost_writes_unless_every_message_is_flushed(
     assert_eq!(r.valid, Validity::Invalid);
 }
 
+/// Two writes acknowledged (at offsets 0 and 1) and `nodes` losing power at once, before both
+/// or, with `between`, between them.
+fn power_loss_of(nodes: &[&str], between: bool) -> Hist {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    if !between {
+        h.send(0, &[2], Ok, Some(1));
+    }
+    h.nemesis(
+        "power-loss",
+        json!({"nodes": nodes, "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    if between {
+        h.send(0, &[2], Ok, Some(1));
+    }
+    h
+}
+
 #[test]
 fn a_power_loss_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowledged() {
     // Three replicas, min.insync.replicas 2; n1 and n2 lose power at once (n3 may have been out
     // of the ISR): the writes acknowledged before are allowed lost, the one after is not.
-    let mut h = Hist::new();
-    h.send(0, &[1], Ok, Some(0));
-    h.send(0, &[2], Ok, Some(1));
-    h.nemesis(
-        "power-loss",
-        json!({"nodes": ["n1", "n2"], "seed": 3, "cluster_wide": false, "dropped": {}}),
-    );
+    let h = power_loss_of(&["n1", "n2"], false);
     let replicas = vec![
         replica("a", "n1", true, 1, &[(0, 1, 0)]),
         replica("a", "n2", false, 1, &[(0, 1, 0)]),
@@ -1133,13 +1145,7 @@ fn a_power_loss_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowled
     assert_eq!(r.valid, Validity::Invalid);
 
     // One node struck, below min.insync.replicas: its peers kept what it lost.
-    let mut one = Hist::new();
-    one.send(0, &[1], Ok, Some(0));
-    one.send(0, &[2], Ok, Some(1));
-    one.nemesis(
-        "power-loss",
-        json!({"nodes": ["n1"], "seed": 3, "cluster_wide": false, "dropped": {}}),
-    );
+    let one = power_loss_of(&["n1"], false);
     let r = check(&min2, one.ops.clone(), Some(&replicas));
     assert_eq!(r.valid, Validity::Invalid);
     // With min.insync.replicas 1 a lone in-sync replica may have been the one.
@@ -1147,25 +1153,13 @@ fn a_power_loss_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowled
     let r = check(&min1, one.ops.clone(), Some(&replicas));
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
     // A node that holds no replica of the partition counts for nothing.
-    let mut elsewhere = Hist::new();
-    elsewhere.send(0, &[1], Ok, Some(0));
-    elsewhere.send(0, &[2], Ok, Some(1));
-    elsewhere.nemesis(
-        "power-loss",
-        json!({"nodes": ["n4"], "seed": 3, "cluster_wide": false, "dropped": {}}),
-    );
+    let elsewhere = power_loss_of(&["n4"], false);
     let r = check(&min1, elsewhere.ops.clone(), Some(&replicas));
     assert_eq!(r.valid, Validity::Invalid);
 
     // A write acknowledged after the power loss was on the ISR that came back: its loss is not
     // excused.
-    let mut after = Hist::new();
-    after.send(0, &[1], Ok, Some(0));
-    after.nemesis(
-        "power-loss",
-        json!({"nodes": ["n1", "n2"], "seed": 3, "cluster_wide": false, "dropped": {}}),
-    );
-    after.send(0, &[2], Ok, Some(1));
+    let after = power_loss_of(&["n1", "n2"], true);
     let r = check(&min2, after.ops.clone(), Some(&replicas));
     assert_eq!(r.valid, Validity::Invalid);
     assert!(entries(&r, "lost-write")[0].get("allowed").is_none());

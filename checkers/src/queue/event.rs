@@ -121,6 +121,17 @@ pub(crate) struct SendBody<'a> {
     pub offset: Option<i64>,
 }
 
+/// The parts of a `power-loss` info the verdict policy reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PowerLossBody {
+    /// The nodes that lost power at once.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Whether they were every node of their cluster.
+    #[serde(default)]
+    pub cluster_wide: bool,
+}
+
 /// The parts of a `poll` value the analysis reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct PollBody<'a> {

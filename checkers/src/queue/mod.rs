@@ -30,7 +30,7 @@ use crate::tiered::TieredHistory;
 use crate::Checker;
 
 pub(crate) use event::LineOp;
-use event::{check_poll_offsets, topic_partition, Event, PollBody, SendBody};
+use event::{check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, SendBody};
 use groups::{CommitBody, GroupPollBody, Groups};
 use hws::SeenHws;
 use replicas::FinalLogs;
@@ -437,25 +437,18 @@ impl<'r> QueueAnalysis<'r> {
             }
             "failover" => self.facts.failover = true,
             "power-loss" if ev.kind != OpType::Invoke => {
-                let value = ev.value.json();
-                if value.get("cluster_wide").and_then(Value::as_bool) == Some(true) {
-                    self.facts.cluster_power_loss = true;
+                match ev.value.parse::<PowerLossBody>("power-loss") {
+                    Ok(Some(body)) => {
+                        self.facts.cluster_power_loss |= body.cluster_wide;
+                        self.facts.power_losses.push(PowerLoss {
+                            index: ev.index,
+                            cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
+                            nodes: body.nodes.into_iter().collect(),
+                        });
+                    }
+                    Ok(None) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
                 }
-                let nodes = value
-                    .get("nodes")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                self.facts.power_losses.push(PowerLoss {
-                    index: ev.index,
-                    cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
-                    nodes,
-                });
             }
             _ => {}
         }
