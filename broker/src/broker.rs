@@ -1055,16 +1055,17 @@ fn take_clean_shutdown_marker(log_dir: &Path) -> anyhow::Result<bool> {
 /// rather than silently mixed into this one. Returns the directory id.
 fn write_meta_properties(config: &BrokerConfig) -> anyhow::Result<uuid::Uuid> {
     let path = config.log_dir.join(META_PROPERTIES_FILE);
-    if let Some(found) = read_cluster_id(&config.log_dir)? {
-        if found != config.cluster_id {
+    let found = read_meta_properties(&config.log_dir)?;
+    if let Some(cluster_id) = found.get("cluster.id") {
+        if *cluster_id != config.cluster_id {
             anyhow::bail!(
-                "{}: cluster.id={found}, but this broker is configured with cluster.id={}",
+                "{}: cluster.id={cluster_id}, but this broker is configured with cluster.id={}",
                 path.display(),
                 config.cluster_id
             );
         }
-        if let Some(id) = read_meta_property(&config.log_dir, "directory.id")? {
-            return uuid::Uuid::parse_str(&id)
+        if let Some(id) = found.get("directory.id") {
+            return uuid::Uuid::parse_str(id)
                 .map_err(|e| anyhow::anyhow!("{}: directory.id={id}: {e}", path.display()));
         }
     }
@@ -1085,22 +1086,22 @@ pub const META_PROPERTIES_FILE: &str = "meta.properties";
 
 /// The `cluster.id` in a log dir's `meta.properties`, if there is one.
 pub fn read_cluster_id(log_dir: &std::path::Path) -> anyhow::Result<Option<String>> {
-    read_meta_property(log_dir, "cluster.id")
+    Ok(read_meta_properties(log_dir)?.remove("cluster.id"))
 }
 
-/// The value of `key` in a log dir's `meta.properties`, if the file and the key are there.
-fn read_meta_property(log_dir: &std::path::Path, key: &str) -> anyhow::Result<Option<String>> {
+/// The `key=value` lines of a log dir's `meta.properties` (none when there is no such file).
+fn read_meta_properties(log_dir: &std::path::Path) -> anyhow::Result<BTreeMap<String, String>> {
     let path = log_dir.join(META_PROPERTIES_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
         Err(e) => return Err(anyhow::anyhow!("{}: {e}", path.display())),
     };
-    Ok(text.lines().find_map(|l| {
-        l.strip_prefix(key)
-            .and_then(|rest| rest.strip_prefix('='))
-            .map(|v| v.trim().to_string())
-    }))
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
 }
 
 fn stop_fetcher(p: &Partition) {
