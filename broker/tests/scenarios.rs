@@ -523,8 +523,15 @@ fn r_hwread(bug: Option<&str>) -> Result<(), String> {
         .map_err(|e| format!("setup: {e}"))?;
     c.node(2).pause();
     c.node(3).pause();
-    // Appended on the leader alone: the followers cannot fetch it.
-    let _ = produce(&c.addr(1), "h", 0, &[2], -1, Duration::from_millis(700));
+    // Appended on the leader alone: the followers cannot fetch it. acks=1 answers once it is
+    // appended, so the read below surely finds it there (a short acks=all wait could end on a
+    // loaded machine before the request was even sent).
+    let appended = produce(&c.addr(1), "h", 0, &[2], 1, Duration::from_secs(5));
+    if let Err(e) = appended {
+        c.node(2).resume();
+        c.node(3).resume();
+        return Err(format!("setup: the leader did not append alone: {e}"));
+    }
     let read = read_all(&c.addr(1), "h", 0);
     c.node(2).resume();
     c.node(3).resume();
