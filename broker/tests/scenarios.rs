@@ -656,10 +656,17 @@ fn r_sent_correct_broker() {
     r_sent(None).unwrap();
 }
 
+/// A try can show nothing on a loaded machine, as R-ACK's can (the write's 1.5 s can pass
+/// before the bug acknowledges it): the scenario runs again then, up to three times.
 #[test]
 fn r_sent_catches_hw_from_sent_records() {
-    let err = r_sent(Some("hw-from-sent-records")).expect_err("the bug must acknowledge it");
-    assert!(err.contains("acknowledged"), "{err}");
+    for _ in 0..3 {
+        if let Err(err) = r_sent(Some("hw-from-sent-records")) {
+            assert!(err.contains("acknowledged"), "{err}");
+            return;
+        }
+    }
+    panic!("the bug acknowledged no write its frozen follower lacked, in three tries");
 }
 
 /// R-LEADLOSS: an acks=all write still waiting for the ISR when its leader hands leadership
