@@ -1084,7 +1084,9 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     /// A missing acknowledged write: `abandoned-write` when a failover from its cluster had not
-    /// mirrored its offset, else `lost-write`. Without an acknowledged offset it cannot be shown
+    /// mirrored its offset, else `lost-write`, judged by the entry rules (a write the failover
+    /// had mirrored may still have been lost before it, to an unclean election in its cluster
+    /// that the mirror then followed). Without an acknowledged offset it cannot be shown
     /// unmirrored, so it is lost; when that failover recorded nothing for its partition, it is
     /// a `lost-write` allowed on its own.
     fn lost_write(&mut self, v: i64, info: &ValueInfo, proof: Value) {
@@ -1098,18 +1100,18 @@ impl<'r> QueueAnalysis<'r> {
         if let (Value::Object(e), Value::Object(p)) = (&mut entry, proof) {
             e.extend(p);
         }
+        let kind = AnomalyKind::LostWrite;
+        let place = Place {
+            cluster: Some(&cluster),
+            topic: &topic,
+            partition,
+            offset: info.acked(),
+            acknowledged: Some(info.completion),
+        };
         let failover = self
             .mirror
             .abandoned_by(&cluster, &topic, partition, info.invoke);
         let Some((failover, mirrored)) = failover else {
-            let place = Place {
-                cluster: Some(&cluster),
-                topic: &topic,
-                partition,
-                offset: info.acked(),
-                acknowledged: Some(info.completion),
-            };
-            let kind = AnomalyKind::LostWrite;
             let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
             return self.anomalies.push_judged(kind, entry, excuse);
         };
@@ -1127,10 +1129,12 @@ impl<'r> QueueAnalysis<'r> {
                     "failover op {} recorded no mirrored_offset for {topic}/{partition}: an abandoned write cannot be told from a lost one",
                     failover.index
                 );
-                self.anomalies
-                    .push_judged(AnomalyKind::LostWrite, entry, Some(why));
+                self.anomalies.push_judged(kind, entry, Some(why));
             }
-            _ => self.anomalies.push(AnomalyKind::LostWrite, entry),
+            _ => {
+                let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+                self.anomalies.push_judged(kind, entry, excuse);
+            }
         }
     }
 
