@@ -23,7 +23,8 @@
 //!   writable cluster had not mirrored when the old source was abandoned are truncated on
 //!   failback. The checker tells them apart by the failover's `mirrored_offset` and reports them
 //!   as `abandoned-write`, always allowed; a write it had mirrored and that is missing is still a
-//!   `lost-write`. The old source's acknowledgements and polls at those offsets disagree with its
+//!   `lost-write`, which the entry rules judge (an unclean election in its cluster may have taken
+//!   it before the mirror fetched the offset again). The old source's acknowledgements and polls at those offsets disagree with its
 //!   final log, so `inconsistent-offsets` at or above a failover's `mirrored_offset` on the
 //!   cluster failed over from is allowed entry by entry. A failover that recorded no
 //!   `partitions` (an older history), or was invoked and never recorded, leaves abandoned and
