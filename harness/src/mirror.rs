@@ -32,6 +32,28 @@ pub async fn call_any(cx: &ClientContext, req: &MirrorRequest) -> anyhow::Result
     anyhow::bail!("no node of cluster {} answered: {last}", cx.cluster)
 }
 
+/// Sends a request that changes nothing (a describe, a lookup) to every node of `cx` at once and
+/// takes the first answer: a killed or paused node costs one timeout, not one each, so a fault
+/// op reading several topics of a cluster with two nodes paused does not hold the schedule up.
+pub async fn ask_any(cx: &ClientContext, req: &MirrorRequest) -> anyhow::Result<MirrorResponse> {
+    if cx.nodes.is_empty() {
+        anyhow::bail!("cluster {} has no nodes", cx.cluster);
+    }
+    let asks = cx.nodes.iter().map(|node| {
+        Box::pin(async move {
+            tokio::time::timeout(cx.timeout, call(cx, node.addr, req))
+                .await
+                .map_err(|_| anyhow::anyhow!("timed out after {:?}", cx.timeout))
+                .and_then(|r| r)
+                .map_err(|e| format!("{}: {e:#}", node.name))
+        })
+    });
+    match futures::future::select_ok(asks).await {
+        Ok((answer, _)) => Ok(answer),
+        Err(last) => anyhow::bail!("no node of cluster {} answered: {last}", cx.cluster),
+    }
+}
+
 /// Sends `req` to the node at `addr`.
 pub async fn call(
     cx: &ClientContext,
@@ -60,7 +82,7 @@ pub async fn kept_lmles(
         mirror: None,
         lookup: None,
     };
-    let cluster_id = call_any(requester, &all).await?.cluster_id;
+    let cluster_id = ask_any(requester, &all).await?.cluster_id;
     let described = describe(cx, mirror).await?;
     let t = described
         .mirrors
@@ -77,7 +99,7 @@ pub async fn kept_lmles(
             partitions: t.partitions.iter().map(|p| p.partition).collect(),
         }),
     };
-    let r = call_any(cx, &lookup).await?;
+    let r = ask_any(cx, &lookup).await?;
     r.check(&format!("LMLE lookup on {}", cx.cluster))?;
     Ok(r.lmle)
 }
@@ -100,7 +122,7 @@ pub async fn describe(cx: &ClientContext, mirror: &str) -> anyhow::Result<Mirror
         .into_iter()
         .filter_map(|a| a.ok().and_then(Result::ok));
     let Some(mut merged) = answers.next() else {
-        return call_any(cx, &req).await;
+        return ask_any(cx, &req).await;
     };
     for other in answers {
         merged.merge_describe(&other);
