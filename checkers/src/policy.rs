@@ -67,8 +67,14 @@
 //!   `inconsistent-offsets`, `divergence` and `commit-skip` are allowed. When neither config
 //!   names `min.insync.replicas` nothing is assumed: a power loss short of a whole cluster
 //!   excuses nothing, since the struck nodes' peers may have kept what they lost.
+//! - **A wipe** (a node back without its log directory), entry by entry, whatever the flush
+//!   policy: one that emptied at once at least `min.insync.replicas` of a partition's replicas
+//!   (with the setting 1, any one of them) may have emptied its whole ISR, so that partition's
+//!   `lost-write` (of a write acknowledged before the wipe was recorded), `inconsistent-offsets`
+//!   and `commit-skip` are allowed. Replicas do not diverge from it: the wiped node may not lead
+//!   before it has fetched again (KIP-858's directory id), so `divergence` is not.
 //! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
-//!   written again (the unclean, unmarked-failover and power-loss rules), a group's commit may
+//!   written again (the unclean, unmarked-failover, power-loss and wipe rules), a group's commit may
 //!   stand above records it never read, so `commit-skip` is allowed with `lost-write`.
 //!   `commit-regression` never is.
 //! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
@@ -175,6 +181,11 @@ pub enum Excuse {
     /// and the flush policy is not per-message: the whole ISR may have lost what it had not
     /// flushed.
     InSyncPowerLoss,
+    /// A wipe (a node back without its log directory) struck at once at least
+    /// `min.insync.replicas` of the entry's partition's replicas in its cluster, after the
+    /// entry's record was acknowledged when it is about one: an ISR that small may have been all
+    /// that held it, and what a disk loses is gone, flushed or not.
+    InSyncDiskLoss,
 }
 
 /// A rule that allows the entries of some types one by one.
@@ -210,6 +221,14 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::LostWrite,
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::Divergence,
+            AnomalyKind::CommitSkip,
+        ],
+    },
+    EntryRule {
+        excuse: Excuse::InSyncDiskLoss,
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
             AnomalyKind::CommitSkip,
         ],
     },
@@ -298,14 +317,15 @@ fn count(v: &Value) -> Option<u64> {
     }
 }
 
-/// A `power-loss` op as its `info` recorded it.
+/// A `power-loss` or `wipe` op as its `info` recorded it: nodes that lost, at once, what they
+/// had not flushed or everything their log directory held.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PowerLoss {
+pub struct NodeLoss {
     /// The index of its `info`.
     pub index: u64,
     /// The cluster it struck.
     pub cluster: String,
-    /// The nodes that lost power at once.
+    /// The nodes struck at once.
     pub nodes: BTreeSet<String>,
 }
 
@@ -328,7 +348,9 @@ pub struct HistoryFacts {
     /// A `power-loss` op that cut every node of a cluster at once.
     pub cluster_power_loss: bool,
     /// Every `power-loss` op recorded, in order.
-    pub power_losses: Vec<PowerLoss>,
+    pub power_losses: Vec<NodeLoss>,
+    /// Every `wipe` op recorded, in order.
+    pub disk_losses: Vec<NodeLoss>,
     /// The nodes the final replica states list for each partition, by cluster, topic and
     /// partition.
     pub replica_nodes: BTreeMap<(String, String, i64), BTreeSet<String>>,
@@ -398,6 +420,33 @@ impl Policy {
         allowed
     }
 
+    /// The first of `losses` that struck, in the entry's cluster and after the entry's record
+    /// was acknowledged, at least `min.insync.replicas` of its partition's replicas (the nodes
+    /// the final replica states list for it, else all the loss's nodes), with how many it struck
+    /// and that minimum. Nothing when the minimum is unknown.
+    fn in_sync_loss<'f>(
+        &self,
+        losses: &'f [NodeLoss],
+        place: Place<'_>,
+        facts: &HistoryFacts,
+    ) -> Option<(&'f NodeLoss, u64, u64)> {
+        let min = self.min_insync.of(place.topic)?;
+        let cluster = place.cluster.unwrap_or_default();
+        let replicas =
+            facts
+                .replica_nodes
+                .get(&(cluster.to_owned(), place.topic.to_owned(), place.partition));
+        losses.iter().find_map(|loss| {
+            let struck = match replicas {
+                Some(r) => loss.nodes.intersection(r).count(),
+                None => loss.nodes.len(),
+            } as u64;
+            let after = place.acknowledged.is_none_or(|a| a < loss.index);
+            (loss.cluster == cluster && after && struck >= min.max(1))
+                .then_some((loss, struck, min))
+        })
+    }
+
     /// Why one entry of `kind` at `place` is allowed by the entry-level rules, if it is. An
     /// explicit `allowed_anomalies` list leaves nothing to them.
     pub(crate) fn excuse(
@@ -451,26 +500,18 @@ impl Policy {
                 if self.flush_per_message {
                     return None;
                 }
-                let min = self.min_insync.of(place.topic)?;
-                let cluster = place.cluster.unwrap_or_default();
-                let replicas = facts.replica_nodes.get(&(
-                    cluster.to_owned(),
-                    place.topic.to_owned(),
-                    place.partition,
-                ));
-                facts.power_losses.iter().find_map(|p| {
-                    let struck = match replicas {
-                        Some(r) => p.nodes.intersection(r).count(),
-                        None => p.nodes.len(),
-                    } as u64;
-                    let after = place.acknowledged.is_none_or(|a| a < p.index);
-                    (p.cluster == cluster && after && struck >= min.max(1)).then(|| {
-                        format!(
-                            "a power loss (op {}) struck {struck} of {}/{}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
-                            p.index, place.topic, place.partition
-                        )
-                    })
-                })
+                let (loss, struck, min) = self.in_sync_loss(&facts.power_losses, place, facts)?;
+                Some(format!(
+                    "a power loss (op {}) struck {struck} of {}/{}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
+                    loss.index, place.topic, place.partition
+                ))
+            }
+            Excuse::InSyncDiskLoss => {
+                let (loss, struck, min) = self.in_sync_loss(&facts.disk_losses, place, facts)?;
+                Some(format!(
+                    "a wipe (op {}) emptied the log directory of {struck} of {}/{}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min})",
+                    loss.index, place.topic, place.partition
+                ))
             }
             Excuse::UncleanSourceUnguarded => {
                 let offset = place.offset.unwrap_or(0);

@@ -1164,3 +1164,60 @@ fn a_power_loss_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowled
     assert_eq!(r.valid, Validity::Invalid);
     assert!(entries(&r, "lost-write")[0].get("allowed").is_none());
 }
+
+/// Two writes acknowledged (at offsets 0 and 1) and a wipe that deleted the log directory of
+/// each of `deleted`, before both or, with `between`, between them.
+fn wipe_of(deleted: &[&str], between: bool) -> Hist {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    if !between {
+        h.send(0, &[2], Ok, Some(1));
+    }
+    let deleted: serde_json::Map<String, Value> = deleted
+        .iter()
+        .map(|n| ((*n).to_owned(), json!({"t-0": 4096})))
+        .collect();
+    h.nemesis(
+        "wipe",
+        json!({"nodes": ["n1"], "targets": "one", "kept": ["__cluster_metadata"],
+               "deleted": deleted, "partitions": [], "rejoined_after_s": null}),
+    );
+    if between {
+        h.send(0, &[2], Ok, Some(1));
+    }
+    h
+}
+
+#[test]
+fn a_wipe_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowledged() {
+    // Two replicas, min.insync.replicas 1: n1 led with an ISR of itself, acknowledged 2 alone,
+    // and lost its log directory; n2 never had 2. Found by a run of two replicas under wipes,
+    // pauses and kills, whose 31 such writes were reported lost, unexcused.
+    let replicas = vec![
+        replica("a", "n1", false, 0, &[]),
+        replica("a", "n2", true, 1, &[(0, 1, 0)]),
+    ];
+    let min1 = json!({"broker_config": {"min.insync.replicas": "1"}});
+    let h = wipe_of(&["n1"], false);
+    let r = check(&min1, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(entries(&r, "lost-write")[0]["allowed"]
+        .as_str()
+        .is_some_and(|w| w.contains("wipe (op 5) emptied the log directory of 1 of t/0")));
+
+    // With min.insync.replicas 2, n2 was in the ISR that acknowledged it: a disk loss of one
+    // replica excuses nothing, flushed or not.
+    let min2 = json!({"broker_config": {"min.insync.replicas": "2"}});
+    let r = check(&min2, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    // A wipe that deleted nothing (it fell short) struck no replica.
+    let nothing = wipe_of(&[], false);
+    let r = check(&min1, nothing.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    // A write acknowledged after the wipe was on replicas it did not empty.
+    let after = wipe_of(&["n1"], true);
+    let r = check(&min1, after.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(entries(&r, "lost-write")[0].get("allowed").is_none());
+}

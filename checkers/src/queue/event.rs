@@ -132,6 +132,15 @@ pub(crate) struct PowerLossBody {
     pub cluster_wide: bool,
 }
 
+/// The part of a `wipe` info the verdict policy reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WipeBody {
+    /// What was deleted, by node: the nodes that lost their log directory (a wipe that fell
+    /// short may name nodes it deleted nothing of).
+    #[serde(default)]
+    pub deleted: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
 /// The parts of a `poll` value the analysis reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct PollBody<'a> {

@@ -24,13 +24,15 @@ use serde_json::{json, Value};
 use crate::dense::DenseMap;
 use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
-use crate::policy::{config_op_enables_unclean, HistoryFacts, Place, Policy, PowerLoss};
+use crate::policy::{config_op_enables_unclean, HistoryFacts, NodeLoss, Place, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
 use crate::tiered::TieredHistory;
 use crate::Checker;
 
 pub(crate) use event::LineOp;
-use event::{check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, SendBody};
+use event::{
+    check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, SendBody, WipeBody,
+};
 use groups::{CommitBody, GroupPollBody, Groups};
 use hws::SeenHws;
 use replicas::FinalLogs;
@@ -429,6 +431,15 @@ impl<'r> QueueAnalysis<'r> {
                 if let Err(problem) = self.tiered.observe_wipe(ev.index, &ev.value.json()) {
                     self.warn(problem);
                 }
+                match ev.value.parse::<WipeBody>("wipe") {
+                    Ok(Some(body)) => self.facts.disk_losses.push(NodeLoss {
+                        index: ev.index,
+                        cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
+                        nodes: body.deleted.into_keys().collect(),
+                    }),
+                    Ok(None) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
+                }
             }
             "tiered-config" => self.tiered.observe_flag_turned(),
             "config" if config_op_enables_unclean(&ev.value.json()) => {
@@ -440,7 +451,7 @@ impl<'r> QueueAnalysis<'r> {
                 match ev.value.parse::<PowerLossBody>("power-loss") {
                     Ok(Some(body)) => {
                         self.facts.cluster_power_loss |= body.cluster_wide;
-                        self.facts.power_losses.push(PowerLoss {
+                        self.facts.power_losses.push(NodeLoss {
                             index: ev.index,
                             cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
                             nodes: body.nodes.into_iter().collect(),
