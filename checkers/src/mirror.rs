@@ -98,6 +98,8 @@ pub(crate) struct Change {
     /// The index of the `info` that recorded it.
     pub index: u64,
     pub kind: ChangeKind,
+    /// The cluster mirrored (failback) or no longer mirrored (failover).
+    pub from: String,
     pub to: String,
     /// The topics it acted on; empty: every topic.
     topics: Vec<String>,
@@ -424,6 +426,7 @@ impl MirrorHistory {
         self.changes.push(Change {
             index,
             kind,
+            from,
             to,
             topics: v.topics,
             parts,

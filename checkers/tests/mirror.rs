@@ -304,6 +304,48 @@ fn a_record_above_the_lmle_surviving_the_failback_is_lmle_truncation() {
     assert_eq!(e["failback"]["all_replicas"], false);
 }
 
+/// a fails over to b, b writes 2 under epoch 1, a fails back and mirrors it; b fails over to
+/// a, which keeps no LMLE for it (recorded -1: lost, as a power loss under the default flush
+/// policy may lose it); b fails back, truncates everything and fetches again what a holds,
+/// 2 among it. `a_at_1` is what a's final log holds at offset 1.
+fn fetched_back_after_a_lost_lmle(a_at_1: (i64, i64, i64)) -> (Hist, Vec<ReplicaState>) {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    nemesis_on(&mut h, "failover", "b", change("a", "b", 0, 1, 1));
+    h.send_on(Some("b"), 0, &[2], Ok, Some(1));
+    nemesis_on(&mut h, "failback", "a", change("b", "a", 0, 1, 1));
+    nemesis_on(&mut h, "failover", "a", change("b", "a", -1, 2, 2));
+    h.send_on(Some("a"), 0, &[3], Ok, Some(2));
+    nemesis_on(&mut h, "failback", "b", change("a", "b", -1, 2, 2));
+    let b = [(0, 1, 0), (1, 2, 1), (2, 3, 2)];
+    let a = [(0, 1, 0), a_at_1, (2, 3, 2)];
+    (h, both(&a, &b))
+}
+
+/// M3 asks that b's own record above the LMLE be gone; one the cluster it failed back from
+/// holds the same at the same offset may have been fetched back. Found by a mirror run under
+/// every fault kind (seed 1207): a lost its LMLE in a cluster-wide power loss, and 775 records
+/// b had mirrored back from it were reported as surviving the truncation.
+#[test]
+fn a_record_fetched_back_from_the_other_cluster_is_not_an_lmle_truncation() {
+    let (h, replicas) = fetched_back_after_a_lost_lmle((1, 2, 1));
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(
+        !r.anomaly_types.contains(&"lmle-truncation".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+    // Where a holds something else, b's record survived the truncation: M3 is broken.
+    let (h, replicas) = fetched_back_after_a_lost_lmle((1, 9, 1));
+    let r = run(&test(), &h, &replicas);
+    assert!(
+        r.bad_anomaly_types.contains(&"lmle-truncation".to_owned()),
+        "{}",
+        r.summary(5)
+    );
+}
+
 /// With the flag off, an unclean election in the source excuses the clusters' disagreement
 /// and the surviving record; with the flag on from the start nothing does.
 #[test]
@@ -422,8 +464,12 @@ fn a_failback_that_fell_short_is_not_judged_as_a_truncation_to_minus_one() {
         "{}",
         r.summary(5)
     );
-    // Recorded as done, the same LMLE -1 is a truncation of the whole log that kept 1 and 2.
-    let (h, replicas) = failback_recorded_as(preparing("MIRRORING"), None);
+    // Recorded as done, the same LMLE -1 is a truncation of the whole log that kept 1 and 2,
+    // once b no longer holds them (its retention removed them) to have served them again.
+    let (h, mut replicas) = failback_recorded_as(preparing("MIRRORING"), None);
+    for r in replicas.iter_mut().filter(|r| r.cluster == "b") {
+        r.log_start_offset = Some(2);
+    }
     let r = run(&test(), &h, &replicas);
     assert_eq!(r.bad_anomaly_types, ["lmle-truncation"], "{}", r.summary(5));
     assert_eq!(entries(&r, "lmle-truncation")[0]["failback"]["lmle"], -1);

@@ -1448,7 +1448,10 @@ impl<'r> QueueAnalysis<'r> {
     ///   LMLE that failback truncated to (the higher of the failback's and its failover's
     ///   record, so a wrong record cannot make a false alarm), is in none of its replicas that
     ///   took part in the truncation: every replica when it ran with the flag on, else the ISR,
-    ///   of which only the final log's leader is certain.
+    ///   of which only the final log's leader is certain. A record the cluster it failed back
+    ///   from holds the same at the same offset in its final log was mirrored there before,
+    ///   and may have been fetched back: the LMLE was lower than what that cluster had mirrored
+    ///   (one it kept lost, as a power loss under the default flush policy may lose it).
     fn check_mirror_epochs(&mut self, replicas: &[ReplicaState]) {
         if self.mirror.is_empty() {
             return;
@@ -1501,10 +1504,14 @@ impl<'r> QueueAnalysis<'r> {
                         // recorded; of the two records, the higher truncates less.
                         let recorded = self.mirror.lmle_of_failover_into(c, topic, r.partition);
                         let lmle = m.lmle.max(recorded)?;
-                        Some((c.index, lmle, all))
+                        Some((c.index, lmle, all, c.from.as_str()))
                     })
-                    .filter(|&(_, lmle, _)| epoch > lmle);
-                if let Some((op, lmle, all)) = failback {
+                    .filter(|&(_, lmle, _, _)| epoch > lmle)
+                    .filter(|&(_, _, _, from)| {
+                        let place = (from, r.topic.as_str(), r.partition);
+                        self.finals.record_at(replicas, place, rec.offset) != Some(rec)
+                    });
+                if let Some((op, lmle, all, _)) = failback {
                     let place = Place {
                         cluster: Some(&r.cluster),
                         topic: &r.topic,

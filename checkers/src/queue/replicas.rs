@@ -113,6 +113,25 @@ impl<'r> FinalLogs<'r> {
         }
         (finals, warnings)
     }
+
+    /// The record at `offset` of the final committed log of `cluster`'s partition, whose
+    /// replicas are `replicas` (those [`FinalLogs::build`] was given).
+    pub fn record_at(
+        &self,
+        replicas: &[ReplicaState],
+        (cluster, topic, partition): (&str, &str, i64),
+        offset: i64,
+    ) -> Option<&Record> {
+        let log = self.logs.iter().find(|l| {
+            let r = &replicas[l.leader];
+            r.cluster == cluster && r.topic == topic && r.partition == partition
+        })?;
+        let at = log
+            .records
+            .binary_search_by_key(&offset, |x| x.offset)
+            .ok()?;
+        log.records.get(at)
+    }
 }
 
 /// A replica's records by offset, from its log start offset up to its high watermark (its log
