@@ -42,6 +42,9 @@ use kafka_protocol::messages::{
         OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     },
     offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestTopic},
+    offset_for_leader_epoch_request::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+    },
     produce_request::{PartitionProduceData, ProduceRequest, TopicProduceData},
     sync_group_request::{SyncGroupRequest, SyncGroupRequestAssignment},
     ApiKey, BrokerId, GroupId, RequestHeader, ResponseHeader, TopicName,
@@ -122,6 +125,7 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     // The group APIs at one version each: the fields filled in below are those versions'.
     (ApiKey::FindCoordinator, 3, 3),
     (ApiKey::JoinGroup, 5, 5),
@@ -903,6 +907,35 @@ impl Connection {
             })
             .collect();
         Ok((resp.error_code, offsets))
+    }
+
+    /// OffsetForLeaderEpoch for one partition, asked as a consumer (KIP-320): the largest epoch
+    /// at or below `epoch` the leader knows, and the offset where it ends (the next epoch's
+    /// start, or the log end for the latest): `(error code, epoch, end offset)`.
+    pub async fn offset_for_leader_epoch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+    ) -> Result<(i16, i32, i64), KafkaError> {
+        let version = self.version(ApiKey::OffsetForLeaderEpoch)?;
+        let req = OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![OffsetForLeaderPartition::default()
+                    .with_partition(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_leader_epoch(epoch)])]);
+        let resp = self
+            .send(ApiKey::OffsetForLeaderEpoch, version, &req)
+            .await?;
+        resp.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition == partition)
+            .map(|p| (p.error_code, p.leader_epoch, p.end_offset))
+            .ok_or_else(|| KafkaError::Protocol("OffsetForLeaderEpoch: partition missing".into()))
     }
 
     /// Reads a partition from `offset`, up to `max_bytes`, waiting at most `max_wait` for data.

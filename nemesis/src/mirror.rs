@@ -465,11 +465,19 @@ impl FaultOp for MoveOp<'_> {
             // Describe shows the LMLE a partition looked up when it started mirroring; the one
             // the stop persisted is what the old source's failback will look up.
             let src = cluster(env, &from)?;
+            let mut kept_lmles = BTreeMap::new();
             for t in &topics {
                 match block_on(mirror.kept_lmles(dst, src, &name, t)) {
-                    Ok(kept) => set_lmles(&mut record["partitions"], t, &kept),
+                    Ok(kept) => {
+                        set_lmles(&mut record["partitions"], t, &kept);
+                        kept_lmles.extend(kept.into_iter().map(|(p, l)| ((t.clone(), p), l)));
+                    }
                     Err(e) => record["lmle_error"] = json!(format!("{e:#}")),
                 }
+            }
+            let described = (&before, &after);
+            for (t, p, parted) in parted_after_failure(src, dst, &topics, described, &kept_lmles) {
+                set_parted(&mut record["partitions"], &t, p, parted);
             }
             if let Err(e) = stopped {
                 self.faults.mark_indeterminate();
@@ -841,12 +849,147 @@ fn partitions(
 /// no longer has (an election there since) or its own from before the failback, which only the
 /// next fetch's diverging epoch would have cut (kips.md §1.5, the second truncation). Found by
 /// mirror runs under every fault kind (seeds 811, 817), whose source writes the destination never
-/// fetched were judged lost below a barrier that claimed them.
+/// fetched were judged lost below a barrier that claimed them. [`parted_after_failure`] finds
+/// that point from the epochs where it can.
 fn parted_at(p: &PartitionDescription, before: Option<MirrorState>) -> Option<i64> {
     if p.state != MirrorState::Stopped || before == Some(MirrorState::Failed) {
         return None;
     }
     Some(p.barrier_offset.unwrap_or(p.destination_offset))
+}
+
+/// Where a failover parted the clusters on the partitions of `topics` whose mirror had `FAILED`
+/// before the stop and is `STOPPED` now, which [`parted_at`] leaves unknown, as the next fetch's
+/// diverging epoch would have found it: the source's end offset for the LMLE the stop kept (the
+/// destination's latest epoch), capped at the stop's barrier, and only where both clusters'
+/// leaders hold the same record just below it (an epoch number both clusters used for their own
+/// writes then shows as different records). Whatever the source or the destination cannot
+/// answer stays unknown.
+fn parted_after_failure(
+    src: &ClientContext,
+    dst: &ClientContext,
+    topics: &[String],
+    (before, after): (&Described, &Described),
+    kept_lmles: &BTreeMap<(String, i32), i32>,
+) -> Vec<(String, i32, i64)> {
+    let mut parted = Vec::new();
+    for (t, p, lmle, barrier) in failed_then_stopped(topics, before, after, kept_lmles) {
+        let asked = async {
+            let within = src.timeout.max(dst.timeout) * 3;
+            let lookup = parted_by_epoch(src, dst, &t, p, lmle, barrier);
+            tokio::time::timeout(within, lookup).await.ok().flatten()
+        };
+        if let Some(offset) = block_on(asked) {
+            parted.push((t, p, offset));
+        }
+    }
+    parted
+}
+
+/// The partitions of `topics` that were `FAILED` before a stop and are `STOPPED` after it with
+/// a barrier and a kept LMLE: `(topic, partition, LMLE, barrier offset)`.
+fn failed_then_stopped(
+    topics: &[String],
+    before: &Described,
+    after: &Described,
+    kept_lmles: &BTreeMap<(String, i32), i32>,
+) -> Vec<(String, i32, i32, i64)> {
+    let Ok(after) = after else {
+        return Vec::new();
+    };
+    let failed_before = |t: &str, partition: i32| {
+        before.as_ref().is_ok_and(|ps| {
+            ps.iter().any(|(topic, x)| {
+                topic == t && x.partition == partition && x.state == MirrorState::Failed
+            })
+        })
+    };
+    after
+        .iter()
+        .filter(|(t, p)| {
+            topics.contains(t) && p.state == MirrorState::Stopped && failed_before(t, p.partition)
+        })
+        .filter_map(|(t, p)| {
+            let lmle = *kept_lmles.get(&(t.clone(), p.partition))?;
+            (lmle >= 0).then_some((t.clone(), p.partition, lmle, p.barrier_offset?))
+        })
+        .collect()
+}
+
+/// The source's end offset for `lmle`, capped at `barrier`, when the source knows that epoch
+/// ([`parting_offset`]) and both leaders hold the same record just below that offset.
+async fn parted_by_epoch(
+    src: &ClientContext,
+    dst: &ClientContext,
+    topic: &str,
+    partition: i32,
+    lmle: i32,
+    barrier: i64,
+) -> Option<i64> {
+    let mut theirs = leader_connection(src, topic, partition).await?;
+    let answer = theirs
+        .offset_for_leader_epoch(topic, partition, lmle)
+        .await
+        .ok()?;
+    let parted = parting_offset(answer, lmle, barrier)?;
+    let their_record = record_at(&mut theirs, topic, partition, parted - 1).await?;
+    let mut ours = leader_connection(dst, topic, partition).await?;
+    let our_record = record_at(&mut ours, topic, partition, parted - 1).await?;
+    (their_record == our_record).then_some(parted)
+}
+
+/// From the source's OffsetForLeaderEpoch answer `(error code, epoch, end offset)` for `lmle`:
+/// the end offset capped at `barrier`, when the source knows `lmle` itself (a lower epoch means
+/// the destination's latest is not the source's) and something lies below it to compare.
+fn parting_offset((code, epoch, end): (i16, i32, i64), lmle: i32, barrier: i64) -> Option<i64> {
+    (code == 0 && epoch == lmle)
+        .then_some(end.min(barrier))
+        .filter(|&parted| parted > 0)
+}
+
+/// A connection to the leader of a partition of `cluster`, as its nodes' metadata says.
+async fn leader_connection(
+    cluster: &ClientContext,
+    topic: &str,
+    partition: i32,
+) -> Option<Connection> {
+    let infos = partition_infos(cluster, &[topic.to_string()]).await;
+    let leader = infos.get(&(topic.to_string(), partition))?.leader;
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|n| i64::from(n.id) == i64::from(leader))?;
+    Connection::connect(cluster.dialer.clone(), node.addr, cluster.timeout)
+        .await
+        .ok()
+}
+
+/// The committed data record at `offset`, if the connected leader serves one there.
+async fn record_at(
+    c: &mut Connection,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Option<tidemark_harness::kafka::FetchedRecord> {
+    let read = c
+        .fetch(topic, partition, offset, -1, 1 << 20, Duration::ZERO)
+        .await
+        .ok()?;
+    if read.error_code != 0 {
+        return None;
+    }
+    read.records.into_iter().find(|r| r.offset == offset)
+}
+
+/// Records where the failover parted the clusters on one partition, found from the epochs
+/// ([`parted_after_failure`]).
+fn set_parted(partitions: &mut Value, topic: &str, partition: i32, offset: i64) {
+    for entry in partitions.as_array_mut().into_iter().flatten() {
+        if entry["topic"] == topic && entry["partition"] == partition {
+            entry["mirrored_offset"] = json!(offset);
+            entry["parted_by"] = json!("offset-for-leader-epoch");
+        }
+    }
 }
 
 /// The newest leader epoch of every partition of `topics` among the answers of `cluster`'s
@@ -935,6 +1078,66 @@ mod tests {
             ..stopped
         };
         assert_eq!(parted_at(&stopping, Some(MirrorState::Mirroring)), None);
+    }
+
+    #[test]
+    fn only_a_partition_failed_before_and_stopped_after_is_parted_from_the_epochs() {
+        let described = |partition, state, barrier| PartitionDescription {
+            partition,
+            leader: 1,
+            leader_epoch: 5,
+            state,
+            source_offset: 120,
+            destination_offset: 121,
+            lag: 0,
+            lmle: 3,
+            retry_attempt: 0,
+            last_error: None,
+            waiting_for: None,
+            barrier_offset: barrier,
+        };
+        let t = |d: PartitionDescription| ("t0".to_string(), d);
+        let before: Described = Ok(vec![
+            t(described(0, MirrorState::Failed, None)),
+            t(described(1, MirrorState::Mirroring, None)),
+            t(described(2, MirrorState::Failed, None)),
+            t(described(3, MirrorState::Failed, None)),
+            t(described(4, MirrorState::Failed, None)),
+        ]);
+        let after: Described = Ok(vec![
+            t(described(0, MirrorState::Stopped, Some(120))),
+            t(described(1, MirrorState::Stopped, Some(130))),
+            t(described(2, MirrorState::Stopping, None)),
+            t(described(3, MirrorState::Stopped, Some(140))),
+            t(described(4, MirrorState::Stopped, Some(150))),
+        ]);
+        // Partition 3's LMLE is unknown (-1): nothing to look up.
+        let kept: BTreeMap<(String, i32), i32> = [(0, 7), (1, 7), (2, 7), (3, -1), (4, 9)]
+            .into_iter()
+            .map(|(p, l)| (("t0".to_string(), p), l))
+            .collect();
+        let topics = ["t0".to_string()];
+        assert_eq!(
+            failed_then_stopped(&topics, &before, &after, &kept),
+            [("t0".to_string(), 0, 7, 120), ("t0".to_string(), 4, 9, 150)]
+        );
+        assert!(failed_then_stopped(&["t1".to_string()], &before, &after, &kept).is_empty());
+        let unknown: Described = Err(anyhow::anyhow!("describe timed out"));
+        assert!(failed_then_stopped(&topics, &unknown, &after, &kept).is_empty());
+    }
+
+    #[test]
+    fn the_parting_offset_is_the_sources_end_of_the_lmle_below_the_barrier() {
+        // The source ends epoch 7 at 100, below the barrier: the destination's 100..120 were
+        // never the source's (its lineage moved on, or they were the destination's own).
+        assert_eq!(parting_offset((0, 7, 100), 7, 120), Some(100));
+        // The source went on in epoch 7 past what the destination fetched.
+        assert_eq!(parting_offset((0, 7, 180), 7, 120), Some(120));
+        // The source does not know epoch 7: the destination's latest is not the source's.
+        assert_eq!(parting_offset((0, 5, 90), 7, 120), None);
+        // An error, or nothing below the point to compare.
+        assert_eq!(parting_offset((6, -1, -1), 7, 120), None);
+        assert_eq!(parting_offset((0, 7, 0), 7, 120), None);
     }
 
     #[test]
