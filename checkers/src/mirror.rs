@@ -479,7 +479,9 @@ impl MirrorHistory {
     /// `invoke` (the first failover from `cluster` after the last failback into it before the
     /// write), with the offset up to which the new writer had mirrored the partition: `None`
     /// when that failover recorded none for it. A write it acknowledged at or above that offset
-    /// was abandoned.
+    /// was abandoned. When that failover fell short (an error) without a mark for the partition,
+    /// a later failover from `cluster` before the next failback into it that recorded one
+    /// stands in: the stop it found done, or finished, is the one the first began.
     pub fn abandoned_by(
         &self,
         cluster: &str,
@@ -496,14 +498,29 @@ impl MirrorHistory {
             .find(|c| c.covers(topic))
             .map_or(0, |c| c.index);
         let (_, after) = self.split(&roles.failovers_from, since, true);
-        let failover = after
+        let mut failovers = after
             .iter()
             .map(|&at| &self.changes[at])
-            .find(|c| c.covers(topic))?;
-        let mirrored = failover
-            .mark(topic, partition)
-            .and_then(|(_, m)| m.mirrored_offset);
-        Some((failover, mirrored))
+            .filter(|c| c.covers(topic));
+        let failover = failovers.next()?;
+        let mirrored_by = |c: &Change| {
+            c.mark(topic, partition)
+                .and_then(|(_, m)| m.mirrored_offset)
+        };
+        let mirrored = mirrored_by(failover);
+        if mirrored.is_some() || !failover.failed {
+            return Some((failover, mirrored));
+        }
+        let (_, later_backs) = self.split(&roles.failbacks_to, failover.index, false);
+        let until = later_backs
+            .iter()
+            .map(|&at| &self.changes[at])
+            .find(|c| c.covers(topic))
+            .map_or(u64::MAX, |c| c.index);
+        let retried = failovers
+            .take_while(|c| c.index < until)
+            .find_map(|c| Some((c, Some(mirrored_by(c)?))));
+        Some(retried.unwrap_or((failover, None)))
     }
 
     /// A failover from `cluster` whose mark says offsets from `offset` down to its mirrored
