@@ -105,6 +105,13 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     let refused = c.fetch("t0", 0, 0, epoch + 1, 1 << 20, wait).await.unwrap();
     assert_ne!(refused.error_code, 0, "{refused:?}");
     assert_eq!(refused.leader_epoch, None);
+    // OffsetForLeaderEpoch as a consumer asks it (how a failover finds where a failed mirror
+    // parted from its source): the current epoch ends at the log end; one the leader has not
+    // reached is unknown (-1, -1), as Kafka answers it.
+    let ends = c.offset_for_leader_epoch("t0", 0, epoch).await.unwrap();
+    assert_eq!(ends, (0, epoch, 2));
+    let later = c.offset_for_leader_epoch("t0", 0, epoch + 5).await.unwrap();
+    assert_eq!(later, (0, -1, -1));
 
     // A partition that does not exist: nothing could have been written.
     let nowhere = client
