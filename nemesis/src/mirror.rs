@@ -1046,13 +1046,14 @@ mod tests {
         MirrorFaults::new(MirrorSetup::new("a", "b", vec!["t0".into()]))
     }
 
-    #[test]
-    fn a_failover_parts_the_clusters_at_the_barrier_of_a_partition_stopped_in_step() {
-        let stopped = PartitionDescription {
-            partition: 0,
+    /// Partition `partition` as describe shows it led by node 1 in epoch 5, 120 fetched of the
+    /// source's 120, 121 in the destination's log.
+    fn described(partition: i32, state: MirrorState, barrier: Option<i64>) -> PartitionDescription {
+        PartitionDescription {
+            partition,
             leader: 1,
             leader_epoch: 5,
-            state: MirrorState::Stopped,
+            state,
             source_offset: 120,
             destination_offset: 121,
             lag: 0,
@@ -1060,8 +1061,13 @@ mod tests {
             retry_attempt: 0,
             last_error: None,
             waiting_for: None,
-            barrier_offset: Some(120),
-        };
+            barrier_offset: barrier,
+        }
+    }
+
+    #[test]
+    fn a_failover_parts_the_clusters_at_the_barrier_of_a_partition_stopped_in_step() {
+        let stopped = described(0, MirrorState::Stopped, Some(120));
         assert_eq!(parted_at(&stopped, Some(MirrorState::Mirroring)), Some(120));
         let no_barrier = PartitionDescription {
             barrier_offset: None,
@@ -1082,20 +1088,6 @@ mod tests {
 
     #[test]
     fn only_a_partition_failed_before_and_stopped_after_is_parted_from_the_epochs() {
-        let described = |partition, state, barrier| PartitionDescription {
-            partition,
-            leader: 1,
-            leader_epoch: 5,
-            state,
-            source_offset: 120,
-            destination_offset: 121,
-            lag: 0,
-            lmle: 3,
-            retry_attempt: 0,
-            last_error: None,
-            waiting_for: None,
-            barrier_offset: barrier,
-        };
         let t = |d: PartitionDescription| ("t0".to_string(), d);
         let before: Described = Ok(vec![
             t(described(0, MirrorState::Failed, None)),
