@@ -808,20 +808,21 @@ fn partitions(
     offset_key: &str,
 ) -> Value {
     let epochs = block_on(leader_epochs(cluster, topics));
-    let state_before = |t: &str, p: i32| {
+    let described_before = |t: &str, p: i32| {
         before.as_ref().ok().and_then(|ps| {
             ps.iter()
                 .find(|(topic, x)| topic == t && x.partition == p)
-                .map(|(_, x)| x.state)
+                .map(|(_, x)| x)
         })
     };
+    let state_before = |t: &str, p: i32| described_before(t, p).map(|x| x.state);
     match after {
         Ok(ps) => Value::Array(
             ps.iter()
                 .filter(|(t, _)| topics.contains(t))
                 .map(|(t, p)| {
                     let offset = match offset_key {
-                        "mirrored_offset" => parted_at(p, state_before(t, p.partition)),
+                        "mirrored_offset" => parted_at(p, described_before(t, p.partition)),
                         _ => Some(p.barrier_offset.unwrap_or(p.destination_offset)),
                     };
                     let mut entry = json!({
@@ -851,11 +852,21 @@ fn partitions(
 /// mirror runs under every fault kind (seeds 811, 817), whose source writes the destination never
 /// fetched were judged lost below a barrier that claimed them. [`parted_after_failure`] finds
 /// that point from the epochs where it can.
-fn parted_at(p: &PartitionDescription, before: Option<MirrorState>) -> Option<i64> {
-    if p.state != MirrorState::Stopped || before == Some(MirrorState::Failed) {
+fn parted_at(p: &PartitionDescription, before: Option<&PartitionDescription>) -> Option<i64> {
+    if p.state != MirrorState::Stopped || before.is_some_and(out_of_step) {
         return None;
     }
     Some(p.barrier_offset.unwrap_or(p.destination_offset))
+}
+
+/// Whether a partition described before a stop may hold records its source no longer has: its
+/// mirror had FAILED, or it ran without a fetch since it started (no source offset yet: a
+/// failback's LMLE truncation leaves what only that first fetch's diverging epoch cuts, found by
+/// a mirror run under kills, pauses and partitions, seed 2104, whose failback's leader was killed
+/// before its first fetch and whose failover then claimed the old source's own records).
+fn out_of_step(before: &PartitionDescription) -> bool {
+    before.state == MirrorState::Failed
+        || (before.state != MirrorState::Stopped && before.source_offset < 0)
 }
 
 /// Where a failover parted the clusters on the partitions of `topics` whose mirror had `FAILED`
@@ -899,9 +910,8 @@ fn failed_then_stopped(
     };
     let failed_before = |t: &str, partition: i32| {
         before.as_ref().is_ok_and(|ps| {
-            ps.iter().any(|(topic, x)| {
-                topic == t && x.partition == partition && x.state == MirrorState::Failed
-            })
+            ps.iter()
+                .any(|(topic, x)| topic == t && x.partition == partition && out_of_step(x))
         })
     };
     after
@@ -1068,26 +1078,38 @@ mod tests {
     #[test]
     fn a_failover_parts_the_clusters_at_the_barrier_of_a_partition_stopped_in_step() {
         let stopped = described(0, MirrorState::Stopped, Some(120));
-        assert_eq!(parted_at(&stopped, Some(MirrorState::Mirroring)), Some(120));
+        let mirroring = described(0, MirrorState::Mirroring, None);
+        assert_eq!(parted_at(&stopped, Some(&mirroring)), Some(120));
         let no_barrier = PartitionDescription {
             barrier_offset: None,
             ..stopped.clone()
         };
-        assert_eq!(
-            parted_at(&no_barrier, Some(MirrorState::Mirroring)),
-            Some(121)
-        );
+        assert_eq!(parted_at(&no_barrier, Some(&mirroring)), Some(121));
         // A mirror that had failed is not known to hold the source's records below its barrier.
-        assert_eq!(parted_at(&stopped, Some(MirrorState::Failed)), None);
+        let failed = described(0, MirrorState::Failed, None);
+        assert_eq!(parted_at(&stopped, Some(&failed)), None);
+        // Nor one that had not fetched since it started (a failback's first fetch cuts what
+        // the LMLE truncation left).
+        let unfetched = PartitionDescription {
+            source_offset: -1,
+            ..mirroring.clone()
+        };
+        assert_eq!(parted_at(&stopped, Some(&unfetched)), None);
+        // A partition stopped before is parted where that stop put its barrier.
+        let stopped_before = PartitionDescription {
+            source_offset: -1,
+            ..stopped.clone()
+        };
+        assert_eq!(parted_at(&stopped, Some(&stopped_before)), Some(120));
         let stopping = PartitionDescription {
             state: MirrorState::Stopping,
             ..stopped
         };
-        assert_eq!(parted_at(&stopping, Some(MirrorState::Mirroring)), None);
+        assert_eq!(parted_at(&stopping, Some(&mirroring)), None);
     }
 
     #[test]
-    fn only_a_partition_failed_before_and_stopped_after_is_parted_from_the_epochs() {
+    fn only_a_partition_out_of_step_before_and_stopped_after_is_parted_from_the_epochs() {
         let t = |d: PartitionDescription| ("t0".to_string(), d);
         let before: Described = Ok(vec![
             t(described(0, MirrorState::Failed, None)),
@@ -1095,6 +1117,10 @@ mod tests {
             t(described(2, MirrorState::Failed, None)),
             t(described(3, MirrorState::Failed, None)),
             t(described(4, MirrorState::Failed, None)),
+            t(PartitionDescription {
+                source_offset: -1,
+                ..described(5, MirrorState::Mirroring, None)
+            }),
         ]);
         let after: Described = Ok(vec![
             t(described(0, MirrorState::Stopped, Some(120))),
@@ -1102,16 +1128,21 @@ mod tests {
             t(described(2, MirrorState::Stopping, None)),
             t(described(3, MirrorState::Stopped, Some(140))),
             t(described(4, MirrorState::Stopped, Some(150))),
+            t(described(5, MirrorState::Stopped, Some(160))),
         ]);
         // Partition 3's LMLE is unknown (-1): nothing to look up.
-        let kept: BTreeMap<(String, i32), i32> = [(0, 7), (1, 7), (2, 7), (3, -1), (4, 9)]
+        let kept: BTreeMap<(String, i32), i32> = [(0, 7), (1, 7), (2, 7), (3, -1), (4, 9), (5, 4)]
             .into_iter()
             .map(|(p, l)| (("t0".to_string(), p), l))
             .collect();
         let topics = ["t0".to_string()];
         assert_eq!(
             failed_then_stopped(&topics, &before, &after, &kept),
-            [("t0".to_string(), 0, 7, 120), ("t0".to_string(), 4, 9, 150)]
+            [
+                ("t0".to_string(), 0, 7, 120),
+                ("t0".to_string(), 4, 9, 150),
+                ("t0".to_string(), 5, 4, 160)
+            ]
         );
         assert!(failed_then_stopped(&["t1".to_string()], &before, &after, &kept).is_empty());
         let unknown: Described = Err(anyhow::anyhow!("describe timed out"));
