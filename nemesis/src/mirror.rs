@@ -476,7 +476,7 @@ impl FaultOp for MoveOp<'_> {
                 }
             }
             let described = (&before, &after);
-            for (t, p, parted) in parted_after_failure(src, dst, &topics, described, &kept_lmles) {
+            for (t, p, parted) in parted_out_of_step(src, dst, &topics, described, &kept_lmles) {
                 set_parted(&mut record["partitions"], &t, p, parted);
             }
             if let Err(e) = stopped {
@@ -850,7 +850,7 @@ fn partitions(
 /// no longer has (an election there since) or its own from before the failback, which only the
 /// next fetch's diverging epoch would have cut (kips.md §1.5, the second truncation). Found by
 /// mirror runs under every fault kind (seeds 811, 817), whose source writes the destination never
-/// fetched were judged lost below a barrier that claimed them. [`parted_after_failure`] finds
+/// fetched were judged lost below a barrier that claimed them. [`parted_out_of_step`] finds
 /// that point from the epochs where it can.
 fn parted_at(p: &PartitionDescription, before: Option<&PartitionDescription>) -> Option<i64> {
     if p.state != MirrorState::Stopped || before.is_some_and(out_of_step) {
@@ -869,14 +869,14 @@ fn out_of_step(before: &PartitionDescription) -> bool {
         || (before.state != MirrorState::Stopped && before.source_offset < 0)
 }
 
-/// Where a failover parted the clusters on the partitions of `topics` whose mirror had `FAILED`
-/// before the stop and is `STOPPED` now, which [`parted_at`] leaves unknown, as the next fetch's
-/// diverging epoch would have found it: the source's end offset for the LMLE the stop kept (the
+/// Where a failover parted the clusters on the partitions of `topics` whose mirror was out of
+/// step before the stop ([`out_of_step`]) and is `STOPPED` now, which [`parted_at`] leaves
+/// unknown, as the next fetch's diverging epoch would have found it: the source's end offset for the LMLE the stop kept (the
 /// destination's latest epoch), capped at the stop's barrier, and only where both clusters'
 /// leaders hold the same record just below it (an epoch number both clusters used for their own
 /// writes then shows as different records). Whatever the source or the destination cannot
 /// answer stays unknown.
-fn parted_after_failure(
+fn parted_out_of_step(
     src: &ClientContext,
     dst: &ClientContext,
     topics: &[String],
@@ -884,7 +884,7 @@ fn parted_after_failure(
     kept_lmles: &BTreeMap<(String, i32), i32>,
 ) -> Vec<(String, i32, i64)> {
     let mut parted = Vec::new();
-    for (t, p, lmle, barrier) in failed_then_stopped(topics, before, after, kept_lmles) {
+    for (t, p, lmle, barrier) in out_of_step_then_stopped(topics, before, after, kept_lmles) {
         let asked = async {
             let within = src.timeout.max(dst.timeout) * 3;
             let lookup = parted_by_epoch(src, dst, &t, p, lmle, barrier);
@@ -897,9 +897,9 @@ fn parted_after_failure(
     parted
 }
 
-/// The partitions of `topics` that were `FAILED` before a stop and are `STOPPED` after it with
+/// The partitions of `topics` that were out of step before a stop and are `STOPPED` after it with
 /// a barrier and a kept LMLE: `(topic, partition, LMLE, barrier offset)`.
-fn failed_then_stopped(
+fn out_of_step_then_stopped(
     topics: &[String],
     before: &Described,
     after: &Described,
@@ -908,7 +908,7 @@ fn failed_then_stopped(
     let Ok(after) = after else {
         return Vec::new();
     };
-    let failed_before = |t: &str, partition: i32| {
+    let out_of_step_before = |t: &str, partition: i32| {
         before.as_ref().is_ok_and(|ps| {
             ps.iter()
                 .any(|(topic, x)| topic == t && x.partition == partition && out_of_step(x))
@@ -917,7 +917,9 @@ fn failed_then_stopped(
     after
         .iter()
         .filter(|(t, p)| {
-            topics.contains(t) && p.state == MirrorState::Stopped && failed_before(t, p.partition)
+            topics.contains(t)
+                && p.state == MirrorState::Stopped
+                && out_of_step_before(t, p.partition)
         })
         .filter_map(|(t, p)| {
             let lmle = *kept_lmles.get(&(t.clone(), p.partition))?;
@@ -992,7 +994,7 @@ async fn record_at(
 }
 
 /// Records where the failover parted the clusters on one partition, found from the epochs
-/// ([`parted_after_failure`]).
+/// ([`parted_out_of_step`]).
 fn set_parted(partitions: &mut Value, topic: &str, partition: i32, offset: i64) {
     for entry in partitions.as_array_mut().into_iter().flatten() {
         if entry["topic"] == topic && entry["partition"] == partition {
@@ -1137,16 +1139,16 @@ mod tests {
             .collect();
         let topics = ["t0".to_string()];
         assert_eq!(
-            failed_then_stopped(&topics, &before, &after, &kept),
+            out_of_step_then_stopped(&topics, &before, &after, &kept),
             [
                 ("t0".to_string(), 0, 7, 120),
                 ("t0".to_string(), 4, 9, 150),
                 ("t0".to_string(), 5, 4, 160)
             ]
         );
-        assert!(failed_then_stopped(&["t1".to_string()], &before, &after, &kept).is_empty());
+        assert!(out_of_step_then_stopped(&["t1".to_string()], &before, &after, &kept).is_empty());
         let unknown: Described = Err(anyhow::anyhow!("describe timed out"));
-        assert!(failed_then_stopped(&topics, &unknown, &after, &kept).is_empty());
+        assert!(out_of_step_then_stopped(&topics, &unknown, &after, &kept).is_empty());
     }
 
     #[test]
