@@ -44,29 +44,29 @@
 //! - **A failback without the flag**, entry by entry: its LMLE truncation waited for the ISR
 //!   only, so a replica out of it may keep records above the LMLE under epoch numbers the other
 //!   cluster also wrote, which followers' truncation cannot tell apart: `divergence` in that
-//!   cluster, and `epoch-ownership` (M4 holds for the ISR only then), at or above where the
-//!   failback rewrote its log are allowed.
+//!   cluster (and `divergent-tail`), and `epoch-ownership` (M4 holds for the ISR only then), at
+//!   or above where the failback rewrote its log are allowed.
 //! - **Cluster-wide power loss** (a `power-loss` op whose value says `"cluster_wide": true`: every
 //!   node of a cluster lost what it had not fsynced, at once) with a flush policy other than
 //!   per-message (`log.flush.interval.messages` in `broker_config` anything but 1, or unset, as in
 //!   Kafka's default): an acknowledged record may be in no replica's durable log, so `lost-write`
-//!   is allowed, and `inconsistent-offsets` (the lost offsets are written again with other
-//!   values). So is `divergence`: replicas flush independently, so each comes back with a
-//!   different durable prefix plus a torn tail, while the leader-epoch checkpoint is flushed on its
-//!   own schedule and can name an epoch whose records were lost; epoch-based truncation then
-//!   compares histories that no longer match the logs, which is KIP-101's "replica divergence
-//!   after multiple hard failures" and which KIP-279 narrows but cannot close without flushing
-//!   the log with every record. With per-message flush every acknowledged record was durable on
-//!   every in-sync replica before the acknowledgement, so nothing is excused.
-//! - **A power loss of fewer nodes**, entry by entry, with the same flush policy: an
-//!   acknowledged record was on every in-sync replica, and the ISR may have been as small as
-//!   `min.insync.replicas` (`topic_config`, else `broker_config`). A power loss that struck at
-//!   once at least that many of a partition's replicas (the nodes the final replica states list
-//!   for it, or the nodes struck when none are listed) may have struck its whole ISR, so that
-//!   partition's `lost-write` (of a write acknowledged before the loss was recorded),
-//!   `inconsistent-offsets`, `divergence` and `commit-skip` are allowed. When neither config
-//!   names `min.insync.replicas` nothing is assumed: a power loss short of a whole cluster
-//!   excuses nothing, since the struck nodes' peers may have kept what they lost.
+//!   is allowed, and `inconsistent-offsets` (the lost offsets are written again with other values).
+//!   So are `divergence` and `divergent-tail`: replicas flush independently, so each comes back
+//!   with a different durable prefix plus a torn tail, while the leader-epoch checkpoint is flushed
+//!   on its own schedule and can name an epoch whose records were lost; epoch-based truncation then
+//!   compares histories that no longer match the logs, which is KIP-101's "replica divergence after
+//!   multiple hard failures" and which KIP-279 narrows but cannot close without flushing the log
+//!   with every record. With per-message flush every acknowledged record was durable on every
+//!   in-sync replica before the acknowledgement, so nothing is excused.
+//! - **A power loss of fewer nodes**, entry by entry, with the same flush policy: an acknowledged
+//!   record was on every in-sync replica, and the ISR may have been as small as
+//!   `min.insync.replicas` (`topic_config`, else `broker_config`). A power loss that struck at once
+//!   at least that many of a partition's replicas (the nodes the final replica states list for it,
+//!   or the nodes struck when none are listed) may have struck its whole ISR, so that partition's
+//!   `lost-write` (of a write acknowledged before the loss was recorded), `inconsistent-offsets`,
+//!   `divergence`, `divergent-tail` and `commit-skip` are allowed. When neither config names
+//!   `min.insync.replicas` nothing is assumed: a power loss short of a whole cluster excuses
+//!   nothing, since the struck nodes' peers may have kept what they lost.
 //! - **A wipe** (a node back without its log directory), entry by entry, whatever the flush
 //!   policy: one that emptied at once at least `min.insync.replicas` of a partition's replicas
 //!   (with the setting 1, any one of them) may have emptied its whole ISR, so that partition's
@@ -78,9 +78,12 @@
 //!   stand above records it never read, so `commit-skip` is allowed with `lost-write`.
 //!   `commit-regression` never is.
 //! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
-//!   disagree below their high watermarks after convergence), and every other anomaly. That
-//!   includes `duplicate` whatever the producer: the plain producer never sends a batch twice,
-//!   and the idempotent one's retries carry their sequence, so the broker must keep one copy.
+//!   disagree below their high watermarks after convergence), `divergent-tail` and
+//!   `lagging-replica` (a replica that, faults healed, never truncated to its leader's lineage or
+//!   never caught up: no fault excuses a replication protocol that stops converging), and every
+//!   other anomaly. That includes `duplicate` whatever the producer: the plain producer never sends
+//!   a batch twice, and the idempotent one's retries carry their sequence, so the broker must keep
+//!   one copy.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -149,6 +152,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::LostWrite,
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::Divergence,
+            AnomalyKind::DivergentTail,
             AnomalyKind::CommitSkip,
         ],
         why: "every replica lost power at once, and the flush policy is not per-message",
@@ -213,7 +217,11 @@ pub const ENTRY_RULES: &[EntryRule] = &[
     },
     EntryRule {
         excuse: Excuse::FlaglessFailback,
-        allows: &[AnomalyKind::Divergence, AnomalyKind::EpochOwnership],
+        allows: &[
+            AnomalyKind::Divergence,
+            AnomalyKind::DivergentTail,
+            AnomalyKind::EpochOwnership,
+        ],
     },
     EntryRule {
         excuse: Excuse::InSyncPowerLoss,
@@ -221,6 +229,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::LostWrite,
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::Divergence,
+            AnomalyKind::DivergentTail,
             AnomalyKind::CommitSkip,
         ],
     },
@@ -744,6 +753,7 @@ mod tests {
         let excused = vec![
             "commit-skip",
             "divergence",
+            "divergent-tail",
             "inconsistent-offsets",
             "lost-write",
         ];

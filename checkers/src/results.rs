@@ -26,6 +26,13 @@ pub enum AnomalyKind {
     Divergence,
     /// Two clusters disagree at one offset of a mirrored partition below both committed logs.
     MirrorDivergence,
+    /// After healing and the convergence period, a replica holds, at or above its own high
+    /// watermark and below the final log's, records that differ from the final log's: it never
+    /// truncated to its leader's lineage.
+    DivergentTail,
+    /// After healing and the convergence period, a replica's log ends short of its partition's
+    /// final high watermark: it never caught up.
+    LaggingReplica,
     /// Two observations of one offset in one cluster disagree on its value.
     InconsistentOffsets,
     /// One value at more than one offset.
@@ -86,11 +93,13 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 26] = [
+    pub const ALL: [AnomalyKind; 28] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
         AnomalyKind::MirrorDivergence,
+        AnomalyKind::DivergentTail,
+        AnomalyKind::LaggingReplica,
         AnomalyKind::InconsistentOffsets,
         AnomalyKind::Duplicate,
         AnomalyKind::UnexpectedValue,
@@ -122,6 +131,8 @@ impl AnomalyKind {
             AnomalyKind::AbandonedWrite => "abandoned-write",
             AnomalyKind::Divergence => "divergence",
             AnomalyKind::MirrorDivergence => "mirror-divergence",
+            AnomalyKind::DivergentTail => "divergent-tail",
+            AnomalyKind::LaggingReplica => "lagging-replica",
             AnomalyKind::InconsistentOffsets => "inconsistent-offsets",
             AnomalyKind::Duplicate => "duplicate",
             AnomalyKind::UnexpectedValue => "unexpected-value",

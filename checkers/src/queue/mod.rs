@@ -193,6 +193,8 @@ struct Partition {
     reach: DenseMap<(i64, u64)>,
     /// Index of this partition's final committed log in [`FinalLogs::logs`].
     final_log: Option<u32>,
+    /// The op index of the last poll of it that completed `ok`.
+    last_read: Option<u64>,
 }
 
 /// An invocation waiting for its completion.
@@ -232,6 +234,8 @@ pub struct QueueAnalysis<'r> {
     tiered: TieredHistory,
     /// The test map, which those read their broker settings from.
     test: Value,
+    /// The op index of the last nemesis op: the final phase's healing, once the history is read.
+    last_fault: Option<u64>,
     /// The last failover or failback recorded an error and no direction it left mirroring in
     /// (a failback that started mirroring and timed out waiting for it records one).
     last_move_failed: bool,
@@ -278,6 +282,7 @@ impl<'r> QueueAnalysis<'r> {
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             tiered: TieredHistory::default(),
             test: test.clone(),
+            last_fault: None,
             last_move_failed: false,
             stats: BTreeMap::new(),
             anomalies: Anomalies::default(),
@@ -393,6 +398,7 @@ impl<'r> QueueAnalysis<'r> {
         }
         match ev.process {
             Process::Nemesis => {
+                self.last_fault = Some(ev.index);
                 self.nemesis(ev);
                 Ok(())
             }
@@ -693,6 +699,9 @@ impl<'r> QueueAnalysis<'r> {
         let (topic, partition) = topic_partition(body.topic, body.partition)?;
         let cluster = self.cluster_id(ev.cluster);
         let pk = self.pk(cluster, &topic, partition);
+        if ev.kind == OpType::Ok {
+            self.parts[pk as usize].last_read = Some(ev.index);
+        }
         let from = body.from;
         let leader_epoch = body.leader_epoch.filter(|_| ev.kind == OpType::Ok);
         let mut above_leader: Option<(Record, u64)> = None;
@@ -1380,6 +1389,17 @@ impl<'r> QueueAnalysis<'r> {
         let judge = |kind: AnomalyKind, place: Place<'_>| {
             self.policy.excuse(kind, place, &self.facts, &self.mirror)
         };
+        // A partition read after the last fault (the final reads) had a leader to converge to.
+        let served = |cluster: &str, topic: &str, partition: i64| {
+            let (Some(&c), Some(&t)) = (self.cluster_ids.get(cluster), self.topic_ids.get(topic))
+            else {
+                return false;
+            };
+            let pk = self.pk_ids.get(&(c, t, partition));
+            let read = pk.and_then(|&pk| self.parts[pk as usize].last_read);
+            read > self.last_fault
+        };
+        replicas::convergence(replicas, &self.finals, &served, &judge, &mut self.anomalies);
         for i in replicas::divergence(replicas, &self.finals, &judge, &mut self.anomalies) {
             let r = &replicas[i];
             self.skipped.push(SkippedCheck {

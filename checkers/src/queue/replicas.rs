@@ -1,5 +1,6 @@
 //! The checks that read the final replica states: which log is the final committed one, whether
-//! the replicas of a cluster agree (divergence), whether mirrored clusters agree
+//! the replicas of a cluster agree (divergence) and each ended up holding the final log
+//! (divergent-tail, lagging-replica), whether mirrored clusters agree
 //! (mirror-divergence), whether epochs only grow (epoch-regression), and whether each epoch was
 //! written by one cluster only (epoch-ownership).
 
@@ -351,6 +352,101 @@ fn diverging_offsets(
                 "compared_replicas": covering,
             })
         });
+    }
+}
+
+/// What healing promises: once every fault is undone and replicas have had time to converge, each
+/// replica of a partition holds the final log. Two ways a replica can fail that, each reported
+/// once per replica, and only where [`divergence`] does not look (below the replica's own high
+/// watermark):
+///
+/// - `divergent-tail`: at offsets from its high watermark (its log start when unknown) up to the
+///   final log's high watermark, it holds records that differ from the final log's there (value
+///   or epoch): a tail its truncation to the leader's lineage should have removed, which it
+///   would serve as the partition's if it were elected.
+/// - `lagging-replica`: its log ends short of the final high watermark: it never caught up, and
+///   the partition runs with fewer copies than its replication factor promises.
+///
+/// Judged only for a partition that `served` reads once the last fault was over (`served(cluster,
+/// topic, partition)`): one left offline, as when its only in-sync replica lost its disk, has no
+/// leader to converge to. Nor for one whose final high watermark is unknown.
+pub(crate) fn convergence(
+    replicas: &[ReplicaState],
+    finals: &FinalLogs<'_>,
+    served: &dyn Fn(&str, &str, i64) -> bool,
+    judge: &Judge<'_>,
+    out: &mut Anomalies,
+) {
+    for group in &finals.groups {
+        let Some((&leader, followers)) = group.split_first() else {
+            continue;
+        };
+        let Some(log) = finals.logs.iter().find(|l| l.leader == leader) else {
+            continue;
+        };
+        let lead = &replicas[leader];
+        let Some(final_hw) = log
+            .hw
+            .filter(|_| served(&lead.cluster, &lead.topic, lead.partition))
+        else {
+            continue;
+        };
+        let final_side = json!({"node": lead.node, "high_watermark": final_hw});
+        for &i in followers {
+            let r = &replicas[i];
+            let place = |offset: Option<i64>| Place {
+                cluster: Some(&r.cluster),
+                topic: &r.topic,
+                partition: r.partition,
+                offset,
+                acknowledged: None,
+            };
+            let from = r
+                .high_watermark
+                .or(r.log_start_offset)
+                .unwrap_or(i64::MIN)
+                .max(log.start);
+            let tail = sorted(r);
+            let tail = &tail[tail.partition_point(|x| x.offset < from)..];
+            let tail = &tail[..tail.partition_point(|x| x.offset < final_hw)];
+            let differing: Vec<(&Record, &Record)> = tail
+                .iter()
+                .filter_map(|x| {
+                    let at = log.records.binary_search_by_key(&x.offset, |y| y.offset);
+                    let y = &log.records[at.ok()?];
+                    (y != x).then_some((x, y))
+                })
+                .collect();
+            if let Some((first, theirs)) = differing.first() {
+                let excuse = judge(AnomalyKind::DivergentTail, place(Some(first.offset)));
+                out.push_judged_with(AnomalyKind::DivergentTail, excuse, || {
+                    json!({
+                        "cluster": r.cluster, "topic": r.topic, "partition": r.partition,
+                        "node": r.node, "high_watermark": r.high_watermark,
+                        "log_end_offset": r.log_end_offset, "offset": first.offset,
+                        "record": first, "final": {"node": lead.node,
+                        "high_watermark": final_hw, "record": theirs},
+                        "differing_records": differing.len(),
+                        "last_differing_offset": differing.last().map(|d| d.0.offset),
+                    })
+                });
+            }
+            let end = r
+                .log_end_offset
+                .or_else(|| r.records.iter().map(|x| x.offset + 1).max())
+                .unwrap_or(i64::MIN);
+            if end < final_hw {
+                let excuse = judge(AnomalyKind::LaggingReplica, place(Some(end)));
+                out.push_judged_with(AnomalyKind::LaggingReplica, excuse, || {
+                    json!({
+                        "cluster": r.cluster, "topic": r.topic, "partition": r.partition,
+                        "node": r.node, "high_watermark": r.high_watermark,
+                        "log_end_offset": r.log_end_offset, "behind": final_hw - end,
+                        "final": final_side,
+                    })
+                });
+            }
+        }
     }
 }
 
