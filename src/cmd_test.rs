@@ -154,8 +154,10 @@ struct NemesisArgs {
     /// mirror.support.unclean.leader.election), with `--workload tiered` remote-outage (the
     /// remote store unreachable for a while) and tiered-config (turn KIP-1023's
     /// follower.fetch.last.tiered.offset.enable at run time); or `all`, or `none`
-    /// [default: partition,kill,pause,clock,loss,roll]. Between mirrored clusters each fault lands on
-    /// the mirror's source or destination at random, unless --nemesis-targets names roles.
+    /// [default: partition,kill,pause,clock,loss,roll; with `--workload mirror` also failover;
+    /// with `--workload tiered` also wipe and remote-outage]. Between mirrored clusters each
+    /// fault lands on the mirror's source or destination at random, unless --nemesis-targets
+    /// names roles.
     #[arg(long, value_name = "LIST")]
     nemesis: Option<String>,
     /// Seconds a fault lasts on average, from when it is in force; a calm of up to half this
@@ -191,6 +193,20 @@ struct Faults {
     powerfs: bool,
 }
 
+/// The faults of a test that names none: the default mix, and the faults that exercise what its
+/// workload adds: failovers between mirrored clusters (the move the mirror exists for), and for
+/// tiered storage, replicas rebuilding from the remote store (wipes) and the store going away.
+fn default_kinds(mirror: bool, tiered: bool) -> Vec<Kind> {
+    let mut kinds = Kind::DEFAULT.to_vec();
+    if mirror {
+        kinds.push(Kind::Failover);
+    }
+    if tiered {
+        kinds.extend([Kind::Wipe, Kind::RemoteOutage]);
+    }
+    kinds
+}
+
 /// Builds the nemesis. Kinds that need something this machine lacks are an error when asked for
 /// and left out of the default mix (with a note); on SSH hosts nothing can be checked here.
 fn faults(
@@ -206,7 +222,7 @@ fn faults(
     let explicit = args.nemesis.is_some();
     let mut kinds = match &args.nemesis {
         Some(list) => parse_kinds(list).map_err(usage)?,
-        None => Kind::DEFAULT.to_vec(),
+        None => default_kinds(mirror.is_some(), tiered),
     };
     if mirror.is_none() {
         // `all` names them too; only a test that mirrors can use them.
