@@ -433,9 +433,8 @@ pub(crate) fn convergence(
             }
             let end = r
                 .log_end_offset
-                .or_else(|| r.records.iter().map(|x| x.offset + 1).max())
-                .unwrap_or(i64::MIN);
-            if end < final_hw {
+                .or_else(|| r.records.iter().map(|x| x.offset + 1).max());
+            if let Some(end) = end.filter(|&e| e < final_hw) {
                 let excuse = judge(AnomalyKind::LaggingReplica, place(Some(end)));
                 out.push_judged_with(AnomalyKind::LaggingReplica, excuse, || {
                     json!({
