@@ -44,8 +44,9 @@
 //! - **A failback without the flag**, entry by entry: its LMLE truncation waited for the ISR
 //!   only, so a replica out of it may keep records above the LMLE under epoch numbers the other
 //!   cluster also wrote, which followers' truncation cannot tell apart: `divergence` in that
-//!   cluster (and `divergent-tail`), and `epoch-ownership` (M4 holds for the ISR only then), at
-//!   or above where the failback rewrote its log are allowed.
+//!   cluster (and `divergent-tail`, and `lagging-replica`: such a replica may never find where
+//!   its log meets the leader's), and `epoch-ownership` (M4 holds for the ISR only then), at or
+//!   above where the failback rewrote its log are allowed.
 //! - **Cluster-wide power loss** (a `power-loss` op whose value says `"cluster_wide": true`: every
 //!   node of a cluster lost what it had not fsynced, at once) with a flush policy other than
 //!   per-message (`log.flush.interval.messages` in `broker_config` anything but 1, or unset, as in
@@ -80,8 +81,8 @@
 //! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
 //!   disagree below their high watermarks after convergence), `divergent-tail` and
 //!   `lagging-replica` (a replica that, faults healed, never truncated to its leader's lineage or
-//!   never caught up: no fault excuses a replication protocol that stops converging), and every
-//!   other anomaly. That includes `duplicate` whatever the producer: the plain producer never sends
+//!   never caught up: no fault but a flagless failback excuses a replication protocol that stops
+//!   converging), and every other anomaly. That includes `duplicate` whatever the producer: the plain producer never sends
 //!   a batch twice, and the idempotent one's retries carry their sequence, so the broker must keep
 //!   one copy.
 
@@ -220,6 +221,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
         allows: &[
             AnomalyKind::Divergence,
             AnomalyKind::DivergentTail,
+            AnomalyKind::LaggingReplica,
             AnomalyKind::EpochOwnership,
         ],
     },

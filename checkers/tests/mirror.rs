@@ -688,6 +688,34 @@ fn divergence_after_a_failback_without_the_flag_is_allowed_only_there() {
     );
 }
 
+/// A replica the flagless failback's truncation did not wait for keeps a record under an epoch
+/// number the other cluster also wrote, and may never find where its log meets its leader's: it
+/// may end short of the final log there. Never below where the failback rewrote the log, nor
+/// with the flag on.
+#[test]
+fn a_replica_left_behind_by_a_failback_without_the_flag_may_lag_only_there() {
+    let (h, mut replicas) = round_trip();
+    replicas[1].records.truncate(2);
+    replicas[1].log_end_offset = Some(2);
+    replicas[1].high_watermark = Some(2);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let e = &entries(&r, "lagging-replica")[0];
+    assert!(
+        e["allowed"].as_str().unwrap().contains("failed back (op"),
+        "{e}"
+    );
+    let mut flagged = test();
+    flagged["mirror_unclean"] = json!(true);
+    let r = run(&flagged, &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["lagging-replica"], "{}", r.summary(5));
+    replicas[1].records.truncate(1);
+    replicas[1].log_end_offset = Some(1);
+    replicas[1].high_watermark = Some(1);
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.bad_anomaly_types, ["lagging-replica"], "{}", r.summary(5));
+}
+
 fn sim_config(seed: u64, ops: usize) -> support::sim::SimConfig {
     support::sim::SimConfig {
         seed,
