@@ -197,7 +197,12 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
                 assert_eq!(v["isr"], json!([v["killed"].clone()]), "{o}");
                 assert_eq!(v["leader_at_kill"], v["killed"], "{o}");
                 assert_eq!(v["ports"], json!([9092]), "{o}");
-                assert!(v["cut_ms"].as_u64().unwrap() >= 3000, "{o}");
+                // The ISR shrinks after the lag time (3 s) once the leader is cut off; a cut that
+                // followed leadership elsewhere (`moved_from`) may find the new leader's ISR
+                // already alone, since that partition was chosen for the first leader's ISR.
+                if v.get("moved_from").is_none() {
+                    assert!(v["cut_ms"].as_u64().unwrap() >= 3000, "{o}");
+                }
             }
             "unclean-election" if o.get("error").is_none() => {
                 assert_eq!(v["cluster"], "a");
