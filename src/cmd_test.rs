@@ -808,3 +808,22 @@ async fn cancel_on_signal(cancel: CancellationToken) {
     eprintln!("tidemark: stopping: healing nothing, tearing down");
     cancel.cancel();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_test_naming_no_faults_gets_the_ones_its_workload_is_about() {
+        assert_eq!(default_kinds(false, false), Kind::DEFAULT.to_vec());
+        let mirror = default_kinds(true, false);
+        assert!(mirror.contains(&Kind::Failover), "{mirror:?}");
+        assert!(!mirror.iter().any(|k| k.tiers()), "{mirror:?}");
+        let tiered = default_kinds(false, true);
+        assert!(tiered.contains(&Kind::Wipe) && tiered.contains(&Kind::RemoteOutage));
+        assert!(!tiered.iter().any(|k| k.mirrors()), "{tiered:?}");
+        for kinds in [mirror, tiered] {
+            assert!(Kind::DEFAULT.iter().all(|k| kinds.contains(k)), "{kinds:?}");
+        }
+    }
+}
