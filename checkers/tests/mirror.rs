@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{entries, replica, Hist};
+use support::{assert_forbids, entries, replica, Hist};
 use tidemark_checkers::{check, EpochEntry, OpType, Process, ReplicaState, Results, Validity};
 
 use OpType::{Info, Ok};
@@ -163,11 +163,7 @@ fn a_mirrored_offset_lost_to_an_unclean_election_before_the_failover_is_excused(
     let (h, replicas) = mirrored_after_an_election(false);
     let r = run(&test(), &h, &replicas);
     assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
-    assert!(
-        r.bad_anomaly_types.contains(&"lost-write".to_owned()),
-        "{}",
-        r.summary(5)
-    );
+    assert_forbids(&r, "lost-write");
 }
 
 /// a acknowledges 2 at offset 1 and 5 at offset 2; a failover to b falls short (an error, its
@@ -204,11 +200,7 @@ fn a_failover_that_fell_short_is_judged_by_the_mark_of_its_retry() {
     let (h, retry, replicas) = retried_failover(false);
     let r = run(&test(), &h, &replicas);
     assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
-    assert!(
-        r.bad_anomaly_types.contains(&"lost-write".to_owned()),
-        "{}",
-        r.summary(5)
-    );
+    assert_forbids(&r, "lost-write");
     let lost = &entries(&r, "lost-write")[0];
     assert_eq!(lost["value"], 2);
     assert_eq!(lost["failover"]["op_index"], retry);
@@ -396,11 +388,7 @@ fn a_record_fetched_back_from_the_other_cluster_is_not_an_lmle_truncation() {
     // Where a holds something else, b's record survived the truncation: M3 is broken.
     let (h, replicas) = fetched_back_after_a_lost_lmle((1, 9, 1));
     let r = run(&test(), &h, &replicas);
-    assert!(
-        r.bad_anomaly_types.contains(&"lmle-truncation".to_owned()),
-        "{}",
-        r.summary(5)
-    );
+    assert_forbids(&r, "lmle-truncation");
 }
 
 /// With the flag off, an unclean election in the source excuses the clusters' disagreement
@@ -670,11 +658,7 @@ fn excused_by_the_flagless_failback_only(h: &Hist, replicas: &[ReplicaState], ki
     let mut flagged = test();
     flagged["mirror_unclean"] = json!(true);
     let r = run(&flagged, h, replicas);
-    assert!(
-        r.bad_anomaly_types.contains(&kind.to_owned()),
-        "{}",
-        r.summary(5)
-    );
+    assert_forbids(&r, kind);
 }
 
 #[test]
@@ -687,11 +671,7 @@ fn divergence_after_a_failback_without_the_flag_is_allowed_only_there() {
     let (h, mut replicas) = round_trip();
     replicas[1].records[1] = tidemark_checkers::Record::new(1, 9, 0);
     let r = run(&test(), &h, &replicas);
-    assert!(
-        r.bad_anomaly_types.contains(&"divergence".to_owned()),
-        "{}",
-        r.summary(5)
-    );
+    assert_forbids(&r, "divergence");
 }
 
 /// A replica the flagless failback's truncation did not wait for keeps a record under an epoch
@@ -830,11 +810,7 @@ fn a_write_acknowledged_by_a_mirroring_cluster_is_read_only_write() {
     }
     pre.ops.append(&mut h.ops);
     let r = run(&test(), &pre, &replicas);
-    assert!(
-        r.bad_anomaly_types.contains(&"read-only-write".to_owned()),
-        "{}",
-        r.summary(5)
-    );
+    assert_forbids(&r, "read-only-write");
     let e = &entries(&r, "read-only-write")[0];
     assert_eq!(
         (e["op_index"].clone(), e["cluster"].clone()),

@@ -883,11 +883,20 @@ fn parted_out_of_step(
     (before, after): (&Described, &Described),
     kept_lmles: &BTreeMap<(String, i32), i32>,
 ) -> Vec<(String, i32, i64)> {
+    let candidates = out_of_step_then_stopped(topics, before, after, kept_lmles);
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    // Both clusters' leaders, asked once for every partition to look up.
+    let leaders = (
+        &block_on(partition_infos(src, topics)),
+        &block_on(partition_infos(dst, topics)),
+    );
     let mut parted = Vec::new();
-    for (t, p, lmle, barrier) in out_of_step_then_stopped(topics, before, after, kept_lmles) {
+    for (t, p, lmle, barrier) in candidates {
         let asked = async {
             let within = src.timeout.max(dst.timeout) * 3;
-            let lookup = parted_by_epoch(src, dst, &t, p, lmle, barrier);
+            let lookup = parted_by_epoch((src, dst), leaders, &t, p, lmle, barrier);
             tokio::time::timeout(within, lookup).await.ok().flatten()
         };
         if let Some(offset) = block_on(asked) {
@@ -896,6 +905,9 @@ fn parted_out_of_step(
     }
     parted
 }
+
+/// Partition leaders as [`partition_infos`] found them.
+type Leaders = BTreeMap<(String, i32), PartitionInfo>;
 
 /// The partitions of `topics` that were out of step before a stop and are `STOPPED` after it with
 /// a barrier and a kept LMLE: `(topic, partition, LMLE, barrier offset)`.
@@ -931,21 +943,21 @@ fn out_of_step_then_stopped(
 /// The source's end offset for `lmle`, capped at `barrier`, when the source knows that epoch
 /// ([`parting_offset`]) and both leaders hold the same record just below that offset.
 async fn parted_by_epoch(
-    src: &ClientContext,
-    dst: &ClientContext,
+    (src, dst): (&ClientContext, &ClientContext),
+    (src_leaders, dst_leaders): (&Leaders, &Leaders),
     topic: &str,
     partition: i32,
     lmle: i32,
     barrier: i64,
 ) -> Option<i64> {
-    let mut theirs = leader_connection(src, topic, partition).await?;
+    let mut theirs = leader_connection(src, src_leaders, topic, partition).await?;
     let answer = theirs
         .offset_for_leader_epoch(topic, partition, lmle)
         .await
         .ok()?;
     let parted = parting_offset(answer, lmle, barrier)?;
     let their_record = record_at(&mut theirs, topic, partition, parted - 1).await?;
-    let mut ours = leader_connection(dst, topic, partition).await?;
+    let mut ours = leader_connection(dst, dst_leaders, topic, partition).await?;
     let our_record = record_at(&mut ours, topic, partition, parted - 1).await?;
     (their_record == our_record).then_some(parted)
 }
@@ -959,14 +971,15 @@ fn parting_offset((code, epoch, end): (i16, i32, i64), lmle: i32, barrier: i64) 
         .filter(|&parted| parted > 0)
 }
 
-/// A connection to the leader of a partition of `cluster`, as its nodes' metadata says.
+/// A connection to the leader of a partition of `cluster`, as `leaders` (its nodes' metadata)
+/// says.
 async fn leader_connection(
     cluster: &ClientContext,
+    leaders: &Leaders,
     topic: &str,
     partition: i32,
 ) -> Option<Connection> {
-    let infos = partition_infos(cluster, &[topic.to_string()]).await;
-    let leader = infos.get(&(topic.to_string(), partition))?.leader;
+    let leader = leaders.get(&(topic.to_string(), partition))?.leader;
     let node = cluster
         .nodes
         .iter()

@@ -182,6 +182,15 @@ pub fn replicas_jsonl(replicas: &[ReplicaState]) -> String {
         .collect()
 }
 
+/// Asserts that the test's guarantees forbid `kind` in `r`.
+pub fn assert_forbids(r: &Results, kind: &str) {
+    assert!(
+        r.bad_anomaly_types.iter().any(|k| k == kind),
+        "{kind} not forbidden: {}",
+        r.summary(5)
+    );
+}
+
 /// The entries of one anomaly type (empty when it was not found).
 pub fn entries<'a>(r: &'a Results, kind: &str) -> &'a [Value] {
     r.anomalies.get(kind).map_or(&[], |e| &e[..])
