@@ -76,8 +76,11 @@
 //!   before it has fetched again (KIP-858's directory id), so `divergence` is not.
 //! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
 //!   written again (the unclean, unmarked-failover, power-loss and wipe rules), a group's commit may
-//!   stand above records it never read, so `commit-skip` is allowed with `lost-write`.
-//!   `commit-regression` never is.
+//!   stand above records it never read, so `commit-skip` is allowed with `lost-write`. The
+//!   same rules allow `zombie-commit`, judged for the cluster as a whole: the group's
+//!   generation lives in a partition of `__consumer_offsets` the history does not name, and a
+//!   truncation of it can take the coordinator back to an older generation (the power-loss and
+//!   wipe rules count the nodes struck). `commit-regression` never is allowed.
 //! - **Never allowed** unless listed explicitly: `divergence` otherwise (replicas of one cluster
 //!   disagree below their high watermarks after convergence), `divergent-tail` and
 //!   `lagging-replica` (a replica that, faults healed, never truncated to its leader's lineage or
@@ -135,6 +138,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::LostWrite,
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::CommitSkip,
+            AnomalyKind::ZombieCommit,
         ],
         why: "unclean leader election may truncate acknowledged records",
     },
@@ -155,6 +159,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::Divergence,
             AnomalyKind::DivergentTail,
             AnomalyKind::CommitSkip,
+            AnomalyKind::ZombieCommit,
         ],
         why: "every replica lost power at once, and the flush policy is not per-message",
     },
@@ -233,6 +238,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::Divergence,
             AnomalyKind::DivergentTail,
             AnomalyKind::CommitSkip,
+            AnomalyKind::ZombieCommit,
         ],
     },
     EntryRule {
@@ -241,6 +247,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::LostWrite,
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::CommitSkip,
+            AnomalyKind::ZombieCommit,
         ],
     },
     EntryRule {
@@ -260,12 +267,22 @@ pub struct Place<'a> {
     pub cluster: Option<&'a str>,
     /// The topic.
     pub topic: &'a str,
-    /// The partition.
+    /// The partition (-1 when the entry's is not known: a group's in `__consumer_offsets`).
     pub partition: i64,
     /// The offset, when the entry names one.
     pub offset: Option<i64>,
     /// The index of the op that acknowledged the entry's record, when it is about one.
     pub acknowledged: Option<u64>,
+}
+
+impl Place<'_> {
+    /// `topic/partition`, or the topic alone for an entry whose partition is unknown (-1).
+    fn partition_name(&self) -> String {
+        match self.partition {
+            p if p < 0 => format!("{} (the group's partition)", self.topic),
+            p => format!("{}/{p}", self.topic),
+        }
+    }
 }
 
 /// The verdict policy read from a test map; see the module docs for the rules.
@@ -513,15 +530,15 @@ impl Policy {
                 }
                 let (loss, struck, min) = self.in_sync_loss(&facts.power_losses, place, facts)?;
                 Some(format!(
-                    "a power loss (op {}) struck {struck} of {}/{}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
-                    loss.index, place.topic, place.partition
+                    "a power loss (op {}) struck {struck} of {}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
+                    loss.index, place.partition_name()
                 ))
             }
             Excuse::InSyncDiskLoss => {
                 let (loss, struck, min) = self.in_sync_loss(&facts.disk_losses, place, facts)?;
                 Some(format!(
-                    "a wipe (op {}) emptied the log directory of {struck} of {}/{}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min})",
-                    loss.index, place.topic, place.partition
+                    "a wipe (op {}) emptied the log directory of {struck} of {}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min})",
+                    loss.index, place.partition_name()
                 ))
             }
             Excuse::UncleanSourceUnguarded => {
@@ -599,7 +616,12 @@ mod tests {
 
     #[test]
     fn unclean_elections_allow_lost_writes() {
-        let expect = vec!["commit-skip", "inconsistent-offsets", "lost-write"];
+        let expect = vec![
+            "commit-skip",
+            "inconsistent-offsets",
+            "lost-write",
+            "zombie-commit",
+        ];
         for test in [
             json!({"unclean_leader_election": true}),
             json!({"broker_config": {"unclean.leader.election.enable": "true"}}),
@@ -758,6 +780,7 @@ mod tests {
             "divergent-tail",
             "inconsistent-offsets",
             "lost-write",
+            "zombie-commit",
         ];
         for config in [
             json!({}),

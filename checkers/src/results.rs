@@ -72,6 +72,9 @@ pub enum AnomalyKind {
     /// A consumer group committed past a record of the committed log that no poll of the group
     /// returned.
     CommitSkip,
+    /// A consumer group's commit acknowledged in a generation older than one an op of the group
+    /// had completed in before the commit was invoked: a fenced member's commit taken.
+    ZombieCommit,
     /// An offset between a tiered partition's log start and its leader's local log start that no
     /// finished remote segment holds (T1: every offset readable from remote plus local).
     TieredGap,
@@ -93,7 +96,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 28] = [
+    pub const ALL: [AnomalyKind; 29] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -116,6 +119,7 @@ impl AnomalyKind {
         AnomalyKind::MirrorEpochCache,
         AnomalyKind::CommitRegression,
         AnomalyKind::CommitSkip,
+        AnomalyKind::ZombieCommit,
         AnomalyKind::TieredGap,
         AnomalyKind::RemoteDivergence,
         AnomalyKind::TieredBootstrap,
@@ -149,6 +153,7 @@ impl AnomalyKind {
             AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
             AnomalyKind::CommitRegression => "commit-regression",
             AnomalyKind::CommitSkip => "commit-skip",
+            AnomalyKind::ZombieCommit => "zombie-commit",
             AnomalyKind::TieredGap => "tiered-gap",
             AnomalyKind::RemoteDivergence => "remote-divergence",
             AnomalyKind::TieredBootstrap => "tiered-bootstrap",

@@ -1,6 +1,6 @@
 //! Consumer groups and idempotent producers: one literal history per anomaly their modes add
-//! (`commit-regression`, `commit-skip`, and a `duplicate` of an idempotent producer's retried
-//! send), and a clean group history that must pass.
+//! (`commit-regression`, `commit-skip`, `zombie-commit`, and a `duplicate` of an idempotent
+//! producer's retried send), and a clean group history that must pass.
 
 mod support;
 
@@ -205,6 +205,100 @@ fn a_commit_skip_is_allowed_where_unclean_elections_rewrite_offsets() {
     );
     assert!(r.anomaly_types.contains(&"commit-skip".to_string()));
     assert!(!r.bad_anomaly_types.contains(&"commit-skip".to_string()));
+}
+
+#[test]
+fn a_commit_of_an_ended_generation_after_the_group_moved_on_is_a_zombie() {
+    // clean() ends with m2 in generation 2; m1, stalled since generation 1, wakes and commits
+    // what it read, and the coordinator takes it.
+    let mut h = clean();
+    let moved_on = h
+        .ops
+        .iter()
+        .find(|o| o.f == "group-poll" && o.kind == Ok && o.value["generation"] == 2)
+        .unwrap()
+        .index;
+    let (inv, done) = commit(&mut h, 1, "m1", 1, 3, Ok);
+    let r = judge(&h, &log(&RECORDS));
+    assert_eq!(r.anomaly_types, vec!["zombie-commit"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "zombie-commit")[0];
+    assert_eq!(
+        (e["op_index"].as_u64(), e["invoke_index"].as_u64()),
+        (Some(done), Some(inv))
+    );
+    assert_eq!(
+        (e["generation"].as_i64(), e["member"].as_str()),
+        (Some(1), Some("m1"))
+    );
+    assert_eq!(
+        e["offsets"],
+        json!([{"topic": "t", "partition": 0, "offset": 3}])
+    );
+    assert_eq!(e["later"]["generation"], 2);
+    assert_eq!(e["later"]["op_index"], moved_on);
+    assert_eq!(e["later"]["f"], "group-poll");
+    assert_eq!(e["later"]["member"], "m2");
+}
+
+#[test]
+fn a_commit_invoked_before_the_group_moved_on_is_no_zombie() {
+    // m1's commit was in flight when m2's first op of generation 2 completed: the coordinator
+    // may have taken it while generation 1 still stood.
+    let mut h = Hist::new();
+    h.send(0, &[1, 2], Ok, Some(0));
+    h.send(0, &[3, 4], Ok, Some(2));
+    group_poll(&mut h, 1, "m1", 1, 0, &RECORDS[..2]);
+    h.push(
+        Process::Client(1),
+        Invoke,
+        "commit",
+        json!({"group": GROUP}),
+        None,
+    );
+    group_poll(&mut h, 2, "m2", 2, 0, &RECORDS);
+    h.push(
+        Process::Client(1),
+        Ok,
+        "commit",
+        json!({"group": GROUP, "member": "m1", "generation": 1,
+               "offsets": [{"topic": "t", "partition": 0, "offset": 2}]}),
+        None,
+    );
+    commit(&mut h, 2, "m2", 2, 4, Ok);
+    let r = judge(&h, &log(&RECORDS));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid);
+}
+
+#[test]
+fn a_zombie_commit_is_allowed_only_where_the_groups_own_records_may_be_lost() {
+    // A power loss of two nodes at once after the group moved on: with min.insync.replicas 2
+    // and the default flush policy, the record of generation 2 may be gone from every replica
+    // of the group's partition, and the coordinator back in generation 1.
+    let mut h = clean();
+    h.nemesis(
+        "power-loss",
+        json!({"nodes": ["n1", "n2"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    commit(&mut h, 1, "m1", 1, 3, Ok);
+    let config = |extra: Value| {
+        let mut test = json!({"workload_options": {"producer": "idempotent", "consumer": "group"},
+                              "broker_config": {"min.insync.replicas": "2"}});
+        if let (Some(b), Some(more)) = (test["broker_config"].as_object_mut(), extra.as_object()) {
+            b.extend(more.clone());
+        }
+        test
+    };
+    let r = check(&config(json!({})), h.ops.clone(), Some(&log(&RECORDS)));
+    assert_eq!(r.anomaly_types, vec!["zombie-commit"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let why = entries(&r, "zombie-commit")[0]["allowed"].to_string();
+    assert!(why.contains("the group's partition"), "{why}");
+    // With every message flushed nothing acknowledged was lost.
+    let flushed = config(json!({"log.flush.interval.messages": "1"}));
+    let r = check(&flushed, h.ops.clone(), Some(&log(&RECORDS)));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
 }
 
 #[test]

@@ -13,9 +13,12 @@
 //! producer retries, so the broker must deduplicate it. `--consumer group`: each process is a
 //! member of one consumer group (see [`crate::group`]); polls become `group-poll`s of the
 //! partitions the group assigned it, from the group's committed offsets, and `commit`s commit
-//! its positions.
+//! its positions. Now and then a member `stall`s: it stops heartbeating for longer than the
+//! session timeout, as a consumer stuck processing a batch does, and its next group op is a
+//! commit sent straight from the membership it had, as such a consumer commits on waking. The
+//! coordinator must fence it (its generation ended when it was expired): a zombie's commit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -93,6 +96,10 @@ pub struct QueueOptions {
     /// With a group consumer, the share of polls that commit instead.
     #[serde(default = "default_commit_fraction")]
     pub commit_fraction: f64,
+    /// With a group consumer, the mean time between member stalls (zero: none; absent in older
+    /// runs: none).
+    #[serde(default)]
+    pub stall_every: Duration,
     /// Topic-level configs the topics are created with.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub topic_configs: BTreeMap<String, String>,
@@ -118,6 +125,7 @@ impl QueueOptions {
             producer: ProducerMode::Plain,
             consumer: ConsumerMode::Assign,
             commit_fraction: default_commit_fraction(),
+            stall_every: Duration::from_secs(10),
             topic_configs: BTreeMap::new(),
         }
     }
@@ -692,19 +700,57 @@ impl QueueClient {
         .await
     }
 
-    /// A `commit`: commits every assigned partition's position in the member's generation.
+    /// A `stall`: the member, joined, stops heartbeating and invoking for the op's `ms` (at
+    /// most the op's budget). The generator makes its next group op an `after_stall` commit.
+    async fn stall(&mut self, v: &Value) -> Result<(Value, String), Failure> {
+        let stall: StallOp = parse_value("stall", v)?;
+        let (budget, start) = (self.op_budget(), Instant::now());
+        let membership = self
+            .within_budget(async |c: &mut Self| Ok(c.joined_member().await?.membership().cloned()))
+            .await?
+            .expect("joined");
+        if membership.assignment.is_empty() {
+            return Err(Failure {
+                outcome: Outcome::Fail,
+                node: None,
+                error: "no partitions assigned to this member: it would commit nothing".into(),
+            });
+        }
+        let ms = Duration::from_millis(stall.ms).min(budget.saturating_sub(start.elapsed()));
+        tokio::time::sleep(ms).await;
+        let done = StallDone {
+            group: GROUP.into(),
+            member: membership.member_id,
+            generation: membership.generation,
+            ms: ms.as_millis() as u64,
+        };
+        Ok((to_value(&done), String::new()))
+    }
+
+    /// A `commit`: commits every assigned partition's position in the member's generation. One
+    /// `after_stall` goes straight out from the membership the member had, without the
+    /// heartbeat that would tell it the group moved on (unless it is not a member at all).
     async fn commit(&mut self, v: &Value) -> Result<(Value, String), Failure> {
-        let _: GroupOp = parse_value("commit", v)?;
+        let op: GroupOp = parse_value("commit", v)?;
         self.within_budget(async |c: &mut Self| {
-            c.joined_member().await?;
+            let zombie =
+                op.after_stall && c.member.as_ref().is_some_and(|m| m.membership().is_some());
+            if !zombie {
+                c.joined_member().await?;
+            }
             let (cx, home, timeout) = (c.cx.clone(), c.home, c.cx.timeout * 3 / 4);
-            let member = c.member.as_mut().expect("joined above");
+            let member = c.member.as_mut().ok_or_else(|| Failure {
+                outcome: Outcome::Fail,
+                node: None,
+                error: "this test's consumers are not in a group".into(),
+            })?;
             match member.commit(&cx, home, timeout).await {
                 Ok((m, offsets)) => {
                     let done = CommitDone {
                         group: GROUP.into(),
                         member: m.member_id,
                         generation: m.generation,
+                        after_stall: op.after_stall,
                         offsets: offsets
                             .into_iter()
                             .map(|(topic, partition, offset)| CommittedOffset {
@@ -856,10 +902,29 @@ struct IdempotentSendDone {
     attempts: u32,
 }
 
-/// The invocation value of `group-poll` and `commit`: the group.
+/// The invocation value of `group-poll` and `commit`: the group, and for the commit a stalled
+/// member makes on waking, `after_stall`.
 #[derive(Debug, Serialize, Deserialize)]
 struct GroupOp {
     group: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    after_stall: bool,
+}
+
+/// The invocation value of `stall`: the group, and how long the member stalls.
+#[derive(Debug, Serialize, Deserialize)]
+struct StallOp {
+    group: String,
+    ms: u64,
+}
+
+/// A `stall`'s completion value: the membership the member stalled in, and how long it did.
+#[derive(Debug, Serialize, Deserialize)]
+struct StallDone {
+    group: String,
+    member: String,
+    generation: i32,
+    ms: u64,
 }
 
 /// One committed offset of a `commit`'s completion.
@@ -876,6 +941,8 @@ struct CommitDone {
     group: String,
     member: String,
     generation: i32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    after_stall: bool,
     offsets: Vec<CommittedOffset>,
 }
 
@@ -946,11 +1013,23 @@ fn poll_op(topic: &str, partition: i32, from: i64, stale_epoch: bool) -> Invocat
 }
 
 /// A `group-poll` or `commit` of the test's group.
-fn group_op(f: &str) -> Invocation {
+fn group_op(f: &str, after_stall: bool) -> Invocation {
     Invocation {
         f: f.into(),
         value: to_value(&GroupOp {
             group: GROUP.into(),
+            after_stall,
+        }),
+    }
+}
+
+/// A `stall` of a member for `ms`.
+fn stall_op(ms: u64) -> Invocation {
+    Invocation {
+        f: "stall".into(),
+        value: to_value(&StallOp {
+            group: GROUP.into(),
+            ms,
         }),
     }
 }
@@ -971,6 +1050,7 @@ impl Client for QueueClient {
                 "poll" => self.poll(&op.value).await,
                 "group-poll" => self.group_poll(&op.value).await,
                 "commit" => self.commit(&op.value).await,
+                "stall" => self.stall(&op.value).await,
                 other => Err(Failure {
                     outcome: Outcome::Fail,
                     node: None,
@@ -1003,17 +1083,33 @@ pub struct QueueGen {
     positions: BTreeMap<(u64, usize), i64>,
     /// Until when a nemesis op asked for a burst: only sends meanwhile.
     burst_until: u64,
+    /// When the next member stall is due (ns into the phase), with a group consumer.
+    next_stall: u64,
+    /// The stall in flight, if any, with the gap to leave after it once it succeeds (ns).
+    stall_in_flight: Option<u64>,
+    /// Processes whose member stalled and has not committed since: their next group op is
+    /// that commit.
+    stalled: BTreeSet<u64>,
 }
+
+/// How long a member stalls: past the session timeout, so the coordinator expires it and the
+/// group moves on to a generation without it.
+const STALL: Duration =
+    Duration::from_millis(crate::group::SESSION_TIMEOUT.as_millis() as u64 + 1000);
 
 impl QueueGen {
     /// A schedule over `options`' topic-partitions.
     pub fn new(options: QueueOptions) -> Self {
+        let next_stall = options.stall_every.as_nanos() as u64;
         QueueGen {
             partitions: options.partitions(),
             options,
             next_value: 0,
             positions: BTreeMap::new(),
             burst_until: 0,
+            next_stall,
+            stall_in_flight: None,
+            stalled: BTreeSet::new(),
         }
     }
 
@@ -1038,12 +1134,21 @@ impl Generator for QueueGen {
             self.next_value += n;
             send_op(&topic, partition, values)
         } else if self.options.consumer == ConsumerMode::Group {
-            let f = if rng.random_bool(self.options.commit_fraction) {
-                "commit"
-            } else {
-                "group-poll"
+            let process = match ctx.process(worker) {
+                Process::Client(p) => Some(p),
+                _ => None,
             };
-            group_op(f)
+            let every = self.options.stall_every.as_nanos() as u64;
+            if process.is_some_and(|p| self.stalled.remove(&p)) {
+                group_op("commit", true)
+            } else if every > 0 && self.stall_in_flight.is_none() && ctx.time >= self.next_stall {
+                self.stall_in_flight = Some(rng.random_range(every / 2..=every + every / 2));
+                stall_op(STALL.as_millis() as u64)
+            } else if rng.random_bool(self.options.commit_fraction) {
+                group_op("commit", false)
+            } else {
+                group_op("group-poll", false)
+            }
         } else {
             let Process::Client(process) = ctx.process(worker) else {
                 return Next::Pending(None);
@@ -1062,9 +1167,21 @@ impl Generator for QueueGen {
         })
     }
 
-    fn update(&mut self, _ctx: &Context, _worker: Worker, op: &Op) {
+    fn update(&mut self, ctx: &Context, _worker: Worker, op: &Op) {
         if let Some(end) = generator::burst_end(op) {
             self.burst_until = self.burst_until.max(end);
+        }
+        if op.f == "stall" && op.kind != OpType::Invoke {
+            let gap = self.stall_in_flight.take().unwrap_or_default();
+            match (op.process, op.kind) {
+                (Process::Client(p), OpType::Ok) => {
+                    self.stalled.insert(p);
+                    self.next_stall = ctx.time + gap;
+                }
+                // A member that could not stall (no partitions, not joined) leaves it to the
+                // next one.
+                _ => self.next_stall = ctx.time,
+            }
         }
         let Some(poll) = completed_poll(op) else {
             return;
@@ -1256,6 +1373,79 @@ mod tests {
             .filter(|o| o.value["from"].as_i64().unwrap() > 0)
             .count();
         assert!(polls_from_later_offsets > 100, "{polls_from_later_offsets}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_stall_one_at_a_time_and_commit_first_on_waking() {
+        let options = QueueOptions {
+            consumer: ConsumerMode::Group,
+            stall_every: Duration::from_millis(200),
+            ..opts()
+        };
+        let mut g = QueueGen::new(options);
+        // Every third stall fails at once (a member with no partitions): the next group op
+        // stalls instead.
+        let mut asked = 0;
+        let h = simulate(&mut g, 3, 3, 6000, move |op| match op.f.as_str() {
+            "stall" => {
+                asked += 1;
+                match asked % 3 {
+                    0 => (Outcome::Fail, op.value.clone(), 1_000_000),
+                    _ => (Outcome::Ok, op.value.clone(), 150_000_000),
+                }
+            }
+            _ => (Outcome::Ok, op.value.clone(), 1_000_000),
+        })
+        .await;
+        let mut in_flight = 0;
+        let mut owes: BTreeSet<u64> = BTreeSet::new();
+        let (mut stalls, mut zombie_commits) = (0, 0);
+        let mut failed_at = None;
+        for op in &h {
+            let Process::Client(p) = op.process else {
+                continue;
+            };
+            let group_op = ["stall", "commit", "group-poll"].contains(&op.f.as_str());
+            match (op.f.as_str(), op.kind) {
+                ("stall", OpType::Invoke) => {
+                    in_flight += 1;
+                    assert_eq!(in_flight, 1, "two stalls at once at op {}", op.index);
+                }
+                ("stall", OpType::Ok) => {
+                    in_flight -= 1;
+                    stalls += 1;
+                    owes.insert(p);
+                }
+                ("stall", _) => {
+                    in_flight -= 1;
+                    failed_at = Some(op.index);
+                }
+                _ => {}
+            }
+            if op.kind == OpType::Invoke && group_op {
+                // After a failed stall the next group op is a stall (or a commit owed).
+                if let Some(at) = failed_at.take() {
+                    assert!(
+                        op.f == "stall" || owes.contains(&p),
+                        "op {} after {at}",
+                        op.index
+                    );
+                }
+            }
+            if op.kind == OpType::Invoke && group_op && op.f != "stall" {
+                let after_stall = op.value["after_stall"] == true;
+                assert_eq!(after_stall, owes.remove(&p), "op {}", op.index);
+                assert!(!after_stall || op.f == "commit", "op {}", op.index);
+                zombie_commits += usize::from(after_stall);
+            }
+        }
+        // About one stall per 200 ms of the run's time, each 150 ms long.
+        let seconds = h.last().unwrap().time as f64 / 1e9;
+        assert!(
+            stalls as f64 >= seconds / 0.5,
+            "{stalls} stalls in {seconds} s"
+        );
+        assert!(zombie_commits + 1 >= stalls, "{zombie_commits} of {stalls}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,6 +3,10 @@
 //! the partition and only moves forward, a commit never goes below one acknowledged before it
 //! was invoked (`commit-regression`), and (2) every record the committed log holds below the
 //! highest acknowledged commit was returned by some `group-poll` of that group (`commit-skip`).
+//! And (3) the coordinator takes commits only from the group's current generation, so once an
+//! op of the group completed in generation `g`, no commit invoked later in an older generation
+//! is acknowledged (`zombie-commit`: a member the group moved on without, fenced in Kafka by
+//! ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, would otherwise move the group's offsets).
 //!
 //! Fed the `group-poll` completions (the offsets they returned) and the `ok` `commit`s as they
 //! stream past; the skips are decided at the end, against the final log.
@@ -35,6 +39,35 @@ pub(crate) struct CommitOffset {
 pub(crate) struct GroupPollBody {
     #[serde(default)]
     pub group: Option<String>,
+    #[serde(default)]
+    pub member: Option<String>,
+    #[serde(default)]
+    pub generation: Option<i64>,
+}
+
+/// An `ok` group op that showed a generation higher than every one before it.
+#[derive(Debug, Clone)]
+pub(crate) struct Shown {
+    pub generation: i64,
+    pub op: u64,
+    pub f: &'static str,
+    pub member: Option<String>,
+}
+
+/// A commit acknowledged in a generation older than one an op of its group had shown before
+/// the commit was invoked.
+#[derive(Debug, Clone)]
+pub(crate) struct Zombie {
+    pub group: u32,
+    pub cluster: u32,
+    pub generation: i64,
+    pub member: Option<String>,
+    pub op: u64,
+    pub invoked: u64,
+    /// (topic, partition, offset) of every partition it committed.
+    pub offsets: Vec<(String, i64, i64)>,
+    /// The first op of the group that showed a newer generation.
+    pub later: Shown,
 }
 
 /// An acknowledged commit of one partition.
@@ -68,6 +101,9 @@ pub(crate) struct Groups {
     /// the highest commit acknowledged up to it.
     by_generation: FxHashMap<(u32, i64, u32), Vec<(u64, Commit)>>,
     pub regressions: Vec<Regression>,
+    /// Per (group, cluster): completions that raised the highest generation shown, in order.
+    shown: FxHashMap<(u32, u32), Vec<Shown>>,
+    pub zombies: Vec<Zombie>,
 }
 
 impl Groups {
@@ -80,6 +116,42 @@ impl Groups {
         self.names.push(name.to_owned());
         self.ids.insert(name.to_owned(), id);
         id
+    }
+
+    /// An `ok` op `f` of `group` on `cluster`, completed at op `op`, ran in `generation`.
+    pub fn shown(
+        &mut self,
+        group: u32,
+        cluster: u32,
+        generation: i64,
+        member: Option<String>,
+        f: &'static str,
+        op: u64,
+    ) {
+        let shown = self.shown.entry((group, cluster)).or_default();
+        if shown.last().is_none_or(|s| generation > s.generation) {
+            shown.push(Shown {
+                generation,
+                op,
+                f,
+                member,
+            });
+        }
+    }
+
+    /// The first op of `group` on `cluster` that showed a generation above `generation` and
+    /// completed before op `invoked`, if any: a commit in `generation` invoked then is a
+    /// zombie's.
+    pub fn newer_before(
+        &self,
+        group: u32,
+        cluster: u32,
+        generation: i64,
+        invoked: u64,
+    ) -> Option<&Shown> {
+        let shown = self.shown.get(&(group, cluster))?;
+        let before = &shown[..shown.partition_point(|s| s.op < invoked)];
+        before.iter().find(|s| s.generation > generation)
     }
 
     /// A `group-poll` of `group` returned records at `offsets` of partition `pk`.

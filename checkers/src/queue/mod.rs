@@ -33,7 +33,7 @@ pub(crate) use event::LineOp;
 use event::{
     check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, SendBody, WipeBody,
 };
-use groups::{CommitBody, GroupPollBody, Groups};
+use groups::{CommitBody, GroupPollBody, Groups, Zombie};
 use hws::SeenHws;
 use replicas::FinalLogs;
 
@@ -45,6 +45,8 @@ const NO_PK: u32 = u32::MAX;
 const MAX_WITNESSES: usize = 8;
 /// Most skipped offsets listed in one poll-skip entry.
 const MAX_SKIPPED_LISTED: usize = 10;
+/// The internal topic that holds consumer groups' generations and offsets.
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// The checker for the queue and mirror workloads. See the module docs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -583,11 +585,11 @@ impl<'r> QueueAnalysis<'r> {
         pending: Option<Pending>,
     ) -> Result<(), String> {
         self.complete_poll(p, ev, pending)?;
-        let group = ev
+        let group_body = ev
             .value
             .parse::<GroupPollBody>("group-poll")?
-            .and_then(|b| b.group)
-            .ok_or("group-poll has no group")?;
+            .ok_or("group-poll has no value")?;
+        let group = group_body.group.ok_or("group-poll has no group")?;
         let body = ev
             .value
             .parse::<PollBody>("group-poll")?
@@ -596,6 +598,10 @@ impl<'r> QueueAnalysis<'r> {
         let cluster = self.cluster_id(ev.cluster);
         let pk = self.pk(cluster, &topic, partition);
         let group = self.groups.id(&group);
+        if let Some(generation) = group_body.generation {
+            let member = group_body.member;
+            (self.groups).shown(group, cluster, generation, member, "group-poll", ev.index);
+        }
         let offsets = body
             .records
             .unwrap_or_default()
@@ -615,6 +621,26 @@ impl<'r> QueueAnalysis<'r> {
         let group = self.groups.id(&body.group);
         // Without its invocation a commit is compared with none before it.
         let invoked = pending.map_or(0, |p| p.invoke);
+        if let Some(later) = (self.groups)
+            .newer_before(group, cluster, body.generation, invoked)
+            .filter(|_| body.generation >= 0)
+        {
+            let zombie = Zombie {
+                group,
+                cluster,
+                generation: body.generation,
+                member: body.member.clone(),
+                op: ev.index,
+                invoked,
+                offsets: (body.offsets.iter())
+                    .map(|o| (o.topic.clone(), o.partition, o.offset))
+                    .collect(),
+                later: later.clone(),
+            };
+            self.groups.zombies.push(zombie);
+        }
+        let member = body.member.clone();
+        (self.groups).shown(group, cluster, body.generation, member, "commit", ev.index);
         for o in body.offsets {
             if o.offset < 0 {
                 return Err(format!("commit offset {} is negative", o.offset));
@@ -1279,6 +1305,31 @@ impl<'r> QueueAnalysis<'r> {
                             "member": r.earlier.member},
             });
             self.anomalies.push(AnomalyKind::CommitRegression, entry);
+        }
+        for z in &groups.zombies {
+            let cluster = self.clusters[z.cluster as usize].clone();
+            let offsets: Vec<Value> = (z.offsets.iter())
+                .map(|(t, p, o)| json!({"topic": t, "partition": p, "offset": o}))
+                .collect();
+            let entry = json!({
+                "group": groups.names[z.group as usize], "cluster": cluster,
+                "generation": z.generation, "member": z.member, "op_index": z.op,
+                "invoke_index": z.invoked, "offsets": offsets,
+                "later": {"generation": z.later.generation, "op_index": z.later.op,
+                          "f": z.later.f, "member": z.later.member},
+            });
+            // The group's own records are in `__consumer_offsets`, whose partition the history
+            // does not name: what may lose them is judged for the cluster as a whole.
+            let place = Place {
+                cluster: Some(&cluster),
+                topic: OFFSETS_TOPIC,
+                partition: -1,
+                offset: None,
+                acknowledged: Some(z.later.op),
+            };
+            let kind = AnomalyKind::ZombieCommit;
+            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+            self.anomalies.push_judged(kind, entry, excuse);
         }
         let mut highest: Vec<_> = groups.highest.iter().collect();
         highest.sort_unstable_by_key(|(&(g, pk), _)| (g, pk));

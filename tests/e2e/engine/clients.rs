@@ -1,7 +1,7 @@
 //! `tidemark test` with Kafka's default client behaviours: an idempotent producer under kill
 //! and partition faults, and a consumer group whose members are killed with their processes
-//! and rejoin. Each run is short and must be valid on the correct broker, with the modes
-//! recorded in test.json and their ops in the history.
+//! and rejoin, or stall and commit as zombies. Each run is short and must be valid on the
+//! correct broker, with the modes recorded in test.json and their ops in the history.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -121,4 +121,14 @@ fn a_consumer_group_whose_members_crash_and_rejoin_is_valid() {
         assert_eq!(o["value"]["group"], "tidemark");
         assert!(o["value"]["member"].is_string() && o["value"]["topic"].is_string());
     }
+    // Members stalled past their session timeout and committed on waking, without the
+    // heartbeat that would have told them the group moved on; the verdict above says the
+    // coordinator took none of those commits in an ended generation.
+    assert!(count(&ops, "stall", "ok") > 0, "no member stalled");
+    assert!(
+        ops.iter().any(|o| o["f"] == "commit"
+            && o["type"] == "invoke"
+            && o["value"]["after_stall"] == true),
+        "no member committed after a stall"
+    );
 }
