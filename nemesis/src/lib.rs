@@ -159,7 +159,7 @@ impl Kind {
     pub fn of_op(f: &str) -> Option<Self> {
         Some(match f {
             "start-partition" | "stop-partition" => Kind::Partition,
-            "kill" | "start" | "bounce" | "handoff" | "strand" => Kind::Kill,
+            "kill" | "start" | "bounce" | "handoff" | "strand" | "lapse" => Kind::Kill,
             "roll" => Kind::Roll,
             "pause" | "resume" => Kind::Pause,
             "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,

@@ -191,6 +191,7 @@ enum KillMove {
     Bounce,
     Handoff,
     Strand,
+    Lapse,
     Kill,
 }
 
@@ -292,13 +293,14 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         Kind::Kill => (
             flip_flop(
                 {
-                    // Of every twenty kill turns: four bounces, six handoffs, five strands, five
-                    // kills.
+                    // Of every twenty kill turns: three bounces, five handoffs, four strands,
+                    // four lapses, four kills.
                     let mut deck = Deck::new([
-                        (KillMove::Bounce, 4),
-                        (KillMove::Handoff, 6),
-                        (KillMove::Strand, 5),
-                        (KillMove::Kill, 5),
+                        (KillMove::Bounce, 3),
+                        (KillMove::Handoff, 5),
+                        (KillMove::Strand, 4),
+                        (KillMove::Lapse, 4),
+                        (KillMove::Kill, 4),
                     ]);
                     move |rng| match deck.draw(rng).unwrap_or(KillMove::Kill) {
                         KillMove::Bounce => {
@@ -311,6 +313,8 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                         }
                         // No burst: clients write to the stranded leader while its cut holds.
                         KillMove::Strand => (op("strand", json!({})), true),
+                        // Nor a lapse: clients write while its follower is down and behind.
+                        KillMove::Lapse => (op("lapse", json!({})), true),
                         KillMove::Kill => (op("kill", aimed("targets", &targets, rng)), true),
                     }
                 },
@@ -324,7 +328,7 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                 },
             ),
             Vec::new(),
-            perf("kill", &["kill", "strand"], &["start"], "#E9A4A0"),
+            perf("kill", &["kill", "strand", "lapse"], &["start"], "#E9A4A0"),
         ),
         // An operator's roll goes round the whole cluster, stopping every leader in turn
         // (after a burst, as other faults at leaders); half of them stop after two nodes, as
@@ -877,7 +881,8 @@ mod tests {
     }
 
     #[test]
-    fn kills_sometimes_bounce_hand_off_or_strand_leaders_and_the_killed_come_back_catching_up() {
+    fn kills_sometimes_bounce_hand_off_strand_or_lapse_leaders_and_the_killed_come_back_catching_up(
+    ) {
         let mut p = package(Kind::Kill, vec!["leaders".into()], None);
         let mut r = rng(2);
         let mut seen = std::collections::BTreeMap::new();
@@ -891,12 +896,14 @@ mod tests {
             *seen.entry(o.f).or_insert(0) += 1;
         }
         assert!(
-            seen["bounce"] > 10 && seen["handoff"] > 10 && seen["strand"] > 10,
+            ["bounce", "handoff", "strand", "lapse"]
+                .iter()
+                .all(|f| seen[*f] > 10),
             "{seen:?}"
         );
         assert!(!seen.contains_key("roll"), "{seen:?}");
         assert!(
-            seen["kill"] + seen["strand"] - seen["start"] <= 1,
+            seen["kill"] + seen["strand"] + seen["lapse"] - seen["start"] <= 1,
             "{seen:?}"
         );
     }
@@ -985,7 +992,7 @@ mod tests {
     /// Whether a fault op is aimed at partition leaders: a roll of the whole cluster stops each
     /// leader in turn (and records which it led).
     fn at_leaders(o: &Invocation) -> bool {
-        matches!(o.f.as_str(), "bounce" | "handoff" | "strand")
+        matches!(o.f.as_str(), "bounce" | "handoff" | "strand" | "lapse")
             || (o.f == "roll" && o.value.get("count").is_none())
             || ["targets", "kind"]
                 .iter()
@@ -1016,6 +1023,7 @@ mod tests {
                         | "bounce"
                         | "handoff"
                         | "strand"
+                        | "lapse"
                         | "roll"
                         | "pause"
                         | "start-loss"
@@ -1040,10 +1048,11 @@ mod tests {
                 "{f}"
             );
         }
-        // A strand's own cut holds for seconds while clients write: it needs no burst before.
+        // A strand's own cut, or a lapse's follower down, holds for seconds while clients
+        // write: they need no burst before.
         assert!(aimed
             .iter()
-            .filter(|o| o.f != "strand")
+            .filter(|o| o.f != "strand" && o.f != "lapse")
             .all(|o| o.value[crate::BURST_KEY] == BURST_MS));
         assert!(faults
             .iter()

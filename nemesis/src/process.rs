@@ -6,7 +6,9 @@
 //! truncated may lead before it catches up; and `handoff`, which kills a leader while freezing
 //! its successor, so the last replica takes over without having caught up; and `strand`, which
 //! cuts a leader off from its followers on the brokers' listeners (the controllers still reach
-//! it, clients still write to it) until its ISR has shrunk to itself, then kills it.
+//! it, clients still write to it) until its ISR has shrunk to itself, then kills it; and
+//! `lapse`, which kills the follower first in a partition's replica order, brings it back
+//! behind once the ISR has dropped it, and kills the leader while it still catches up.
 //!
 //! [`Kill`]: tidemark_harness::db::Kill
 //! [`Pause`]: tidemark_harness::db::Pause
@@ -72,8 +74,31 @@ struct StrandValue {
     cut_ms: Option<u64>,
 }
 
-/// How long a strand waits at most for the leader to be alone in its ISR.
+/// The value of `lapse`: a partition (or one chosen when performed), and in a recorded `info`
+/// the follower it left behind, the leader it killed, how long the follower was down and the
+/// catch-up it came back with (a replay does the same).
+#[derive(Debug, Default, PartialEq, Deserialize)]
+struct LapseValue {
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    partition: Option<u32>,
+    #[serde(default)]
+    lagging: Option<String>,
+    #[serde(default)]
+    killed: Option<String>,
+    #[serde(default)]
+    down_ms: Option<u64>,
+    #[serde(default)]
+    catch_up: Option<CatchUp>,
+}
+
+/// How long a strand waits at most for the leader to be alone in its ISR, and a lapse for the
+/// ISR to drop the follower it killed.
 const STRAND_MAX: Duration = Duration::from_secs(8);
+
+/// How long a lapse waits at most for the restarted follower to answer again.
+const BACK_MAX: Duration = Duration::from_secs(10);
 
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
 const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
@@ -155,6 +180,18 @@ enum ProcessOp {
         killed: Option<String>,
         cut_ms: Option<u64>,
     },
+    /// Leave a follower behind, then kill the leader.
+    Lapse(Lapse),
+}
+
+/// A parsed `lapse`: what a recorded `info` fixes, the rest drawn when performed.
+#[derive(Debug, Default, PartialEq)]
+struct Lapse {
+    at: Option<(String, i32)>,
+    lagging: Option<String>,
+    killed: Option<String>,
+    down_ms: Option<u64>,
+    catch_up: CatchUp,
 }
 
 /// What a signal op does to a process.
@@ -236,6 +273,27 @@ impl ProcessOp {
                     cut_ms: v.cut_ms,
                 });
             }
+            "lapse" => {
+                let v: LapseValue = parse(value)?;
+                for (field, name) in [("lagging", &v.lagging), ("killed", &v.killed)] {
+                    if let Some(name) = name {
+                        known_node(name, nodes, field)?;
+                    }
+                }
+                if v.lagging.is_some() && v.lagging == v.killed {
+                    return Err("fields `lagging` and `killed`: must be two nodes".into());
+                }
+                if v.catch_up.is_some_and(|c| c.bytes_per_s == Some(0)) {
+                    return Err("field `catch_up.bytes_per_s`: must be at least 1".into());
+                }
+                return Ok(ProcessOp::Lapse(Lapse {
+                    at: partition_of(v.topic, v.partition)?,
+                    lagging: v.lagging,
+                    killed: v.killed,
+                    down_ms: v.down_ms,
+                    catch_up: v.catch_up.unwrap_or_default(),
+                }));
+            }
             other => return Err(format!("the process fault does not perform {other:?}")),
         };
         let targets = parse::<TargetFields>(value)?.targets(nodes, None)?;
@@ -251,6 +309,7 @@ impl FaultOp for ProcessOp {
             ProcessOp::Bounce { at, times, replay } => bounce(env, at, times, replay),
             ProcessOp::Handoff { at, killed, paused } => handoff(env, at, killed, paused),
             ProcessOp::Strand { at, killed, cut_ms } => strand(env, at, killed, cut_ms),
+            ProcessOp::Lapse(lapse) => self::lapse(env, lapse),
         }
     }
 }
@@ -358,7 +417,7 @@ fn handoff(
     // the restarted leader re-registers and the successor is elected.
     let mut errors = Vec::new();
     let (leader_node, heir_node) = (env.node(&leader)?, env.node(&heir)?);
-    if let Err(e) = kill.kill(leader_node) {
+    if let Err(e) = kill.kill(env.node(&leader)?) {
         return Err(Failed::nothing(format!("{leader}: {e:#}")));
     }
     if let Err(e) = pause.pause(heir_node) {
@@ -488,6 +547,98 @@ fn strand(
     Failed::partly(record, &errors)
 }
 
+/// Kills the follower that comes first in a partition's replica order (before the other
+/// in-sync follower), waits until the ISR has dropped it and clients have written a moment more
+/// to the leader and the last replica, starts it again catching up slowly (as a `start` with
+/// `catch_up` does), and once it answers again, live but behind, kills the leader. A clean
+/// election must pass over that live replica for the in-sync one after it: one that picks the
+/// first live replica, or lets a replica back into the ISR before it has caught up, hands
+/// leadership to the replica that lacks acknowledged records. The leader stays down until the
+/// package's `start`.
+fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
+    let kill = env.kill()?;
+    let (topic, partition) = match lapse.at {
+        Some(at) => at,
+        None => partition_with_isr(env, 3)?,
+    };
+    let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
+    let p = view
+        .partition(&topic, partition)
+        .ok_or_else(|| Failed::nothing(format!("no partition {topic}/{partition}")))?;
+    let leader = lapse
+        .killed
+        .or(p.leader.clone())
+        .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?;
+    let lagging = lapse
+        .lagging
+        .or_else(|| p.replicas.iter().find(|r| **r != leader).cloned())
+        .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no follower")))?;
+    env.node(&leader)?;
+    let epoch = p.leader_epoch;
+    let mut record = json!({"topic": topic, "partition": partition, "lagging": lagging,
+                            "killed": leader, "nodes": []});
+    let down = Instant::now();
+    kill.kill(env.node(&lagging)?)
+        .map_err(|e| Failed::nothing(format!("{lagging}: {e:#}")))?;
+    let down_ms = match lapse.down_ms {
+        Some(ms) => ms,
+        None => {
+            while down.elapsed() < STRAND_MAX {
+                let isr = ClusterView::read(env.cx)
+                    .ok()
+                    .and_then(|v| v.partition(&topic, partition).map(|p| p.isr.clone()));
+                if isr.is_some_and(|isr| !isr.contains(&lagging)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (down.elapsed() + Duration::from_millis(env.rng.random_range(ALONE_MS))).as_millis()
+                as u64
+        }
+    };
+    std::thread::sleep(Duration::from_millis(down_ms).saturating_sub(down.elapsed()));
+    record["down_ms"] = json!(down_ms);
+    let came_back = catching_up(
+        env,
+        Signal::Start,
+        &Targets::Nodes(vec![lagging.clone()]),
+        lapse.catch_up,
+    );
+    let mut errors = Vec::new();
+    match came_back {
+        Ok(v) => record["catch_up"] = v["catch_up"].clone(),
+        Err(failed) => {
+            record["catch_up"] = failed.done["catch_up"].clone();
+            errors.push(failed.error);
+        }
+    }
+    let back = Instant::now();
+    while back.elapsed() < BACK_MAX {
+        if ClusterView::read(env.cx).is_ok_and(|v| v.answered.contains(&lagging)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Ok(v) = ClusterView::read(env.cx) {
+        if let Some(p) = v.partition(&topic, partition) {
+            record["isr_at_kill"] = json!(p.isr);
+            record["leader_at_kill"] = json!(p.leader);
+        }
+    }
+    if let Err(e) = kill.kill(env.node(&leader)?) {
+        errors.push(format!("{leader}: {e:#}"));
+        return Failed::partly(record, &errors);
+    }
+    record["nodes"] = json!([leader]);
+    match wait_for_election(env, &topic, partition, epoch) {
+        Some((l, _)) => record["elected"] = json!(l),
+        None => errors.push(format!(
+            "{topic}/{partition} elected no leader after {leader} within {NEW_LEADER_TIMEOUT:?}"
+        )),
+    }
+    Failed::partly(record, &errors)
+}
+
 fn bounce(
     env: &mut Env<'_>,
     at: Option<(String, i32)>,
@@ -596,7 +747,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 impl Fault for Process {
     fn fs(&self) -> &'static [&'static str] {
         &[
-            "kill", "start", "pause", "resume", "bounce", "handoff", "strand",
+            "kill", "start", "pause", "resume", "bounce", "handoff", "strand", "lapse",
         ]
     }
 
@@ -740,5 +891,31 @@ mod tests {
         assert!(e.contains("`killed`"), "{e}");
         let e = parse("strand", json!({"cut_ms": -3})).unwrap_err();
         assert!(e.starts_with("field `cut_ms`"), "{e}");
+        assert_eq!(
+            parse("lapse", json!({})),
+            Ok(ProcessOp::Lapse(Lapse::default()))
+        );
+        let recorded = json!({"topic": "t", "partition": 1, "lagging": "n2", "killed": "n1",
+                              "nodes": ["n1"], "down_ms": 3900, "elected": "n3",
+                              "catch_up": {"bytes_per_s": 256, "ms": 6000}});
+        assert_eq!(
+            parse("lapse", recorded),
+            Ok(ProcessOp::Lapse(Lapse {
+                at: Some(("t".into(), 1)),
+                lagging: Some("n2".into()),
+                killed: Some("n1".into()),
+                down_ms: Some(3900),
+                catch_up: CatchUp {
+                    bytes_per_s: Some(256),
+                    ms: Some(6000)
+                }
+            }))
+        );
+        let e = parse("lapse", json!({"lagging": "n1", "killed": "n1"})).unwrap_err();
+        assert!(e.contains("two nodes"), "{e}");
+        let e = parse("lapse", json!({"lagging": "n8"})).unwrap_err();
+        assert!(e.starts_with("field `lagging`"), "{e}");
+        let e = parse("lapse", json!({"catch_up": {"bytes_per_s": 0}})).unwrap_err();
+        assert!(e.starts_with("field `catch_up.bytes_per_s`"), "{e}");
     }
 }

@@ -90,10 +90,10 @@ pub struct Fault {
 }
 
 /// The fault intervals: the ops that open one, the op that closes it, and its name (an opening
-/// op other than the first names its interval itself: a `strand` is a kill).
+/// op other than the first names its interval itself: a `strand` or a `lapse` is a kill).
 pub const FAULT_KINDS: [(&[&str], &str, &str); 4] = [
     (&["start-partition"], "stop-partition", "partition"),
-    (&["kill", "strand"], "start", "kill"),
+    (&["kill", "strand", "lapse"], "start", "kill"),
     (&["pause"], "resume", "pause"),
     (&["clock-skew"], "clock-reset", "clock skew"),
 ];

@@ -18,7 +18,7 @@
 //! commit sent straight from the membership it had, as such a consumer commits on waking. The
 //! coordinator must fence it (its generation ended when it was expired): a zombie's commit.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -1087,10 +1087,18 @@ pub struct QueueGen {
     next_stall: u64,
     /// The stall in flight, if any, with the gap to leave after it once it succeeds (ns).
     stall_in_flight: Option<u64>,
-    /// Processes whose member stalled and has not committed since: their next group op is
-    /// that commit.
-    stalled: BTreeSet<u64>,
+    /// Processes whose member stalled and has not committed since, with the generation it
+    /// stalled in and when the stall ended: their next group op is that commit, once an op of
+    /// the group has shown a newer generation (or [`ZOMBIE_WAIT`] passed); until then they
+    /// only send, as a consumer whose processing is stuck.
+    stalled: BTreeMap<u64, (i64, u64)>,
+    /// The highest generation an `ok` group op showed.
+    generation: i64,
 }
+
+/// How long a stalled member waits at most for the group to show a newer generation before it
+/// commits all the same.
+const ZOMBIE_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a member stalls: past the session timeout, so the coordinator expires it and the
 /// group moves on to a generation without it.
@@ -1109,7 +1117,8 @@ impl QueueGen {
             burst_until: 0,
             next_stall,
             stall_in_flight: None,
-            stalled: BTreeSet::new(),
+            stalled: BTreeMap::new(),
+            generation: -1,
         }
     }
 
@@ -1128,18 +1137,26 @@ impl Generator for QueueGen {
         let tp = rng.random_range(0..self.partitions.len());
         let (topic, partition) = self.partitions[tp].clone();
         let bursting = ctx.time < self.burst_until;
-        let op = if bursting || rng.random_bool(self.options.send_fraction) {
+        let process = match ctx.process(worker) {
+            Process::Client(p) => Some(p),
+            _ => None,
+        };
+        let zombie = process.and_then(|p| self.stalled.get(&p).map(|z| (p, *z)));
+        let waking = zombie.is_some_and(|(_, (generation, since))| {
+            self.generation > generation || ctx.time >= since + ZOMBIE_WAIT.as_nanos() as u64
+        });
+        let op = if bursting
+            || (zombie.is_some() && !waking)
+            || rng.random_bool(self.options.send_fraction)
+        {
             let n = rng.random_range(1..=self.options.max_values_per_send.max(1)) as i64;
             let values: Vec<i64> = (self.next_value..self.next_value + n).collect();
             self.next_value += n;
             send_op(&topic, partition, values)
         } else if self.options.consumer == ConsumerMode::Group {
-            let process = match ctx.process(worker) {
-                Process::Client(p) => Some(p),
-                _ => None,
-            };
             let every = self.options.stall_every.as_nanos() as u64;
-            if process.is_some_and(|p| self.stalled.remove(&p)) {
+            if let Some((p, _)) = zombie {
+                self.stalled.remove(&p);
                 group_op("commit", true)
             } else if every > 0 && self.stall_in_flight.is_none() && ctx.time >= self.next_stall {
                 self.stall_in_flight = Some(rng.random_range(every / 2..=every + every / 2));
@@ -1175,12 +1192,18 @@ impl Generator for QueueGen {
             let gap = self.stall_in_flight.take().unwrap_or_default();
             match (op.process, op.kind) {
                 (Process::Client(p), OpType::Ok) => {
-                    self.stalled.insert(p);
+                    let generation = op.value["generation"].as_i64().unwrap_or(-1);
+                    self.stalled.insert(p, (generation, ctx.time));
                     self.next_stall = ctx.time + gap;
                 }
                 // A member that could not stall (no partitions, not joined) leaves it to the
                 // next one.
                 _ => self.next_stall = ctx.time,
+            }
+        }
+        if op.kind == OpType::Ok && (op.f == "group-poll" || op.f == "commit") {
+            if let Some(g) = op.value["generation"].as_i64() {
+                self.generation = self.generation.max(g);
             }
         }
         let Some(poll) = completed_poll(op) else {
@@ -1376,7 +1399,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn members_stall_one_at_a_time_and_commit_first_on_waking() {
+    async fn members_stall_one_at_a_time_and_commit_first_once_the_group_moved_on() {
         let options = QueueOptions {
             consumer: ConsumerMode::Group,
             stall_every: Duration::from_millis(200),
@@ -1384,21 +1407,31 @@ mod tests {
         };
         let mut g = QueueGen::new(options);
         // Every third stall fails at once (a member with no partitions): the next group op
-        // stalls instead.
+        // stalls instead. Each stall moves the group on to a new generation, which the other
+        // members' group ops show.
         let mut asked = 0;
-        let h = simulate(&mut g, 3, 3, 6000, move |op| match op.f.as_str() {
-            "stall" => {
-                asked += 1;
-                match asked % 3 {
-                    0 => (Outcome::Fail, op.value.clone(), 1_000_000),
-                    _ => (Outcome::Ok, op.value.clone(), 150_000_000),
+        let h = simulate(&mut g, 3, 3, 6000, move |op| {
+            let mut value = op.value.clone();
+            match op.f.as_str() {
+                "stall" => {
+                    asked += 1;
+                    value["generation"] = serde_json::json!(asked);
+                    match asked % 3 {
+                        0 => (Outcome::Fail, op.value.clone(), 1_000_000),
+                        _ => (Outcome::Ok, value, 150_000_000),
+                    }
                 }
+                "group-poll" | "commit" => {
+                    value["generation"] = serde_json::json!(asked + 1);
+                    (Outcome::Ok, value, 1_000_000)
+                }
+                _ => (Outcome::Ok, value, 1_000_000),
             }
-            _ => (Outcome::Ok, op.value.clone(), 1_000_000),
         })
         .await;
         let mut in_flight = 0;
-        let mut owes: BTreeSet<u64> = BTreeSet::new();
+        let mut owes: BTreeMap<u64, i64> = BTreeMap::new();
+        let mut shown = -1;
         let (mut stalls, mut zombie_commits) = (0, 0);
         let mut failed_at = None;
         for op in &h {
@@ -1414,7 +1447,10 @@ mod tests {
                 ("stall", OpType::Ok) => {
                     in_flight -= 1;
                     stalls += 1;
-                    owes.insert(p);
+                    owes.insert(p, op.value["generation"].as_i64().unwrap());
+                }
+                ("group-poll" | "commit", OpType::Ok) => {
+                    shown = shown.max(op.value["generation"].as_i64().unwrap());
                 }
                 ("stall", _) => {
                     in_flight -= 1;
@@ -1426,7 +1462,7 @@ mod tests {
                 // After a failed stall the next group op is a stall (or a commit owed).
                 if let Some(at) = failed_at.take() {
                     assert!(
-                        op.f == "stall" || owes.contains(&p),
+                        op.f == "stall" || owes.contains_key(&p),
                         "op {} after {at}",
                         op.index
                     );
@@ -1434,8 +1470,11 @@ mod tests {
             }
             if op.kind == OpType::Invoke && group_op && op.f != "stall" {
                 let after_stall = op.value["after_stall"] == true;
-                assert_eq!(after_stall, owes.remove(&p), "op {}", op.index);
+                let stalled_in = owes.remove(&p);
+                assert_eq!(after_stall, stalled_in.is_some(), "op {}", op.index);
                 assert!(!after_stall || op.f == "commit", "op {}", op.index);
+                // The zombie commits once the group has shown it moved on.
+                assert!(stalled_in.is_none_or(|g| shown > g), "op {}", op.index);
                 zombie_commits += usize::from(after_stall);
             }
         }
