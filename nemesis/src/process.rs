@@ -690,11 +690,18 @@ fn any_led_partition(env: &mut Env<'_>) -> Result<(String, i32), Failed> {
 }
 
 /// A random partition with a leader and at least `isr` in-sync replicas, waiting for one while
-/// the cluster recovers from other faults.
+/// the cluster recovers from other faults; at once an error when no partition has that many
+/// replicas at all.
 fn partition_with_isr(env: &mut Env<'_>, isr: usize) -> Result<(String, i32), Failed> {
     let deadline = Instant::now() + NEW_LEADER_TIMEOUT;
     loop {
         if let Ok(view) = ClusterView::read(env.cx) {
+            let few = |p: &crate::cluster::PartitionView| p.replicas.len() < isr;
+            if !view.partitions.is_empty() && view.partitions.iter().all(few) {
+                return Err(Failed::nothing(format!(
+                    "no partition has {isr} replicas to take part"
+                )));
+            }
             let ready: Vec<_> = view
                 .partitions
                 .iter()
