@@ -548,7 +548,8 @@ fn strand(
 }
 
 /// Kills the follower that comes first in a partition's replica order (before the other
-/// in-sync follower), waits until the ISR has dropped it and clients have written a moment more
+/// in-sync follower; any bandwidth cap left on the others by an earlier catch-up lifted first),
+/// waits until the ISR has dropped it and clients have written a moment more
 /// to the leader and the last replica, starts it again catching up slowly (as a `start` with
 /// `catch_up` does), and once it answers again, live but behind, kills the leader. A clean
 /// election must pass over that live replica for the in-sync one after it: one that picks the
@@ -577,6 +578,17 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
     let epoch = p.leader_epoch;
     let mut record = json!({"topic": topic, "partition": partition, "lagging": lagging,
                             "killed": leader, "nodes": []});
+    // The move is about one replica falling behind: what is left of an earlier turn's catch-up
+    // cap on the others would drop the in-sync survivor from the ISR too.
+    let mut errors = Vec::new();
+    for other in p.replicas.iter().filter(|r| **r != lagging) {
+        if let Err(e) = env
+            .node(other)
+            .and_then(|n| crate::loss::lift(n, &env.peers_of(other)).map_err(Failed::from_error))
+        {
+            errors.push(format!("lifting {other}'s caps: {}", e.error));
+        }
+    }
     let down = Instant::now();
     kill.kill(env.node(&lagging)?)
         .map_err(|e| Failed::nothing(format!("{lagging}: {e:#}")))?;
@@ -604,7 +616,6 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
         &Targets::Nodes(vec![lagging.clone()]),
         lapse.catch_up,
     );
-    let mut errors = Vec::new();
     match came_back {
         Ok(v) => record["catch_up"] = v["catch_up"].clone(),
         Err(failed) => {
