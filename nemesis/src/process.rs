@@ -90,6 +90,8 @@ struct LapseValue {
     #[serde(default)]
     down_ms: Option<u64>,
     #[serde(default)]
+    behind_ms: Option<u64>,
+    #[serde(default)]
     catch_up: Option<CatchUp>,
 }
 
@@ -99,6 +101,10 @@ const STRAND_MAX: Duration = Duration::from_secs(8);
 
 /// How long a lapse waits at most for the restarted follower to answer again.
 const BACK_MAX: Duration = Duration::from_secs(10);
+
+/// How long a lapse leaves the restarted follower fetching, behind, before it kills the leader:
+/// time for its fetchers to start and ask the leader, whose ISR must not take it in yet.
+const BEHIND_MS: std::ops::RangeInclusive<u64> = 1000..=2500;
 
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
 const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
@@ -191,6 +197,7 @@ struct Lapse {
     lagging: Option<String>,
     killed: Option<String>,
     down_ms: Option<u64>,
+    behind_ms: Option<u64>,
     catch_up: CatchUp,
 }
 
@@ -291,6 +298,7 @@ impl ProcessOp {
                     lagging: v.lagging,
                     killed: v.killed,
                     down_ms: v.down_ms,
+                    behind_ms: v.behind_ms,
                     catch_up: v.catch_up.unwrap_or_default(),
                 }));
             }
@@ -551,7 +559,8 @@ fn strand(
 /// in-sync follower; any bandwidth cap left on the others by an earlier catch-up lifted first),
 /// waits until the ISR has dropped it and clients have written a moment more
 /// to the leader and the last replica, starts it again catching up slowly (as a `start` with
-/// `catch_up` does), and once it answers again, live but behind, kills the leader. A clean
+/// `catch_up` does), and once it answers again and has fetched a moment (1–2.5 s), live but
+/// behind, kills the leader. A clean
 /// election must pass over that live replica for the in-sync one after it: one that picks the
 /// first live replica, or lets a replica back into the ISR before it has caught up, hands
 /// leadership to the replica that lacks acknowledged records. The leader stays down until the
@@ -630,6 +639,11 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let behind_ms = lapse
+        .behind_ms
+        .unwrap_or_else(|| env.rng.random_range(BEHIND_MS));
+    std::thread::sleep(Duration::from_millis(behind_ms));
+    record["behind_ms"] = json!(behind_ms);
     if let Ok(v) = ClusterView::read(env.cx) {
         if let Some(p) = v.partition(&topic, partition) {
             record["isr_at_kill"] = json!(p.isr);
@@ -914,7 +928,7 @@ mod tests {
             Ok(ProcessOp::Lapse(Lapse::default()))
         );
         let recorded = json!({"topic": "t", "partition": 1, "lagging": "n2", "killed": "n1",
-                              "nodes": ["n1"], "down_ms": 3900, "elected": "n3",
+                              "nodes": ["n1"], "down_ms": 3900, "behind_ms": 1700, "elected": "n3",
                               "catch_up": {"bytes_per_s": 256, "ms": 6000}});
         assert_eq!(
             parse("lapse", recorded),
@@ -923,6 +937,7 @@ mod tests {
                 lagging: Some("n2".into()),
                 killed: Some("n1".into()),
                 down_ms: Some(3900),
+                behind_ms: Some(1700),
                 catch_up: CatchUp {
                     bytes_per_s: Some(256),
                     ms: Some(6000)
