@@ -104,7 +104,7 @@ const BACK_MAX: Duration = Duration::from_secs(10);
 
 /// How long a lapse leaves the restarted follower fetching, behind, before it kills the leader:
 /// time for its fetchers to start and ask the leader, whose ISR must not take it in yet.
-const BEHIND_MS: std::ops::RangeInclusive<u64> = 1000..=2500;
+const BEHIND_MS: std::ops::RangeInclusive<u64> = 1500..=3500;
 
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
 const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
@@ -559,7 +559,7 @@ fn strand(
 /// in-sync follower; any bandwidth cap left on the others by an earlier catch-up lifted first),
 /// waits until the ISR has dropped it and clients have written a moment more
 /// to the leader and the last replica, starts it again catching up slowly (as a `start` with
-/// `catch_up` does), and once it answers again and has fetched a moment (1–2.5 s), live but
+/// `catch_up` does), and once it answers again and has fetched a moment (1.5–3.5 s), live but
 /// behind, kills the leader. A clean
 /// election must pass over that live replica for the in-sync one after it: one that picks the
 /// first live replica, or lets a replica back into the ISR before it has caught up, hands
