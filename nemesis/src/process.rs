@@ -557,14 +557,13 @@ fn strand(
 
 /// Kills the follower that comes first in a partition's replica order (before the other
 /// in-sync follower; any bandwidth cap left on the others by an earlier catch-up lifted first),
-/// waits until the ISR has dropped it and clients have written a moment more
-/// to the leader and the last replica, starts it again catching up slowly (as a `start` with
-/// `catch_up` does), and once it answers again and has fetched a moment (1.5–3.5 s), live but
-/// behind, kills the leader. A clean
-/// election must pass over that live replica for the in-sync one after it: one that picks the
-/// first live replica, or lets a replica back into the ISR before it has caught up, hands
-/// leadership to the replica that lacks acknowledged records. The leader stays down until the
-/// package's `start`.
+/// waits until the ISR has dropped it and clients have written a moment more to the leader and
+/// the last replica, starts it again catching up slowly (as a `start` with `catch_up` does),
+/// and once it answers again and has fetched a moment (1.5–3.5 s), live but behind, kills the
+/// leader. A clean election must pass over that live replica for the in-sync one after it: one
+/// that picks the first live replica, or lets a replica back into the ISR before it has caught
+/// up, hands leadership to the replica that lacks acknowledged records. The leader stays down
+/// until the package's `start`.
 fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
     let kill = env.kill()?;
     let (topic, partition) = match lapse.at {
@@ -584,7 +583,7 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
         .or_else(|| p.replicas.iter().find(|r| **r != leader).cloned())
         .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no follower")))?;
     env.node(&leader)?;
-    let epoch = p.leader_epoch;
+    let mut epoch = p.leader_epoch;
     let mut record = json!({"topic": topic, "partition": partition, "lagging": lagging,
                             "killed": leader, "nodes": []});
     // The move is about one replica falling behind: what is left of an earlier turn's catch-up
@@ -648,6 +647,7 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
         if let Some(p) = v.partition(&topic, partition) {
             record["isr_at_kill"] = json!(p.isr);
             record["leader_at_kill"] = json!(p.leader);
+            epoch = epoch.max(p.leader_epoch);
         }
     }
     if let Err(e) = kill.kill(env.node(&leader)?) {

@@ -600,7 +600,8 @@ impl<'r> QueueAnalysis<'r> {
         let group = self.groups.id(&group);
         if let Some(generation) = group_body.generation {
             let member = group_body.member;
-            (self.groups).shown(group, cluster, generation, member, "group-poll", ev.index);
+            self.groups
+                .shown(group, cluster, generation, member, "group-poll", ev.index);
         }
         let offsets = body
             .records
@@ -621,7 +622,8 @@ impl<'r> QueueAnalysis<'r> {
         let group = self.groups.id(&body.group);
         // Without its invocation a commit is compared with none before it.
         let invoked = pending.map_or(0, |p| p.invoke);
-        if let Some(later) = (self.groups)
+        if let Some(later) = self
+            .groups
             .newer_before(group, cluster, body.generation, invoked)
             .filter(|_| body.generation >= 0)
         {
@@ -640,7 +642,8 @@ impl<'r> QueueAnalysis<'r> {
             self.groups.zombies.push(zombie);
         }
         let member = body.member.clone();
-        (self.groups).shown(group, cluster, body.generation, member, "commit", ev.index);
+        self.groups
+            .shown(group, cluster, body.generation, member, "commit", ev.index);
         for o in body.offsets {
             if o.offset < 0 {
                 return Err(format!("commit offset {} is negative", o.offset));
