@@ -21,7 +21,7 @@ use rand::RngExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, PartitionView};
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::targets::{known_node, NodeSpec, TargetFields, Targets};
 
@@ -397,17 +397,8 @@ fn handoff(
         return Err(Failed::nothing("the database cannot be killed and paused"));
     };
     // A successor and one more in-sync replica to take over from it are needed.
-    let (topic, partition) = match at {
-        Some(at) => at,
-        None => partition_with_isr(env, 3)?,
-    };
-    let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
-    let p = view
-        .partition(&topic, partition)
-        .ok_or_else(|| Failed::nothing(format!("no partition {topic}/{partition}")))?;
-    let leader = killed
-        .or(p.leader.clone())
-        .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?;
+    let (p, leader) = partition_and_leader(env, at, 3, killed)?;
+    let (topic, partition) = (p.topic.clone(), p.partition);
     let heir = paused.or_else(|| {
         p.replicas
             .iter()
@@ -566,18 +557,8 @@ fn strand(
 /// until the package's `start`.
 fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
     let kill = env.kill()?;
-    let (topic, partition) = match lapse.at {
-        Some(at) => at,
-        None => partition_with_isr(env, 3)?,
-    };
-    let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
-    let p = view
-        .partition(&topic, partition)
-        .ok_or_else(|| Failed::nothing(format!("no partition {topic}/{partition}")))?;
-    let leader = lapse
-        .killed
-        .or(p.leader.clone())
-        .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?;
+    let (p, leader) = partition_and_leader(env, lapse.at, 3, lapse.killed)?;
+    let (topic, partition) = (p.topic.clone(), p.partition);
     let lagging = lapse
         .lagging
         .or_else(|| p.replicas.iter().find(|r| **r != leader).cloned())
@@ -714,6 +695,29 @@ fn any_led_partition(env: &mut Env<'_>) -> Result<(String, i32), Failed> {
     Ok((p.topic.clone(), p.partition))
 }
 
+/// Partition `at` (else a random one with at least `isr` in-sync replicas) as the freshest view
+/// has it, and the leader to act on: `leader` when a replay names it, else the partition's.
+fn partition_and_leader(
+    env: &mut Env<'_>,
+    at: Option<(String, i32)>,
+    isr: usize,
+    leader: Option<String>,
+) -> Result<(PartitionView, String), Failed> {
+    let (topic, partition) = match at {
+        Some(at) => at,
+        None => partition_with_isr(env, isr)?,
+    };
+    let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
+    let p = view
+        .partition(&topic, partition)
+        .cloned()
+        .ok_or_else(|| Failed::nothing(format!("no partition {topic}/{partition}")))?;
+    let leader = leader
+        .or(p.leader.clone())
+        .ok_or_else(|| Failed::nothing(format!("{topic}/{partition} has no leader")))?;
+    Ok((p, leader))
+}
+
 /// A random partition with a leader and at least `isr` in-sync replicas, waiting for one while
 /// the cluster recovers from other faults; at once an error when no partition has that many
 /// replicas at all.
@@ -721,7 +725,7 @@ fn partition_with_isr(env: &mut Env<'_>, isr: usize) -> Result<(String, i32), Fa
     let deadline = Instant::now() + NEW_LEADER_TIMEOUT;
     loop {
         if let Ok(view) = ClusterView::read(env.cx) {
-            let few = |p: &crate::cluster::PartitionView| p.replicas.len() < isr;
+            let few = |p: &PartitionView| p.replicas.len() < isr;
             if !view.partitions.is_empty() && view.partitions.iter().all(few) {
                 return Err(Failed::nothing(format!(
                     "no partition has {isr} replicas to take part"
