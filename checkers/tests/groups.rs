@@ -50,20 +50,36 @@ fn commit(
     offset: i64,
     kind: OpType,
 ) -> (u64, u64) {
-    let inv = h.push(
+    let inv = commit_invoked(h, p);
+    (inv, commit_done(h, p, member, generation, offset, kind))
+}
+
+/// The invocation of a `commit` by process `p`.
+fn commit_invoked(h: &mut Hist, p: u64) -> u64 {
+    h.push(
         Process::Client(p),
         Invoke,
         "commit",
         json!({"group": GROUP}),
         None,
-    );
+    )
+}
+
+/// The completion `kind` of process `p`'s `commit` of t/0 at `offset`.
+fn commit_done(
+    h: &mut Hist,
+    p: u64,
+    member: &str,
+    generation: i64,
+    offset: i64,
+    kind: OpType,
+) -> u64 {
     let value = match kind {
         Ok => json!({"group": GROUP, "member": member, "generation": generation,
                       "offsets": [{"topic": "t", "partition": 0, "offset": offset}]}),
         _ => json!({"group": GROUP}),
     };
-    let done = h.push(Process::Client(p), kind, "commit", value, None);
-    (inv, done)
+    h.push(Process::Client(p), kind, "commit", value, None)
 }
 
 fn log(records: &[(i64, i64, i64)]) -> Vec<ReplicaState> {
@@ -148,22 +164,9 @@ fn a_lower_commit_in_a_new_generation_or_overlapping_in_time_is_not_a_regression
     let mut overlapping = Hist::new();
     overlapping.send(0, &[1, 2], Ok, Some(0));
     group_poll(&mut overlapping, 1, "m1", 1, 0, &RECORDS[..2]);
-    overlapping.push(
-        Process::Client(1),
-        Invoke,
-        "commit",
-        json!({"group": GROUP}),
-        None,
-    );
+    commit_invoked(&mut overlapping, 1);
     commit(&mut overlapping, 2, "m1", 1, 2, Ok);
-    overlapping.push(
-        Process::Client(1),
-        Ok,
-        "commit",
-        json!({"group": GROUP, "member": "m1", "generation": 1,
-               "offsets": [{"topic": "t", "partition": 0, "offset": 1}]}),
-        None,
-    );
+    commit_done(&mut overlapping, 1, "m1", 1, 1, Ok);
     for (h, replicas) in [(h, log(&RECORDS)), (overlapping, log(&RECORDS[..2]))] {
         let r = judge(&h, &replicas);
         assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
@@ -249,22 +252,9 @@ fn a_commit_invoked_before_the_group_moved_on_is_no_zombie() {
     h.send(0, &[1, 2], Ok, Some(0));
     h.send(0, &[3, 4], Ok, Some(2));
     group_poll(&mut h, 1, "m1", 1, 0, &RECORDS[..2]);
-    h.push(
-        Process::Client(1),
-        Invoke,
-        "commit",
-        json!({"group": GROUP}),
-        None,
-    );
+    commit_invoked(&mut h, 1);
     group_poll(&mut h, 2, "m2", 2, 0, &RECORDS);
-    h.push(
-        Process::Client(1),
-        Ok,
-        "commit",
-        json!({"group": GROUP, "member": "m1", "generation": 1,
-               "offsets": [{"topic": "t", "partition": 0, "offset": 2}]}),
-        None,
-    );
+    commit_done(&mut h, 1, "m1", 1, 2, Ok);
     commit(&mut h, 2, "m2", 2, 4, Ok);
     let r = judge(&h, &log(&RECORDS));
     assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
