@@ -1,9 +1,12 @@
 //! kcat (librdkafka) against the real broker binary: metadata, produce with every acks setting,
-//! consume from any offset, list offsets, and durability across restart and kill -9.
+//! consume from any offset, list offsets, durability across restart and kill -9, and the
+//! brokers a cluster lists as one goes down and comes back.
 
 mod common;
 
-use common::{kcat, BrokerProc};
+use std::time::Duration;
+
+use common::{kcat, BrokerProc, Cluster, FAST_FAILOVER};
 
 fn messages(n: usize, salt: u64) -> Vec<u8> {
     let mut out = Vec::new();
@@ -236,4 +239,31 @@ fn every_codec_is_stored_compressed_and_read_back() {
         );
         assert_same(&consume_all(&b, &topic, 2_000), &input, codec);
     }
+}
+
+/// The broker ids `kcat -L` lists, from the first running node.
+fn listed_brokers(c: &Cluster) -> Vec<i32> {
+    let out = kcat(&["-b", &c.running()[0], "-L", "-m", "5"], b"");
+    let mut ids: Vec<i32> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("broker ")?.split(' ').next()?.parse().ok())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Kafka's metadata lists live brokers only: once a killed broker's session has expired and it
+/// is fenced, clients no longer see it; started again, it is listed once it has registered.
+#[test]
+fn a_fenced_broker_leaves_the_listed_brokers_and_returns_when_restarted() {
+    let mut c = Cluster::start(3, FAST_FAILOVER, &[]);
+    assert_eq!(listed_brokers(&c), [1, 2, 3]);
+    c.node(3).kill9();
+    c.wait_for("broker 3 fenced and unlisted", Duration::from_secs(15), |c| {
+        listed_brokers(c) == [1, 2]
+    });
+    c.node(3).restart();
+    c.wait_for("broker 3 listed again", Duration::from_secs(15), |c| {
+        listed_brokers(c) == [1, 2, 3]
+    });
 }

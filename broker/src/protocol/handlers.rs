@@ -161,9 +161,12 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
     } else {
         broker.quorum().active_controller().unwrap_or(-1)
     });
+    // Live brokers only, as Kafka's: a fenced one missed its session and leads nothing, and a
+    // client that dials it (to list groups, say) waits on a dead address.
     resp.brokers = image
         .brokers
         .values()
+        .filter(|b| !b.fenced)
         .map(|b| {
             let mut mb = MetadataResponseBroker::default();
             mb.node_id = BrokerId(b.id);
