@@ -1,9 +1,10 @@
 //! `tidemark bench-detection`: how well the default faults find each injectable one-cluster bug,
 //! and whether they ever accuse the correct broker. Runs `tidemark test` (this executable) for
 //! every bug over `--seeds` seeds and for the correct broker over `--correct-seeds`, then prints
-//! a Markdown table: caught runs, the median seconds into a run until its first anomaly, and
-//! false alarms. Each run's line on stderr also lists the faults it began, so that a miss can be
-//! read against what its schedule drew (no handoff, no roll, ...).
+//! a Markdown table: caught runs, the median seconds into a run until its first anomaly, the
+//! faults that exposed the first anomaly in the runs that caught it, and false alarms. Each
+//! run's line on stderr also lists the faults it began, so that a miss can be read against what
+//! its schedule drew (no handoff, no roll, ...).
 //!
 //! When an anomaly happened comes from the history, not from when the checker noticed it
 //! ([`crate::evidence`]).
@@ -16,7 +17,7 @@ use std::process::Command;
 use serde_json::Value;
 use tidemark_checkers::{read_history, Op};
 
-use crate::evidence::{faults_begun, first_anomaly, strings};
+use crate::evidence::{exposed_by, faults_begun, first_anomaly, strings};
 
 /// The catalogue's one-cluster bugs (broker/src/faults.rs); the mirroring bugs need two
 /// clusters and a failover schedule.
@@ -72,6 +73,8 @@ struct Outcome {
     valid: Option<bool>,
     anomalies: Vec<String>,
     first_anomaly_s: Option<f64>,
+    /// The fault that exposed the first anomaly, as [`exposed_by`] names it.
+    exposed_by: Option<String>,
     wall_s: f64,
 }
 
@@ -180,14 +183,16 @@ fn one_run(
         valid: results["valid"].as_bool(),
         anomalies: strings(&results["bad_anomaly_types"]),
         first_anomaly_s: first_anomaly(&ops, &results).map(|ns| ns as f64 / 1e9),
+        exposed_by: exposed_by(&ops, &results),
         wall_s,
     };
     eprintln!(
-        "{} seed {seed}: valid {:?} {:?} first anomaly {:?} s, {:.0} s wall, {}\n  faults: {}",
+        "{} seed {seed}: valid {:?} {:?} first anomaly {:?} s (exposed by {:?}), {:.0} s wall, {}\n  faults: {}",
         bug.unwrap_or("correct"),
         outcome.valid,
         outcome.anomalies,
         outcome.first_anomaly_s,
+        outcome.exposed_by,
         outcome.wall_s,
         dir.display(),
         faults_begun(&ops, limit * 1_000_000_000).join(", ")
@@ -201,6 +206,8 @@ struct Row {
     runs: usize,
     median_s: Option<f64>,
     anomalies: Vec<String>,
+    /// Each exposing fault of the caught runs and in how many it exposed the first anomaly.
+    exposed_by: Vec<(String, usize)>,
     wall_s: f64,
 }
 
@@ -211,12 +218,21 @@ fn bug_row(bug: &str, outcomes: &[Outcome]) -> Row {
     let mut anomalies: Vec<String> = caught.iter().flat_map(|o| o.anomalies.clone()).collect();
     anomalies.sort();
     anomalies.dedup();
+    let mut exposed_by: Vec<(String, usize)> = Vec::new();
+    for fault in caught.iter().filter_map(|o| o.exposed_by.as_ref()) {
+        match exposed_by.iter_mut().find(|(f, _)| f == fault) {
+            Some((_, n)) => *n += 1,
+            None => exposed_by.push((fault.clone(), 1)),
+        }
+    }
+    exposed_by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Row {
         bug: bug.to_string(),
         caught: caught.len(),
         runs: outcomes.len(),
         median_s: median(&times),
         anomalies,
+        exposed_by,
         wall_s: outcomes.iter().map(|o| o.wall_s).sum(),
     }
 }
@@ -241,16 +257,21 @@ fn render(args: &Args, rows: &[Row], correct: &[Outcome], limit: u64) -> String 
         }
     );
     if !rows.is_empty() {
-        s += "\n| bug | caught | median s to first anomaly | anomalies | wall s |\n|---|---|---|---|---|\n";
+        s += "\n| bug | caught | median s to first anomaly | anomalies | exposed by | wall s |\n|---|---|---|---|---|---|\n";
     }
     for r in rows {
         s += &format!(
-            "| `{}` | {}/{} | {} | {} | {:.0} |\n",
+            "| `{}` | {}/{} | {} | {} | {} | {:.0} |\n",
             r.bug,
             r.caught,
             r.runs,
             r.median_s.map_or("—".into(), |m| format!("{m:.1}")),
             r.anomalies.join(", "),
+            r.exposed_by
+                .iter()
+                .map(|(f, n)| format!("{f} ×{n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             r.wall_s
         );
     }
@@ -295,6 +316,7 @@ mod tests {
             valid: Some(valid),
             anomalies: anomalies.iter().map(|a| a.to_string()).collect(),
             first_anomaly_s: (!valid).then_some(12.5),
+            exposed_by: (!valid).then(|| "handoff".to_string()),
             wall_s: 40.0,
         }
     }
@@ -310,13 +332,22 @@ mod tests {
             table.contains("false alarms 1/2 (not valid: 1); anomalies lost-write"),
             "{table}"
         );
+        let mut partitioned = outcome(false, &["lost-write"]);
+        partitioned.exposed_by = Some("start-partition leader".into());
         let rows = [bug_row(
             "hw-truncation",
-            &[outcome(false, &["lost-write"]), outcome(true, &[])],
+            &[
+                outcome(false, &["lost-write"]),
+                outcome(true, &[]),
+                partitioned,
+                outcome(false, &["lost-write"]),
+            ],
         )];
         let table = render(&cli.args, &rows, &[], 30);
         assert!(
-            table.contains("| `hw-truncation` | 1/2 | 12.5 | lost-write | 80 |"),
+            table.contains(
+                "| `hw-truncation` | 3/4 | 12.5 | lost-write | handoff ×2, start-partition leader ×1 | 160 |"
+            ),
             "{table}"
         );
     }

@@ -2,7 +2,7 @@
 //! it: the earliest anomaly entry's ops (the acknowledgement of a lost write, the observations of
 //! an offset that disagree) give the time it was evidenced, and the fault that exposed it is the
 //! one in force then, else the next to begin; the anomaly exists once both happened.
-//! `tidemark bench-detection` reports that time; `tidemark shrink` cuts a run's faults and time
+//! `tidemark bench-detection` reports that time and that fault; `tidemark shrink` cuts a run's faults and time
 //! limit to just past it.
 
 use std::collections::HashMap;
@@ -102,6 +102,27 @@ pub fn first_anomaly(ops: &[Op], results: &Value) -> Option<u64> {
 
 /// As [`first_anomaly`], for the anomalies of one type (`lost-write`) only.
 pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
+    exposed_of_kind(ops, results, kind).map(|(at, _)| at)
+}
+
+/// The fault that exposed the first forbidden anomaly (its op and aim, as [`faults_begun`]
+/// names it): what a bug needed, read off the runs that caught it. `None` when no entry names
+/// an op, or none of the run's faults was in force then or began after.
+pub fn exposed_by(ops: &[Op], results: &Value) -> Option<String> {
+    strings(&results["bad_anomaly_types"])
+        .iter()
+        .filter_map(|kind| exposed_of_kind(ops, results, kind))
+        .min_by_key(|(at, _)| *at)
+        .and_then(|(_, fault)| fault)
+        .map(fault_name)
+}
+
+/// When the first anomaly of `kind` existed, and the fault that exposed it.
+fn exposed_of_kind<'a>(
+    ops: &'a [Op],
+    results: &Value,
+    kind: &str,
+) -> Option<(u64, Option<&'a Op>)> {
     let time_of = |i: u64| ops.get(i as usize).filter(|o| o.index == i).map(|o| o.time);
     let mut evidenced: Option<u64> = None;
     let mut written: Option<HashMap<u64, u64>> = None;
@@ -122,11 +143,12 @@ pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
         }
     }
     let at = evidenced?;
-    Some(exposing_fault(ops, at).map_or(at, |f| f.max(at)))
+    let fault = exposing_fault(ops, at);
+    Some((fault.map_or(at, |f| f.time.max(at)), fault))
 }
 
-/// The start of the fault in force at `at`, else of the first one to begin after it.
-fn exposing_fault(ops: &[Op], at: u64) -> Option<u64> {
+/// The fault in force at `at`, else the first one to begin after it.
+fn exposing_fault(ops: &[Op], at: u64) -> Option<&Op> {
     let faults: Vec<&Op> = ops
         .iter()
         .filter(|o| o.process == Process::Nemesis && o.kind == OpType::Invoke)
@@ -151,7 +173,19 @@ fn exposing_fault(ops: &[Op], at: u64) -> Option<u64> {
     });
     in_force
         .or_else(|| faults.iter().find(|f| f.time > at))
-        .map(|f| f.time)
+        .copied()
+}
+
+/// A fault op as a reader names it: its op, and what it was aimed at (a partition's kind, a
+/// kill's or pause's targets) when the op says.
+fn fault_name(o: &Op) -> String {
+    let aim = ["kind", "targets"]
+        .iter()
+        .find_map(|k| o.value.get(*k).and_then(Value::as_str));
+    match aim {
+        Some(aim) => format!("{} {aim}", o.f),
+        None => o.f.clone(),
+    }
 }
 
 /// The faults the nemesis began within the first `until` nanoseconds, in order, each as its
@@ -169,13 +203,7 @@ pub fn faults_begun(ops: &[Op], until: u64) -> Vec<String> {
                     .get("catch_up")
                     .map(|_| format!("{at:.1} {} catching up", o.f));
             }
-            let aim = ["kind", "targets"]
-                .iter()
-                .find_map(|k| o.value.get(*k).and_then(Value::as_str));
-            Some(match aim {
-                Some(aim) => format!("{at:.1} {} {aim}", o.f),
-                None => format!("{at:.1} {}", o.f),
-            })
+            Some(format!("{at:.1} {}", fault_name(o)))
         })
         .collect()
 }
@@ -279,6 +307,38 @@ mod tests {
             Some(7_000_000_000)
         );
         assert_eq!(first_of_kind(&history(), &results, "duplicate"), None);
+    }
+
+    #[test]
+    fn the_exposing_fault_is_the_one_in_force_or_the_next_to_begin() {
+        let mut ops = history();
+        ops[0].value = json!({"kind": "leader"});
+        let during = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
+            "anomalies": {"lost-write": [{"op_index": 3}]}});
+        assert_eq!(
+            exposed_by(&ops, &during).as_deref(),
+            Some("start-partition leader")
+        );
+        // Acknowledged in the calm after the partition: lost by the bounce that came next.
+        let after = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
+            "anomalies": {"lost-write": [{"op_index": 7}]}});
+        assert_eq!(exposed_by(&ops, &after).as_deref(), Some("bounce"));
+        // The earliest anomaly of any type names the fault.
+        let both = json!({"valid": false,
+            "bad_anomaly_types": ["lost-write", "inconsistent-offsets"],
+            "anomalies": {"lost-write": [{"op_index": 7}],
+                          "inconsistent-offsets": [{"values": [{"value": 1, "seen_by": {"send": 3}}]}]}});
+        assert_eq!(
+            exposed_by(&ops, &both).as_deref(),
+            Some("start-partition leader")
+        );
+        // After the last fault there is none to name; nor in a valid run.
+        let late = op(10, 12.0, Process::Client(0), OpType::Ok, "send");
+        ops.push(late);
+        let unexposed = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
+            "anomalies": {"lost-write": [{"op_index": 10}]}});
+        assert_eq!(exposed_by(&ops, &unexposed), None);
+        assert_eq!(exposed_by(&ops, &json!({"valid": true})), None);
     }
 
     #[test]

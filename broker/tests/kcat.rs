@@ -246,7 +246,14 @@ fn listed_brokers(c: &Cluster) -> Vec<i32> {
     let out = kcat(&["-b", &c.running()[0], "-L", "-m", "5"], b"");
     let mut ids: Vec<i32> = String::from_utf8_lossy(&out)
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("broker ")?.split(' ').next()?.parse().ok())
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("broker ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     ids.sort();
     ids
@@ -259,9 +266,11 @@ fn a_fenced_broker_leaves_the_listed_brokers_and_returns_when_restarted() {
     let mut c = Cluster::start(3, FAST_FAILOVER, &[]);
     assert_eq!(listed_brokers(&c), [1, 2, 3]);
     c.node(3).kill9();
-    c.wait_for("broker 3 fenced and unlisted", Duration::from_secs(15), |c| {
-        listed_brokers(c) == [1, 2]
-    });
+    c.wait_for(
+        "broker 3 fenced and unlisted",
+        Duration::from_secs(15),
+        |c| listed_brokers(c) == [1, 2],
+    );
     c.node(3).restart();
     c.wait_for("broker 3 listed again", Duration::from_secs(15), |c| {
         listed_brokers(c) == [1, 2, 3]
