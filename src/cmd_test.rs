@@ -783,13 +783,31 @@ fn execute(test: Test, quiet: bool) -> u8 {
         }
     }
     match &report.outcome {
-        RunOutcome::Checked(results) => println!("{}", results.summary(5)),
+        RunOutcome::Checked(results) => {
+            print!("{}", results.summary(5));
+            if let Some(tally) = report.run_dir.as_deref().and_then(faults_of) {
+                println!("faults: {tally}");
+            }
+            println!();
+        }
         RunOutcome::Interrupted => {
             eprintln!("tidemark: interrupted; the history so far is in the run directory")
         }
         RunOutcome::Failed(e) => eprintln!("tidemark test: {e:#}"),
     }
     report.exit_code()
+}
+
+/// The faults the run's history records (see [`crate::evidence::faults_tally`]); none when the
+/// history cannot be read, which the verdict has already said.
+fn faults_of(dir: &std::path::Path) -> Option<String> {
+    let file = std::fs::File::open(dir.join("history.jsonl")).ok()?;
+    let ops: Vec<tidemark_checkers::Op> =
+        tidemark_checkers::read_history(std::io::BufReader::new(file))
+            .ok()?
+            .collect::<Result<_, _>>()
+            .ok()?;
+    Some(crate::evidence::faults_tally(&ops))
 }
 
 /// Cancels the run on the first SIGINT or SIGTERM; teardown then runs as usual.

@@ -2,8 +2,9 @@
 //! it: the earliest anomaly entry's ops (the acknowledgement of a lost write, the observations of
 //! an offset that disagree) give the time it was evidenced, and the fault that exposed it is the
 //! one in force then, else the next to begin; the anomaly exists once both happened.
-//! `tidemark bench-detection` reports that time and that fault; `tidemark shrink` cuts a run's faults and time
-//! limit to just past it.
+//! `tidemark bench-detection` reports that time and that fault, and `tidemark shrink` cuts a
+//! run's faults and time limit to just past it. `tidemark test` prints the tally of the faults a
+//! run began beside its verdict.
 
 use std::collections::HashMap;
 
@@ -117,7 +118,8 @@ pub fn exposed_by(ops: &[Op], results: &Value) -> Option<String> {
         .map(fault_name)
 }
 
-/// When the first anomaly of `kind` existed, and the fault that exposed it.
+/// When the first anomaly of `kind` existed, and the fault that exposed it (by name: see
+/// [`exposing_fault_named`]).
 fn exposed_of_kind<'a>(
     ops: &'a [Op],
     results: &Value,
@@ -143,36 +145,55 @@ fn exposed_of_kind<'a>(
         }
     }
     let at = evidenced?;
-    let fault = exposing_fault(ops, at);
-    Some((fault.map_or(at, |f| f.time.max(at)), fault))
+    let exposed = exposing_fault(ops, at).map_or(at, |f| f.time.max(at));
+    Some((exposed, exposing_fault_named(ops, at)))
 }
 
 /// The fault in force at `at`, else the first one to begin after it.
 fn exposing_fault(ops: &[Op], at: u64) -> Option<&Op> {
-    let faults: Vec<&Op> = ops
-        .iter()
+    let faults = begun(ops, |_| true);
+    in_force(ops, &faults, at).or_else(|| faults.iter().find(|f| f.time > at).copied())
+}
+
+/// As [`exposing_fault`], but a fault that stops something (a partition, a kill, a pause, a
+/// failover) in force at `at` before a clock fault in force with it: the clock faults run on a
+/// timeline of their own across the others and stop nothing.
+fn exposing_fault_named(ops: &[Op], at: u64) -> Option<&Op> {
+    let stopping = begun(ops, |o| !o.f.starts_with("clock-"));
+    in_force(ops, &stopping, at).or_else(|| exposing_fault(ops, at))
+}
+
+/// The fault ops begun (invoked, not undoings) that `keep` keeps, in order.
+fn begun(ops: &[Op], keep: impl Fn(&Op) -> bool) -> Vec<&Op> {
+    ops.iter()
         .filter(|o| o.process == Process::Nemesis && o.kind == OpType::Invoke)
-        .filter(|o| !UNDOING.contains(&o.f.as_str()))
-        .collect();
-    let in_force = faults.iter().rev().find(|f| f.time <= at).filter(|f| {
-        let end = if SELF_HEALING.contains(&f.f.as_str()) {
-            ops.iter()
-                .find(|o| o.index > f.index && o.process == Process::Nemesis)
-                .map(|o| o.time)
-        } else {
-            ops.iter()
-                .find(|o| {
-                    o.index > f.index
-                        && o.process == Process::Nemesis
-                        && o.kind == OpType::Invoke
-                        && UNDOING.contains(&o.f.as_str())
-                })
-                .map(|o| o.time)
-        };
-        end.is_none_or(|e| e >= at)
-    });
-    in_force
-        .or_else(|| faults.iter().find(|f| f.time > at))
+        .filter(|o| !UNDOING.contains(&o.f.as_str()) && keep(o))
+        .collect()
+}
+
+/// The last of `faults` begun at or before `at`, if it was still in force then.
+fn in_force<'a>(ops: &[Op], faults: &[&'a Op], at: u64) -> Option<&'a Op> {
+    faults
+        .iter()
+        .rev()
+        .find(|f| f.time <= at)
+        .filter(|f| {
+            let end = if SELF_HEALING.contains(&f.f.as_str()) {
+                ops.iter()
+                    .find(|o| o.index > f.index && o.process == Process::Nemesis)
+                    .map(|o| o.time)
+            } else {
+                ops.iter()
+                    .find(|o| {
+                        o.index > f.index
+                            && o.process == Process::Nemesis
+                            && o.kind == OpType::Invoke
+                            && UNDOING.contains(&o.f.as_str())
+                    })
+                    .map(|o| o.time)
+            };
+            end.is_none_or(|e| e >= at)
+        })
         .copied()
 }
 
@@ -206,6 +227,28 @@ pub fn faults_begun(ops: &[Op], until: u64) -> Vec<String> {
             Some(format!("{at:.1} {}", fault_name(o)))
         })
         .collect()
+}
+
+/// What the nemesis did in a run, for a person judging a verdict by what it survived: each fault
+/// named as [`faults_begun`] names it, with how many times it began, in order of its first
+/// beginning ("none" when no fault began).
+pub fn faults_tally(ops: &[Op]) -> String {
+    let mut tally: Vec<(String, usize)> = Vec::new();
+    for o in begun(ops, |_| true) {
+        let name = fault_name(o);
+        match tally.iter_mut().find(|(f, _)| *f == name) {
+            Some((_, n)) => *n += 1,
+            None => tally.push((name, 1)),
+        }
+    }
+    if tally.is_empty() {
+        return "none".into();
+    }
+    tally
+        .iter()
+        .map(|(f, n)| format!("{f} ×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -339,6 +382,49 @@ mod tests {
             "anomalies": {"lost-write": [{"op_index": 10}]}});
         assert_eq!(exposed_by(&ops, &unexposed), None);
         assert_eq!(exposed_by(&ops, &json!({"valid": true})), None);
+    }
+
+    #[test]
+    fn a_clock_fault_is_named_only_when_nothing_that_stops_anything_is_in_force() {
+        let (n, c) = (Process::Nemesis, Process::Client(0));
+        let mut ops = vec![
+            op(0, 1.0, n, OpType::Invoke, "start-partition"),
+            op(1, 1.5, n, OpType::Invoke, "clock-strobe"),
+            op(2, 2.0, c, OpType::Invoke, "send"),
+            op(3, 2.5, c, OpType::Ok, "send"),
+            op(4, 4.0, n, OpType::Invoke, "stop-partition"),
+            op(5, 4.5, n, OpType::Invoke, "clock-skew"),
+            op(6, 5.0, c, OpType::Invoke, "send"),
+            op(7, 5.5, c, OpType::Ok, "send"),
+        ];
+        ops[0].value = json!({"kind": "leader"});
+        let lost = |i: u64| {
+            json!({"valid": false, "bad_anomaly_types": ["lost-write"],
+                   "anomalies": {"lost-write": [{"op_index": i}]}})
+        };
+        assert_eq!(
+            exposed_by(&ops, &lost(3)).as_deref(),
+            Some("start-partition leader")
+        );
+        assert_eq!(exposed_by(&ops, &lost(7)).as_deref(), Some("clock-skew"));
+        assert_eq!(first_anomaly(&ops, &lost(3)), Some(2_500_000_000));
+    }
+
+    #[test]
+    fn the_tally_counts_each_fault_by_its_aim_and_leaves_out_undoings() {
+        let n = Process::Nemesis;
+        let mut ops = history();
+        ops[0].value = json!({"kind": "leader"});
+        let mut again = op(10, 10.0, n, OpType::Invoke, "start-partition");
+        again.value = json!({"kind": "leader"});
+        let mut other = op(11, 12.0, n, OpType::Invoke, "start-partition");
+        other.value = json!({"kind": "halves"});
+        ops.extend([again, other]);
+        assert_eq!(
+            faults_tally(&ops),
+            "start-partition leader ×2, bounce ×1, start-partition halves ×1"
+        );
+        assert_eq!(faults_tally(&ops[2..4]), "none");
     }
 
     #[test]
