@@ -152,15 +152,24 @@ fn exposed_of_kind<'a>(
 /// The fault in force at `at`, else the first one to begin after it.
 fn exposing_fault(ops: &[Op], at: u64) -> Option<&Op> {
     let faults = begun(ops, |_| true);
-    in_force(ops, &faults, at).or_else(|| faults.iter().find(|f| f.time > at).copied())
+    in_force(ops, &faults, at).or_else(|| next_after(&faults, at))
 }
 
 /// As [`exposing_fault`], but a fault that stops something (a partition, a kill, a pause, a
-/// failover) in force at `at` before a clock fault in force with it: the clock faults run on a
+/// failover) before a clock fault, in force or beginning next: the clock faults run on a
 /// timeline of their own across the others and stop nothing.
 fn exposing_fault_named(ops: &[Op], at: u64) -> Option<&Op> {
+    let faults = begun(ops, |_| true);
     let stopping = begun(ops, |o| !o.f.starts_with("clock-"));
-    in_force(ops, &stopping, at).or_else(|| exposing_fault(ops, at))
+    in_force(ops, &stopping, at)
+        .or_else(|| in_force(ops, &faults, at))
+        .or_else(|| next_after(&stopping, at))
+        .or_else(|| next_after(&faults, at))
+}
+
+/// The first of `faults` to begin after `at`.
+fn next_after<'a>(faults: &[&'a Op], at: u64) -> Option<&'a Op> {
+    faults.iter().find(|f| f.time > at).copied()
 }
 
 /// The fault ops begun (invoked, not undoings) that `keep` keeps, in order.
@@ -408,6 +417,15 @@ mod tests {
         );
         assert_eq!(exposed_by(&ops, &lost(7)).as_deref(), Some("clock-skew"));
         assert_eq!(first_anomaly(&ops, &lost(3)), Some(2_500_000_000));
+        // Acknowledged in a calm: the next fault that stops something, not the clock's.
+        ops.truncate(5);
+        ops.extend([
+            op(5, 5.0, c, OpType::Invoke, "send"),
+            op(6, 5.5, c, OpType::Ok, "send"),
+            op(7, 6.0, n, OpType::Invoke, "clock-strobe"),
+            op(8, 7.0, n, OpType::Invoke, "handoff"),
+        ]);
+        assert_eq!(exposed_by(&ops, &lost(6)).as_deref(), Some("handoff"));
     }
 
     #[test]
