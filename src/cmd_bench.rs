@@ -2,13 +2,15 @@
 //! and whether they ever accuse the correct broker. Runs `tidemark test` (this executable) for
 //! every bug over `--seeds` seeds and for the correct broker over `--correct-seeds`, then prints
 //! a Markdown table: caught runs, the median seconds into a run until its first anomaly, the
-//! faults that exposed the first anomaly in the runs that caught it, and false alarms. Each
+//! faults that exposed the first anomaly in the runs that caught it, how many runs began each
+//! fault, and false alarms. Each
 //! run's line on stderr also lists the faults it began, so that a miss can be read against what
 //! its schedule drew (no handoff, no roll, ...).
 //!
 //! When an anomaly happened comes from the history, not from when the checker noticed it
 //! ([`crate::evidence`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::process::Command;
 use serde_json::Value;
 use tidemark_checkers::{read_history, Op};
 
-use crate::evidence::{exposed_by, faults_begun, first_anomaly, strings};
+use crate::evidence::{exposed_by, fault_ops_begun, faults_begun, first_anomaly, strings};
 
 /// The catalogue's one-cluster bugs (broker/src/faults.rs); the mirroring bugs need two
 /// clusters and a failover schedule.
@@ -75,6 +77,8 @@ struct Outcome {
     first_anomaly_s: Option<f64>,
     /// The fault that exposed the first anomaly, as [`exposed_by`] names it.
     exposed_by: Option<String>,
+    /// The fault ops the run began within its time limit.
+    began: BTreeSet<String>,
     wall_s: f64,
 }
 
@@ -184,6 +188,7 @@ fn one_run(
         anomalies: strings(&results["bad_anomaly_types"]),
         first_anomaly_s: first_anomaly(&ops, &results).map(|ns| ns as f64 / 1e9),
         exposed_by: exposed_by(&ops, &results),
+        began: fault_ops_begun(&ops, limit * 1_000_000_000),
         wall_s,
     };
     eprintln!(
@@ -208,7 +213,18 @@ struct Row {
     anomalies: Vec<String>,
     /// Each exposing fault of the caught runs and in how many it exposed the first anomaly.
     exposed_by: Vec<(String, usize)>,
+    /// Each fault op and how many of the runs began it.
+    began: BTreeMap<String, usize>,
     wall_s: f64,
+}
+
+/// Each fault op and how many of `outcomes` began it.
+fn count_began(outcomes: &[Outcome]) -> BTreeMap<String, usize> {
+    let mut began = BTreeMap::new();
+    for f in outcomes.iter().flat_map(|o| &o.began) {
+        *began.entry(f.clone()).or_insert(0) += 1;
+    }
+    began
 }
 
 fn bug_row(bug: &str, outcomes: &[Outcome]) -> Row {
@@ -233,6 +249,7 @@ fn bug_row(bug: &str, outcomes: &[Outcome]) -> Row {
         median_s: median(&times),
         anomalies,
         exposed_by,
+        began: count_began(outcomes),
         wall_s: outcomes.iter().map(|o| o.wall_s).sum(),
     }
 }
@@ -273,6 +290,29 @@ fn render(args: &Args, rows: &[Row], correct: &[Outcome], limit: u64) -> String 
                 .collect::<Vec<_>>()
                 .join(", "),
             r.wall_s
+        );
+    }
+    let mut began = count_began(correct);
+    for r in rows {
+        for (f, n) in &r.began {
+            *began.entry(f.clone()).or_insert(0) += n;
+        }
+    }
+    let runs = rows.iter().map(|r| r.runs).sum::<usize>() + correct.len();
+    if runs > 0 {
+        let mut by_runs: Vec<(&String, &usize)> = began.iter().collect();
+        by_runs.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        let list: Vec<String> = by_runs
+            .iter()
+            .map(|(f, n)| format!("{f} {n}/{runs}"))
+            .collect();
+        s += &format!(
+            "\nRuns that began each fault (a seed deals one schedule whatever the bug): {}\n",
+            if list.is_empty() {
+                "none".into()
+            } else {
+                list.join(", ")
+            }
         );
     }
     let alarms: Vec<String> = correct
@@ -317,6 +357,10 @@ mod tests {
             anomalies: anomalies.iter().map(|a| a.to_string()).collect(),
             first_anomaly_s: (!valid).then_some(12.5),
             exposed_by: (!valid).then(|| "handoff".to_string()),
+            began: ["start-partition".to_string(), "handoff".to_string()]
+                .into_iter()
+                .take(if valid { 1 } else { 2 })
+                .collect(),
             wall_s: 40.0,
         }
     }
@@ -348,6 +392,10 @@ mod tests {
             table.contains(
                 "| `hw-truncation` | 3/4 | 12.5 | lost-write | handoff ×2, start-partition leader ×1 | 160 |"
             ),
+            "{table}"
+        );
+        assert!(
+            table.contains("began each fault (a seed deals one schedule whatever the bug): start-partition 4/4, handoff 3/4\n"),
             "{table}"
         );
     }

@@ -6,7 +6,7 @@
 //! run's faults and time limit to just past it. `tidemark test` prints the tally of the faults a
 //! run began beside its verdict.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 use tidemark_checkers::{Op, OpType, Process};
@@ -238,6 +238,15 @@ pub fn faults_begun(ops: &[Op], until: u64) -> Vec<String> {
         .collect()
 }
 
+/// The fault ops (`handoff`, `start-partition`, ...) begun within the first `until`
+/// nanoseconds, each once: what a schedule drew, without aims.
+pub fn fault_ops_begun(ops: &[Op], until: u64) -> BTreeSet<String> {
+    begun(ops, |o| o.time <= until)
+        .into_iter()
+        .map(|o| o.f.clone())
+        .collect()
+}
+
 /// What the nemesis did in a run, for a person judging a verdict by what it survived: each fault
 /// named as [`faults_begun`] names it, with how many times it began, in order of its first
 /// beginning ("none" when no fault began).
@@ -426,6 +435,15 @@ mod tests {
             op(8, 7.0, n, OpType::Invoke, "handoff"),
         ]);
         assert_eq!(exposed_by(&ops, &lost(6)).as_deref(), Some("handoff"));
+    }
+
+    #[test]
+    fn the_fault_ops_begun_are_named_once_without_aims_or_undoings() {
+        let ops = history();
+        let begun: Vec<String> = fault_ops_begun(&ops, 30_000_000_000).into_iter().collect();
+        assert_eq!(begun, ["bounce", "start-partition"]);
+        let early: Vec<String> = fault_ops_begun(&ops, 5_000_000_000).into_iter().collect();
+        assert_eq!(early, ["start-partition"]);
     }
 
     #[test]
