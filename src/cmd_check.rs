@@ -101,6 +101,9 @@ pub fn run(args: Args) -> u8 {
             text.push_str(&format!("replicas: {}\n", r.display()));
         }
         text.push_str(&results.summary(args.examples));
+        if let Some(tally) = crate::cmd_test::faults_of(&files.history) {
+            text.push_str(&format!("faults: {tally}\n"));
+        }
         text.push_str(&format!("results: {}\n", out.display()));
         stdout.write_all(text.as_bytes())
     };

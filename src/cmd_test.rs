@@ -785,7 +785,8 @@ fn execute(test: Test, quiet: bool) -> u8 {
     match &report.outcome {
         RunOutcome::Checked(results) => {
             print!("{}", results.summary(5));
-            if let Some(tally) = report.run_dir.as_deref().and_then(faults_of) {
+            let history = report.run_dir.as_ref().map(|d| d.join("history.jsonl"));
+            if let Some(tally) = history.as_deref().and_then(faults_of) {
                 println!("faults: {tally}");
             }
             println!();
@@ -798,10 +799,10 @@ fn execute(test: Test, quiet: bool) -> u8 {
     report.exit_code()
 }
 
-/// The faults the run's history records (see [`crate::evidence::faults_tally`]); none when the
-/// history cannot be read, which the verdict has already said.
-fn faults_of(dir: &std::path::Path) -> Option<String> {
-    let file = std::fs::File::open(dir.join("history.jsonl")).ok()?;
+/// The faults a history records (see [`crate::evidence::faults_tally`]); none when it cannot be
+/// read, which the verdict has already said. `tidemark check` prints them too.
+pub fn faults_of(history: &std::path::Path) -> Option<String> {
+    let file = std::fs::File::open(history).ok()?;
     let ops: Vec<tidemark_checkers::Op> =
         tidemark_checkers::read_history(std::io::BufReader::new(file))
             .ok()?

@@ -4,7 +4,7 @@
 //! one in force then, else the next to begin; the anomaly exists once both happened.
 //! `tidemark bench-detection` reports that time and that fault, and `tidemark shrink` cuts a
 //! run's faults and time limit to just past it. `tidemark test` prints the tally of the faults a
-//! run began beside its verdict.
+//! run began beside its verdict, and `tidemark check` too.
 
 use std::collections::{BTreeSet, HashMap};
 
