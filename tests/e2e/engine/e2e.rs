@@ -28,6 +28,7 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("VALID"), "{stdout}");
+    assert!(stdout.contains("\nfaults: none\n"), "{stdout}");
 
     let run = store.path().join("latest");
     let test = test_json(&run);

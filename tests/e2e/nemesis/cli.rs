@@ -130,6 +130,21 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
         matches!(out.status.code(), Some(0 | 1)),
         "{stdout}\n{stderr}"
     );
+    // Beside the verdict, what the run survived: each scripted fault, counted.
+    let faults = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("faults: "))
+        .unwrap_or_else(|| panic!("no faults line:\n{stdout}"));
+    for f in [
+        "bounce ×1",
+        "handoff ×1",
+        "strand ×1",
+        "lapse ×1",
+        "unclean-election ×1",
+        "corrupt-file one ×1",
+    ] {
+        assert!(faults.contains(f), "{f} not in {faults}");
+    }
     let run = store.path().join("latest");
     let test: Value =
         serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
