@@ -83,6 +83,7 @@ pub async fn describe(bootstrap: &str, topic: Option<&str>) -> anyhow::Result<se
                 "leader_epoch": p.leader_epoch,
                 "replicas": p.replica_nodes.iter().map(|r| r.0).collect::<Vec<_>>(),
                 "isr": p.isr_nodes.iter().map(|r| r.0).collect::<Vec<_>>(),
+                "offline": p.offline_replicas.iter().map(|r| r.0).collect::<Vec<_>>(),
             });
             if let Some((elr, last_known)) = eligible.get(&(name.clone(), p.partition_index)) {
                 entry["elr"] = json!(elr);

@@ -138,6 +138,16 @@ impl MetadataImage {
         self.topics.values().find(|t| t.id == id)
     }
 
+    /// The replicas of `p` on brokers that are fenced or not registered (Metadata's and
+    /// DescribeTopicPartitions' offline replicas, as Kafka's metadata cache answers them).
+    pub fn offline_replicas(&self, p: &PartitionRegistration) -> Vec<i32> {
+        p.replicas
+            .iter()
+            .copied()
+            .filter(|r| self.brokers.get(r).is_none_or(|b| b.fenced))
+            .collect()
+    }
+
     /// The mirror state of a partition, if its topic mirrors (or mirrored) another cluster.
     pub fn mirror_state(&self, topic: &str, partition: i32) -> Option<MirrorState> {
         let m = self.topics.get(topic)?.mirror.as_ref()?;

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::client::create_topic;
 use common::{kcat, BrokerProc, Cluster, FAST_FAILOVER};
 
 fn messages(n: usize, salt: u64) -> Vec<u8> {
@@ -259,20 +260,30 @@ fn listed_brokers(c: &Cluster) -> Vec<i32> {
     ids
 }
 
+/// The offline replicas Metadata names for partition 0 of `topic`, as `admin describe` reads them.
+fn offline_replicas(c: &Cluster, topic: &str) -> Option<serde_json::Value> {
+    Some(c.describe(Some(topic))?["partitions"][0]["offline"].clone())
+}
+
 /// Kafka's metadata lists live brokers only: once a killed broker's session has expired and it
-/// is fenced, clients no longer see it; started again, it is listed once it has registered.
+/// is fenced, clients no longer see it, and its replicas are offline; started again, it is
+/// listed once it has registered.
 #[test]
 fn a_fenced_broker_leaves_the_listed_brokers_and_returns_when_restarted() {
     let mut c = Cluster::start(3, FAST_FAILOVER, &[]);
+    assert_eq!(create_topic(&c.addr(1), "spread", 1, 3, &[]), 0);
     assert_eq!(listed_brokers(&c), [1, 2, 3]);
+    assert_eq!(offline_replicas(&c, "spread"), Some(serde_json::json!([])));
     c.node(3).kill9();
     c.wait_for(
         "broker 3 fenced and unlisted",
         Duration::from_secs(15),
         |c| listed_brokers(c) == [1, 2],
     );
+    assert_eq!(offline_replicas(&c, "spread"), Some(serde_json::json!([3])));
     c.node(3).restart();
     c.wait_for("broker 3 listed again", Duration::from_secs(15), |c| {
         listed_brokers(c) == [1, 2, 3]
     });
+    assert_eq!(offline_replicas(&c, "spread"), Some(serde_json::json!([])));
 }

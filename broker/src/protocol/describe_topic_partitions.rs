@@ -73,7 +73,8 @@ pub fn describe_topic_partitions(
             break;
         }
         let last = t.partitions.len().min(first + room);
-        resp.topics.push(describe(t, first..last, leaders_known));
+        resp.topics
+            .push(describe(image, t, first..last, leaders_known));
         room -= last.saturating_sub(first);
         if last < t.partitions.len() {
             resp.next_cursor = Some(next(&name, last));
@@ -97,6 +98,7 @@ fn unknown(name: String, error_code: i16) -> DescribeTopicPartitionsResponseTopi
 }
 
 fn describe(
+    image: &MetadataImage,
     t: &TopicRegistration,
     partitions: std::ops::Range<usize>,
     leaders_known: bool,
@@ -127,6 +129,7 @@ fn describe(
                         .with_leader_epoch(epoch)
                         .with_replica_nodes(ids(&p.replicas))
                         .with_isr_nodes(ids(&p.isr))
+                        .with_offline_replicas(ids(&image.offline_replicas(p)))
                         .with_eligible_leader_replicas(Some(ids(&p.elr)))
                         // Our controller keeps KIP-966's last known leader, the one replica
                         // balanced recovery elects once the ISR and ELR are empty.
@@ -289,6 +292,29 @@ mod tests {
             resp.topics[1].error_code,
             errors::UNKNOWN_TOPIC_OR_PARTITION
         );
+    }
+
+    #[test]
+    fn replicas_on_fenced_or_unregistered_brokers_are_offline() {
+        let mut img = image();
+        for (id, fenced) in [(1, false), (2, true)] {
+            img.brokers.insert(
+                id,
+                crate::metadata::BrokerEndpoint {
+                    id,
+                    host: "127.0.0.1".into(),
+                    port: 9092,
+                    incarnation: 1,
+                    fenced,
+                    shutting_down: false,
+                    directory_id: None,
+                },
+            );
+        }
+        let resp = describe_topic_partitions(&img, true, &request(&["a"], 0, None));
+        for p in &resp.topics[0].partitions {
+            assert_eq!(p.offline_replicas, [BrokerId(2), BrokerId(3)]);
+        }
     }
 
     #[test]

@@ -211,6 +211,11 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
                 }
                 mp.replica_nodes = p.replicas.iter().map(|r| BrokerId(*r)).collect();
                 mp.isr_nodes = p.isr.iter().map(|r| BrokerId(*r)).collect();
+                mp.offline_replicas = image
+                    .offline_replicas(p)
+                    .into_iter()
+                    .map(BrokerId)
+                    .collect();
                 mp
             })
             .collect();
