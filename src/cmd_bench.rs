@@ -19,7 +19,7 @@ use std::process::Command;
 use serde_json::Value;
 use tidemark_checkers::{read_history, Op};
 
-use crate::evidence::{exposed_by, fault_ops_begun, faults_begun, first_anomaly, strings};
+use crate::evidence::{fault_ops_begun, faults_begun, first_anomaly, strings};
 
 /// The catalogue's one-cluster bugs (broker/src/faults.rs); the mirroring bugs need two
 /// clusters and a failover schedule.
@@ -75,7 +75,7 @@ struct Outcome {
     valid: Option<bool>,
     anomalies: Vec<String>,
     first_anomaly_s: Option<f64>,
-    /// The fault that exposed the first anomaly, as [`exposed_by`] names it.
+    /// The fault that exposed the first anomaly, as [`first_anomaly`] names it.
     exposed_by: Option<String>,
     /// The fault ops the run began within its time limit.
     began: BTreeSet<String>,
@@ -183,11 +183,12 @@ fn one_run(
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let first = first_anomaly(&ops, &results);
     let outcome = Outcome {
         valid: results["valid"].as_bool(),
         anomalies: strings(&results["bad_anomaly_types"]),
-        first_anomaly_s: first_anomaly(&ops, &results).map(|ns| ns as f64 / 1e9),
-        exposed_by: exposed_by(&ops, &results),
+        first_anomaly_s: first.as_ref().map(|a| a.at as f64 / 1e9),
+        exposed_by: first.and_then(|a| a.exposed_by),
         began: fault_ops_begun(&ops, limit * 1_000_000_000),
         wall_s,
     };
@@ -212,7 +213,7 @@ struct Row {
     median_s: Option<f64>,
     anomalies: Vec<String>,
     /// Each exposing fault of the caught runs and in how many it exposed the first anomaly.
-    exposed_by: Vec<(String, usize)>,
+    exposed_by: BTreeMap<String, usize>,
     /// Each fault op and how many of the runs began it.
     began: BTreeMap<String, usize>,
     wall_s: f64,
@@ -220,11 +221,23 @@ struct Row {
 
 /// Each fault op and how many of `outcomes` began it.
 fn count_began(outcomes: &[Outcome]) -> BTreeMap<String, usize> {
-    let mut began = BTreeMap::new();
-    for f in outcomes.iter().flat_map(|o| &o.began) {
-        *began.entry(f.clone()).or_insert(0) += 1;
+    count(outcomes.iter().flat_map(|o| &o.began))
+}
+
+/// How many times each name comes.
+fn count<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for name in names {
+        *counts.entry(name.clone()).or_insert(0) += 1;
     }
-    began
+    counts
+}
+
+/// Counts, the most first (then by name).
+fn most_first(counts: &BTreeMap<String, usize>) -> Vec<(&String, usize)> {
+    let mut v: Vec<(&String, usize)> = counts.iter().map(|(f, n)| (f, *n)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    v
 }
 
 fn bug_row(bug: &str, outcomes: &[Outcome]) -> Row {
@@ -234,21 +247,13 @@ fn bug_row(bug: &str, outcomes: &[Outcome]) -> Row {
     let mut anomalies: Vec<String> = caught.iter().flat_map(|o| o.anomalies.clone()).collect();
     anomalies.sort();
     anomalies.dedup();
-    let mut exposed_by: Vec<(String, usize)> = Vec::new();
-    for fault in caught.iter().filter_map(|o| o.exposed_by.as_ref()) {
-        match exposed_by.iter_mut().find(|(f, _)| f == fault) {
-            Some((_, n)) => *n += 1,
-            None => exposed_by.push((fault.clone(), 1)),
-        }
-    }
-    exposed_by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Row {
         bug: bug.to_string(),
         caught: caught.len(),
         runs: outcomes.len(),
         median_s: median(&times),
         anomalies,
-        exposed_by,
+        exposed_by: count(caught.iter().filter_map(|o| o.exposed_by.as_ref())),
         began: count_began(outcomes),
         wall_s: outcomes.iter().map(|o| o.wall_s).sum(),
     }
@@ -284,7 +289,7 @@ fn render(args: &Args, rows: &[Row], correct: &[Outcome], limit: u64) -> String 
             r.runs,
             r.median_s.map_or("—".into(), |m| format!("{m:.1}")),
             r.anomalies.join(", "),
-            r.exposed_by
+            most_first(&r.exposed_by)
                 .iter()
                 .map(|(f, n)| format!("{f} ×{n}"))
                 .collect::<Vec<_>>()
@@ -300,9 +305,7 @@ fn render(args: &Args, rows: &[Row], correct: &[Outcome], limit: u64) -> String 
     }
     let runs = rows.iter().map(|r| r.runs).sum::<usize>() + correct.len();
     if runs > 0 {
-        let mut by_runs: Vec<(&String, &usize)> = began.iter().collect();
-        by_runs.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
-        let list: Vec<String> = by_runs
+        let list: Vec<String> = most_first(&began)
             .iter()
             .map(|(f, n)| format!("{f} {n}/{runs}"))
             .collect();

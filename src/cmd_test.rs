@@ -800,12 +800,17 @@ fn execute(test: Test, quiet: bool) -> u8 {
 }
 
 /// The faults a history records (see [`crate::evidence::faults_tally`]); none when it cannot be
-/// read, which the verdict has already said. `tidemark check` prints them too.
+/// read, which the verdict has already said. `tidemark check` prints them too. Only the
+/// nemesis's ops are kept: a long run's client ops are most of its history.
 pub fn faults_of(history: &std::path::Path) -> Option<String> {
     let file = std::fs::File::open(history).ok()?;
     let ops: Vec<tidemark_checkers::Op> =
         tidemark_checkers::read_history(std::io::BufReader::new(file))
             .ok()?
+            .filter(|o| {
+                o.as_ref()
+                    .map_or(true, |o| o.process == tidemark_checkers::Process::Nemesis)
+            })
             .collect::<Result<_, _>>()
             .ok()?;
     Some(crate::evidence::faults_tally(&ops))

@@ -91,31 +91,34 @@ fn written_at(ops: &[Op]) -> HashMap<u64, u64> {
     at
 }
 
-/// Nanoseconds into the main phase at which the first forbidden anomaly existed: its entry's
-/// last named op, or the start of the fault that exposed it when that came later. `None` when
-/// the run is valid or no entry names an op (a divergence seen only in the final replicas).
-pub fn first_anomaly(ops: &[Op], results: &Value) -> Option<u64> {
-    strings(&results["bad_anomaly_types"])
-        .iter()
-        .filter_map(|kind| first_of_kind(ops, results, kind))
-        .min()
+/// When a run's first forbidden anomaly existed, and what exposed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstAnomaly {
+    /// Nanoseconds into the main phase: its entry's last named op, or the start of the fault
+    /// that exposed it when that came later.
+    pub at: u64,
+    /// The fault that exposed it (its op and aim, as [`faults_begun`] names it): what a bug
+    /// needed, read off the runs that caught it. `None` when none of the run's faults was in
+    /// force then or began after.
+    pub exposed_by: Option<String>,
 }
 
-/// As [`first_anomaly`], for the anomalies of one type (`lost-write`) only.
-pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
-    exposed_of_kind(ops, results, kind).map(|(at, _)| at)
-}
-
-/// The fault that exposed the first forbidden anomaly (its op and aim, as [`faults_begun`]
-/// names it): what a bug needed, read off the runs that caught it. `None` when no entry names
-/// an op, or none of the run's faults was in force then or began after.
-pub fn exposed_by(ops: &[Op], results: &Value) -> Option<String> {
+/// The run's first forbidden anomaly. `None` when the run is valid or no entry names an op (a
+/// divergence seen only in the final replicas).
+pub fn first_anomaly(ops: &[Op], results: &Value) -> Option<FirstAnomaly> {
     strings(&results["bad_anomaly_types"])
         .iter()
         .filter_map(|kind| exposed_of_kind(ops, results, kind))
         .min_by_key(|(at, _)| *at)
-        .and_then(|(_, fault)| fault)
-        .map(fault_name)
+        .map(|(at, fault)| FirstAnomaly {
+            at,
+            exposed_by: fault.map(fault_name),
+        })
+}
+
+/// As [`first_anomaly`]'s time, for the anomalies of one type (`lost-write`) only.
+pub fn first_of_kind(ops: &[Op], results: &Value, kind: &str) -> Option<u64> {
+    exposed_of_kind(ops, results, kind).map(|(at, _)| at)
 }
 
 /// When the first anomaly of `kind` existed, and the fault that exposed it (by name: see
@@ -284,6 +287,23 @@ mod tests {
         .unwrap()
     }
 
+    /// When the first anomaly existed.
+    fn first_at(ops: &[Op], results: &Value) -> Option<u64> {
+        first_anomaly(ops, results).map(|a| a.at)
+    }
+
+    /// The fault that exposed the first anomaly.
+    fn exposed_by(ops: &[Op], results: &Value) -> Option<String> {
+        first_anomaly(ops, results).and_then(|a| a.exposed_by)
+    }
+
+    /// A nemesis invocation aimed as `value` says.
+    fn fault(index: u64, time_s: f64, f: &str, value: Value) -> Op {
+        let mut o = op(index, time_s, Process::Nemesis, OpType::Invoke, f);
+        o.value = value;
+        o
+    }
+
     fn history() -> Vec<Op> {
         let (n, c) = (Process::Nemesis, Process::Client(0));
         vec![
@@ -304,14 +324,14 @@ mod tests {
     fn an_ack_during_a_fault_is_an_anomaly_when_acknowledged() {
         let results = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
             "anomalies": {"lost-write": [{"op_index": 7}, {"op_index": 3}]}});
-        assert_eq!(first_anomaly(&history(), &results), Some(2_500_000_000));
+        assert_eq!(first_at(&history(), &results), Some(2_500_000_000));
     }
 
     #[test]
     fn an_ack_before_the_fault_that_loses_it_counts_from_that_fault() {
         let results = json!({"valid": false, "bad_anomaly_types": ["lost-write"],
             "anomalies": {"lost-write": [{"op_index": 7}]}});
-        assert_eq!(first_anomaly(&history(), &results), Some(7_000_000_000));
+        assert_eq!(first_at(&history(), &results), Some(7_000_000_000));
     }
 
     #[test]
@@ -322,11 +342,11 @@ mod tests {
                 "inconsistent-offsets": [{"values": [{"value": 1, "seen_by": {"send": 3}},
                                                      {"value": 2, "seen_by": {"poll": 7}}]}],
                 "divergence": [{"replicas": [{"node": "n1"}, {"node": "n2"}]}]}});
-        assert_eq!(first_anomaly(&history(), &results), Some(7_000_000_000));
+        assert_eq!(first_at(&history(), &results), Some(7_000_000_000));
         let only_replicas = json!({"valid": false, "bad_anomaly_types": ["divergence"],
             "anomalies": {"divergence": [{"replicas": []}]}});
-        assert_eq!(first_anomaly(&history(), &only_replicas), None);
-        assert_eq!(first_anomaly(&history(), &json!({"valid": true})), None);
+        assert_eq!(first_at(&history(), &only_replicas), None);
+        assert_eq!(first_at(&history(), &json!({"valid": true})), None);
     }
 
     #[test]
@@ -362,7 +382,7 @@ mod tests {
             "anomalies": {
                 "inconsistent-offsets": [{"values": [{"value": 1, "seen_by": {"send": 3}}]}],
                 "lost-write": [{"op_index": 7}]}});
-        assert_eq!(first_anomaly(&history(), &results), Some(2_500_000_000));
+        assert_eq!(first_at(&history(), &results), Some(2_500_000_000));
         assert_eq!(
             first_of_kind(&history(), &results, "lost-write"),
             Some(7_000_000_000)
@@ -425,7 +445,7 @@ mod tests {
             Some("start-partition leader")
         );
         assert_eq!(exposed_by(&ops, &lost(7)).as_deref(), Some("clock-skew"));
-        assert_eq!(first_anomaly(&ops, &lost(3)), Some(2_500_000_000));
+        assert_eq!(first_at(&ops, &lost(3)), Some(2_500_000_000));
         // Acknowledged in a calm: the next fault that stops something, not the clock's.
         ops.truncate(5);
         ops.extend([
@@ -448,14 +468,12 @@ mod tests {
 
     #[test]
     fn the_tally_counts_each_fault_by_its_aim_and_leaves_out_undoings() {
-        let n = Process::Nemesis;
         let mut ops = history();
         ops[0].value = json!({"kind": "leader"});
-        let mut again = op(10, 10.0, n, OpType::Invoke, "start-partition");
-        again.value = json!({"kind": "leader"});
-        let mut other = op(11, 12.0, n, OpType::Invoke, "start-partition");
-        other.value = json!({"kind": "halves"});
-        ops.extend([again, other]);
+        ops.extend([
+            fault(10, 10.0, "start-partition", json!({"kind": "leader"})),
+            fault(11, 12.0, "start-partition", json!({"kind": "halves"})),
+        ]);
         assert_eq!(
             faults_tally(&ops),
             "start-partition leader ×2, bounce ×1, start-partition halves ×1"
@@ -465,15 +483,13 @@ mod tests {
 
     #[test]
     fn the_faults_begun_name_their_aim_and_catch_ups_but_not_their_undoings() {
-        let n = Process::Nemesis;
         let mut ops = history();
         ops[0].value = json!({"kind": "majority"});
-        let mut kill = op(10, 10.0, n, OpType::Invoke, "kill");
-        kill.value = json!({"targets": "leader"});
-        let mut start = op(11, 14.25, n, OpType::Invoke, "start");
-        start.value = json!({"nodes": ["n1"], "catch_up": {}});
-        let late = op(12, 31.0, n, OpType::Invoke, "pause");
-        ops.extend([kill, start, late]);
+        ops.extend([
+            fault(10, 10.0, "kill", json!({"targets": "leader"})),
+            fault(11, 14.25, "start", json!({"nodes": ["n1"], "catch_up": {}})),
+            fault(12, 31.0, "pause", json!({})),
+        ]);
         assert_eq!(
             faults_begun(&ops, 30_000_000_000),
             [
