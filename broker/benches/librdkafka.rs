@@ -2,7 +2,9 @@
 //! 3-node cluster on loopback, one partition, 1 KiB records, `linger.ms=5`, min ISR 2, Kafka's
 //! session defaults. It prints the table of issue 19: produce at acks=1 and acks=all on RF 1 and
 //! RF 3 (records/s of 3 rounds and their median, latency p50/p99 at full speed and at half the
-//! median full speed, and for RF 3 acks=all at half speed also with `linger.ms=0`), and consuming what was produced (records/s). Then it kills the leader of an
+//! median full speed, and for RF 3 acks=all at half speed also with `linger.ms=0`), how much of
+//! the leader's log the followers held when the client finished (acks=1 answers before they
+//! copy, so its rate is the leader's alone), and consuming what was produced (records/s). Then it kills the leader of an
 //! RF 3 partition with SIGKILL and splits the outage: the kill until the controller fences the
 //! broker and elects a new leader (Kafka's session timeout, kept at its default), and the fencing
 //! until the first acks=all acknowledgement by the new leader (issue 19 wants < 500 ms).
@@ -299,6 +301,28 @@ impl Subject {
         name
     }
 
+    /// The least any follower holds of the leader's log of partition 0 of `topic`, by the bytes
+    /// of its segment files: what acks=1 left the followers to copy after the client was done.
+    fn follower_share(&self, topic: &str) -> f64 {
+        let mut bytes: Vec<u64> = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                std::fs::read_dir(n.data_dir().join(format!("{topic}-0")))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .collect();
+        bytes.sort_unstable();
+        bytes[0] as f64 / bytes[2].max(1) as f64
+    }
+
     fn delete(&self, topic: &str) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -321,6 +345,8 @@ impl Subject {
 #[derive(Default)]
 struct Row {
     produce: Vec<ProduceRun>,
+    /// The least a follower held of the leader's log when the producer finished (RF 3).
+    follower_share: Vec<f64>,
     consume: Vec<f64>,
     half_rate: Option<ProduceRun>,
 }
@@ -366,6 +392,9 @@ fn main() {
                     Pace::FULL,
                     scratch.path(),
                 );
+                if *rf > 1 {
+                    rows[si][ci].follower_share.push(s.follower_share(&topic));
+                }
                 let consumed = client.consume(&s.bootstrap(), &topic, msgs);
                 s.delete(&topic);
                 rows[si][ci].produce.push(run);
@@ -491,6 +520,20 @@ fn main() {
             ratios.join(", "),
             med(1) / med(0)
         );
+        // acks=1 answers before the followers copy: its rate is the leader's alone.
+        for ci in [0, 1] {
+            let shares: Vec<String> = rows[si][ci]
+                .follower_share
+                .iter()
+                .map(|f| format!("{:.0} %", f * 100.0))
+                .collect();
+            println!(
+                "{}: RF 3 acks={}: the least a follower held of the leader's log when the client finished, per round {}",
+                s.label,
+                acks_name(CONFIGS[ci].1),
+                shares.join(", ")
+            );
+        }
     }
     if subjects.len() == 2 {
         for (ci, (rf, acks)) in CONFIGS.iter().enumerate() {

@@ -1,6 +1,6 @@
 //! The Kafka wire: framing, request-header decoding, version negotiation and dispatch. Requests
-//! on one connection are answered in order, one at a time, as Kafka does; a frame that cannot be
-//! decoded closes only its own connection.
+//! on one connection are answered in the order they came, as Kafka does, while their waits
+//! (acks=all, long polls) overlap; a frame that cannot be decoded closes only its own connection.
 
 mod chunks;
 mod delete_records;
