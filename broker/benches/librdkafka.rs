@@ -4,7 +4,9 @@
 //! RF 3 (records/s of 3 rounds and their median, latency p50/p99 at full speed and at half the
 //! median full speed, and for RF 3 acks=all at half speed also with `linger.ms=0`), how much of
 //! the leader's log the followers held when the client finished (acks=1 answers before they
-//! copy, so its rate is the leader's alone), and consuming what was produced (records/s). Then it kills the leader of an
+//! copy, so its rate is the leader's alone), and consuming what was produced (records/s), after
+//! a line giving the rate at which this machine writes a new file into the page cache (what
+//! every replica pays per record, and what differs most between machines). Then it kills the leader of an
 //! RF 3 partition with SIGKILL and splits the outage: the kill until the controller fences the
 //! broker and elects a new leader (Kafka's session timeout, kept at its default), and the fencing
 //! until the first acks=all acknowledgement by the new leader (issue 19 wants < 500 ms).
@@ -195,6 +197,26 @@ fn wheel_librdkafka() -> Option<PathBuf> {
     None
 }
 
+/// MB/s at which a fresh 1 GiB file is written into the page cache (no fsync): the cost every
+/// replica pays for each record, which on a virtual machine includes the host backing memory
+/// touched for the first time, so runs on different machines or days can be read side by side.
+fn page_cache_write_rate(dir: &Path) -> f64 {
+    use std::io::Write as _;
+    const CHUNK: usize = 1 << 20;
+    const CHUNKS: usize = 1024;
+    let path = dir.join("page-cache-probe");
+    let chunk = vec![0x5au8; CHUNK];
+    let started = Instant::now();
+    let mut f = std::fs::File::create(&path).unwrap();
+    for _ in 0..CHUNKS {
+        f.write_all(&chunk).unwrap();
+    }
+    let elapsed = started.elapsed();
+    drop(f);
+    std::fs::remove_file(&path).unwrap();
+    (CHUNK * CHUNKS) as f64 / 1e6 / elapsed.as_secs_f64()
+}
+
 /// The client's last summary line containing `what`.
 fn summary<'a>(out: &'a str, what: &str) -> &'a str {
     out.lines()
@@ -369,6 +391,7 @@ fn main() {
             .unwrap_or_else(|_| panic!("TIDEMARK_RDKAFKA_MSGS={v:?} is not a count"))
     });
     let scratch = tempfile::tempdir().unwrap();
+    let page_cache_mb_s = page_cache_write_rate(scratch.path());
     let baseline = std::env::var_os("TIDEMARK_BASELINE_BROKER").map(PathBuf::from);
     let mut subjects = Vec::new();
     if let Some(b) = &baseline {
@@ -451,6 +474,9 @@ fn main() {
         client.version,
         RECORD_BYTES,
         if baseline.is_some() { ", old and new alternated" } else { "" }
+    );
+    println!(
+        "page cache: this machine writes a new file at {page_cache_mb_s:.0} MB/s (1 GiB, before the runs); each replica writes each record that way"
     );
     println!();
     println!("| build | RF | acks | produce records/s (rounds) | median | p50 / p99 ms at full speed | p50 / p99 ms at half speed | consume records/s median |");
