@@ -273,7 +273,6 @@ pub struct Voter {
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     pub node_id: i32,
-    pub process_roles: Vec<String>,
     pub listeners: Vec<Listener>,
     pub advertised_listeners: Vec<Listener>,
     pub controller_listener_names: Vec<String>,
@@ -502,23 +501,28 @@ impl BrokerConfig {
                 })?;
         let node_id = parse_num("node.id", v, 0, i32::MAX as i64, o)? as i32;
 
-        let process_roles = match get("process.roles") {
-            Some((v, o)) => {
-                let roles: Vec<String> = v.split(',').map(|r| r.trim().to_string()).collect();
-                for r in &roles {
-                    if r != "broker" && r != "controller" {
-                        return Err(bad(
-                            "process.roles",
-                            v,
-                            "roles are `broker` and `controller`",
-                            o,
-                        ));
-                    }
-                }
-                roles
+        // Every node serves clients and keeps the metadata (a voter of the quorum, or a standalone
+        // node's own): dedicated brokers and controllers are not built, so a node given one role
+        // would still run both.
+        if let Some((v, o)) = get("process.roles") {
+            let roles: Vec<&str> = v.split(',').map(str::trim).collect();
+            if let Some(r) = roles.iter().find(|r| !["broker", "controller"].contains(r)) {
+                return Err(bad(
+                    "process.roles",
+                    v,
+                    &format!("unknown role `{r}`: roles are `broker` and `controller`"),
+                    o,
+                ));
             }
-            None => Vec::new(),
-        };
+            if !(roles.contains(&"broker") && roles.contains(&"controller")) {
+                return Err(bad(
+                    "process.roles",
+                    v,
+                    "every node runs both roles here (`broker,controller`, KRaft's combined mode): dedicated brokers and controllers are not supported",
+                    o,
+                ));
+            }
+        }
 
         let (v, o) = required("listeners")?;
         let listeners = parse_listeners("listeners", v, o, true)?;
@@ -534,23 +538,14 @@ impl BrokerConfig {
                 .collect(),
             None => vec!["CONTROLLER".to_string()],
         };
-        // Without process.roles, a node is a controller too when it has a controller listener.
-        let process_roles = if process_roles.is_empty() {
-            let mut roles = vec!["broker".to_string()];
-            if listeners
-                .iter()
-                .any(|l| controller_listener_names.contains(&l.name))
-            {
-                roles.push("controller".to_string());
-            }
-            roles
-        } else {
-            process_roles
+        let controller_quorum_voters = match get("controller.quorum.voters") {
+            Some((v, o)) => parse_voters(v, o)?,
+            None => Vec::new(),
         };
+        // A voter's quorum listens on its controller listener; a standalone node (no voters)
+        // keeps its metadata in-process and needs none.
         for name in &controller_listener_names {
-            if !listeners.iter().any(|l| &l.name == name)
-                && process_roles.iter().any(|r| r == "controller")
-            {
+            if !controller_quorum_voters.is_empty() && !listeners.iter().any(|l| &l.name == name) {
                 let (v, o) = get("controller.listener.names").unwrap_or((name, &Origin::Override));
                 return Err(bad(
                     "controller.listener.names",
@@ -560,10 +555,6 @@ impl BrokerConfig {
                 ));
             }
         }
-        let controller_quorum_voters = match get("controller.quorum.voters") {
-            Some((v, o)) => parse_voters(v, o)?,
-            None => Vec::new(),
-        };
 
         let (v, o) =
             get("log.dirs")
@@ -708,7 +699,6 @@ impl BrokerConfig {
         };
         Ok(BrokerConfig {
             node_id,
-            process_roles,
             listeners,
             advertised_listeners,
             controller_listener_names,
@@ -1253,6 +1243,37 @@ mod tests {
             &[("remote.log.storage.s3.endpoint", "http://127.0.0.1:9000")],
             "remote.log.storage.s3.endpoint",
         );
+    }
+
+    #[test]
+    fn a_node_given_one_role_or_a_voter_without_a_controller_listener_is_refused() {
+        let parse = |extra: &[(&'static str, &'static str)], listeners: &'static str| {
+            let mut pairs = BASE.to_vec();
+            pairs[1] = ("listeners", listeners);
+            pairs.extend_from_slice(extra);
+            BrokerConfig::from_entries(entries(&pairs)).map_err(|e| e.to_string())
+        };
+        let both = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093";
+        assert!(parse(&[("process.roles", "broker,controller")], both).is_ok());
+        assert!(parse(&[("process.roles", "controller, broker")], both).is_ok());
+        assert!(parse(&[], both).is_ok());
+        for one in ["broker", "controller"] {
+            let err = parse(&[("process.roles", one)], both).unwrap_err();
+            assert!(
+                err.contains("process.roles")
+                    && err.contains(&format!("`{one}`"))
+                    && err.contains(":4")
+                    && err.contains("combined mode"),
+                "{err}"
+            );
+        }
+        let err = parse(&[("process.roles", "broker,observer")], both).unwrap_err();
+        assert!(err.contains("unknown role `observer`"), "{err}");
+        // A voter needs a controller listener for its quorum; a standalone node does not.
+        let voters = [("controller.quorum.voters", "1@127.0.0.1:9093")];
+        let err = parse(&voters, "PLAINTEXT://127.0.0.1:9092").unwrap_err();
+        assert!(err.contains("no listener named CONTROLLER"), "{err}");
+        assert!(parse(&[], "PLAINTEXT://127.0.0.1:9092").is_ok());
     }
 
     #[test]
