@@ -37,10 +37,13 @@ pub fn render(suite: &str, timestamp: &str, cases: &[CaseRecord], overhead_max_s
             escape(&id.workload),
             escape(&id.nemesis.replace(',', "+")),
             escape(&format!(
-                "seed {} {} {}",
+                "seed {} {} {}{}",
                 id.seed,
                 id.bug.as_deref().unwrap_or("correct"),
-                id.runtime
+                id.runtime,
+                id.variant
+                    .as_deref()
+                    .map_or(String::new(), |v| format!(" {v}"))
             )),
             c.duration_s
         );

@@ -1,7 +1,8 @@
 //! The nightly matrix file (`tidemark nightly MATRIX.toml`), parsed once into typed groups, and
 //! the cases it expands to: every workload × nemesis set × seed × broker (correct or one injected
-//! bug) × runtime of each group. A case is named by those five values alone ([`CaseId`]), never
-//! by its position, so shards of one night and nights of one store line up.
+//! bug) × runtime of each group. A case is named by those five values and its group's `variant`
+//! alone ([`CaseId`]), never by its position, so shards of one night and nights of one store line
+//! up.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -49,6 +50,25 @@ pub struct Group {
     /// More `tidemark test` arguments for this group's cases (`--nodes-file` for `hosts`).
     #[serde(default)]
     pub args: Vec<String>,
+    /// A name for what this group's `args` change (`"min-isr-1"` for `--broker-config
+    /// min.insync.replicas=1`), part of every case's name: two groups may then run the same
+    /// workloads, faults and seeds under different settings. Letters, digits, `-` and `_`.
+    #[serde(default, deserialize_with = "variant")]
+    pub variant: Option<String>,
+}
+
+fn variant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let name = String::deserialize(d)?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(serde::de::Error::custom(format!(
+            "variant `{name}`: letters, digits, `-` and `_` only, at least one"
+        )));
+    }
+    Ok(Some(name))
 }
 
 fn yes() -> bool {
@@ -116,19 +136,27 @@ pub struct CaseId {
     pub bug: Option<String>,
     /// The runtime.
     pub runtime: RuntimeName,
+    /// The group's `variant`; absent from ids of groups without one (and of nights before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
 }
 
 impl CaseId {
-    /// `queue / partition,kill / seed 1 / ack-before-replication / netns`.
+    /// `queue / partition,kill / seed 1 / ack-before-replication / netns`, then ` / ` and the
+    /// variant when there is one.
     pub fn label(&self) -> String {
-        format!(
+        let mut label = format!(
             "{} / {} / seed {} / {} / {}",
             self.workload,
             self.nemesis,
             self.seed,
             self.bug.as_deref().unwrap_or("correct"),
             self.runtime
-        )
+        );
+        if let Some(v) = &self.variant {
+            label += &format!(" / {v}");
+        }
+        label
     }
 
     /// The case as a store's test name: letters, digits, `-`, `_` and `+` only.
@@ -138,14 +166,18 @@ impl CaseId {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '+' })
             .collect();
-        format!(
+        let mut name = format!(
             "nightly-{}-{}-s{}-{}-{}",
             self.workload,
             nemesis,
             self.seed,
             self.bug.as_deref().unwrap_or("correct"),
             self.runtime
-        )
+        );
+        if let Some(v) = &self.variant {
+            name += &format!("-{v}");
+        }
+        name
     }
 
     /// The verdict the case must come back with: an injected bug must be caught.
@@ -309,6 +341,7 @@ fn group_ids(group: &Group) -> Vec<CaseId> {
                             seed: *seed,
                             bug: bug.clone(),
                             runtime: *runtime,
+                            variant: group.variant.clone(),
                         });
                     }
                 }
@@ -445,6 +478,56 @@ time_limit_s = 6
     }
 
     #[test]
+    fn the_example_matrix_parses() {
+        let text = include_str!("../../examples/nightly.toml");
+        let cases = parse(text).unwrap().cases();
+        assert!(cases
+            .iter()
+            .any(|c| c.id.variant.as_deref() == Some("min-isr-1")));
+    }
+
+    #[test]
+    fn a_variant_runs_the_same_cases_apart_under_its_args() {
+        let again = format!(
+            "{SMALL}\n[[group]]\nworkloads = [\"queue\"]\nnemeses = [\"partition\"]\n\
+             seeds = [2]\ncorrect = false\nbugs = [\"ack-before-replication\"]\ntime_limit_s = 9\n\
+             variant = \"min-isr-1\"\nargs = [\"--broker-config\", \"min.insync.replicas=1\"]\n"
+        );
+        let cases = parse(&again).unwrap().cases();
+        let varied: Vec<&Case> = cases.iter().filter(|c| c.id.variant.is_some()).collect();
+        assert_eq!(varied.len(), 1);
+        let c = varied[0];
+        assert_eq!(
+            c.id.label(),
+            "queue / partition / seed 2 / ack-before-replication / netns / min-isr-1"
+        );
+        assert!(c.test_args().ends_with(&[
+            "--broker-config".to_string(),
+            "min.insync.replicas=1".to_string()
+        ]));
+        assert!(c
+            .test_args()
+            .contains(&"nightly-queue-partition-s2-ack-before-replication-netns-min-isr-1".into()));
+        // Ids without a variant read and write as before it existed.
+        let plain = cases.iter().find(|c| c.id.variant.is_none()).unwrap();
+        let json = serde_json::to_value(&plain.id).unwrap();
+        assert!(json.get("variant").is_none(), "{json}");
+        assert_eq!(serde_json::from_value::<CaseId>(json).unwrap(), plain.id);
+
+        let bad = format!(
+            "{SMALL}\n[[group]]\nworkloads = [\"queue\"]\nnemeses = [\"partition\"]\n\
+             seeds = [2]\ntime_limit_s = 9\nvariant = \"min isr\"\n"
+        );
+        let e = parse(&bad).unwrap_err();
+        assert!(
+            e.contains("group[1].variant")
+                && e.contains("`min isr`")
+                && e.contains("-` and `_` only"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn shards_split_the_cases_into_disjoint_slices_that_cover_them() {
         let cases = parse(SMALL).unwrap().cases();
         let shards: Vec<Vec<Case>> = (1..=3)
@@ -470,10 +553,19 @@ time_limit_s = 6
             seed: 3,
             bug: None,
             runtime: RuntimeName::Netns,
+            variant: None,
         };
         assert_eq!(
             id.test_name(),
             "nightly-queue-partition+kill-s3-correct-netns"
+        );
+        let id = CaseId {
+            variant: Some("min-isr-1".into()),
+            ..id
+        };
+        assert_eq!(
+            id.test_name(),
+            "nightly-queue-partition+kill-s3-correct-netns-min-isr-1"
         );
     }
 }

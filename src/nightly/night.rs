@@ -219,6 +219,7 @@ pub(crate) mod tests {
             seed,
             bug: bug.map(String::from),
             runtime: RuntimeName::Netns,
+            variant: None,
         };
         let expected = id.expected();
         CaseRecord {
