@@ -30,6 +30,7 @@ const TREND_NIGHTS: usize = 7;
     after_help = "Examples:\n  \
     tidemark nightly examples/nightly.toml --store /var/lib/tidemark/store\n  \
     tidemark nightly examples/nightly.toml --shard 2/4 --store store-2\n  \
+    tidemark nightly examples/nightly.toml --list\n  \
     tidemark nightly merge store-1 store-2 store-3 store-4 --out night\n\
     Exit: 0 every case as expected, 1 an unexpected verdict, 2 an unknown one (or a case not \
     run), 255 a crash."
@@ -50,6 +51,10 @@ pub struct Args {
     /// Minutes the night may take, instead of the matrix's `budget_minutes`.
     #[arg(long, value_name = "M")]
     budget_minutes: Option<f64>,
+    /// Print the cases the matrix (or shard) expands to, each with its `tidemark test`
+    /// arguments, and the minutes their main phases add up to; run nothing, write nothing.
+    #[arg(long)]
+    list: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -91,6 +96,24 @@ fn harness(msg: String) -> Failure {
     (crate::EXIT_HARNESS_FAILED, msg)
 }
 
+/// `--list`: a case a line, its label and arguments, then the sum of the main phases against the
+/// budget (set-up, healing, final reads and teardown come on top, about 15–40 s a case).
+fn list(cases: &[Case], matrix_cases: usize, budget_minutes: f64) {
+    for case in cases {
+        println!(
+            "{}: tidemark test {}",
+            case.id.label(),
+            case.test_args().join(" ")
+        );
+    }
+    let main_minutes: f64 = cases.iter().map(|c| c.time_limit_s).sum::<f64>() / 60.0;
+    println!(
+        "{} of the matrix's {matrix_cases} cases; main phases {main_minutes:.1} min (each case also \
+         takes about 15-40 s of set-up, healing, final reads and teardown); budget {budget_minutes} min",
+        cases.len()
+    );
+}
+
 fn run_night(args: &Args, matrix_path: &Path) -> Result<u8, Failure> {
     let text = std::fs::read_to_string(matrix_path)
         .map_err(|e| bad_input(format!("{}: {e}", matrix_path.display())))?;
@@ -107,6 +130,10 @@ fn run_night(args: &Args, matrix_path: &Path) -> Result<u8, Failure> {
         Some(shard) => shard.slice(all),
         None => all,
     };
+    if args.list {
+        list(&cases, matrix_cases, budget_minutes);
+        return Ok(0);
+    }
     let store = &args.store;
     let (started, night_dir) = new_night_dir(store)?;
     let store =

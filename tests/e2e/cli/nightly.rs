@@ -3,7 +3,7 @@
 //! files validated against `junit.xsd` by xmllint, the merged index opened in headless
 //! Chromium; a second night whose cases crash shows the flips and exits 255, a night out of
 //! budget runs nothing and exits 2, and a SIGTERM stops the running child's test (which tears
-//! its cluster down) and starts no other.
+//! its cluster down) and starts no other; `--list` prints the cases and runs nothing.
 //!
 //! Cost: four 15 s runs (`ack-before-replication` with partitions of the leaders every ~4 s,
 //! caught in each when measured on an idle machine; at 12 s one of four was missed once beside
@@ -101,6 +101,38 @@ fn history_lines(run: &Path) -> usize {
     std::fs::read_to_string(run.join("history.jsonl"))
         .map(|h| h.lines().count())
         .unwrap_or(0)
+}
+
+#[test]
+fn list_prints_the_cases_and_their_minutes_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("nightly.toml");
+    std::fs::write(&matrix, MATRIX).unwrap();
+    let m = matrix.to_str().unwrap();
+    let store = dir.path().join("store");
+    let out = nightly(&[m, "--list", "--store", store.to_str().unwrap()]);
+    assert_eq!(code(&out).0, Some(0), "{}", code(&out).1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert!(
+        lines[0].starts_with("queue / partition / seed 1 / ack-before-replication / netns: tidemark test --workload queue --nemesis partition --seed 1")
+            && lines[0].contains("--inject-bug ack-before-replication --nemesis-targets leaders"),
+        "{stdout}"
+    );
+    assert!(
+        lines[4].starts_with("4 of the matrix's 4 cases; main phases 1.0 min")
+            && lines[4].ends_with("budget 10 min"),
+        "{stdout}"
+    );
+    assert!(!store.exists(), "--list wrote a store");
+    let out = nightly(&[m, "--list", "--shard", "2/2", "--budget-minutes", "3"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("2 of the matrix's 4 cases; main phases 0.5 min")
+            && stdout.contains("budget 3 min"),
+        "{stdout}"
+    );
 }
 
 #[test]
