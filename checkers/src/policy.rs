@@ -77,7 +77,7 @@
 //! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
 //!   written again (the unclean, unmarked-failover, power-loss and wipe rules), a group's commit may
 //!   stand above records it never read, so `commit-skip` is allowed with `lost-write`. The
-//!   same rules allow `zombie-commit`, judged for the cluster as a whole: the group's
+//!   same rules allow `zombie-commit` and `commit-lost`, judged for the cluster as a whole: the group's
 //!   generation lives in a partition of `__consumer_offsets` the history does not name, and a
 //!   truncation of it can take the coordinator back to an older generation (the power-loss and
 //!   wipe rules count the nodes struck). `commit-regression` never is allowed.
@@ -139,6 +139,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::CommitSkip,
             AnomalyKind::ZombieCommit,
+            AnomalyKind::CommitLost,
         ],
         why: "unclean leader election may truncate acknowledged records",
     },
@@ -160,6 +161,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::DivergentTail,
             AnomalyKind::CommitSkip,
             AnomalyKind::ZombieCommit,
+            AnomalyKind::CommitLost,
         ],
         why: "every replica lost power at once, and the flush policy is not per-message",
     },
@@ -239,6 +241,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::DivergentTail,
             AnomalyKind::CommitSkip,
             AnomalyKind::ZombieCommit,
+            AnomalyKind::CommitLost,
         ],
     },
     EntryRule {
@@ -248,6 +251,7 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::InconsistentOffsets,
             AnomalyKind::CommitSkip,
             AnomalyKind::ZombieCommit,
+            AnomalyKind::CommitLost,
         ],
     },
     EntryRule {
@@ -617,6 +621,7 @@ mod tests {
     #[test]
     fn unclean_elections_allow_lost_writes() {
         let expect = vec![
+            "commit-lost",
             "commit-skip",
             "inconsistent-offsets",
             "lost-write",
@@ -775,6 +780,7 @@ mod tests {
             ..HistoryFacts::default()
         };
         let excused = vec![
+            "commit-lost",
             "commit-skip",
             "divergence",
             "divergent-tail",

@@ -75,6 +75,9 @@ pub enum AnomalyKind {
     /// A consumer group's commit acknowledged in a generation older than one an op of the group
     /// had completed in before the commit was invoked: a fenced member's commit taken.
     ZombieCommit,
+    /// A group member's first read of a partition in a generation began below the last commit
+    /// of it acknowledged before the member joined: the coordinator lost an acknowledged commit.
+    CommitLost,
     /// An offset between a tiered partition's log start and its leader's local log start that no
     /// finished remote segment holds (T1: every offset readable from remote plus local).
     TieredGap,
@@ -96,7 +99,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 29] = [
+    pub const ALL: [AnomalyKind; 30] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -120,6 +123,7 @@ impl AnomalyKind {
         AnomalyKind::CommitRegression,
         AnomalyKind::CommitSkip,
         AnomalyKind::ZombieCommit,
+        AnomalyKind::CommitLost,
         AnomalyKind::TieredGap,
         AnomalyKind::RemoteDivergence,
         AnomalyKind::TieredBootstrap,
@@ -154,6 +158,7 @@ impl AnomalyKind {
             AnomalyKind::CommitRegression => "commit-regression",
             AnomalyKind::CommitSkip => "commit-skip",
             AnomalyKind::ZombieCommit => "zombie-commit",
+            AnomalyKind::CommitLost => "commit-lost",
             AnomalyKind::TieredGap => "tiered-gap",
             AnomalyKind::RemoteDivergence => "remote-divergence",
             AnomalyKind::TieredBootstrap => "tiered-bootstrap",

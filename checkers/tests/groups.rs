@@ -1,5 +1,5 @@
 //! Consumer groups and idempotent producers: one literal history per anomaly their modes add
-//! (`commit-regression`, `commit-skip`, `zombie-commit`, and a `duplicate` of an idempotent
+//! (`commit-regression`, `commit-skip`, `zombie-commit`, `commit-lost`, and a `duplicate` of an idempotent
 //! producer's retried send), and a clean group history that must pass.
 
 mod support;
@@ -289,6 +289,91 @@ fn a_zombie_commit_is_allowed_only_where_the_groups_own_records_may_be_lost() {
     let flushed = config(json!({"log.flush.interval.messages": "1"}));
     let r = check(&flushed, h.ops.clone(), Some(&log(&RECORDS)));
     assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+}
+
+/// Four acknowledged values; m1 reads two in generation 1 and commits 2.
+fn committed_two() -> Hist {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2], Ok, Some(0));
+    h.send(0, &[3, 4], Ok, Some(2));
+    group_poll(&mut h, 1, "m1", 1, 0, &RECORDS[..2]);
+    h
+}
+
+#[test]
+fn a_member_resuming_below_an_acknowledged_commit_shows_it_lost() {
+    let mut h = committed_two();
+    let (inv, done) = commit(&mut h, 1, "m1", 1, 2, Ok);
+    // m2 joins generation 2 after the commit was acknowledged, and is told to start at 0.
+    let read = group_poll(&mut h, 2, "m2", 2, 0, &RECORDS);
+    commit(&mut h, 2, "m2", 2, 4, Ok);
+    let r = judge(&h, &log(&RECORDS));
+    assert_eq!(r.anomaly_types, vec!["commit-lost"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "commit-lost")[0];
+    assert_eq!(
+        (
+            e["op_index"].as_u64(),
+            e["from"].as_i64(),
+            e["member"].as_str()
+        ),
+        (Some(read), Some(0), Some("m2"))
+    );
+    assert_eq!(e["generation"], 2);
+    assert_eq!(
+        e["commit"],
+        json!({"offset": 2, "op_index": done, "invoke_index": inv, "member": "m1"})
+    );
+    // The same member resuming in a later generation is judged the same way.
+    let mut h = committed_two();
+    commit(&mut h, 1, "m1", 1, 2, Ok);
+    group_poll(&mut h, 1, "m1", 2, 0, &RECORDS);
+    let r = judge(&h, &log(&RECORDS));
+    assert_eq!(r.anomaly_types, vec!["commit-lost"], "{}", r.summary(5));
+}
+
+#[test]
+fn a_commit_that_may_have_landed_later_or_was_unanswered_explains_a_lower_resume() {
+    // m3's commit of 1 was in flight across m1's commit of 2: the coordinator may have taken it
+    // last, and m2 then starts at 1.
+    let mut h = committed_two();
+    commit_invoked(&mut h, 3);
+    commit(&mut h, 1, "m1", 1, 2, Ok);
+    commit_done(&mut h, 3, "m3", 1, 1, Ok);
+    group_poll(&mut h, 2, "m2", 2, 1, &RECORDS[1..]);
+    let r = judge(&h, &log(&RECORDS));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    // A commit whose answer was lost after the acknowledged one was invoked may have landed
+    // after it, with offsets the history lacks.
+    let mut h = committed_two();
+    commit_invoked(&mut h, 3);
+    commit(&mut h, 1, "m1", 1, 2, Ok);
+    commit_done(&mut h, 3, "m3", 1, 0, OpType::Info);
+    group_poll(&mut h, 2, "m2", 2, 0, &RECORDS);
+    let r = judge(&h, &log(&RECORDS));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+    // A member that joined before the commit was acknowledged may have fetched the older offset.
+    let mut h = committed_two();
+    group_poll(&mut h, 2, "m2", 1, 0, &[]);
+    commit(&mut h, 1, "m1", 1, 2, Ok);
+    group_poll(&mut h, 2, "m2", 2, 0, &RECORDS);
+    let r = judge(&h, &log(&RECORDS));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+}
+
+#[test]
+fn a_lost_commit_is_allowed_only_where_the_groups_own_records_may_be_lost() {
+    let mut h = committed_two();
+    commit(&mut h, 1, "m1", 1, 2, Ok);
+    group_poll(&mut h, 2, "m2", 2, 0, &RECORDS);
+    let r = check(
+        &json!({"workload_options": {"producer": "idempotent", "consumer": "group"},
+                "unclean_leader_election": true}),
+        h.ops.clone(),
+        Some(&log(&RECORDS)),
+    );
+    assert_eq!(r.anomaly_types, vec!["commit-lost"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
 }
 
 #[test]

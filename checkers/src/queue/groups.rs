@@ -6,14 +6,18 @@
 //! And (3) the coordinator takes commits only from the group's current generation, so once an
 //! op of the group completed in generation `g`, no commit invoked later in an older generation
 //! is acknowledged (`zombie-commit`: a member the group moved on without, fenced in Kafka by
-//! ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, would otherwise move the group's offsets).
+//! ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, would otherwise move the group's offsets). And (4) an
+//! acknowledged commit lasts: a member's first read of a partition in a generation starts where
+//! the group's OffsetFetch put it when the member joined, so it starts no lower than the last
+//! commit acknowledged before the member could have joined, unless another commit may have
+//! landed after that one (`commit-lost`: a coordinator that lost what it acknowledged).
 //!
 //! Fed the `group-poll` completions (the offsets they returned) and the `ok` `commit`s as they
 //! stream past; the skips are decided at the end, against the final log.
 
 use std::collections::BTreeSet;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Deserialize;
 
 /// A `commit`'s `ok` completion value.
@@ -78,6 +82,33 @@ pub(crate) struct Commit {
     pub member: Option<String>,
 }
 
+/// A member's first `group-poll` of a partition in a generation: it read from where the group's
+/// OffsetFetch put it when the member joined, which happened after op `joined_after`.
+#[derive(Debug, Clone)]
+pub(crate) struct Resume {
+    pub group: u32,
+    pub pk: u32,
+    pub generation: i64,
+    pub member: Option<String>,
+    pub from: i64,
+    pub joined_after: u64,
+    pub op: u64,
+}
+
+/// An acknowledged commit, invoked at op `invoked`.
+#[derive(Debug, Clone)]
+pub(crate) struct Landed {
+    pub invoked: u64,
+    pub commit: Commit,
+}
+
+/// A member resumed below the last commit acknowledged before it joined.
+#[derive(Debug, Clone)]
+pub(crate) struct LostCommit {
+    pub resume: Resume,
+    pub last: Landed,
+}
+
 /// One commit that went below an earlier one of its generation.
 #[derive(Debug, Clone)]
 pub(crate) struct Regression {
@@ -104,6 +135,16 @@ pub(crate) struct Groups {
     /// Per (group, cluster): completions that raised the highest generation shown, in order.
     shown: FxHashMap<(u32, u32), Vec<Shown>>,
     pub zombies: Vec<Zombie>,
+    /// Per (group, partition): every acknowledged commit, in completion order.
+    landed: FxHashMap<(u32, u32), Vec<Landed>>,
+    /// Per group: (invocation, completion) of each commit whose answer was lost.
+    unknown: FxHashMap<u32, Vec<(u64, u64)>>,
+    /// Per process: the invocation of its first group op, and its `ok` group ops as
+    /// (generation, completion).
+    first_op: FxHashMap<u64, u64>,
+    generations: FxHashMap<u64, Vec<(i64, u64)>>,
+    resumed: FxHashSet<(u64, i64, u32)>,
+    resumes: Vec<Resume>,
 }
 
 impl Groups {
@@ -154,6 +195,98 @@ impl Groups {
         before.iter().find(|s| s.generation > generation)
     }
 
+    /// Process `process` invoked a group op at op `invoked`.
+    pub fn group_op(&mut self, process: u64, invoked: u64) {
+        self.first_op.entry(process).or_insert(invoked);
+    }
+
+    /// Process `process` completed an `ok` group op in `generation` at op `op`.
+    pub fn in_generation(&mut self, process: u64, generation: i64, op: u64) {
+        self.generations
+            .entry(process)
+            .or_default()
+            .push((generation, op));
+    }
+
+    /// An `ok` `group-poll` of `pk` by `process` in `generation` from `from`, completed at op
+    /// `op`: kept when it is the process's first read of `pk` in that generation. Call before
+    /// [`Self::in_generation`] for the same op.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_from(
+        &mut self,
+        group: u32,
+        pk: u32,
+        process: u64,
+        generation: i64,
+        member: Option<String>,
+        from: i64,
+        op: u64,
+    ) {
+        if !self.resumed.insert((process, generation, pk)) {
+            return;
+        }
+        // The member joined this generation in an op invoked after its last op of an older
+        // one completed (or, new, after its first group op was invoked).
+        let older = self.generations.get(&process).and_then(|g| {
+            g.iter()
+                .filter(|(gen, _)| *gen < generation)
+                .map(|(_, o)| *o)
+                .max()
+        });
+        let Some(joined_after) = older.or_else(|| self.first_op.get(&process).copied()) else {
+            return;
+        };
+        self.resumes.push(Resume {
+            group,
+            pk,
+            generation,
+            member,
+            from,
+            joined_after,
+            op,
+        });
+    }
+
+    /// A `commit` of `group` whose answer was lost, invoked at `invoked`, given up at `op`.
+    pub fn commit_unknown(&mut self, group: u32, invoked: u64, op: u64) {
+        self.unknown.entry(group).or_default().push((invoked, op));
+    }
+
+    /// Resumes below the last commit acknowledged before the member joined, where no commit
+    /// that may have landed after that one (acknowledged ones overlapping it or in flight at the
+    /// read, and any whose answer was lost meanwhile) could have set the lower offset.
+    pub fn lost_commits(&self) -> Vec<LostCommit> {
+        let mut out = Vec::new();
+        for r in &self.resumes {
+            let Some(landed) = self.landed.get(&(r.group, r.pk)) else {
+                continue;
+            };
+            let Some(last) = landed
+                .iter()
+                .filter(|l| l.commit.op <= r.joined_after)
+                .max_by_key(|l| l.commit.op)
+            else {
+                continue;
+            };
+            let may_follow = landed
+                .iter()
+                .filter(|l| l.commit.op != last.commit.op)
+                .filter(|l| l.commit.op > last.invoked && l.invoked < r.op)
+                .any(|l| l.commit.offset <= r.from);
+            let unknown = self.unknown.get(&r.group).is_some_and(|u| {
+                u.iter()
+                    .any(|&(invoked, gave_up)| invoked < r.op && gave_up > last.invoked)
+            });
+            if r.from < last.commit.offset && !may_follow && !unknown {
+                out.push(LostCommit {
+                    resume: r.clone(),
+                    last: last.clone(),
+                });
+            }
+        }
+        out
+    }
+
     /// A `group-poll` of `group` returned records at `offsets` of partition `pk`.
     pub fn polled(&mut self, group: u32, pk: u32, offsets: impl Iterator<Item = i64>) {
         self.polled.entry((group, pk)).or_default().extend(offsets);
@@ -173,6 +306,10 @@ impl Groups {
         op: u64,
     ) {
         let commit = Commit { offset, op, member };
+        self.landed.entry((group, pk)).or_default().push(Landed {
+            invoked,
+            commit: commit.clone(),
+        });
         let seen = self
             .by_generation
             .entry((group, generation, pk))

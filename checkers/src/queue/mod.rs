@@ -566,13 +566,17 @@ impl<'r> QueueAnalysis<'r> {
             OpType::Fail => stats.fail += 1,
             _ => stats.info += 1,
         }
+        if let (Some(pend), "group-poll" | "commit" | "stall") = (&pending, ev.f) {
+            self.groups.group_op(p, pend.invoke);
+        }
         match ev.f {
             "send" => self.complete_send(ev, pending),
             "poll" => self.complete_poll(p, ev, pending),
             // A group poll that did not complete `ok` carries its invocation's value: no
             // partition, nothing read.
             "group-poll" if ev.kind == OpType::Ok => self.complete_group_poll(p, ev, pending),
-            "commit" if ev.kind == OpType::Ok => self.complete_commit(ev, pending),
+            "commit" if ev.kind == OpType::Ok => self.complete_commit(p, ev, pending),
+            "commit" if ev.kind == OpType::Info => self.commit_unknown(ev, pending),
             _ => Ok(()),
         }
     }
@@ -600,6 +604,11 @@ impl<'r> QueueAnalysis<'r> {
         let group = self.groups.id(&group);
         if let Some(generation) = group_body.generation {
             let member = group_body.member;
+            if let Some(from) = body.from {
+                let m = member.clone();
+                (self.groups).read_from(group, pk, p, generation, m, from, ev.index);
+            }
+            self.groups.in_generation(p, generation, ev.index);
             self.groups
                 .shown(group, cluster, generation, member, "group-poll", ev.index);
         }
@@ -612,8 +621,24 @@ impl<'r> QueueAnalysis<'r> {
         Ok(())
     }
 
+    /// A commit whose answer was lost: it may land at any time, with offsets the history lacks.
+    fn commit_unknown(&mut self, ev: Event<'_>, pending: Option<Pending>) -> Result<(), String> {
+        let body = ev.value.parse::<GroupPollBody>("commit")?;
+        if let Some(group) = body.and_then(|b| b.group) {
+            let group = self.groups.id(&group);
+            let invoked = pending.map_or(0, |p| p.invoke);
+            self.groups.commit_unknown(group, invoked, ev.index);
+        }
+        Ok(())
+    }
+
     /// An acknowledged commit: each partition's offset, for the group's checks.
-    fn complete_commit(&mut self, ev: Event<'_>, pending: Option<Pending>) -> Result<(), String> {
+    fn complete_commit(
+        &mut self,
+        p: u64,
+        ev: Event<'_>,
+        pending: Option<Pending>,
+    ) -> Result<(), String> {
         let body = ev
             .value
             .parse::<CommitBody>("commit")?
@@ -642,6 +667,7 @@ impl<'r> QueueAnalysis<'r> {
             self.groups.zombies.push(zombie);
         }
         let member = body.member.clone();
+        self.groups.in_generation(p, body.generation, ev.index);
         self.groups
             .shown(group, cluster, body.generation, member, "commit", ev.index);
         for o in body.offsets {
@@ -1331,6 +1357,28 @@ impl<'r> QueueAnalysis<'r> {
                 acknowledged: Some(z.later.op),
             };
             let kind = AnomalyKind::ZombieCommit;
+            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+            self.anomalies.push_judged(kind, entry, excuse);
+        }
+        for lost in groups.lost_commits() {
+            let (r, last) = (&lost.resume, &lost.last);
+            let (cluster, topic, partition) = self.place(r.pk);
+            let entry = json!({
+                "group": groups.names[r.group as usize], "cluster": cluster, "topic": topic,
+                "partition": partition, "generation": r.generation, "member": r.member,
+                "op_index": r.op, "from": r.from, "joined_after": r.joined_after,
+                "commit": {"offset": last.commit.offset, "op_index": last.commit.op,
+                           "invoke_index": last.invoked, "member": last.commit.member},
+            });
+            // As for zombies: the commit lives in `__consumer_offsets`, judged as a whole.
+            let place = Place {
+                cluster: Some(&cluster),
+                topic: OFFSETS_TOPIC,
+                partition: -1,
+                offset: None,
+                acknowledged: Some(last.commit.op),
+            };
+            let kind = AnomalyKind::CommitLost;
             let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
             self.anomalies.push_judged(kind, entry, excuse);
         }
