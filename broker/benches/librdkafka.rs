@@ -342,7 +342,8 @@ impl Subject {
             })
             .collect();
         bytes.sort_unstable();
-        bytes[0] as f64 / bytes[2].max(1) as f64
+        let leader = bytes.last().copied().unwrap_or(0).max(1);
+        bytes[0] as f64 / leader as f64
     }
 
     fn delete(&self, topic: &str) {

@@ -95,6 +95,29 @@ pub(crate) struct Resume {
     pub op: u64,
 }
 
+/// Where one process's `ok` group ops stand: the newest generation it showed, and the last op
+/// that completed in an older one (what a read in the newest generation joined after).
+#[derive(Debug, Clone, Copy)]
+struct ProcessGenerations {
+    newest: i64,
+    last_in_newest: u64,
+    last_before: Option<u64>,
+}
+
+impl ProcessGenerations {
+    /// The last op of this process that completed in a generation below `generation`, when it
+    /// can be told: not for a generation below the newest, whose ops are not kept.
+    fn last_below(&self, generation: i64) -> Option<u64> {
+        if generation > self.newest {
+            Some(self.last_in_newest.max(self.last_before.unwrap_or(0)))
+        } else if generation == self.newest {
+            self.last_before
+        } else {
+            None
+        }
+    }
+}
+
 /// An acknowledged commit, invoked at op `invoked`.
 #[derive(Debug, Clone)]
 pub(crate) struct Landed {
@@ -139,10 +162,9 @@ pub(crate) struct Groups {
     landed: FxHashMap<(u32, u32), Vec<Landed>>,
     /// Per group: (invocation, completion) of each commit whose answer was lost.
     unknown: FxHashMap<u32, Vec<(u64, u64)>>,
-    /// Per process: the invocation of its first group op, and its `ok` group ops as
-    /// (generation, completion).
+    /// Per process: the invocation of its first group op, and where its `ok` group ops stand.
     first_op: FxHashMap<u64, u64>,
-    generations: FxHashMap<u64, Vec<(i64, u64)>>,
+    generations: FxHashMap<u64, ProcessGenerations>,
     resumed: FxHashSet<(u64, i64, u32)>,
     resumes: Vec<Resume>,
 }
@@ -202,10 +224,24 @@ impl Groups {
 
     /// Process `process` completed an `ok` group op in `generation` at op `op`.
     pub fn in_generation(&mut self, process: u64, generation: i64, op: u64) {
-        self.generations
+        let g = self
+            .generations
             .entry(process)
-            .or_default()
-            .push((generation, op));
+            .or_insert(ProcessGenerations {
+                newest: generation,
+                last_in_newest: op,
+                last_before: None,
+            });
+        if generation > g.newest {
+            g.last_before = g.last_below(generation);
+            g.newest = generation;
+            g.last_in_newest = op;
+        } else if generation == g.newest {
+            g.last_in_newest = op;
+        } else {
+            // A commit of an older generation completing late.
+            g.last_before = Some(g.last_before.map_or(op, |b| b.max(op)));
+        }
     }
 
     /// An `ok` `group-poll` of `pk` by `process` in `generation` from `from`, completed at op
@@ -226,14 +262,15 @@ impl Groups {
             return;
         }
         // The member joined this generation in an op invoked after its last op of an older
-        // one completed (or, new, after its first group op was invoked).
-        let older = self.generations.get(&process).and_then(|g| {
-            g.iter()
-                .filter(|(gen, _)| *gen < generation)
-                .map(|(_, o)| *o)
-                .max()
-        });
-        let Some(joined_after) = older.or_else(|| self.first_op.get(&process).copied()) else {
+        // one completed (or, new, after its first group op was invoked); a read in a generation
+        // below one the process has shown is not judged.
+        let joined_after = match self.generations.get(&process) {
+            Some(g) if generation < g.newest => return,
+            Some(g) => g.last_below(generation),
+            None => None,
+        };
+        let Some(joined_after) = joined_after.or_else(|| self.first_op.get(&process).copied())
+        else {
             return;
         };
         self.resumes.push(Resume {
@@ -261,11 +298,9 @@ impl Groups {
             let Some(landed) = self.landed.get(&(r.group, r.pk)) else {
                 continue;
             };
-            let Some(last) = landed
-                .iter()
-                .filter(|l| l.commit.op <= r.joined_after)
-                .max_by_key(|l| l.commit.op)
-            else {
+            // In completion order: the last one acknowledged by then ends a prefix.
+            let done = landed.partition_point(|l| l.commit.op <= r.joined_after);
+            let Some(last) = done.checked_sub(1).map(|i| &landed[i]) else {
                 continue;
             };
             let may_follow = landed

@@ -606,7 +606,8 @@ impl<'r> QueueAnalysis<'r> {
             let member = group_body.member;
             if let Some(from) = body.from {
                 let m = member.clone();
-                (self.groups).read_from(group, pk, p, generation, m, from, ev.index);
+                self.groups
+                    .read_from(group, pk, p, generation, m, from, ev.index);
             }
             self.groups.in_generation(p, generation, ev.index);
             self.groups
@@ -1320,6 +1321,27 @@ impl<'r> QueueAnalysis<'r> {
         }
     }
 
+    /// Records an anomaly of a group's own records, judged as acknowledged at op `acknowledged`:
+    /// they are in `__consumer_offsets`, whose partition the history does not name, so what may
+    /// lose them is judged for the cluster as a whole.
+    fn push_group_record_anomaly(
+        &mut self,
+        kind: AnomalyKind,
+        cluster: &str,
+        acknowledged: u64,
+        entry: Value,
+    ) {
+        let place = Place {
+            cluster: Some(cluster),
+            topic: OFFSETS_TOPIC,
+            partition: -1,
+            offset: None,
+            acknowledged: Some(acknowledged),
+        };
+        let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
+        self.anomalies.push_judged(kind, entry, excuse);
+    }
+
     /// A group's commits: a regression within a generation, and records below the highest
     /// acknowledged commit that no poll of the group returned.
     fn check_groups(&mut self) {
@@ -1347,18 +1369,7 @@ impl<'r> QueueAnalysis<'r> {
                 "later": {"generation": z.later.generation, "op_index": z.later.op,
                           "f": z.later.f, "member": z.later.member},
             });
-            // The group's own records are in `__consumer_offsets`, whose partition the history
-            // does not name: what may lose them is judged for the cluster as a whole.
-            let place = Place {
-                cluster: Some(&cluster),
-                topic: OFFSETS_TOPIC,
-                partition: -1,
-                offset: None,
-                acknowledged: Some(z.later.op),
-            };
-            let kind = AnomalyKind::ZombieCommit;
-            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
-            self.anomalies.push_judged(kind, entry, excuse);
+            self.push_group_record_anomaly(AnomalyKind::ZombieCommit, &cluster, z.later.op, entry);
         }
         for lost in groups.lost_commits() {
             let (r, last) = (&lost.resume, &lost.last);
@@ -1370,17 +1381,8 @@ impl<'r> QueueAnalysis<'r> {
                 "commit": {"offset": last.commit.offset, "op_index": last.commit.op,
                            "invoke_index": last.invoked, "member": last.commit.member},
             });
-            // As for zombies: the commit lives in `__consumer_offsets`, judged as a whole.
-            let place = Place {
-                cluster: Some(&cluster),
-                topic: OFFSETS_TOPIC,
-                partition: -1,
-                offset: None,
-                acknowledged: Some(last.commit.op),
-            };
             let kind = AnomalyKind::CommitLost;
-            let excuse = self.policy.excuse(kind, place, &self.facts, &self.mirror);
-            self.anomalies.push_judged(kind, entry, excuse);
+            self.push_group_record_anomaly(kind, &cluster, last.commit.op, entry);
         }
         let mut highest: Vec<_> = groups.highest.iter().collect();
         highest.sort_unstable_by_key(|(&(g, pk), _)| (g, pk));
