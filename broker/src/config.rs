@@ -269,10 +269,71 @@ pub struct Voter {
     pub port: u16,
 }
 
+/// What a node runs (`process.roles`): KRaft's combined mode, a broker that reaches the controller
+/// quorum over the network, or a controller voter that serves no clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessRoles {
+    Combined,
+    Broker,
+    Controller,
+}
+
+impl ProcessRoles {
+    fn parse(value: &str) -> Result<ProcessRoles, String> {
+        let roles: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .collect();
+        if let Some(r) = roles.iter().find(|r| !["broker", "controller"].contains(r)) {
+            return Err(format!(
+                "unknown role `{r}`: roles are `broker` and `controller`"
+            ));
+        }
+        match (roles.contains(&"broker"), roles.contains(&"controller")) {
+            (true, true) => Ok(ProcessRoles::Combined),
+            (true, false) => Ok(ProcessRoles::Broker),
+            (false, true) => Ok(ProcessRoles::Controller),
+            (false, false) => Err("names no role: `broker`, `controller` or both".to_string()),
+        }
+    }
+
+    /// Kafka's rules: a dedicated node needs a quorum; a controller is one of its voters and a
+    /// broker-only node is not.
+    fn check(self, node_id: i32, voters: &[Voter]) -> Result<(), String> {
+        let voter = voters.iter().any(|v| v.id == node_id);
+        match self {
+            ProcessRoles::Combined if voters.is_empty() => Ok(()),
+            _ if voters.is_empty() => {
+                Err("a dedicated broker or controller needs controller.quorum.voters".to_string())
+            }
+            ProcessRoles::Broker if voter => Err(format!(
+                "node {node_id} is in controller.quorum.voters, so it must have the controller role"
+            )),
+            ProcessRoles::Controller | ProcessRoles::Combined if !voter => Err(format!(
+                "a controller must be in controller.quorum.voters, which does not name node {node_id}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the node serves clients and hosts replicas.
+    pub fn broker(self) -> bool {
+        self != ProcessRoles::Controller
+    }
+
+    /// Whether the node runs the metadata quorum (or, without voters, its own metadata).
+    pub fn controller(self) -> bool {
+        self != ProcessRoles::Broker
+    }
+}
+
 /// The resolved broker configuration.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     pub node_id: i32,
+    /// `process.roles`; combined when absent.
+    pub process_roles: ProcessRoles,
     pub listeners: Vec<Listener>,
     pub advertised_listeners: Vec<Listener>,
     pub controller_listener_names: Vec<String>,
@@ -501,28 +562,14 @@ impl BrokerConfig {
                 })?;
         let node_id = parse_num("node.id", v, 0, i32::MAX as i64, o)? as i32;
 
-        // Every node serves clients and keeps the metadata (a voter of the quorum, or a standalone
-        // node's own): dedicated brokers and controllers are not built, so a node given one role
-        // would still run both.
-        if let Some((v, o)) = get("process.roles") {
-            let roles: Vec<&str> = v.split(',').map(str::trim).collect();
-            if let Some(r) = roles.iter().find(|r| !["broker", "controller"].contains(r)) {
-                return Err(bad(
-                    "process.roles",
-                    v,
-                    &format!("unknown role `{r}`: roles are `broker` and `controller`"),
-                    o,
-                ));
-            }
-            if !(roles.contains(&"broker") && roles.contains(&"controller")) {
-                return Err(bad(
-                    "process.roles",
-                    v,
-                    "every node runs both roles here (`broker,controller`, KRaft's combined mode): dedicated brokers and controllers are not supported",
-                    o,
-                ));
-            }
-        }
+        let process_roles = match get("process.roles") {
+            Some((v, o)) => Some((
+                ProcessRoles::parse(v).map_err(|why| bad("process.roles", v, &why, o))?,
+                v,
+                o,
+            )),
+            None => None,
+        };
 
         let (v, o) = required("listeners")?;
         let listeners = parse_listeners("listeners", v, o, true)?;
@@ -542,10 +589,30 @@ impl BrokerConfig {
             Some((v, o)) => parse_voters(v, o)?,
             None => Vec::new(),
         };
+        let roles = match process_roles {
+            Some((roles, v, o)) => {
+                roles
+                    .check(node_id, &controller_quorum_voters)
+                    .map_err(|why| bad("process.roles", v, &why, o))?;
+                roles
+            }
+            None => {
+                if let Some((v, o)) = get("controller.quorum.voters") {
+                    ProcessRoles::Combined
+                        .check(node_id, &controller_quorum_voters)
+                        .map_err(|why| bad("controller.quorum.voters", v, &why, o))?;
+                }
+                ProcessRoles::Combined
+            }
+        };
         // A voter's quorum listens on its controller listener; a standalone node (no voters)
-        // keeps its metadata in-process and needs none.
+        // keeps its metadata in-process and a broker-only node reaches the voters', so neither
+        // needs one. A node with the broker role serves clients on another listener.
         for name in &controller_listener_names {
-            if !controller_quorum_voters.is_empty() && !listeners.iter().any(|l| &l.name == name) {
+            if roles.controller()
+                && !controller_quorum_voters.is_empty()
+                && !listeners.iter().any(|l| &l.name == name)
+            {
                 let (v, o) = get("controller.listener.names").unwrap_or((name, &Origin::Override));
                 return Err(bad(
                     "controller.listener.names",
@@ -554,6 +621,20 @@ impl BrokerConfig {
                     o,
                 ));
             }
+        }
+
+        if roles.broker()
+            && !listeners
+                .iter()
+                .any(|l| !controller_listener_names.contains(&l.name))
+        {
+            let (v, o) = required("listeners")?;
+            return Err(bad(
+                "listeners",
+                v,
+                "a node with the broker role needs a listener for clients (one not named in controller.listener.names)",
+                o,
+            ));
         }
 
         let (v, o) =
@@ -699,6 +780,7 @@ impl BrokerConfig {
         };
         Ok(BrokerConfig {
             node_id,
+            process_roles: roles,
             listeners,
             advertised_listeners,
             controller_listener_names,
@@ -1246,34 +1328,75 @@ mod tests {
     }
 
     #[test]
-    fn a_node_given_one_role_or_a_voter_without_a_controller_listener_is_refused() {
+    fn roles_follow_kafkas_rules_for_dedicated_nodes() {
         let parse = |extra: &[(&'static str, &'static str)], listeners: &'static str| {
             let mut pairs = BASE.to_vec();
             pairs[1] = ("listeners", listeners);
             pairs.extend_from_slice(extra);
-            BrokerConfig::from_entries(entries(&pairs)).map_err(|e| e.to_string())
+            BrokerConfig::from_entries(entries(&pairs))
+                .map(|c| c.process_roles)
+                .map_err(|e| e.to_string())
         };
         let both = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093";
-        assert!(parse(&[("process.roles", "broker,controller")], both).is_ok());
-        assert!(parse(&[("process.roles", "controller, broker")], both).is_ok());
-        assert!(parse(&[], both).is_ok());
-        for one in ["broker", "controller"] {
-            let err = parse(&[("process.roles", one)], both).unwrap_err();
-            assert!(
-                err.contains("process.roles")
-                    && err.contains(&format!("`{one}`"))
-                    && err.contains(":4")
-                    && err.contains("combined mode"),
-                "{err}"
-            );
-        }
-        let err = parse(&[("process.roles", "broker,observer")], both).unwrap_err();
-        assert!(err.contains("unknown role `observer`"), "{err}");
-        // A voter needs a controller listener for its quorum; a standalone node does not.
-        let voters = [("controller.quorum.voters", "1@127.0.0.1:9093")];
-        let err = parse(&voters, "PLAINTEXT://127.0.0.1:9092").unwrap_err();
-        assert!(err.contains("no listener named CONTROLLER"), "{err}");
-        assert!(parse(&[], "PLAINTEXT://127.0.0.1:9092").is_ok());
+        let client = "PLAINTEXT://127.0.0.1:9092";
+        let controller = "CONTROLLER://127.0.0.1:9093";
+        let me = ("controller.quorum.voters", "1@127.0.0.1:9093");
+        let others = ("controller.quorum.voters", "7@127.0.0.1:9093");
+        assert_eq!(parse(&[], both), Ok(ProcessRoles::Combined));
+        assert_eq!(
+            parse(&[("process.roles", "controller, broker"), me], both),
+            Ok(ProcessRoles::Combined)
+        );
+        assert_eq!(
+            parse(&[("process.roles", "broker"), others], client),
+            Ok(ProcessRoles::Broker)
+        );
+        assert_eq!(
+            parse(&[("process.roles", "controller"), me], controller),
+            Ok(ProcessRoles::Controller)
+        );
+        let refused = |extra: &[(&'static str, &'static str)], listeners, says: &str| {
+            let err = parse(extra, listeners).unwrap_err();
+            assert!(err.contains(says), "{err}");
+            err
+        };
+        let err = refused(
+            &[("process.roles", "broker,observer")],
+            both,
+            "unknown role `observer`",
+        );
+        assert!(err.contains("process.roles") && err.contains(":4"), "{err}");
+        refused(
+            &[("process.roles", "broker")],
+            client,
+            "needs controller.quorum.voters",
+        );
+        refused(
+            &[("process.roles", "broker"), me],
+            client,
+            "must have the controller role",
+        );
+        refused(
+            &[("process.roles", "controller"), others],
+            controller,
+            "does not name node 1",
+        );
+        refused(
+            &[("process.roles", "broker"), others],
+            controller,
+            "a listener for clients",
+        );
+        refused(&[("process.roles", ",")], both, "names no role");
+        refused(&[others], both, "does not name node 1");
+        // A voter needs a controller listener for its quorum; a standalone or broker-only node
+        // does not.
+        refused(&[me], client, "no listener named CONTROLLER");
+        refused(
+            &[("process.roles", "controller"), me],
+            client,
+            "no listener named CONTROLLER",
+        );
+        assert!(parse(&[], client).is_ok());
     }
 
     #[test]

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tidemark_broker::broker::Broker;
-use tidemark_broker::config::{BrokerConfig, RemoteStoreConfig};
+use tidemark_broker::config::{BrokerConfig, ProcessRoles, RemoteStoreConfig};
 use tidemark_broker::controller::local::LocalQuorum;
-use tidemark_broker::controller::raft::{QuorumConfig, RaftQuorum};
+use tidemark_broker::controller::raft::{QuorumConfig, RaftObserver, RaftQuorum};
 use tidemark_broker::controller::MetadataQuorum;
 use tidemark_broker::dump::{dump, DumpOptions};
 use tidemark_broker::faults::{Bug, Faults};
@@ -331,17 +331,70 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
     }
     // Held until the process ends: no other broker may use this log directory meanwhile.
     let _log_dir_lock = LogDirLock::acquire(&config.log_dir)?;
-    // With voters configured the metadata lives in the raft quorum; a standalone node keeps it
-    // in a local file.
-    let raft = if config.controller_quorum_voters.is_empty() {
-        None
-    } else {
-        Some(RaftQuorum::start(QuorumConfig::from_broker_config(&config)?).await?)
-    };
-    let quorum: Arc<dyn MetadataQuorum> = match &raft {
-        Some(r) => r.clone(),
-        None => LocalQuorum::open(&config.log_dir)?,
-    };
+    match config.process_roles {
+        ProcessRoles::Controller => run_controller(config).await,
+        ProcessRoles::Broker => {
+            let observer = RaftObserver::start(&config.controller_quorum_voters)?;
+            let result = run_broker(config, faults, observer.clone()).await;
+            observer.shutdown().await;
+            result
+        }
+        ProcessRoles::Combined => {
+            // With voters configured the metadata lives in the raft quorum; a standalone node
+            // keeps it in a local file.
+            if config.controller_quorum_voters.is_empty() {
+                let local = LocalQuorum::open(&config.log_dir)?;
+                run_broker(config, faults, local).await
+            } else {
+                let raft = RaftQuorum::start(QuorumConfig::from_broker_config(&config)?).await?;
+                let result = run_broker(config, faults, raft.clone()).await;
+                raft.shutdown().await;
+                result
+            }
+        }
+    }
+}
+
+/// A controller-only node: a voter of the quorum running the active controller's duties (fencing
+/// silent brokers, moving leadership back to preferred replicas) whenever it is the active one.
+async fn run_controller(config: BrokerConfig) -> anyhow::Result<()> {
+    let raft = RaftQuorum::start(QuorumConfig::from_broker_config(&config)?).await?;
+    info!(node_id = config.node_id, log_dir = %config.log_dir.display(), "controller started");
+    let shutdown = CancellationToken::new();
+    let mut duties = vec![tokio::spawn(
+        tidemark_broker::controller::fencing::fence_silent_brokers(
+            raft.clone(),
+            config.session_timeout,
+            shutdown.clone(),
+        ),
+    )];
+    if config.auto_leader_rebalance_enable {
+        duties.push(tokio::spawn(tidemark_broker::controller::rebalance::run(
+            raft.clone(),
+            config.leader_imbalance_check_interval,
+            shutdown.clone(),
+        )));
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    shutdown.cancel();
+    for d in duties {
+        let _ = d.await;
+    }
+    raft.shutdown().await;
+    info!("clean shutdown complete");
+    Ok(())
+}
+
+/// A node with the broker role, on whichever quorum its roles give it.
+async fn run_broker(
+    config: BrokerConfig,
+    faults: Faults,
+    quorum: Arc<dyn MetadataQuorum>,
+) -> anyhow::Result<()> {
     let broker = Broker::open(config, faults, quorum)?;
     info!(node_id = broker.config.node_id, log_dir = %broker.log_dir().display(), "broker started");
     let shutdown = CancellationToken::new();
@@ -385,9 +438,6 @@ async fn run(config: BrokerConfig, faults: Faults) -> anyhow::Result<()> {
         let _ = d.await;
     }
     broker.shutdown()?;
-    if let Some(r) = raft {
-        r.shutdown().await;
-    }
     info!("clean shutdown complete");
     Ok(())
 }

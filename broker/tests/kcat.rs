@@ -287,3 +287,55 @@ fn a_fenced_broker_leaves_the_listed_brokers_and_returns_when_restarted() {
     });
     assert_eq!(offline_replicas(&c, "spread"), Some(serde_json::json!([])));
 }
+
+/// KRaft's production layout: kcat sees only the broker-only nodes, one of them named as the
+/// controller it may send admin requests to, and acks=all records come back byte-identical.
+#[test]
+fn kcat_works_against_dedicated_controllers_and_brokers() {
+    let c = Cluster::start_dedicated(3, 3, "");
+    assert_eq!(listed_brokers(&c), [4, 5, 6]);
+    let listing = String::from_utf8_lossy(&kcat(&["-b", &c.running()[0], "-L"], b"")).to_string();
+    assert!(
+        listing.lines().any(|l| l.contains("(controller)")
+            && [4, 5, 6]
+                .iter()
+                .any(|b| l.contains(&format!("broker {b} at")))),
+        "kcat names a broker as the controller:\n{listing}"
+    );
+    assert_eq!(create_topic(&c.addr(4), "dedicated", 1, 3, &[]), 0);
+    let input = messages(10_000, 3);
+    kcat(
+        &[
+            "-b",
+            &c.running().join(","),
+            "-P",
+            "-t",
+            "dedicated",
+            "-p",
+            "0",
+            "-X",
+            "acks=all",
+        ],
+        &input,
+    );
+    let got = kcat(
+        &[
+            "-b",
+            &c.running()[1],
+            "-C",
+            "-t",
+            "dedicated",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-c",
+            "10000",
+            "-e",
+            "-f",
+            "%s\n",
+        ],
+        b"",
+    );
+    assert_same(&got, &input, "dedicated");
+}

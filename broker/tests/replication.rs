@@ -1,6 +1,7 @@
 //! Replication on real broker processes: a 3-node cluster keeps every acknowledged record while
 //! its leader is killed again and again, replicas converge, a full restart keeps topics, epochs
-//! and data, and a restarted leader does not lead from its own saved state.
+//! and data, a restarted leader does not lead from its own saved state, and dedicated controllers
+//! keep electing and fencing while brokers and a controller fail.
 
 mod common;
 
@@ -420,4 +421,89 @@ fn an_eligible_replica_leads_once_the_isr_is_empty_with_every_acknowledged_recor
         records.iter().map(|(o, v, _)| (*o, *v)).collect::<Vec<_>>(),
         (0..11).map(|v| (v, v)).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn dedicated_controllers_elect_and_fence_while_brokers_and_a_controller_fail() {
+    // Nodes 1-3 are controller voters only, 4-6 brokers only (KRaft's production layout).
+    let mut c = Cluster::start_dedicated(3, 3, "");
+    let d = c.describe(None).unwrap();
+    let brokers: BTreeSet<i64> = d["brokers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        brokers,
+        BTreeSet::from([4, 5, 6]),
+        "controllers serve no clients: {d}"
+    );
+    assert!(
+        brokers.contains(&d["controller"].as_i64().unwrap()),
+        "clients are sent to a broker for controller requests: {d}"
+    );
+    assert_eq!(
+        create_topic(&c.addr(4), "dc", 1, 3, &[("min.insync.replicas", "2")]),
+        0
+    );
+    let isr_of = |c: &Cluster, n: usize| {
+        c.partition_state("dc", 0)
+            .is_some_and(|(l, _, isr)| l > 0 && isr.len() == n)
+    };
+    c.wait_for("ISR of 3", T, |c| isr_of(c, 3));
+    let mut acked = Vec::new();
+    let mut write = |c: &Cluster, v: i64| {
+        let leader = leader_of(c, "dc").expect("a leader");
+        let r = produce(&c.addr(leader), "dc", 0, &[v], -1, Duration::from_secs(5));
+        if r.is_ok() {
+            acked.push(v);
+        }
+        r
+    };
+    for v in 0..20 {
+        write(&c, v).expect("acks=all with every node up");
+    }
+
+    // A controller and then the partition leader die: the two controllers left elect a new
+    // leader among the brokers.
+    c.node(1).kill9();
+    let first = leader_of(&c, "dc").unwrap();
+    c.node(first).kill9();
+    c.wait_for("a new leader without controller 1", T, |c| {
+        leader_of(c, "dc").is_some_and(|l| l != first) && isr_of(c, 2)
+    });
+    for v in 20..40 {
+        write(&c, v).expect("acks=all with two brokers in sync");
+    }
+
+    // Two brokers down: the controllers still have their majority, so the survivor is fenced
+    // off from nobody and leads alone, refusing acks=all below min.insync.replicas.
+    let second = leader_of(&c, "dc").unwrap();
+    let survivor = (4..=6).find(|b| *b != first && *b != second).unwrap();
+    c.node(second).kill9();
+    c.wait_for("the last broker leads alone", T, |c| {
+        c.partition_state("dc", 0)
+            .is_some_and(|(l, _, isr)| l == survivor && isr == [survivor as i64])
+    });
+    assert_eq!(
+        write(&c, 40),
+        Err(19),
+        "NOT_ENOUGH_REPLICAS below min.insync.replicas"
+    );
+
+    // Everything comes back; broker-only nodes find the active controller again from nothing.
+    c.node(1).restart();
+    c.node(first).restart();
+    c.node(second).restart();
+    c.wait_for("ISR of 3 again", T, |c| isr_of(c, 3));
+    for v in 41..50 {
+        write(&c, v).expect("acks=all after the restarts");
+    }
+    let leader = leader_of(&c, "dc").unwrap();
+    let (recs, _) = read_all(&c.addr(leader), "dc", 0).unwrap();
+    let have: BTreeSet<i64> = recs.iter().map(|r| r.1).collect();
+    let lost: Vec<&i64> = acked.iter().filter(|v| !have.contains(v)).collect();
+    assert!(lost.is_empty(), "acknowledged records lost: {lost:?}");
+    assert_eq!(acked.len(), 49);
 }

@@ -155,11 +155,16 @@ async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metada
         resp.cluster_id = Some(s(broker.config.cluster_id.clone()));
     }
     // The active controller as the quorum knows it (-1 while unknown); without voters this
-    // broker is its own controller.
+    // broker is its own controller. A dedicated controller serves no clients, so, as in Kafka,
+    // clients are sent to a broker (this one), which forwards what needs the controller.
     resp.controller_id = BrokerId(if cfg.controller_quorum_voters.is_empty() {
         cfg.node_id
     } else {
-        broker.quorum().active_controller().unwrap_or(-1)
+        match broker.quorum().active_controller() {
+            Some(c) if image.brokers.get(&c).is_some_and(|b| !b.fenced) => c,
+            Some(_) => cfg.node_id,
+            None => -1,
+        }
     });
     // Live brokers only, as Kafka's: a fenced one missed its session and leads nothing, and a
     // client that dials it (to list groups, say) waits on a dead address.

@@ -55,6 +55,8 @@ pub struct BrokerProc {
     binary: PathBuf,
     /// Environment variables the process gets besides the test's (an S3 store's credentials).
     pub env: Vec<(String, String)>,
+    /// A dedicated controller: `port` is its controller listener, which speaks no Kafka.
+    controller_only: bool,
 }
 
 impl BrokerProc {
@@ -87,6 +89,7 @@ impl BrokerProc {
             args,
             binary: PathBuf::from(env!("CARGO_BIN_EXE_tidemark-broker")),
             env: Vec::new(),
+            controller_only: false,
         }
     }
 
@@ -134,7 +137,11 @@ impl BrokerProc {
 
     fn spawn(&mut self) {
         self.launch();
-        wait_ready(self.port, self);
+        if self.controller_only {
+            wait_listening(self.port, self);
+        } else {
+            wait_ready(self.port, self);
+        }
     }
 
     pub fn bootstrap(&self) -> String {
@@ -229,6 +236,23 @@ fn wait_ready(port: u16, b: &mut BrokerProc) {
     panic!("broker did not serve within 20 s\n{}", b.log());
 }
 
+/// Waits until something accepts connections on `port` (a controller listener).
+fn wait_listening(port: u16, b: &mut BrokerProc) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        assert!(
+            b.is_running(),
+            "controller exited during start\n{}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("controller did not listen within 20 s\n{}", b.log());
+}
+
 /// Encodes a request frame (with its length prefix).
 pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Vec<u8> {
     let mut buf = BytesMut::new();
@@ -294,9 +318,11 @@ pub fn kcat(args: &[&str], stdin: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
-/// A cluster of brokers in combined mode (each a broker and a controller voter) on loopback.
+/// A cluster on loopback: brokers in combined mode (each a broker and a controller voter), or
+/// dedicated controllers (the first `controllers` nodes) beside broker-only nodes.
 pub struct Cluster {
     pub nodes: Vec<BrokerProc>,
+    controllers: usize,
 }
 
 /// Settings that make failure detection quick enough for tests.
@@ -375,10 +401,65 @@ impl Cluster {
         for n in nodes.iter_mut() {
             wait_ready(n.port, n);
         }
-        let c = Cluster { nodes };
+        let c = Cluster {
+            nodes,
+            controllers: 0,
+        };
         c.wait_for("all brokers registered", Duration::from_secs(30), |c| {
             c.describe(None)
                 .is_some_and(|d| d["brokers"].as_array().is_some_and(|b| b.len() == n))
+        });
+        c
+    }
+
+    /// `controllers` dedicated controller voters (node ids 1 to `controllers`) and `brokers`
+    /// broker-only nodes after them, with `props` appended to each server.properties; waits
+    /// until every broker serves and is registered.
+    pub fn start_dedicated(controllers: usize, brokers: usize, props: &str) -> Cluster {
+        let mut ports = free_ports(controllers + brokers).into_iter();
+        let voter_ports: Vec<u16> = ports.by_ref().take(controllers).collect();
+        let voters: Vec<String> = voter_ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+            .collect();
+        let ports: Vec<u16> = voter_ports.iter().copied().chain(ports).collect();
+        let mut nodes: Vec<BrokerProc> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let dir = tempfile::tempdir().unwrap();
+                let controller = i < controllers;
+                let (roles, listener) = if controller {
+                    ("controller", "CONTROLLER")
+                } else {
+                    ("broker", "PLAINTEXT")
+                };
+                let text = format!(
+                    "node.id={}\nprocess.roles={roles}\nlisteners={listener}://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\ncontroller.quorum.voters={}\nlog.dirs={}\n{FAST_FAILOVER}{props}",
+                    i + 1,
+                    voters.join(","),
+                    dir.path().join("data").display()
+                );
+                let mut node = BrokerProc::prepare(dir, *port, &text, &[]);
+                node.controller_only = controller;
+                node
+            })
+            .collect();
+        for n in nodes.iter_mut() {
+            n.launch();
+        }
+        for n in nodes.iter_mut() {
+            if n.controller_only {
+                wait_listening(n.port, n);
+            } else {
+                wait_ready(n.port, n);
+            }
+        }
+        let c = Cluster { nodes, controllers };
+        c.wait_for("all brokers registered", Duration::from_secs(30), |c| {
+            c.describe(None)
+                .is_some_and(|d| d["brokers"].as_array().is_some_and(|b| b.len() == brokers))
         });
         c
     }
@@ -388,10 +469,11 @@ impl Cluster {
         &mut self.nodes[id as usize - 1]
     }
 
-    /// Bootstrap addresses of the running, unpaused nodes.
+    /// Bootstrap addresses of the running, unpaused brokers.
     pub fn running(&self) -> Vec<String> {
         self.nodes
             .iter()
+            .skip(self.controllers)
             .filter(|n| !n.is_stopped() && !n.paused)
             .map(|n| n.bootstrap())
             .collect()

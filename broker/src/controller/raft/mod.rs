@@ -10,6 +10,7 @@
 
 mod log_store;
 mod network;
+mod observer;
 mod server;
 mod state_machine;
 #[cfg(test)]
@@ -38,8 +39,10 @@ use crate::config::{BrokerConfig, Voter};
 use crate::metadata::MetadataImage;
 use log_store::LogStore;
 use network::NetworkFactory;
-use state_machine::StateMachine;
-use wire::{CallError, Conn, Peers, Refused, Request, Response};
+use state_machine::{IndexedImage, StateMachine};
+use wire::{CallError, Conn, Observed, Peers, Refused, Request, Response};
+
+pub use observer::RaftObserver;
 
 openraft::declare_raft_types!(
     /// openraft's types for the metadata quorum: controller commands in, `apply` replies out.
@@ -55,6 +58,10 @@ openraft::declare_raft_types!(
 
 /// Pause between attempts while no leader is known or the leader is unreachable.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Default bound on one RPC to a peer.
+const RPC_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time a command or heartbeat may look for a leader and wait to apply.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Snapshot transfer chunks; the image is small, and JSON frames inflate bytes about 3x.
 const SNAPSHOT_CHUNK: u64 = 256 << 10;
 
@@ -95,8 +102,8 @@ impl QuorumConfig {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
-            rpc_timeout: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(5),
+            rpc_timeout: RPC_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
             snapshot_every: 1000,
         }
     }
@@ -141,6 +148,7 @@ struct Inner {
     metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
     peers: Arc<Peers>,
     image: watch::Receiver<Arc<MetadataImage>>,
+    indexed: watch::Receiver<IndexedImage>,
     heartbeats: Mutex<Heartbeats>,
     single_voter: bool,
     /// A leader acknowledged by a majority within this long cannot have been replaced yet.
@@ -163,13 +171,7 @@ impl RaftQuorum {
     /// cluster the voter with the lowest id initializes the membership with all voters.
     pub async fn start(cfg: QuorumConfig) -> anyhow::Result<Arc<RaftQuorum>> {
         let id = raft_id(cfg.node_id)?;
-        let mut addrs = BTreeMap::new();
-        for v in &cfg.voters {
-            let vid = raft_id(v.id)?;
-            if addrs.insert(vid, voter_addr(v)).is_some() {
-                anyhow::bail!("controller.quorum.voters names node {} twice", v.id);
-            }
-        }
+        let addrs = voter_addrs(&cfg.voters)?;
         if !addrs.contains_key(&id) {
             anyhow::bail!("node {} is not in controller.quorum.voters", cfg.node_id);
         }
@@ -188,7 +190,7 @@ impl RaftQuorum {
         .context("metadata quorum timings")?;
 
         let dir = cfg.dir.clone();
-        let (log_store, (state_machine, image)) =
+        let (log_store, (state_machine, image, indexed)) =
             log_store::blocking(move || Ok((LogStore::open(&dir)?, StateMachine::open(&dir)?)))
                 .await
                 .with_context(|| {
@@ -214,6 +216,7 @@ impl RaftQuorum {
             raft,
             peers,
             image,
+            indexed,
             heartbeats: Mutex::new(Heartbeats::default()),
             single_voter: addrs.len() == 1,
             lease: cfg.election_timeout_min,
@@ -412,14 +415,8 @@ impl Inner {
                     }
                 }
                 Some(l) => {
-                    let request = Request::Submit {
-                        cmd: cmd.clone(),
-                        timeout_ms: millis(self.request_timeout),
-                    };
-                    let timeout = self.request_timeout + self.rpc_timeout;
-                    // A fresh connection: a dead pooled one would leave the outcome in doubt.
                     let forwarded = tokio::select! {
-                        r = self.peers.call(l, request, timeout, Conn::Fresh) => r,
+                        f = forward_submit(&self.peers, l, &cmd, self.request_timeout, self.rpc_timeout) => f,
                         // A frozen leader would hold the caller for the whole timeout.
                         next = self.leader_moved(l) => {
                             return Err(QuorumError::Unknown(format!(
@@ -429,27 +426,8 @@ impl Inner {
                         }
                     };
                     match forwarded {
-                        Ok(Response::Submit(Ok(reply))) => return Ok(reply),
-                        Ok(Response::Submit(Err(Refused::Unknown(m)))) => {
-                            return Err(QuorumError::Unknown(m))
-                        }
-                        Ok(Response::Submit(Err(Refused::NotLeader { .. }))) => {
-                            format!("node {l} is no longer the leader")
-                        }
-                        Ok(Response::WrongNode { id }) => {
-                            format!("node {l}'s address is served by node {id}")
-                        }
-                        Ok(other) => {
-                            return Err(QuorumError::Unknown(format!(
-                                "unexpected answer from node {l}: {other:?}"
-                            )))
-                        }
-                        Err(CallError::NotSent(e)) => format!("leader {l} is unreachable: {e}"),
-                        Err(e) => {
-                            return Err(QuorumError::Unknown(format!(
-                                "forwarding to leader {l}: {e}"
-                            )))
-                        }
+                        Forwarded::Done(result) => return result,
+                        Forwarded::Retry { why, .. } => why,
                     }
                 }
                 None => "no leader is elected".to_string(),
@@ -491,21 +469,18 @@ impl Inner {
                     }
                     "this node lost the leadership".to_string()
                 }
-                Some(l) => {
-                    let request = Request::Heartbeat {
-                        broker_id,
-                        incarnation,
-                    };
-                    match self
-                        .peers
-                        .call(l, request, self.rpc_timeout, Conn::Pooled)
-                        .await
-                    {
-                        Ok(Response::Heartbeat(Ok(()))) => return Ok(()),
-                        Ok(other) => format!("node {l} refused the heartbeat: {other:?}"),
-                        Err(e) => format!("leader {l}: {e}"),
-                    }
-                }
+                Some(l) => match forward_heartbeat(
+                    &self.peers,
+                    l,
+                    broker_id,
+                    incarnation,
+                    self.rpc_timeout,
+                )
+                .await
+                {
+                    Ok(()) => return Ok(()),
+                    Err((why, _)) => why,
+                },
                 None => "no leader is elected".to_string(),
             };
             pause_until(deadline)
@@ -546,7 +521,100 @@ impl Inner {
                     leader: self.leader(),
                 })
             }),
+            Request::Observe { after, wait_ms } => {
+                Response::Observe(self.observe(after, wait_ms).await)
+            }
         }
+    }
+
+    /// The image after log index `after` once this node has applied one, or where it stands
+    /// after `wait_ms`. Only the active controller answers: a leader cut off from the others
+    /// would hand out an image the cluster has moved past.
+    async fn observe(&self, after: u64, wait_ms: u64) -> Result<Observed, Refused> {
+        if !self.is_active() {
+            return Err(Refused::NotLeader {
+                leader: self.leader(),
+            });
+        }
+        let mut indexed = self.indexed.clone();
+        let wait = Duration::from_millis(wait_ms).min(self.request_timeout);
+        let _ = tokio::time::timeout(wait, indexed.wait_for(|i| i.index > after)).await;
+        let now = indexed.borrow().clone();
+        Ok(Observed {
+            index: now.index,
+            image: (now.index > after).then(|| (*now.image).clone()),
+        })
+    }
+}
+
+/// What became of a command forwarded to node `to`.
+enum Forwarded {
+    Done(Result<ControllerReply, QuorumError>),
+    /// Not carried out, so it may be tried again; `leader` is the peer's guess of who leads.
+    Retry {
+        why: String,
+        leader: Option<u64>,
+    },
+}
+
+/// Forwards `cmd` to node `to`, which is believed to lead.
+async fn forward_submit(
+    peers: &Peers,
+    to: u64,
+    cmd: &ControllerCommand,
+    request_timeout: Duration,
+    rpc_timeout: Duration,
+) -> Forwarded {
+    let request = Request::Submit {
+        cmd: cmd.clone(),
+        timeout_ms: millis(request_timeout),
+    };
+    // A fresh connection: a dead pooled one would leave the outcome in doubt.
+    let answer = peers
+        .call(to, request, request_timeout + rpc_timeout, Conn::Fresh)
+        .await;
+    let retry = |why: String, leader: Option<u64>| Forwarded::Retry { why, leader };
+    match answer {
+        Ok(Response::Submit(Ok(reply))) => Forwarded::Done(Ok(reply)),
+        Ok(Response::Submit(Err(Refused::Unknown(m)))) => {
+            Forwarded::Done(Err(QuorumError::Unknown(m)))
+        }
+        Ok(Response::Submit(Err(Refused::NotLeader { leader }))) => {
+            retry(format!("node {to} is no longer the leader"), leader)
+        }
+        Ok(Response::WrongNode { id }) => {
+            retry(format!("node {to}'s address is served by node {id}"), None)
+        }
+        Ok(other) => Forwarded::Done(Err(QuorumError::Unknown(format!(
+            "unexpected answer from node {to}: {other:?}"
+        )))),
+        Err(CallError::NotSent(e)) => retry(format!("leader {to} is unreachable: {e}"), None),
+        Err(e) => Forwarded::Done(Err(QuorumError::Unknown(format!(
+            "forwarding to leader {to}: {e}"
+        )))),
+    }
+}
+
+/// Tells node `to`, believed to lead, that a broker is alive; on failure, why and the peer's
+/// guess of who leads.
+async fn forward_heartbeat(
+    peers: &Peers,
+    to: u64,
+    broker_id: i32,
+    incarnation: u64,
+    rpc_timeout: Duration,
+) -> Result<(), (String, Option<u64>)> {
+    let request = Request::Heartbeat {
+        broker_id,
+        incarnation,
+    };
+    match peers.call(to, request, rpc_timeout, Conn::Pooled).await {
+        Ok(Response::Heartbeat(Ok(()))) => Ok(()),
+        Ok(Response::Heartbeat(Err(Refused::NotLeader { leader }))) => {
+            Err((format!("node {to} is not the leader"), leader))
+        }
+        Ok(other) => Err((format!("node {to} refused the heartbeat: {other:?}"), None)),
+        Err(e) => Err((format!("leader {to}: {e}"), None)),
     }
 }
 
@@ -592,6 +660,17 @@ async fn log_leader_changes(inner: Arc<Inner>) {
             return;
         }
     }
+}
+
+/// Each voter's address by raft id.
+fn voter_addrs(voters: &[Voter]) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut addrs = BTreeMap::new();
+    for v in voters {
+        if addrs.insert(raft_id(v.id)?, voter_addr(v)).is_some() {
+            anyhow::bail!("controller.quorum.voters names node {} twice", v.id);
+        }
+    }
+    Ok(addrs)
 }
 
 /// `host:port` to connect to, bracketing an IPv6 literal.

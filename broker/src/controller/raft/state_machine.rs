@@ -50,7 +50,16 @@ pub(super) struct StateMachine {
     membership: StoredMembership<u64, BasicNode>,
     image: Arc<MetadataImage>,
     publish: watch::Sender<Arc<MetadataImage>>,
+    /// The same images with the log index they were applied at, for brokers that observe.
+    indexed: watch::Sender<IndexedImage>,
     current: CurrentSnapshot,
+}
+
+/// An image and the index of the last log entry applied to it; indexes only grow.
+#[derive(Clone, Debug, Default)]
+pub(super) struct IndexedImage {
+    pub index: u64,
+    pub image: Arc<MetadataImage>,
 }
 
 /// A copy of the state at one log id, written out as the new snapshot.
@@ -63,10 +72,14 @@ pub(super) struct SnapshotBuilder {
 }
 
 impl StateMachine {
-    /// Loads the last snapshot under `dir`; the receiver sees every image applied from then on.
+    /// Loads the last snapshot under `dir`; the receivers see every image applied from then on.
     pub(super) fn open(
         dir: &Path,
-    ) -> io::Result<(StateMachine, watch::Receiver<Arc<MetadataImage>>)> {
+    ) -> io::Result<(
+        StateMachine,
+        watch::Receiver<Arc<MetadataImage>>,
+        watch::Receiver<IndexedImage>,
+    )> {
         let stored = read_json::<SnapshotFile>(dir, SNAPSHOT_FILE)?;
         let (last_applied, membership, image) = match &stored {
             Some(s) => (
@@ -77,15 +90,30 @@ impl StateMachine {
             None => (None, StoredMembership::default(), Arc::default()),
         };
         let (publish, rx) = watch::channel(image.clone());
+        let (indexed, indexed_rx) = watch::channel(IndexedImage {
+            index: last_applied.map_or(0, |l| l.index),
+            image: image.clone(),
+        });
         let sm = StateMachine {
             dir: dir.to_path_buf(),
             last_applied,
             membership,
             image,
             publish,
+            indexed,
             current: Arc::new(Mutex::new(stored)),
         };
-        Ok((sm, rx))
+        Ok((sm, rx, indexed_rx))
+    }
+}
+
+impl StateMachine {
+    fn publish_image(&self) {
+        self.publish.send_replace(self.image.clone());
+        self.indexed.send_replace(IndexedImage {
+            index: self.last_applied.map_or(0, |l| l.index),
+            image: self.image.clone(),
+        });
     }
 }
 
@@ -160,7 +188,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => ControllerReply::Done,
                 EntryPayload::Normal(cmd) => {
                     let reply = apply(Arc::make_mut(&mut self.image), &cmd);
-                    self.publish.send_replace(self.image.clone());
+                    self.publish_image();
                     reply
                 }
                 EntryPayload::Membership(m) => {
@@ -204,7 +232,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.image = Arc::new(image);
-        self.publish.send_replace(self.image.clone());
+        self.publish_image();
         tracing::info!(last_log_id = ?meta.last_log_id, "installed a metadata snapshot from the leader");
         Ok(())
     }

@@ -21,7 +21,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Tem
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = LogStore::open(dir.path()).expect("open log store");
-        let (sm, _image) = StateMachine::open(dir.path()).expect("open state machine");
+        let (sm, _image, _indexed) = StateMachine::open(dir.path()).expect("open state machine");
         Ok((dir, log, sm))
     }
 }
@@ -118,11 +118,15 @@ async fn snapshot_restores_the_image() {
         mirror: None,
     };
     let image = {
-        let (mut sm, image) = StateMachine::open(dir.path()).unwrap();
+        let (mut sm, image, indexed) = StateMachine::open(dir.path()).unwrap();
+        assert_eq!(indexed.borrow().index, 0);
         let replies = sm
             .apply(vec![entry(0, None), entry(1, Some(create.clone()))])
             .await
             .unwrap();
+        // Observers see the image with the index it was applied at.
+        assert_eq!(indexed.borrow().index, 1);
+        assert_eq!(*indexed.borrow().image, **image.borrow());
         assert_eq!(replies[0], ControllerReply::Done);
         // No broker is registered, so the topic cannot be placed; the reply says why.
         assert!(matches!(replies[1], ControllerReply::Error { .. }));
@@ -134,8 +138,13 @@ async fn snapshot_restores_the_image() {
         let latest = image.borrow().clone();
         latest
     };
-    let (mut sm, image2) = StateMachine::open(dir.path()).unwrap();
+    let (mut sm, image2, indexed) = StateMachine::open(dir.path()).unwrap();
     assert_eq!(*image2.borrow(), image);
+    assert_eq!(
+        indexed.borrow().index,
+        1,
+        "a restart resumes at the snapshot's index"
+    );
     let (applied, _) = sm.applied_state().await.unwrap();
     assert_eq!(applied.map(|l| l.index), Some(1));
 }

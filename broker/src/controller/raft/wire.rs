@@ -1,6 +1,7 @@
 //! The controller-to-controller protocol: length-delimited JSON frames over TCP between the
-//! voters' CONTROLLER listeners, carrying openraft's RPCs and the broker-side requests (`submit`,
-//! `heartbeat`) a follower forwards to the leader. One request is in flight per connection; the
+//! voters' CONTROLLER listeners, carrying openraft's RPCs, the broker-side requests (`submit`,
+//! `heartbeat`) a follower or a broker-only node forwards to the leader, and the broker-only
+//! node's long poll for the image (`observe`). One request is in flight per connection; the
 //! client keeps idle connections per peer for reuse and drops any connection whose state is
 //! unknown (an error or a timeout), so the next call reconnects.
 
@@ -23,6 +24,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::TypeConfig;
 use crate::controller::state::{ControllerCommand, ControllerReply};
+use crate::metadata::MetadataImage;
 
 /// Snapshot chunks are bounded by the raft config; this only guards against garbage lengths.
 const MAX_FRAME: usize = 64 << 20;
@@ -52,6 +54,12 @@ pub(super) enum Request {
         broker_id: i32,
         incarnation: u64,
     },
+    /// A broker-only node's long poll of the active controller for the image after log index
+    /// `after`, answered once there is one or after `wait_ms`.
+    Observe {
+        after: u64,
+        wait_ms: u64,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -61,10 +69,19 @@ pub(super) enum Response {
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     Submit(Result<ControllerReply, Refused>),
     Heartbeat(Result<(), Refused>),
+    Observe(Result<Observed, Refused>),
     /// The request was addressed to another node and was not acted on.
     WrongNode {
         id: u64,
     },
+}
+
+/// The active controller's image at log index `index`; `None` when that is not past the
+/// observer's `after`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Observed {
+    pub index: u64,
+    pub image: Option<MetadataImage>,
 }
 
 /// Why the receiver of a forwarded request did not carry it out.
