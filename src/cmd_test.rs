@@ -167,7 +167,8 @@ struct NemesisArgs {
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,
     /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge,
-    /// leader-replication (the leader cut off from the other brokers on their listeners only). With
+    /// leader-replication (the leader cut off from the other brokers on their listeners only),
+    /// leader-control (the leader cut off from the controllers, replication and clients up). With
     /// `--workload mirror` also which cluster, by its role when the fault happens: source (the
     /// one clients write to), destination, source-leaders, destination-leaders (unclean and
     /// corrupt: source, destination). A `kind:target` entry applies to that kind only.

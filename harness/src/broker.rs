@@ -543,6 +543,10 @@ impl Db for TidemarkBroker {
         SocketAddr::new(node.ip, CLIENT_PORT)
     }
 
+    fn control_endpoint(&self, node: &Node) -> Option<SocketAddr> {
+        Some(SocketAddr::new(node.ip, CONTROLLER_PORT))
+    }
+
     fn describe(&self) -> Value {
         let version = std::process::Command::new(&self.binary)
             .arg("--version")

@@ -25,7 +25,8 @@ use crate::runtime::Node;
 /// - [`stop`](Db::stop) shuts it down cleanly and keeps its data; [`wipe`](Db::wipe) removes the
 ///   data of a stopped node; [`teardown`](Db::teardown) does both. All succeed when nothing was
 ///   running.
-/// - [`endpoint`](Db::endpoint) is the address clients use for `node`.
+/// - [`endpoint`](Db::endpoint) is the address clients use for `node`;
+///   [`control_endpoint`](Db::control_endpoint) the one its controller traffic uses, if apart.
 /// - All methods block and are called from a blocking context; they may run concurrently for
 ///   different nodes.
 pub trait Db: Send + Sync {
@@ -47,6 +48,12 @@ pub trait Db: Send + Sync {
 
     /// Where clients connect for `node`.
     fn endpoint(&self, node: &Node) -> SocketAddr;
+
+    /// Where `node`'s controller traffic (the metadata quorum, broker heartbeats) goes, when the
+    /// database has a listener of its own for it.
+    fn control_endpoint(&self, _node: &Node) -> Option<SocketAddr> {
+        None
+    }
 
     /// What test.json records about this database (binary, version, configuration).
     fn describe(&self) -> Value;

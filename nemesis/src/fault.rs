@@ -65,6 +65,23 @@ impl<'a> Env<'a> {
         ports
     }
 
+    /// The ports of the nodes' controller listeners (the metadata quorum and the brokers'
+    /// heartbeats), or the error saying the database has none apart from its clients'.
+    pub fn control_ports(&self) -> Result<Vec<u16>, Failed> {
+        let mut ports = Vec::new();
+        for n in self.cx.nodes {
+            let Some(at) = self.cx.db.control_endpoint(n) else {
+                return Err(Failed::nothing(
+                    "the database has no controller listener apart from its clients' to cut",
+                ));
+            };
+            ports.push(at.port());
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        Ok(ports)
+    }
+
     /// The node called `name`.
     pub fn node(&self, name: &str) -> Result<&Node, Failed> {
         self.cx

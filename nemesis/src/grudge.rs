@@ -36,6 +36,11 @@ pub enum PartitionKind {
     /// leader while its followers fall behind and its ISR shrinks to itself, and clients still
     /// write to it (a replication network lost, the control network up).
     LeaderReplication,
+    /// The leader of one random partition cut from the other nodes on the controller listeners
+    /// only: it can neither heartbeat nor hear new metadata, so the controllers fence it and
+    /// elect another leader, while clients and followers still reach it and it still believes
+    /// it leads (KRaft's zombie leader; the control network lost, the data network up).
+    LeaderControl,
     /// A random non-empty subset of the current leaders, each alone, at most a minority of the
     /// nodes (the rest must be able to elect).
     Leaders,
@@ -45,7 +50,7 @@ pub enum PartitionKind {
 
 impl PartitionKind {
     /// Every kind.
-    pub const ALL: [PartitionKind; 11] = [
+    pub const ALL: [PartitionKind; 12] = [
         PartitionKind::Halves,
         PartitionKind::RandomHalves,
         PartitionKind::One,
@@ -55,6 +60,7 @@ impl PartitionKind {
         PartitionKind::Bridge,
         PartitionKind::Leader,
         PartitionKind::LeaderReplication,
+        PartitionKind::LeaderControl,
         PartitionKind::Leaders,
         PartitionKind::All,
     ];
@@ -71,6 +77,7 @@ impl PartitionKind {
             PartitionKind::Bridge => "bridge",
             PartitionKind::Leader => "leader",
             PartitionKind::LeaderReplication => "leader-replication",
+            PartitionKind::LeaderControl => "leader-control",
             PartitionKind::Leaders => "leaders",
             PartitionKind::All => "all",
         }
@@ -88,13 +95,20 @@ impl PartitionKind {
     pub fn needs_leaders(self) -> bool {
         matches!(
             self,
-            PartitionKind::Leader | PartitionKind::LeaderReplication | PartitionKind::Leaders
+            PartitionKind::Leader
+                | PartitionKind::LeaderReplication
+                | PartitionKind::LeaderControl
+                | PartitionKind::Leaders
         )
     }
 
-    /// Whether the cut is of the brokers' listeners only, not of all traffic.
-    pub fn replication_only(self) -> bool {
-        self == PartitionKind::LeaderReplication
+    /// Which traffic the cut drops.
+    pub fn traffic(self) -> Traffic {
+        match self {
+            PartitionKind::LeaderReplication => Traffic::Listeners,
+            PartitionKind::LeaderControl => Traffic::Control,
+            _ => Traffic::All,
+        }
     }
 
     /// Builds the grudge over `nodes`. `leaders` lists, per partition, the current leader; it is
@@ -123,7 +137,10 @@ impl PartitionKind {
             PartitionKind::All => {
                 complete(&sorted.iter().map(|n| vec![n.clone()]).collect::<Vec<_>>())
             }
-            PartitionKind::Leader | PartitionKind::LeaderReplication | PartitionKind::Leaders => {
+            PartitionKind::Leader
+            | PartitionKind::LeaderReplication
+            | PartitionKind::LeaderControl
+            | PartitionKind::Leaders => {
                 let mut distinct: Vec<String> = leaders
                     .iter()
                     .cloned()
@@ -147,6 +164,16 @@ impl PartitionKind {
             }
         })
     }
+}
+
+/// The traffic a partition kind cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    All,
+    /// The brokers' client listeners, where followers fetch.
+    Listeners,
+    /// The controller listeners: the metadata quorum and the brokers' heartbeats.
+    Control,
 }
 
 /// Each of `alone` in a component of its own, every other node in one component.
@@ -338,7 +365,11 @@ mod tests {
                 .collect();
             assert!(!alone.is_empty());
             assert!(alone.iter().all(|n| *n == "n2" || *n == "n4"), "{g:?}");
-            for one in [PartitionKind::Leader, PartitionKind::LeaderReplication] {
+            for one in [
+                PartitionKind::Leader,
+                PartitionKind::LeaderReplication,
+                PartitionKind::LeaderControl,
+            ] {
                 let g = one.grudge(&nodes, &leaders, &mut rng(seed)).unwrap();
                 let alone: Vec<&String> = g
                     .iter()

@@ -204,7 +204,10 @@ pub const LEADER_SHARE: f64 = 0.5;
 pub const BURST_MS: u64 = 1000;
 
 fn is_leader_target(name: &str) -> bool {
-    matches!(name, "leader" | "leader-replication" | "leaders")
+    matches!(
+        name,
+        "leader" | "leader-replication" | "leader-control" | "leaders"
+    )
 }
 
 /// A fault op's value naming its targets under `key`: a leader spec with [`LEADER_SHARE`]

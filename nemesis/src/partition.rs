@@ -2,7 +2,8 @@
 //! inside the nodes), either built from a kind (`{"kind": "majorities-ring"}`) or given outright
 //! (`{"grudge": {"n1": ["n2"]}}`, which may be one-way); `stop-partition` heals the network.
 //! A grudge with `ports` cuts only traffic to or from those ports: `leader-replication` records
-//! the brokers' listeners, so the controllers' quorum still talks across the cut.
+//! the brokers' listeners, so the controllers' quorum still talks across the cut, and
+//! `leader-control` the controller listeners, so replication and clients still do.
 //!
 //! [`Net`]: tidemark_harness::net::Net
 
@@ -14,7 +15,7 @@ use tidemark_harness::net::Grudge;
 
 use crate::cluster::ClusterView;
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
-use crate::grudge::{self, PartitionKind};
+use crate::grudge::{self, PartitionKind, Traffic};
 
 /// The partition fault.
 pub struct Partition;
@@ -97,10 +98,10 @@ impl FaultOp for PartitionOp {
                 let grudge = kind
                     .grudge(&env.names(), &leaders, env.rng)
                     .map_err(Failed::nothing)?;
-                let ports = if kind.replication_only() {
-                    env.listener_ports()
-                } else {
-                    Vec::new()
+                let ports = match kind.traffic() {
+                    Traffic::All => Vec::new(),
+                    Traffic::Listeners => env.listener_ports(),
+                    Traffic::Control => env.control_ports()?,
                 };
                 (grudge, ports)
             }

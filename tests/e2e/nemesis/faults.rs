@@ -1,5 +1,5 @@
 //! Each fault kind against real brokers in network namespaces, asserting its effect: partitions
-//! cut TCP and heal, kill and pause act on the process, clock skew shows in a faketime'd
+//! cut TCP and heal (a leader cut off from the controllers alone is replaced), kill and pause act on the process, clock skew shows in a faketime'd
 //! process and a strobe flips on its own while the nemesis takes other turns, packet loss drops a measurable share and goes away, a damaged segment is cut by the
 //! broker's recovery, a node started or thawed catching up stays out of the ISR until its cap
 //! ends by itself, and a forced unclean election picks a replica outside the ISR. Every op's
@@ -79,6 +79,37 @@ fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
     }
     c.must("stop-partition", json!({}));
     assert!(c.reaches("n1", "n2") && c.reaches("n2", "n3") && c.reaches("n3", "n1"));
+
+    // One leader cut off from the controllers only: clients and followers still reach it, and
+    // the controllers, no longer hearing it, fence it and elect others for what it led.
+    c.wait("every partition led", Duration::from_secs(20), |v| {
+        v.partitions.iter().all(|p| p.leader.is_some())
+    });
+    let done = c.must("start-partition", json!({"kind": "leader-control"}));
+    assert_eq!(done["kind"], "leader-control");
+    assert_eq!(done["ports"], json!([9093]), "{done}");
+    let (alone, cut_from) = done["grudge"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, from)| from.as_array().unwrap().len() == 2)
+        .map(|(n, from)| (n.clone(), names(from)))
+        .unwrap_or_else(|| panic!("one node alone: {done}"));
+    assert!(names(&done["leaders"]).contains(&alone), "{done}");
+    for other in &cut_from {
+        assert!(c.reaches(other, &alone) && c.reaches(&alone, other));
+        assert!(!c.reaches_on(other, &alone, 9093) && !c.reaches_on(&alone, other, 9093));
+    }
+    c.wait(
+        "the cut-off leader replaced",
+        Duration::from_secs(20),
+        |v| {
+            v.partitions
+                .iter()
+                .all(|p| p.leader.as_deref() != Some(alone.as_str()))
+        },
+    );
+    c.must("stop-partition", json!({}));
     c.destroy();
 }
 

@@ -205,8 +205,13 @@ impl Cluster {
 
     /// Whether `from` can open a TCP connection to `to`'s broker port within a second.
     pub fn reaches(&self, from: &str, to: &str) -> bool {
+        self.reaches_on(from, to, 9092)
+    }
+
+    /// Whether a TCP connect from `from` to `to`'s `port` succeeds within a second.
+    pub fn reaches_on(&self, from: &str, to: &str, port: u16) -> bool {
         let ip = self.node(to).ip;
-        let cmd = format!("timeout 1 bash -c 'exec 3<>/dev/tcp/{ip}/9092' 2>/dev/null");
+        let cmd = format!("timeout 1 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null");
         self.node(from).remote.exec(&cmd).unwrap().exit == 0
     }
 
