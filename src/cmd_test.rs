@@ -17,7 +17,7 @@ use tidemark_harness::prerequisites::{self, Requirement};
 use tidemark_harness::progress::Progress;
 use tidemark_harness::runner::{self, CancellationToken, RunOutcome};
 use tidemark_harness::runtime::Runtime;
-use tidemark_harness::test::{cluster_names, node_names, Test, TestOptions};
+use tidemark_harness::test::{cluster_names, controller_names, node_names, Test, TestOptions};
 use tidemark_harness::workload::Workload;
 use tidemark_nemesis::mirror::MirrorSetup;
 use tidemark_nemesis::schedule::{ClusterNodes, Schedule};
@@ -72,6 +72,13 @@ pub struct Args {
     /// Number of broker nodes of each cluster (default: 3, or every host of --nodes-file).
     #[arg(long, value_name = "N")]
     nodes: Option<usize>,
+    /// Dedicated controller nodes of each cluster (KRaft's production layout: `c1`, `c2`, ...,
+    /// or `a-c1`, ... with more than one cluster), beside --nodes broker-only nodes; 0: every
+    /// node is both broker and controller. Faults drawn from target specs hit the brokers; the
+    /// controllers stay reachable unless a fault names them (`leader-control` cuts a leader off
+    /// from them).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    controllers: usize,
     /// Number of independent clusters, `a`, `b`, ..., each with its own quorum of --nodes nodes
     /// (`a1`, `a2`, ..., `b1`, ... when more than one); the workload runs against the first, and
     /// so do faults (default: 1, 2 for `--workload mirror`, or the clusters of --nodes-file).
@@ -494,6 +501,13 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     if args.concurrency == 0 {
         return Err(Problem::Usage("--concurrency must be at least 1".into()));
     }
+    if args.controllers > 0 && hosts.is_some() {
+        return Err(Problem::Usage(
+            "--controllers needs nodes made for the test (the netns or docker runtime); \
+             a --nodes-file lists broker hosts only"
+                .into(),
+        ));
+    }
     if !(args.rate >= 0.0 && args.rate.is_finite()) {
         return Err(Problem::Usage("--rate must be 0 or more".into()));
     }
@@ -512,7 +526,11 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
     // Faults act on the workload's cluster, the first, unless a scripted op names another.
     let cluster_nodes: Vec<ClusterNodes> = clusters
         .iter()
-        .map(|c| (c.clone(), node_names(&clusters, c, nodes)))
+        .map(|c| {
+            let mut names = node_names(&clusters, c, nodes);
+            names.extend(controller_names(&clusters, c, args.controllers));
+            (c.clone(), names)
+        })
         .collect();
     if mirror_workload && clusters.len() != 2 {
         return Err(Problem::Usage(format!(
@@ -699,6 +717,7 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
         name: args.name.unwrap_or_else(|| args.workload.clone()),
         seed,
         nodes,
+        controllers: args.controllers,
         clusters,
         concurrency: args.concurrency,
         time_limit,

@@ -38,7 +38,7 @@ use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
 use crate::prerequisites::Requirement;
 use crate::probe;
 use crate::remote::{self, command_line, escape};
-use crate::runtime::Node;
+use crate::runtime::{Node, NodeRole};
 
 /// The topic config that extends the LMLE truncation's wait to every replica (KIP-1279).
 pub const MIRROR_UNCLEAN_KEY: &str = "mirror.support.unclean.leader.election";
@@ -144,7 +144,8 @@ impl BrokerConfig {
     }
 }
 
-/// Renders `server.properties` for `node` in `cluster`, storing data in `data_dir`.
+/// Renders `server.properties` for `node` in `cluster`, storing data in `data_dir`: the voters
+/// are the cluster's nodes with the controller role, and each node listens as its role needs.
 pub fn render_properties(
     config: &BrokerConfig,
     node: &Node,
@@ -155,23 +156,34 @@ pub fn render_properties(
     props.insert("node.id".into(), node.id.to_string());
     // Mirroring tells clusters apart by id (a mirror of one's own cluster is a loop).
     props.insert("cluster.id".into(), format!("tidemark-{}", node.cluster));
-    props.insert("process.roles".into(), "broker,controller".into());
-    props.insert(
-        "listeners".into(),
-        format!(
-            "PLAINTEXT://{}:{CLIENT_PORT},CONTROLLER://{}:{CONTROLLER_PORT}",
-            node.ip, node.ip
+    let (roles, listeners) = match node.role {
+        NodeRole::Combined => (
+            "broker,controller",
+            format!(
+                "PLAINTEXT://{}:{CLIENT_PORT},CONTROLLER://{}:{CONTROLLER_PORT}",
+                node.ip, node.ip
+            ),
         ),
-    );
-    props.insert(
-        "advertised.listeners".into(),
-        format!("PLAINTEXT://{}:{CLIENT_PORT}", node.ip),
-    );
+        NodeRole::Broker => ("broker", format!("PLAINTEXT://{}:{CLIENT_PORT}", node.ip)),
+        NodeRole::Controller => (
+            "controller",
+            format!("CONTROLLER://{}:{CONTROLLER_PORT}", node.ip),
+        ),
+    };
+    props.insert("process.roles".into(), roles.into());
+    props.insert("listeners".into(), listeners);
+    if node.role.is_broker() {
+        props.insert(
+            "advertised.listeners".into(),
+            format!("PLAINTEXT://{}:{CLIENT_PORT}", node.ip),
+        );
+    }
     props.insert("controller.listener.names".into(), "CONTROLLER".into());
     props.insert(
         "controller.quorum.voters".into(),
         cluster
             .iter()
+            .filter(|n| n.role.is_voter())
             .map(|n| format!("{}@{}:{CONTROLLER_PORT}", n.id, n.ip))
             .collect::<Vec<_>>()
             .join(","),
@@ -940,6 +952,7 @@ mod tests {
 
     fn node(i: u8) -> Node {
         Node {
+            role: NodeRole::Combined,
             name: format!("n{i}"),
             cluster: "a".into(),
             id: i as u32,
@@ -959,6 +972,46 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert!(binary_sha256(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn dedicated_controllers_are_the_only_voters_and_listen_for_the_quorum_alone() {
+        let role = |mut n: Node, role| {
+            n.role = role;
+            n
+        };
+        let cluster = [
+            role(node(1), NodeRole::Broker),
+            role(node(2), NodeRole::Broker),
+            role(node(3), NodeRole::Controller),
+        ];
+        let props = |n: &Node| {
+            render_properties(
+                &BrokerConfig::for_replication(2),
+                n,
+                &cluster,
+                Path::new("/d"),
+            )
+        };
+        let (broker, controller) = (props(&cluster[0]), props(&cluster[2]));
+        for p in [&broker, &controller] {
+            assert!(
+                p.contains("\ncontroller.quorum.voters=3@10.211.0.13:9093\n"),
+                "{p}"
+            );
+        }
+        assert!(broker.contains("\nprocess.roles=broker\n"), "{broker}");
+        assert!(
+            broker.contains("\nlisteners=PLAINTEXT://10.211.0.11:9092\n"),
+            "{broker}"
+        );
+        assert!(broker.contains("\nadvertised.listeners=PLAINTEXT://10.211.0.11:9092\n"));
+        assert!(
+            controller.contains("\nprocess.roles=controller\n"),
+            "{controller}"
+        );
+        assert!(controller.contains("\nlisteners=CONTROLLER://10.211.0.13:9093\n"));
+        assert!(!controller.contains("advertised.listeners"), "{controller}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::dial::{Dialer, Direct};
 use crate::leftovers::{self, Resources, RunState, PREFIX, RUN_LABEL};
 use crate::prerequisites::{self, Requirement};
 use crate::remote::{self, command_line};
-use crate::runtime::{Node, Runtime};
+use crate::runtime::{Node, NodeRole, Runtime};
 use crate::ssh::{KnownHosts, Ssh, SshConfig};
 
 /// The image nodes run unless told otherwise.
@@ -347,6 +347,7 @@ impl Runtime for DockerRuntime {
                 &command_line(&["mkdir", "-p", &dir.display().to_string()]),
             )?;
             let node = Node {
+                role: NodeRole::Combined,
                 name: name.clone(),
                 cluster: cluster.to_string(),
                 id: i as u32 + 1,

@@ -17,7 +17,7 @@ use crate::leftovers::{self, Resources, RunState};
 use crate::net::{CHAIN, NFT_TABLE};
 use crate::prerequisites::{self, Requirement};
 use crate::remote::{self, command_line, escape};
-use crate::runtime::{Node, Runtime};
+use crate::runtime::{Node, NodeRole, Runtime};
 use crate::ssh::{KnownHosts, Ssh, SshConfig};
 
 /// The directory on each host under which runs keep their files.
@@ -276,6 +276,7 @@ impl Runtime for HostsRuntime {
                 &command_line(&["mkdir", "-p", &dir.display().to_string()]),
             )?;
             let node = Node {
+                role: NodeRole::Combined,
                 name: name.clone(),
                 cluster: cluster.to_string(),
                 id: i as u32 + 1,

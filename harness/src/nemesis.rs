@@ -14,8 +14,11 @@ use crate::runtime::Node;
 
 /// What a nemesis may act on.
 pub struct NemesisContext<'a> {
-    /// The nodes of the cluster the fault acts on.
+    /// The broker nodes of the cluster the fault acts on.
     pub nodes: &'a [Node],
+    /// Its dedicated controllers (none in combined mode): the network and the healing reach
+    /// them, and faults naming them, but no target spec draws them.
+    pub controllers: &'a [Node],
     /// Every cluster's nodes, for faults between clusters (a failback's lagging replica).
     pub every_node: &'a [Node],
     /// The database, with its optional abilities.
@@ -30,6 +33,11 @@ pub struct NemesisContext<'a> {
 }
 
 impl NemesisContext<'_> {
+    /// Every node of the cluster: its brokers, then its dedicated controllers.
+    pub fn cluster_nodes(&self) -> Vec<Node> {
+        self.nodes.iter().chain(self.controllers).cloned().collect()
+    }
+
     /// The client side of cluster `name`.
     pub fn cluster(&self, name: &str) -> Option<&ClientContext> {
         self.clusters.iter().find(|c| c.cluster == name)
@@ -81,7 +89,8 @@ pub trait Nemesis: Send + Sync {
 /// The final phase's healing as nemesis ops: heal the network, resume paused nodes, start
 /// stopped ones (the last two only when the database can pause and kill).
 pub fn heal_ops(cx: &NemesisContext<'_>) -> Vec<Invocation> {
-    let nodes = json!({ "nodes": cx.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>() });
+    let every = cx.cluster_nodes();
+    let nodes = json!({ "nodes": every.iter().map(|n| n.name.clone()).collect::<Vec<_>>() });
     let mut ops = vec![Invocation {
         f: "stop-partition".into(),
         value: json!({}),
@@ -105,16 +114,17 @@ pub fn heal_ops(cx: &NemesisContext<'_>) -> Vec<Invocation> {
 /// errors, if any.
 pub fn heal(cx: &NemesisContext<'_>, op: &Invocation) -> Completion {
     let mut errors: Vec<String> = Vec::new();
+    let every = cx.cluster_nodes();
     match op.f.as_str() {
         "stop-partition" => {
-            if let Err(e) = cx.net.heal(cx.nodes) {
+            if let Err(e) = cx.net.heal(&every) {
                 errors.push(format!("{e:#}"));
             }
         }
         "resume" => {
             if let Some(pause) = cx.db.as_pause() {
                 errors.extend(
-                    cx.nodes.iter().filter_map(|n| {
+                    every.iter().filter_map(|n| {
                         pause.resume(n).err().map(|e| format!("{}: {e:#}", n.name))
                     }),
                 );
@@ -123,7 +133,7 @@ pub fn heal(cx: &NemesisContext<'_>, op: &Invocation) -> Completion {
         "start" => {
             if let Some(kill) = cx.db.as_kill() {
                 errors.extend(
-                    cx.nodes
+                    every
                         .iter()
                         .filter_map(|n| kill.start(n).err().map(|e| format!("{}: {e:#}", n.name))),
                 );

@@ -140,6 +140,7 @@ mod tests {
 
     fn node(i: u8) -> Node {
         Node {
+            role: crate::runtime::NodeRole::Combined,
             name: format!("n{i}"),
             cluster: "a".into(),
             id: i as u32,

@@ -28,7 +28,7 @@ use crate::dial::{Dialer, FromNetns};
 use crate::leftovers::{self, Resources, RunState, PREFIX};
 use crate::prerequisites::Requirement;
 use crate::remote::Local;
-use crate::runtime::{Node, Runtime};
+use crate::runtime::{Node, NodeRole, Runtime};
 
 /// The most nodes a one-cluster run may have (addresses .11 to .250).
 pub const MAX_NODES: usize = 240;
@@ -205,6 +205,7 @@ impl Runtime for NetnsRuntime {
             let dir = self.work_dir.join(name);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             nodes.push(Node {
+                role: NodeRole::Combined,
                 name: name.clone(),
                 cluster: cluster.to_string(),
                 id: i as u32 + 1,

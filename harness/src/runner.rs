@@ -10,7 +10,8 @@
 //! cancellation (Ctrl-C) and, through the runtime's `Drop`, on panic.
 //!
 //! A test has one or more clusters, each its own quorum on its own nodes, all reached through
-//! one runtime. Serving, convergence and healing are per cluster; the workload's clients talk to
+//! one runtime; a cluster with dedicated controllers has them beside its brokers, reached by the
+//! network and the healing but not by clients, replicas or target specs. Serving, convergence and healing are per cluster; the workload's clients talk to
 //! the first unless an op names another (`"cluster": "b"`); a fault acts on the cluster its op
 //! names, else on the first. After healing, the nemesis's settle ops (a mirror settled in a
 //! steady direction) run before replicas are awaited.
@@ -36,7 +37,7 @@ use crate::net::Net;
 use crate::op::{Completion, Invocation, Outcome};
 use crate::probe::{await_convergence, await_serving};
 use crate::progress::Progress;
-use crate::runtime::Node;
+use crate::runtime::{Node, NodeRole};
 use crate::store::RunDir;
 use crate::test::Test;
 use crate::workload::{SetupContext, Workload};
@@ -114,10 +115,21 @@ async fn run_phases(
     ));
     let mut made: Vec<Node> = Vec::new();
     for cluster in &opts.clusters {
-        let names = opts.node_names(cluster);
+        let mut names = opts.node_names(cluster);
+        let controllers = opts.controller_names(cluster);
+        names.extend(controllers.iter().cloned());
         let created = tokio::task::block_in_place(|| test.runtime.create(cluster, &names));
         // What was made so far is evidence too, whether or not the next cluster can be made.
-        made.extend(created?);
+        made.extend(created?.into_iter().map(|mut n| {
+            if !controllers.is_empty() {
+                n.role = if controllers.contains(&n.name) {
+                    NodeRole::Controller
+                } else {
+                    NodeRole::Broker
+                };
+            }
+            n
+        }));
         *nodes_out = Some(Arc::new(made.clone()));
     }
     let nodes: Arc<Vec<Node>> = Arc::new(made);
@@ -130,13 +142,28 @@ async fn run_phases(
     progress.phase(&format!("run directory {}", run_dir.path().display()));
 
     let home = opts.workload_cluster().to_owned();
+    // Clients, replicas and target specs see the brokers; dedicated controllers only vote.
     let members = |name: &str| -> Vec<Node> {
         nodes
             .iter()
-            .filter(|n| n.cluster == name)
+            .filter(|n| n.cluster == name && n.role.is_broker())
             .cloned()
             .collect()
     };
+    let controllers = |name: &str| -> Vec<Node> {
+        nodes
+            .iter()
+            .filter(|n| n.cluster == name && !n.role.is_broker())
+            .cloned()
+            .collect()
+    };
+    let brokers: Arc<Vec<Node>> = Arc::new(
+        nodes
+            .iter()
+            .filter(|n| n.role.is_broker())
+            .cloned()
+            .collect(),
+    );
     // The workload's cluster first, as `SetupContext` and `Workload::open` promise.
     let mut clients: Vec<ClientContext> = opts
         .clusters
@@ -169,7 +196,8 @@ async fn run_phases(
                 .expect("a context per cluster"),
             all: clients.clone(),
             nodes: Arc::new(members(name)),
-            every_node: nodes.clone(),
+            controllers: Arc::new(controllers(name)),
+            every_node: brokers.clone(),
             db: test.db.clone(),
             net: test.net.clone(),
         })
@@ -177,14 +205,14 @@ async fn run_phases(
 
     progress.phase("deploying tidemark-broker");
     let db = test.db.clone();
-    // Each broker's quorum is its own cluster's nodes.
+    // Each node's quorum is its own cluster's nodes.
     on_nodes(&nodes, |n| {
-        let members = clusters
+        let members: Vec<Node> = nodes
             .iter()
-            .find(|c| c.client.cluster == n.cluster)
-            .map(|c| c.nodes.as_slice())
-            .unwrap_or_default();
-        db.setup(n, members)
+            .filter(|m| m.cluster == n.cluster)
+            .cloned()
+            .collect();
+        db.setup(n, &members)
     })?;
     for c in &clusters {
         await_serving(
@@ -300,8 +328,15 @@ async fn run_phases(
 
     progress.phase("stopping brokers, dumping replicas");
     let db = test.db.clone();
-    on_nodes(&nodes, |n| db.stop(n))?;
-    let replicas = dump_replicas(&nodes, test.db.as_ref());
+    // Brokers first: a clean stop hands leadership over through the controllers.
+    on_nodes(&brokers, |n| db.stop(n))?;
+    let voters: Vec<Node> = nodes
+        .iter()
+        .filter(|n| !n.role.is_broker())
+        .cloned()
+        .collect();
+    on_nodes(&voters, |n| db.stop(n))?;
+    let replicas = dump_replicas(&brokers, test.db.as_ref());
     run_dir.write_replicas(&replicas)?;
 
     progress.phase("checking");
@@ -342,6 +377,7 @@ where
 #[derive(Clone)]
 struct Parts {
     nodes: Arc<Vec<Node>>,
+    controllers: Arc<Vec<Node>>,
     every_node: Arc<Vec<Node>>,
     db: Arc<dyn Db>,
     net: Arc<dyn Net>,
@@ -353,6 +389,7 @@ impl Parts {
     fn context(&self) -> NemesisContext<'_> {
         NemesisContext {
             nodes: &self.nodes,
+            controllers: &self.controllers,
             every_node: &self.every_node,
             db: self.db.as_ref(),
             net: self.net.as_ref(),

@@ -25,6 +25,34 @@ pub struct Node {
     pub dir: PathBuf,
     /// How to run commands on it.
     pub remote: Arc<dyn Remote>,
+    /// What it runs in its cluster.
+    pub role: NodeRole,
+}
+
+/// What a node runs in its cluster: every node both roles (KRaft's combined mode), or dedicated
+/// controllers beside broker-only nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeRole {
+    Combined,
+    Broker,
+    Controller,
+}
+
+impl NodeRole {
+    /// Whether clients, replicas and most faults see this node.
+    pub fn is_broker(self) -> bool {
+        self != NodeRole::Controller
+    }
+
+    /// Whether it votes in the cluster's controller quorum.
+    pub fn is_voter(self) -> bool {
+        self != NodeRole::Broker
+    }
+
+    fn is_combined(&self) -> bool {
+        *self == NodeRole::Combined
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -36,6 +64,7 @@ impl std::fmt::Debug for Node {
             .field("ip", &self.ip)
             .field("dir", &self.dir)
             .field("remote", &self.remote.describe())
+            .field("role", &self.role)
             .finish()
     }
 }
@@ -53,6 +82,9 @@ pub struct NodeRecord {
     pub ip: IpAddr,
     /// How it is reached.
     pub remote: String,
+    /// Its role when the cluster has dedicated controllers.
+    #[serde(skip_serializing_if = "NodeRole::is_combined")]
+    pub role: NodeRole,
 }
 
 impl From<&Node> for NodeRecord {
@@ -63,6 +95,7 @@ impl From<&Node> for NodeRecord {
             id: n.id,
             ip: n.ip,
             remote: n.remote.describe(),
+            role: n.role,
         }
     }
 }

@@ -24,6 +24,10 @@ pub struct TestOptions {
     pub seed: u64,
     /// Number of broker nodes of each cluster.
     pub nodes: usize,
+    /// Dedicated controller nodes of each cluster; 0: every node is both broker and controller
+    /// (KRaft's combined mode).
+    #[serde(default)]
+    pub controllers: usize,
     /// The clusters' names, each an independent cluster with its own controller quorum; the
     /// workload and, by default, the faults act on the first.
     #[serde(default = "one_cluster")]
@@ -63,6 +67,11 @@ impl TestOptions {
         node_names(&self.clusters, cluster, self.nodes)
     }
 
+    /// Names of the dedicated controllers of `cluster`, by [`controller_names`].
+    pub fn controller_names(&self, cluster: &str) -> Vec<String> {
+        controller_names(&self.clusters, cluster, self.controllers)
+    }
+
     /// The cluster the workload runs against: the first.
     pub fn workload_cluster(&self) -> &str {
         self.clusters.first().map_or("a", String::as_str)
@@ -100,6 +109,18 @@ pub fn node_names(clusters: &[String], cluster: &str, nodes: usize) -> Vec<Strin
     (1..=nodes).map(|i| format!("{prefix}{i}")).collect()
 }
 
+/// Names of the `controllers` dedicated controllers of `cluster` among `clusters`: `c1`, `c2`,
+/// ... when there is one cluster, else the cluster's name, a dash and those, `a-c1`, ... (a dash,
+/// since cluster names are letters and `ac1` could be a broker of cluster `ac`).
+pub fn controller_names(clusters: &[String], cluster: &str, controllers: usize) -> Vec<String> {
+    let prefix = if clusters.len() > 1 {
+        format!("{cluster}-c")
+    } else {
+        "c".to_string()
+    };
+    (1..=controllers).map(|i| format!("{prefix}{i}")).collect()
+}
+
 /// The parts that carry a test out.
 pub struct Test {
     /// The chosen options.
@@ -131,6 +152,7 @@ impl Test {
             "workload": self.workload.name(),
             "workload_options": self.workload.options(),
             "nemesis": o.nemesis,
+            "controllers": o.controllers,
             "nemesis_options": self.nemesis.as_ref().map(|n| n.describe()),
             "nodes": nodes.iter().map(NodeRecord::from).collect::<Vec<_>>(),
             "clusters": clusters,
@@ -164,6 +186,9 @@ mod tests {
         assert_eq!(two, ["a", "b"]);
         assert_eq!(node_names(&two, "a", 3), ["a1", "a2", "a3"]);
         assert_eq!(node_names(&two, "b", 2), ["b1", "b2"]);
+        assert_eq!(controller_names(&one, "a", 3), ["c1", "c2", "c3"]);
+        assert_eq!(controller_names(&two, "b", 1), ["b-c1"]);
+        assert!(controller_names(&two, "b", 0).is_empty());
         assert!(check_cluster_name("b").is_ok());
         for bad in ["", "b1", "B", "a-b"] {
             let e = check_cluster_name(bad).unwrap_err();

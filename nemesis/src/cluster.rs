@@ -179,6 +179,7 @@ mod tests {
 
     fn node(i: u32) -> Node {
         Node {
+            role: tidemark_harness::runtime::NodeRole::Combined,
             name: format!("n{i}"),
             cluster: "a".into(),
             id: i,

@@ -69,7 +69,7 @@ impl<'a> Env<'a> {
     /// heartbeats), or the error saying the database has none apart from its clients'.
     pub fn control_ports(&self) -> Result<Vec<u16>, Failed> {
         let mut ports = Vec::new();
-        for n in self.cx.nodes {
+        for n in self.cx.nodes.iter().chain(self.cx.controllers) {
             let Some(at) = self.cx.db.control_endpoint(n) else {
                 return Err(Failed::nothing(
                     "the database has no controller listener apart from its clients' to cut",
@@ -82,11 +82,22 @@ impl<'a> Env<'a> {
         Ok(ports)
     }
 
-    /// The node called `name`.
+    /// Every node's name, dedicated controllers included: what a fault may name.
+    pub fn every_name(&self) -> Vec<String> {
+        self.cx
+            .nodes
+            .iter()
+            .chain(self.cx.controllers)
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    /// The node called `name`, a broker or a dedicated controller.
     pub fn node(&self, name: &str) -> Result<&Node, Failed> {
         self.cx
             .nodes
             .iter()
+            .chain(self.cx.controllers)
             .find(|n| n.name == name)
             .ok_or_else(|| Failed::nothing(format!("no node {name}")))
     }

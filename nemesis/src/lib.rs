@@ -513,7 +513,7 @@ impl Nemesis for Nemeses {
             leaders: None,
         };
         let performed = fault
-            .parse(&op.f, &value, &env.names())
+            .parse(&op.f, &value, &env.every_name())
             .map_err(Failed::nothing)
             .and_then(|parsed| parsed.invoke(&mut env));
         let (mut value, error) = match performed {

@@ -1255,6 +1255,7 @@ mod tests {
         use std::net::{IpAddr, Ipv4Addr};
         use std::sync::Arc;
         let node = |i: u32| Node {
+            role: tidemark_harness::runtime::NodeRole::Combined,
             name: format!("a{i}"),
             cluster: "a".into(),
             id: i,

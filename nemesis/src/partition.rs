@@ -79,7 +79,10 @@ impl FaultOp for PartitionOp {
         let mut record = json!({});
         let (grudge, ports) = match *self {
             PartitionOp::Stop => {
-                env.cx.net.heal(env.cx.nodes).map_err(Failed::from_error)?;
+                env.cx
+                    .net
+                    .heal(&env.cx.cluster_nodes())
+                    .map_err(Failed::from_error)?;
                 return Ok(json!({}));
             }
             PartitionOp::Grudge(g, kind, ports) => {
@@ -95,8 +98,14 @@ impl FaultOp for PartitionOp {
                     Vec::new()
                 };
                 record["kind"] = json!(kind.name());
+                // A cut of the control traffic also cuts the leader off from dedicated
+                // controllers; every other kind cuts among the brokers.
+                let names = match kind.traffic() {
+                    Traffic::Control => env.every_name(),
+                    Traffic::All | Traffic::Listeners => env.names(),
+                };
                 let grudge = kind
-                    .grudge(&env.names(), &leaders, env.rng)
+                    .grudge(&names, &leaders, env.rng)
                     .map_err(Failed::nothing)?;
                 let ports = match kind.traffic() {
                     Traffic::All => Vec::new(),
@@ -110,7 +119,11 @@ impl FaultOp for PartitionOp {
         if !ports.is_empty() {
             record["ports"] = json!(ports);
         }
-        match env.cx.net.drop_on_ports(env.cx.nodes, &grudge, &ports) {
+        match env
+            .cx
+            .net
+            .drop_on_ports(&env.cx.cluster_nodes(), &grudge, &ports)
+        {
             Ok(()) => Ok(record),
             // Some nodes may already drop traffic: say which grudge was meant.
             Err(e) => Err(Failed {

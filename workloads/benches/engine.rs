@@ -61,6 +61,7 @@ fn options(
         name: "bench".into(),
         seed: 1,
         nodes: 3,
+        controllers: 0,
         clusters: cluster_names(1),
         concurrency,
         time_limit,

@@ -1,5 +1,6 @@
 //! `tidemark test` end to end on real network namespaces with real brokers: a short run without
-//! faults is valid, writes every file of the run directory, and leaves nothing behind.
+//! faults is valid, writes every file of the run directory, and leaves nothing behind; so does a
+//! run with dedicated controllers under broker kills and a leader cut off from them.
 
 use std::path::Path;
 use std::process::Command;
@@ -119,4 +120,83 @@ fn bad_usage_exits_254_with_a_reason() {
         .unwrap();
     assert_eq!(out.status.code(), Some(254));
     assert!(String::from_utf8_lossy(&out.stderr).contains("available: queue"));
+}
+
+/// KRaft's production layout: with dedicated controllers two brokers can die at once without
+/// losing the quorum (the controllers fence them), a leader cut off from the controllers is cut
+/// from all three, and the run is judged and cleaned up like any other.
+#[test]
+fn dedicated_controllers_survive_two_dead_brokers_and_a_leader_cut_from_them() {
+    require_root("dedicated_controllers_survive_two_dead_brokers_and_a_leader_cut_from_them");
+    broker();
+    let store = tempfile::tempdir().unwrap();
+    let schedule = store.path().join("faults.json");
+    std::fs::write(
+        &schedule,
+        r#"[
+{"time_s": 2, "f": "kill", "value": {"nodes": ["n1", "n2"]}},
+{"time_s": 8, "f": "start", "value": {"nodes": ["n1", "n2"]}},
+{"time_s": 11, "f": "start-partition", "value": {"kind": "leader-control"}},
+{"time_s": 17, "f": "stop-partition", "value": {}}
+]"#,
+    )
+    .unwrap();
+    let out = Command::new(tidemark())
+        .args(["test", "--controllers", "3", "--time-limit", "20"])
+        .arg("--nemesis-schedule")
+        .arg(&schedule)
+        .args(["--seed", "1", "--quiet", "--store"])
+        .arg(store.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    let run = store.path().join("latest");
+    let test = test_json(&run);
+    let roles: Vec<(String, String)> = test["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap().into(),
+                n["role"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let role = |names: [&str; 3], r: &str| names.map(|n| (n.to_string(), r.to_string()));
+    let want: Vec<(String, String)> = role(["n1", "n2", "n3"], "broker")
+        .into_iter()
+        .chain(role(["c1", "c2", "c3"], "controller"))
+        .collect();
+    assert_eq!(roles, want);
+
+    // The controllers fenced both dead brokers: their quorum never depended on them.
+    let logs: String = ["c1", "c2", "c3"]
+        .iter()
+        .map(|c| std::fs::read_to_string(run.join("nodes").join(c).join("broker.log")).unwrap())
+        .collect();
+    for b in [1, 2] {
+        assert!(
+            logs.contains(&format!("no heartbeat within 3s broker={b}")),
+            "broker {b} was not fenced:\n{logs}"
+        );
+    }
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    let cut: Value = history
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["f"] == "start-partition" && o["type"] == "info")
+        .expect("the cut is recorded");
+    assert_eq!(cut["value"]["ports"], serde_json::json!([9093]), "{cut}");
+    let grudge = cut["value"]["grudge"].as_object().unwrap();
+    for c in ["c1", "c2", "c3"] {
+        assert_eq!(grudge[c].as_array().unwrap().len(), 1, "{cut}");
+    }
+    // Replicas live on the brokers only: two topics of two partitions, three replicas each.
+    let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
+    assert_eq!(replicas.lines().count(), 12);
+    assert_nothing_left(&test);
 }

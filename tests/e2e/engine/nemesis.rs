@@ -76,6 +76,7 @@ async fn a_partition_is_applied_recorded_and_healed() {
         name: "partition".into(),
         seed: 3,
         nodes: 3,
+        controllers: 0,
         clusters: cluster_names(1),
         concurrency: 6,
         time_limit: Duration::from_secs(8),

@@ -16,7 +16,7 @@ use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::probe::await_ready;
 use tidemark_harness::remote::{self, Remote, RemoteError};
 use tidemark_harness::runner::CancellationToken;
-use tidemark_harness::runtime::{Node, Runtime};
+use tidemark_harness::runtime::{Node, NodeRole, Runtime};
 use tidemark_harness::ssh::{KnownHosts, Ssh, SshConfig};
 
 fn config(node: &Node, dir: &Path, known_hosts: KnownHosts) -> SshConfig {
@@ -215,6 +215,7 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
 
     // The broker, deployed and controlled through SSH.
     let node = Node {
+        role: NodeRole::Combined,
         remote: Arc::new(ssh),
         dir: local.dir.join("over-ssh"),
         ..local.clone()

@@ -96,6 +96,7 @@ impl Cluster {
         };
         let cx = NemesisContext {
             nodes: &self.nodes,
+            controllers: &[],
             every_node: &self.nodes,
             db: self.db.as_ref(),
             net: &self.net,
@@ -151,6 +152,7 @@ impl Cluster {
     pub fn view(&self) -> ClusterView {
         let cx = NemesisContext {
             nodes: &self.nodes,
+            controllers: &[],
             every_node: &self.nodes,
             db: self.db.as_ref(),
             net: &self.net,
