@@ -8,7 +8,8 @@ use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicR
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    DescribeTopicPartitionsRequest, ElectLeadersRequest, MetadataRequest, TopicName,
+    describe_quorum_request, DescribeQuorumRequest, DescribeTopicPartitionsRequest,
+    ElectLeadersRequest, MetadataRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use serde_json::json;
@@ -49,6 +50,41 @@ pub async fn elect_leaders(
     ok &= !results.is_empty();
     Ok((
         json!({"error_code": resp.error_code, "results": results}),
+        ok,
+    ))
+}
+
+/// Where the KRaft metadata quorum stands (DescribeQuorum, like `kafka-metadata-quorum.sh describe
+/// --status`): the active controller, its epoch, the metadata high watermark, the voters with
+/// the log ends it knows and the observers; succeeds when the quorum has a leader.
+pub async fn describe_quorum(bootstrap: &str) -> anyhow::Result<(serde_json::Value, bool)> {
+    let mut conn = KafkaConnection::connect(bootstrap, TIMEOUT, "tidemark-admin").await?;
+    let req = DescribeQuorumRequest::default().with_topics(vec![
+        describe_quorum_request::TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+            .with_partitions(vec![describe_quorum_request::PartitionData::default()]),
+    ]);
+    let resp = conn.call(1, &req).await?;
+    let p = resp
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or_else(|| anyhow::anyhow!("DescribeQuorum answered no partition"))?;
+    let replicas = |r: &[kafka_protocol::messages::describe_quorum_response::ReplicaState]| {
+        r.iter()
+            .map(|v| json!({"id": v.replica_id.0, "log_end_offset": v.log_end_offset}))
+            .collect::<Vec<_>>()
+    };
+    let ok = resp.error_code == 0 && p.error_code == 0 && p.leader_id.0 >= 0;
+    Ok((
+        json!({
+            "error_code": if resp.error_code != 0 { resp.error_code } else { p.error_code },
+            "leader": p.leader_id.0,
+            "epoch": p.leader_epoch,
+            "high_watermark": p.high_watermark,
+            "voters": replicas(&p.current_voters),
+            "observers": replicas(&p.observers),
+        }),
         ok,
     ))
 }

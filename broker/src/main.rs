@@ -95,6 +95,11 @@ enum AdminOp {
         #[arg(long)]
         topic: Option<String>,
     },
+    /// The metadata quorum: active controller, epoch, voters and observers (DescribeQuorum).
+    DescribeQuorum {
+        #[arg(long)]
+        bootstrap_server: String,
+    },
     /// Cluster mirroring (KIP-1279), like `kafka-cluster-mirrors.sh`; sent to the destination.
     Mirror {
         #[command(subcommand)]
@@ -222,6 +227,9 @@ fn admin(op: AdminOp) -> ExitCode {
             } => tidemark_broker::admin::describe(&bootstrap_server, topic.as_deref())
                 .await
                 .map(|v| (v, true)),
+            AdminOp::DescribeQuorum { bootstrap_server } => {
+                tidemark_broker::admin::describe_quorum(&bootstrap_server).await
+            }
             AdminOp::Mirror {
                 op,
                 bootstrap_server,

@@ -1,6 +1,7 @@
 //! kcat (librdkafka) against the real broker binary: metadata, produce with every acks setting,
-//! consume from any offset, list offsets, durability across restart and kill -9, and the
-//! brokers a cluster lists as one goes down and comes back.
+//! consume from any offset, list offsets, durability across restart and kill -9, the brokers a
+//! cluster lists as one goes down and comes back (and its quorum as DescribeQuorum tells it),
+//! and a cluster of dedicated controllers and brokers.
 
 mod common;
 
@@ -273,6 +274,12 @@ fn a_fenced_broker_leaves_the_listed_brokers_and_returns_when_restarted() {
     let mut c = Cluster::start(3, FAST_FAILOVER, &[]);
     assert_eq!(create_topic(&c.addr(1), "spread", 1, 3, &[]), 0);
     assert_eq!(listed_brokers(&c), [1, 2, 3]);
+    // In combined mode DescribeQuorum names one of the three as the active controller, every
+    // node a voter and none an observer.
+    let quorum = c.describe_quorum().expect("a quorum with a leader");
+    assert!((1..=3).contains(&quorum["leader"].as_i64().unwrap()), "{quorum}");
+    assert_eq!(quorum["voters"].as_array().unwrap().len(), 3, "{quorum}");
+    assert_eq!(quorum["observers"], serde_json::json!([]), "{quorum}");
     assert_eq!(offline_replicas(&c, "spread"), Some(serde_json::json!([])));
     c.node(3).kill9();
     c.wait_for(

@@ -465,12 +465,42 @@ fn dedicated_controllers_elect_and_fence_while_brokers_and_a_controller_fail() {
         write(&c, v).expect("acks=all with every node up");
     }
 
-    // A controller and then the partition leader die: the two controllers left elect a new
-    // leader among the brokers.
-    c.node(1).kill9();
+    // DescribeQuorum, asked of a broker, names the active controller among the voters and the
+    // brokers as observers.
+    let ids = |v: &serde_json::Value| -> BTreeSet<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect()
+    };
+    c.wait_for("every broker observing", T, |c| {
+        c.describe_quorum()
+            .is_some_and(|q| ids(&q["observers"]) == BTreeSet::from([4, 5, 6]))
+    });
+    let quorum = c.describe_quorum().unwrap();
+    assert_eq!(
+        ids(&quorum["voters"]),
+        BTreeSet::from([1, 2, 3]),
+        "{quorum}"
+    );
+    assert!(quorum["high_watermark"].as_i64() > Some(0), "{quorum}");
+    let active = quorum["leader"].as_i64().unwrap() as i32;
+    let epoch = quorum["epoch"].as_i64().unwrap();
+    assert!((1..=3).contains(&active), "{quorum}");
+
+    // The active controller and then the partition leader die: the two controllers left elect
+    // a controller and a new leader among the brokers.
+    c.node(active).kill9();
+    c.wait_for("another active controller", T, |c| {
+        c.describe_quorum().is_some_and(|q| {
+            q["leader"].as_i64().is_some_and(|l| l != active as i64)
+                && q["epoch"].as_i64() > Some(epoch)
+        })
+    });
     let first = leader_of(&c, "dc").unwrap();
     c.node(first).kill9();
-    c.wait_for("a new leader without controller 1", T, |c| {
+    c.wait_for("a new leader without the first controller", T, |c| {
         leader_of(c, "dc").is_some_and(|l| l != first) && isr_of(c, 2)
     });
     for v in 20..40 {
@@ -493,7 +523,7 @@ fn dedicated_controllers_elect_and_fence_while_brokers_and_a_controller_fail() {
     );
 
     // Everything comes back; broker-only nodes find the active controller again from nothing.
-    c.node(1).restart();
+    c.node(active).restart();
     c.node(first).restart();
     c.node(second).restart();
     c.wait_for("ISR of 3 again", T, |c| isr_of(c, 3));

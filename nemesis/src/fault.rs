@@ -133,6 +133,7 @@ impl<'a> Env<'a> {
                             .cx
                             .nodes
                             .iter()
+                            .chain(self.cx.controllers)
                             .find(|n| &n.name == name)
                             .with_context(|| format!("no node {name}"))
                             .and_then(f);

@@ -638,6 +638,40 @@ const ELECT_LEADERS_RESPONSE: &[Field] = &[
     ),
 ];
 
+// DescribeQuorum (55), the versions the broker serves.
+const QUORUM_PARTITION: &[Field] = &[f("partition_index", I32)];
+const QUORUM_TOPIC: &[Field] = &[
+    f("topic_name", STR),
+    f("partitions", Ty::Array(&Ty::Struct(QUORUM_PARTITION))),
+];
+const DESCRIBE_QUORUM_REQUEST: &[Field] = &[f("topics", Ty::Array(&Ty::Struct(QUORUM_TOPIC)))];
+const QUORUM_REPLICA: &[Field] = &[
+    f("replica_id", I32),
+    v("replica_directory_id", 2, ANY, UUID),
+    f("log_end_offset", I64),
+    v("last_fetch_timestamp", 1, ANY, I64),
+    v("last_caught_up_timestamp", 1, ANY, I64),
+];
+const QUORUM_PARTITION_DATA: &[Field] = &[
+    f("partition_index", I32),
+    f("error_code", I16),
+    v("error_message", 2, ANY, STR),
+    f("leader_id", I32),
+    f("leader_epoch", I32),
+    f("high_watermark", I64),
+    f("current_voters", Ty::Array(&Ty::Struct(QUORUM_REPLICA))),
+    f("observers", Ty::Array(&Ty::Struct(QUORUM_REPLICA))),
+];
+const QUORUM_TOPIC_DATA: &[Field] = &[
+    f("topic_name", STR),
+    f("partitions", Ty::Array(&Ty::Struct(QUORUM_PARTITION_DATA))),
+];
+const DESCRIBE_QUORUM_RESPONSE: &[Field] = &[
+    f("error_code", I16),
+    v("error_message", 2, ANY, STR),
+    f("topics", Ty::Array(&Ty::Struct(QUORUM_TOPIC_DATA))),
+];
+
 const fn msg(
     name: &'static str,
     key: i16,
@@ -679,6 +713,7 @@ pub const REQUESTS: &[Message] = &[
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_REQUEST),
     msg("DescribeConfigs", 32, 1, 4, 4, DESCRIBE_CONFIGS_REQUEST),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_REQUEST),
+    msg("DescribeQuorum", 55, 0, 1, 0, DESCRIBE_QUORUM_REQUEST),
     msg(
         "IncrementalAlterConfigs",
         44,
@@ -716,6 +751,7 @@ pub const RESPONSES: &[Message] = &[
     msg("OffsetForLeaderEpoch", 23, 2, 4, 4, EPOCH_RESPONSE),
     msg("DescribeConfigs", 32, 1, 4, 4, DESCRIBE_CONFIGS_RESPONSE),
     msg("ElectLeaders", 43, 0, 2, 2, ELECT_LEADERS_RESPONSE),
+    msg("DescribeQuorum", 55, 0, 1, 0, DESCRIBE_QUORUM_RESPONSE),
     msg(
         "IncrementalAlterConfigs",
         44,

@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::{apply, ControllerCommand, ControllerReply, MetadataQuorum, QuorumError};
+use super::{apply, ControllerCommand, ControllerReply, MetadataQuorum, QuorumError, QuorumStatus};
 use crate::metadata::{MetadataFile, MetadataImage};
 
 pub struct LocalQuorum {
@@ -67,6 +67,14 @@ impl MetadataQuorum for LocalQuorum {
         let mut hb = self.heartbeats.lock().unwrap_or_else(|p| p.into_inner());
         hb.insert(broker_id, (incarnation, Instant::now()));
         Box::pin(async { Ok(()) })
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<QuorumStatus, QuorumError>> {
+        Box::pin(async {
+            Err(QuorumError::Fatal(
+                "a standalone node keeps its metadata without a quorum".into(),
+            ))
+        })
     }
 
     fn heartbeats(&self) -> BTreeMap<i32, (u64, Instant)> {

@@ -35,6 +35,21 @@ pub enum QuorumError {
     Fatal(String),
 }
 
+/// Where the metadata quorum stands, as its leader knows it (Kafka's DescribeQuorum).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuorumStatus {
+    /// The active controller.
+    pub leader: i32,
+    /// Its leadership epoch (the raft term).
+    pub epoch: i32,
+    /// The last log index committed and applied on the leader.
+    pub high_watermark: i64,
+    /// Each voter and the log end the leader knows it holds (-1 when unknown).
+    pub voters: Vec<(i32, i64)>,
+    /// Brokers that are not voters and were heard from this term.
+    pub observers: Vec<i32>,
+}
+
 /// The metadata quorum as a broker sees it.
 ///
 /// Contract:
@@ -50,6 +65,8 @@ pub enum QuorumError {
 /// - `is_active()` says whether this node is the active controller now.
 /// - `active_controller()` is the node id of the active controller as this node last heard,
 ///   `None` while unknown (an election in progress) or for a quorum without voters.
+/// - `status` asks the active controller where the quorum stands; `Err(NoLeader)` while none is
+///   known or reachable, `Err(Fatal)` for a quorum without voters.
 pub trait MetadataQuorum: Send + Sync + 'static {
     fn image(&self) -> watch::Receiver<Arc<MetadataImage>>;
     fn submit(&self, cmd: ControllerCommand)
@@ -59,6 +76,7 @@ pub trait MetadataQuorum: Send + Sync + 'static {
     fn heartbeats(&self) -> BTreeMap<i32, (u64, Instant)>;
     fn is_active(&self) -> bool;
     fn active_controller(&self) -> Option<i32>;
+    fn status(&self) -> BoxFuture<'_, Result<QuorumStatus, QuorumError>>;
 }
 
 /// How long a metadata change may take to reach a broker's applied image before the request

@@ -88,6 +88,9 @@ pub async fn handle(
                 &r,
             ),
         ),
+        RequestKind::DescribeQuorum(r) => {
+            ResponseKind::DescribeQuorum(super::describe_quorum::describe_quorum(broker, r).await)
+        }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(super::init_producer_id::init_producer_id(broker, r).await)
         }

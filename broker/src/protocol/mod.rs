@@ -4,6 +4,7 @@
 
 mod chunks;
 mod delete_records;
+mod describe_quorum;
 mod describe_topic_partitions;
 mod groups;
 mod handlers;

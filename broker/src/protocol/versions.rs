@@ -22,6 +22,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    // KRaft's quorum as the active controller knows it (v2 adds directory ids and listeners).
+    (ApiKey::DescribeQuorum, 0, 1),
     // The group coordinator (`groups`): the classic protocol, without static membership.
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),

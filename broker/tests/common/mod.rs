@@ -497,6 +497,21 @@ impl Cluster {
         None
     }
 
+    /// The metadata quorum as `admin describe-quorum` prints it, from the first running broker
+    /// that answers with a leader.
+    pub fn describe_quorum(&self) -> Option<serde_json::Value> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        self.running().iter().find_map(|addr| {
+            match rt.block_on(tidemark_broker::admin::describe_quorum(addr)) {
+                Ok((v, true)) => Some(v),
+                _ => None,
+            }
+        })
+    }
+
     /// (leader, leader epoch, isr) of a partition as some running node sees it.
     pub fn partition_state(&self, topic: &str, partition: i32) -> Option<(i32, i32, Vec<i64>)> {
         Self::partition_of(self.describe(Some(topic))?, partition)

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::state::{ControllerCommand, ControllerReply};
-use super::{MetadataQuorum, QuorumError};
+use super::{MetadataQuorum, QuorumError, QuorumStatus};
 use crate::config::{BrokerConfig, Voter};
 use crate::metadata::MetadataImage;
 use log_store::LogStore;
@@ -325,6 +325,10 @@ impl MetadataQuorum for RaftQuorum {
     fn active_controller(&self) -> Option<i32> {
         self.inner.leader().and_then(|id| i32::try_from(id).ok())
     }
+
+    fn status(&self) -> BoxFuture<'_, Result<QuorumStatus, QuorumError>> {
+        Box::pin(self.inner.status())
+    }
 }
 
 impl Inner {
@@ -524,6 +528,60 @@ impl Inner {
             Request::Observe { after, wait_ms } => {
                 Response::Observe(self.observe(after, wait_ms).await)
             }
+            Request::Status => Response::Status(self.local_status().ok_or(Refused::NotLeader {
+                leader: self.leader(),
+            })),
+        }
+    }
+
+    /// Where the quorum stands, if this node is the active controller.
+    fn local_status(&self) -> Option<QuorumStatus> {
+        let term = self.active_term()?;
+        let m = self.metrics.borrow().clone();
+        let matched = m.replication.clone().unwrap_or_default();
+        let log_end = |id: u64| -> i64 {
+            let index = if id == self.id {
+                m.last_log_index
+            } else {
+                matched.get(&id).copied().flatten().map(|l| l.index)
+            };
+            index.map_or(-1, |i| i64::try_from(i + 1).unwrap_or(i64::MAX))
+        };
+        let voters: Vec<(i32, i64)> = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .filter_map(|id| Some((i32::try_from(id).ok()?, log_end(id))))
+            .collect();
+        let observers = self
+            .heartbeats()
+            .into_keys()
+            .filter(|b| !voters.iter().any(|(v, _)| v == b))
+            .collect();
+        Some(QuorumStatus {
+            leader: i32::try_from(self.id).ok()?,
+            epoch: i32::try_from(term).unwrap_or(i32::MAX),
+            high_watermark: m
+                .last_applied
+                .map_or(0, |l| i64::try_from(l.index + 1).unwrap_or(i64::MAX)),
+            voters,
+            observers,
+        })
+    }
+
+    /// Where the quorum stands: from this node when it is the active controller, else from the
+    /// leader.
+    async fn status(&self) -> Result<QuorumStatus, QuorumError> {
+        if let Some(status) = self.local_status() {
+            return Ok(status);
+        }
+        match self.leader() {
+            Some(l) if l != self.id => ask_status(&self.peers, l, self.rpc_timeout)
+                .await
+                .map_err(|(why, _)| QuorumError::NoLeader(why)),
+            _ => Err(QuorumError::NoLeader(
+                "this node knows of no active controller".into(),
+            )),
         }
     }
 
@@ -615,6 +673,26 @@ async fn forward_heartbeat(
         }
         Ok(other) => Err((format!("node {to} refused the heartbeat: {other:?}"), None)),
         Err(e) => Err((format!("leader {to}: {e}"), None)),
+    }
+}
+
+/// Asks node `to`, believed to lead, where the quorum stands; on failure, why and the peer's
+/// guess of who leads.
+async fn ask_status(
+    peers: &Peers,
+    to: u64,
+    rpc_timeout: Duration,
+) -> Result<QuorumStatus, (String, Option<u64>)> {
+    match peers
+        .call(to, Request::Status, rpc_timeout, Conn::Pooled)
+        .await
+    {
+        Ok(Response::Status(Ok(status))) => Ok(status),
+        Ok(Response::Status(Err(Refused::NotLeader { leader }))) => {
+            Err((format!("node {to} is not the active controller"), leader))
+        }
+        Ok(other) => Err((format!("unexpected answer from node {to}: {other:?}"), None)),
+        Err(e) => Err((format!("node {to}: {e}"), None)),
     }
 }
 

@@ -14,12 +14,12 @@ use tokio::task::JoinHandle;
 
 use super::wire::{Peers, Refused, Request, Response};
 use super::{
-    forward_heartbeat, forward_submit, lock, pause_until, voter_addrs, Conn, Forwarded,
+    ask_status, forward_heartbeat, forward_submit, lock, pause_until, voter_addrs, Conn, Forwarded,
     REQUEST_TIMEOUT, RETRY_PAUSE, RPC_TIMEOUT,
 };
 use crate::config::Voter;
 use crate::controller::state::{ControllerCommand, ControllerReply};
-use crate::controller::{MetadataQuorum, QuorumError};
+use crate::controller::{MetadataQuorum, QuorumError, QuorumStatus};
 use crate::metadata::MetadataImage;
 
 /// How long the active controller holds a poll open when it has nothing newer.
@@ -162,6 +162,26 @@ impl Observer {
         }
     }
 
+    /// Where the quorum stands, asked of the active controller, following its hints a few times.
+    async fn status(&self) -> Result<QuorumStatus, QuorumError> {
+        let mut why = String::new();
+        for _ in 0..=self.voters.len() {
+            self.check_running()?;
+            let to = self.target();
+            match ask_status(&self.peers, to, self.rpc_timeout).await {
+                Ok(status) => {
+                    self.heard_leader(to);
+                    return Ok(status);
+                }
+                Err((w, hint)) => {
+                    self.missed(to, hint);
+                    why = w;
+                }
+            }
+        }
+        Err(QuorumError::NoLeader(why))
+    }
+
     async fn heartbeat(&self, broker_id: i32, incarnation: u64) -> Result<(), QuorumError> {
         let deadline = Instant::now() + self.request_timeout;
         loop {
@@ -256,5 +276,9 @@ impl MetadataQuorum for RaftObserver {
 
     fn active_controller(&self) -> Option<i32> {
         lock(&self.inner.leader).and_then(|l| i32::try_from(l).ok())
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<QuorumStatus, QuorumError>> {
+        Box::pin(self.inner.status())
     }
 }

@@ -24,6 +24,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use super::TypeConfig;
 use crate::controller::state::{ControllerCommand, ControllerReply};
+use crate::controller::QuorumStatus;
 use crate::metadata::MetadataImage;
 
 /// Snapshot chunks are bounded by the raft config; this only guards against garbage lengths.
@@ -60,6 +61,8 @@ pub(super) enum Request {
         after: u64,
         wait_ms: u64,
     },
+    /// Where the quorum stands, answered by the active controller.
+    Status,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -70,6 +73,7 @@ pub(super) enum Response {
     Submit(Result<ControllerReply, Refused>),
     Heartbeat(Result<(), Refused>),
     Observe(Result<Observed, Refused>),
+    Status(Result<QuorumStatus, Refused>),
     /// The request was addressed to another node and was not acted on.
     WrongNode {
         id: u64,
