@@ -173,7 +173,8 @@ struct NemesisArgs {
     #[arg(long, default_value_t = 6.0, value_name = "S")]
     nemesis_interval: f64,
     /// Which nodes faults hit, comma separated: one, minority, majority, minority-third, leader,
-    /// leaders, all; for partitions also halves, random-halves, majorities-ring, bridge,
+    /// leaders, all, controller (the quorum's active controller, from DescribeQuorum); for
+    /// partitions also halves, random-halves, majorities-ring, bridge,
     /// leader-replication (the leader cut off from the other brokers on their listeners only),
     /// leader-control (the leader cut off from the controllers, replication and clients up). With
     /// `--workload mirror` also which cluster, by its role when the fault happens: source (the

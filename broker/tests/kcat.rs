@@ -277,7 +277,10 @@ fn a_fenced_broker_leaves_the_listed_brokers_and_returns_when_restarted() {
     // In combined mode DescribeQuorum names one of the three as the active controller, every
     // node a voter and none an observer.
     let quorum = c.describe_quorum().expect("a quorum with a leader");
-    assert!((1..=3).contains(&quorum["leader"].as_i64().unwrap()), "{quorum}");
+    assert!(
+        (1..=3).contains(&quorum["leader"].as_i64().unwrap()),
+        "{quorum}"
+    );
     assert_eq!(quorum["voters"].as_array().unwrap().len(), 3, "{quorum}");
     assert_eq!(quorum["observers"], serde_json::json!([]), "{quorum}");
     assert_eq!(offline_replicas(&c, "spread"), Some(serde_json::json!([])));

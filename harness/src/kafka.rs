@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
     consumer_protocol_subscription::ConsumerProtocolSubscription,
     create_topics_request::{CreatableTopic, CreatableTopicConfig, CreateTopicsRequest},
     describe_configs_request::{DescribeConfigsRequest, DescribeConfigsResource},
+    describe_quorum_request::{self, DescribeQuorumRequest},
     elect_leaders_request::{ElectLeadersRequest, TopicPartitions},
     fetch_request::{FetchPartition, FetchRequest, FetchTopic},
     find_coordinator_request::FindCoordinatorRequest,
@@ -122,6 +123,7 @@ const VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 1, 12),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::ElectLeaders, 1, 2),
+    (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 4),
@@ -477,6 +479,34 @@ impl Connection {
             .first()
             .map(|t| t.error_code)
             .ok_or_else(|| KafkaError::Protocol("CreateTopics: no topic in response".into()))
+    }
+
+    /// The KRaft metadata quorum's active controller and its epoch (DescribeQuorum, KIP-595), as
+    /// whichever broker is asked finds out from the controllers.
+    pub async fn active_controller(&mut self) -> Result<(i32, i32), KafkaError> {
+        let version = self.version(ApiKey::DescribeQuorum)?;
+        let req = DescribeQuorumRequest::default().with_topics(vec![
+            describe_quorum_request::TopicData::default()
+                .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+                .with_partitions(vec![describe_quorum_request::PartitionData::default()]),
+        ]);
+        let resp = self.send(ApiKey::DescribeQuorum, version, &req).await?;
+        let p = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| {
+                KafkaError::Protocol("DescribeQuorum: no partition in response".into())
+            })?;
+        for code in [resp.error_code, p.error_code] {
+            if code != 0 {
+                return Err(KafkaError::Protocol(format!(
+                    "DescribeQuorum: {}",
+                    error_name(code)
+                )));
+            }
+        }
+        Ok((p.leader_id.0, p.leader_epoch))
     }
 
     /// Elects a leader for one partition (KIP-460): the preferred replica, or with `unclean` any

@@ -39,6 +39,10 @@ pub struct ClusterView {
     pub partitions: Vec<PartitionView>,
     /// The nodes whose answers the view merges.
     pub answered: BTreeSet<String>,
+    /// The active controller (DescribeQuorum, asked of one broker) when it was asked for: a
+    /// broker in combined mode, a dedicated controller otherwise; `None` when not asked or no
+    /// broker could tell.
+    pub controller: Option<String>,
 }
 
 impl ClusterView {
@@ -100,6 +104,7 @@ impl ClusterView {
             }
         }
         ClusterView {
+            controller: None,
             partitions: best.into_values().map(|(_, v)| v).collect(),
             answered: answers
                 .iter()
@@ -130,6 +135,32 @@ impl ClusterView {
             .iter()
             .find(|p| p.topic == topic && p.partition == partition)
     }
+}
+
+/// The active controller's node, as the first broker that answers DescribeQuorum names it. Asked
+/// only when a fault aims at it: views are read often while faults wait, and a paused broker
+/// holds each ask for its whole timeout.
+pub fn active_controller(cx: &NemesisContext<'_>) -> Option<String> {
+    let leader = block_on(async {
+        for n in cx.nodes {
+            let ask = async {
+                let mut c =
+                    Connection::connect(cx.client.dialer.clone(), cx.db.endpoint(n), ASK_TIMEOUT)
+                        .await
+                        .ok()?;
+                c.active_controller().await.ok()
+            };
+            if let Ok(Some((leader, _))) = tokio::time::timeout(ASK_TIMEOUT, ask).await {
+                return Some(leader);
+            }
+        }
+        None
+    })?;
+    cx.nodes
+        .iter()
+        .chain(cx.controllers)
+        .find(|n| i64::from(n.id) == i64::from(leader))
+        .map(|n| n.name.clone())
 }
 
 /// Asks `via` for an unclean election of one partition (ElectLeaders, KIP-460).

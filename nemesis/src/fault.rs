@@ -105,7 +105,10 @@ impl<'a> Env<'a> {
     /// Resolves `targets`, reading the cluster only when the spec needs leaders.
     pub fn resolve(&mut self, targets: &Targets) -> Result<Vec<String>, Failed> {
         let view = if targets.needs_leaders() {
-            let view = ClusterView::read(self.cx).map_err(Failed::from_error)?;
+            let mut view = ClusterView::read(self.cx).map_err(Failed::from_error)?;
+            if targets.needs_controller() {
+                view.controller = crate::cluster::active_controller(self.cx);
+            }
             self.leaders = Some(view.leaders());
             Some(view)
         } else {

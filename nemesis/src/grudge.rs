@@ -46,11 +46,14 @@ pub enum PartitionKind {
     Leaders,
     /// Every node alone.
     All,
+    /// The metadata quorum's active controller alone, cut off from every node (dedicated
+    /// controllers included): a broker and the controller in combined mode.
+    Controller,
 }
 
 impl PartitionKind {
     /// Every kind.
-    pub const ALL: [PartitionKind; 12] = [
+    pub const ALL: [PartitionKind; 13] = [
         PartitionKind::Halves,
         PartitionKind::RandomHalves,
         PartitionKind::One,
@@ -63,6 +66,7 @@ impl PartitionKind {
         PartitionKind::LeaderControl,
         PartitionKind::Leaders,
         PartitionKind::All,
+        PartitionKind::Controller,
     ];
 
     /// The name ops and the CLI use.
@@ -80,6 +84,7 @@ impl PartitionKind {
             PartitionKind::LeaderControl => "leader-control",
             PartitionKind::Leaders => "leaders",
             PartitionKind::All => "all",
+            PartitionKind::Controller => "controller",
         }
     }
 
@@ -99,6 +104,15 @@ impl PartitionKind {
                 | PartitionKind::LeaderReplication
                 | PartitionKind::LeaderControl
                 | PartitionKind::Leaders
+                | PartitionKind::Controller
+        )
+    }
+
+    /// Whether the cut may involve dedicated controllers, not only the brokers.
+    pub fn reaches_controllers(self) -> bool {
+        matches!(
+            self,
+            PartitionKind::LeaderControl | PartitionKind::Controller
         )
     }
 
@@ -111,8 +125,8 @@ impl PartitionKind {
         }
     }
 
-    /// Builds the grudge over `nodes`. `leaders` lists, per partition, the current leader; it is
-    /// only read by the leader kinds.
+    /// Builds the grudge over `nodes`. `leaders` lists, per partition, the current leader, or for
+    /// `Controller` the active controller alone; only the leader kinds and `Controller` read it.
     pub fn grudge(
         self,
         nodes: &[String],
@@ -136,6 +150,10 @@ impl PartitionKind {
             PartitionKind::Bridge => bridge(&shuffled),
             PartitionKind::All => {
                 complete(&sorted.iter().map(|n| vec![n.clone()]).collect::<Vec<_>>())
+            }
+            PartitionKind::Controller => {
+                let controller = leaders.first().ok_or("no active controller is known")?;
+                isolate(&sorted, std::slice::from_ref(controller))
             }
             PartitionKind::Leader
             | PartitionKind::LeaderReplication
@@ -406,6 +424,22 @@ mod tests {
             PartitionKind::parse("minority"),
             Some(PartitionKind::Majority)
         );
+    }
+
+    #[test]
+    fn the_controller_kind_isolates_the_controller_it_is_given() {
+        let nodes: Vec<String> = ["n1", "n2", "c1", "c2", "c3"].map(String::from).to_vec();
+        let g = PartitionKind::Controller
+            .grudge(&nodes, &["c2".to_string()], &mut rng(1))
+            .unwrap();
+        assert_eq!(g["c2"].len(), 4, "{g:?}");
+        assert!(["n1", "n2", "c1", "c3"]
+            .iter()
+            .all(|n| g[*n].len() == 1 && g[*n].contains("c2")));
+        let err = PartitionKind::Controller
+            .grudge(&nodes, &[], &mut rng(1))
+            .unwrap_err();
+        assert!(err.contains("active controller"), "{err}");
     }
 
     #[test]

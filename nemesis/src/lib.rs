@@ -191,13 +191,15 @@ impl Kind {
                 v.push("minority");
                 v
             }
-            Kind::Kill
-            | Kind::Pause
-            | Kind::Clock
-            | Kind::Loss
-            | Kind::Power
-            | Kind::Wipe
-            | Kind::RemoteOutage => NodeSpec::ALL.map(NodeSpec::name).to_vec(),
+            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss | Kind::Power => {
+                NodeSpec::ALL.map(NodeSpec::name).to_vec()
+            }
+            // A controller holds no replica and reads no remote store.
+            Kind::Wipe | Kind::RemoteOutage => NodeSpec::ALL
+                .into_iter()
+                .filter(|s| *s != NodeSpec::Controller)
+                .map(NodeSpec::name)
+                .collect(),
             Kind::Corrupt => vec!["one", "minority", "minority-third"],
             // A roll goes round the whole cluster, or two nodes of it.
             Kind::Roll

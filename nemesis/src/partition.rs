@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tidemark_harness::net::Grudge;
 
-use crate::cluster::ClusterView;
+use crate::cluster::{active_controller, ClusterView};
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::grudge::{self, PartitionKind, Traffic};
 
@@ -90,7 +90,11 @@ impl FaultOp for PartitionOp {
                 (g, ports)
             }
             PartitionOp::Kind(kind) => {
-                let leaders = if kind.needs_leaders() {
+                let leaders = if kind == PartitionKind::Controller {
+                    let controller = active_controller(env.cx);
+                    record["controller"] = json!(controller);
+                    controller.into_iter().collect()
+                } else if kind.needs_leaders() {
                     let view = ClusterView::read(env.cx).map_err(Failed::from_error)?;
                     record["leaders"] = json!(view.leaders());
                     view.leader_list()
@@ -98,11 +102,12 @@ impl FaultOp for PartitionOp {
                     Vec::new()
                 };
                 record["kind"] = json!(kind.name());
-                // A cut of the control traffic also cuts the leader off from dedicated
-                // controllers; every other kind cuts among the brokers.
-                let names = match kind.traffic() {
-                    Traffic::Control => env.every_name(),
-                    Traffic::All | Traffic::Listeners => env.names(),
+                // Cuts of the control traffic and of the controller reach dedicated controllers;
+                // every other kind cuts among the brokers.
+                let names = if kind.reaches_controllers() {
+                    env.every_name()
+                } else {
+                    env.names()
                 };
                 let grudge = kind
                     .grudge(&names, &leaders, env.rng)

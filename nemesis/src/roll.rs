@@ -276,6 +276,7 @@ mod tests {
         let view = |answered: &[&str], parts: Vec<PartitionView>| ClusterView {
             partitions: parts,
             answered: answered.iter().map(|a| a.to_string()).collect(),
+            controller: None,
         };
         let all = ["n1", "n2", "n3"];
         let caught_up = view(

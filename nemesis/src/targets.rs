@@ -32,11 +32,14 @@ pub enum NodeSpec {
     Leaders,
     /// Every node.
     All,
+    /// The active controller of the metadata quorum (DescribeQuorum): a broker in combined
+    /// mode, a dedicated controller otherwise.
+    Controller,
 }
 
 impl NodeSpec {
     /// Every spec with its name.
-    pub const ALL: [NodeSpec; 7] = [
+    pub const ALL: [NodeSpec; 8] = [
         NodeSpec::One,
         NodeSpec::Minority,
         NodeSpec::Majority,
@@ -44,6 +47,7 @@ impl NodeSpec {
         NodeSpec::Leader,
         NodeSpec::Leaders,
         NodeSpec::All,
+        NodeSpec::Controller,
     ];
 
     /// The name ops and the CLI use.
@@ -56,6 +60,7 @@ impl NodeSpec {
             NodeSpec::Leader => "leader",
             NodeSpec::Leaders => "leaders",
             NodeSpec::All => "all",
+            NodeSpec::Controller => "controller",
         }
     }
 
@@ -64,9 +69,12 @@ impl NodeSpec {
         Self::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// Whether resolving needs the current partition leaders.
+    /// Whether resolving needs the cluster's view (partition leaders, the active controller).
     pub fn needs_leaders(self) -> bool {
-        matches!(self, NodeSpec::Leader | NodeSpec::Leaders)
+        matches!(
+            self,
+            NodeSpec::Leader | NodeSpec::Leaders | NodeSpec::Controller
+        )
     }
 
     /// Resolves to node names, sorted. `view` is only read for leader specs.
@@ -105,6 +113,13 @@ impl NodeSpec {
                 leaders.shuffle(rng);
                 let k = rng.random_range(1..=leaders.len().min(minority(n)));
                 take(k, leaders)
+            }
+            NodeSpec::Controller => {
+                let view = view.ok_or("no cluster view to find the controller in")?;
+                vec![view
+                    .controller
+                    .clone()
+                    .ok_or("no broker named an active controller")?]
             }
         })
     }
@@ -172,6 +187,11 @@ impl Targets {
     /// Whether resolving needs the current partition leaders.
     pub fn needs_leaders(&self) -> bool {
         matches!(self, Targets::Spec(s) if s.needs_leaders())
+    }
+
+    /// Whether resolving needs the active controller.
+    pub fn needs_controller(&self) -> bool {
+        *self == Targets::Spec(NodeSpec::Controller)
     }
 
     /// The node names, resolving a spec.
@@ -281,6 +301,7 @@ mod tests {
                 })
                 .collect(),
             answered: Default::default(),
+            controller: None,
         };
         let mut r = rng(3);
         let three = led_by(&["n1", "n2", "n1", "n3"]);
@@ -298,6 +319,21 @@ mod tests {
             sizes.insert(got.len());
         }
         assert_eq!(sizes, BTreeSet::from([1, 2]));
+    }
+
+    #[test]
+    fn the_controller_spec_is_the_active_controller_whatever_its_role() {
+        let mut view = ClusterView::default();
+        let err = NodeSpec::Controller
+            .resolve(&names(3), Some(&view), &mut rng(1))
+            .unwrap_err();
+        assert!(err.contains("active controller"), "{err}");
+        view.controller = Some("c2".into());
+        assert_eq!(
+            NodeSpec::Controller.resolve(&names(3), Some(&view), &mut rng(1)),
+            Ok(vec!["c2".to_string()])
+        );
+        assert!(NodeSpec::Controller.needs_leaders());
     }
 
     #[test]
