@@ -73,8 +73,9 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     nodes: Option<usize>,
     /// Dedicated controller nodes of each cluster (KRaft's production layout: `c1`, `c2`, ...,
-    /// or `a-c1`, ... with more than one cluster), beside --nodes broker-only nodes; 0: every
-    /// node is both broker and controller. Faults drawn from target specs hit the brokers; the
+    /// or `a-c1`, ... with more than one cluster), beside --nodes broker-only nodes (with
+    /// --nodes-file, the last N hosts of each cluster); 0: every node is both broker and
+    /// controller. Faults drawn from target specs hit the brokers; the
     /// controllers stay reachable unless a fault names them (`leader-control` cuts a leader off
     /// from them).
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -472,14 +473,29 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
                     sizes.join(", ")
                 )));
             }
+            // With dedicated controllers, the last hosts of each cluster are its controllers.
+            let Some(brokers) = size.checked_sub(args.controllers).filter(|b| *b > 0) else {
+                return Err(Problem::Usage(format!(
+                    "--controllers {} leaves no broker among the nodes file's hosts per cluster \
+                     ({}): the last {} of each cluster are its controllers",
+                    args.controllers,
+                    sizes.join(", "),
+                    args.controllers
+                )));
+            };
             match n {
-                Some(n) if n != size => {
+                Some(n) if n != brokers => {
                     return Err(Problem::Usage(format!(
-                        "--nodes {n}, but the nodes file lists {} hosts per cluster",
-                        sizes.join(", ")
+                        "--nodes {n}, but the nodes file lists {} hosts per cluster{}",
+                        sizes.join(", "),
+                        if args.controllers > 0 {
+                            format!(", {} of them controllers", args.controllers)
+                        } else {
+                            String::new()
+                        }
                     )))
                 }
-                _ => size,
+                _ => brokers,
             }
         }
         (None, n) => n.unwrap_or(3),
@@ -499,15 +515,14 @@ fn build(args: Args) -> Result<(Test, bool), Problem> {
             }
         )));
     }
+    if nodes + args.controllers > max_nodes {
+        return Err(Problem::Usage(format!(
+            "--nodes {nodes} and --controllers {} make more than the {max_nodes} nodes a cluster may have",
+            args.controllers
+        )));
+    }
     if args.concurrency == 0 {
         return Err(Problem::Usage("--concurrency must be at least 1".into()));
-    }
-    if args.controllers > 0 && hosts.is_some() {
-        return Err(Problem::Usage(
-            "--controllers needs nodes made for the test (the netns or docker runtime); \
-             a --nodes-file lists broker hosts only"
-                .into(),
-        ));
     }
     if !(args.rate >= 0.0 && args.rate.is_finite()) {
         return Err(Problem::Usage("--rate must be 0 or more".into()));

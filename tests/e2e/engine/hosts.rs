@@ -206,3 +206,87 @@ fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
     machines.destroy().unwrap();
     assert_nothing_left(&record);
 }
+
+/// With `--controllers 1` the last host of the cluster is its dedicated controller: the other
+/// runs a broker-only node that reaches it, and the run is valid and cleans both hosts. A nodes
+/// file with no host left for a broker is refused, naming why.
+#[test]
+fn the_last_hosts_of_a_cluster_are_its_dedicated_controllers() {
+    require_root("the_last_hosts_of_a_cluster_are_its_dedicated_controllers");
+    broker();
+    let _turn = hosts_turn();
+    let work = tempfile::tempdir().unwrap();
+    let (mut machines, nodes, client_key) = machines(work.path(), 2);
+    let record = serde_json::json!({"runtime": machines.describe()});
+    let nodes_file = work.path().join("nodes.txt");
+    std::fs::write(&nodes_file, format!("{}\n{}\n", nodes[0].ip, nodes[1].ip)).unwrap();
+    let store = work.path().join("store");
+    let refused = tidemark_on_hosts(
+        &machines,
+        &nodes_file,
+        &client_key,
+        &store,
+        &["--controllers", "2"],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(254), "{stderr}");
+    assert!(
+        stderr.contains("--controllers 2 leaves no broker"),
+        "{stderr}"
+    );
+
+    let out = tidemark_on_hosts(
+        &machines,
+        &nodes_file,
+        &client_key,
+        &store,
+        &[
+            "--controllers",
+            "1",
+            "--time-limit",
+            "5",
+            "--nemesis",
+            "none",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let run = store.join("latest");
+    let test: Value =
+        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    let placed: Vec<(&str, &str, &str)> = test["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap(),
+                n["role"].as_str().unwrap(),
+                n["ip"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let (ip1, ip2) = (nodes[0].ip.to_string(), nodes[1].ip.to_string());
+    assert_eq!(
+        placed,
+        [
+            ("n1", "broker", ip1.as_str()),
+            ("c1", "controller", ip2.as_str())
+        ]
+    );
+    let props = |name: &str| {
+        std::fs::read_to_string(run.join("nodes").join(name).join("server.properties")).unwrap()
+    };
+    let voters = format!("controller.quorum.voters=2@{ip2}:9093");
+    assert!(props("n1").lines().any(|l| l == "process.roles=broker"));
+    assert!(props("n1").lines().any(|l| l == voters), "{}", props("n1"));
+    assert!(props("c1").lines().any(|l| l == "process.roles=controller"));
+    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap();
+    assert!(
+        !std::path::Path::new(hosts_dir).exists(),
+        "{hosts_dir} left"
+    );
+    machines.destroy().unwrap();
+    assert_nothing_left(&record);
+}
