@@ -2,7 +2,8 @@
 //! cut TCP and heal (a leader cut off from the controllers alone is replaced), kill and pause act on the process, clock skew shows in a faketime'd
 //! process and a strobe flips on its own while the nemesis takes other turns, packet loss drops a measurable share and goes away, a damaged segment is cut by the
 //! broker's recovery, a node started or thawed catching up stays out of the ISR until its cap
-//! ends by itself, and a forced unclean election picks a replica outside the ISR. Every op's
+//! ends by itself, a forced unclean election picks a replica outside the ISR, and a controller
+//! voter cut off and healed does not depose the active controller. Every op's
 //! record says what was done. The tests take turns: clusters with three-second failure
 //! detection on two cores should not compete.
 
@@ -110,6 +111,53 @@ fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
         },
     );
     c.must("stop-partition", json!({}));
+    c.destroy();
+}
+
+/// Raft's pre-vote: a controller voter cut off from the others starts no elections, so once
+/// healed it rejoins under the leader it left instead of deposing it with a higher term.
+#[test]
+fn a_voter_cut_off_and_healed_leaves_the_active_controller_in_place() {
+    require_root("a_voter_cut_off_and_healed_leaves_the_active_controller_in_place");
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (leader, epoch) = loop {
+        if let Some(q) = c.quorum() {
+            break q;
+        }
+        assert!(Instant::now() < deadline, "no active controller");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let alone = ["n1", "n2", "n3"]
+        .into_iter()
+        .find(|n| c.node(n).id as i32 != leader)
+        .unwrap();
+    let rest: Vec<&str> = ["n1", "n2", "n3"]
+        .into_iter()
+        .filter(|n| *n != alone)
+        .collect();
+    let mut grudge = serde_json::Map::new();
+    grudge.insert(alone.into(), json!(rest));
+    for r in &rest {
+        grudge.insert(r.to_string(), json!([alone]));
+    }
+    c.must("start-partition", json!({ "grudge": grudge }));
+    // Many election timeouts of the one cut off.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        c.quorum(),
+        Some((leader, epoch)),
+        "the majority kept its leader"
+    );
+    c.must("stop-partition", json!({}));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        c.quorum(),
+        Some((leader, epoch)),
+        "{alone} healed deposed the leader:\n{}",
+        c.log(alone)
+    );
     c.destroy();
 }
 

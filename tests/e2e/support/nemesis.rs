@@ -162,6 +162,25 @@ impl Cluster {
         ClusterView::read(&cx).unwrap_or_default()
     }
 
+    /// The metadata quorum's active controller and epoch, as the first node that answers
+    /// DescribeQuorum tells them.
+    pub fn quorum(&self) -> Option<(i32, i32)> {
+        self.rt.block_on(async {
+            for n in &self.nodes {
+                let at = self.db.endpoint(n);
+                let Ok(mut c) =
+                    Connection::connect(self.cx.dialer.clone(), at, Duration::from_secs(2)).await
+                else {
+                    continue;
+                };
+                if let Ok(q) = c.active_controller().await {
+                    return Some(q);
+                }
+            }
+            None
+        })
+    }
+
     /// Waits until `done` holds for the cluster view.
     pub fn wait(&self, what: &str, timeout: Duration, done: impl Fn(&ClusterView) -> bool) {
         let deadline = std::time::Instant::now() + timeout;

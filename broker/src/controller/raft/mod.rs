@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::future::BoxFuture;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
-use openraft::{BasicNode, Raft, RaftMetrics, ServerState, SnapshotPolicy};
+use openraft::raft::AppendEntriesResponse;
+use openraft::{BasicNode, LogId, Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -150,6 +151,8 @@ struct Inner {
     image: watch::Receiver<Arc<MetadataImage>>,
     indexed: watch::Receiver<IndexedImage>,
     heartbeats: Mutex<Heartbeats>,
+    /// When this node last accepted entries or a heartbeat from a leader.
+    leader_heard: Mutex<Option<Instant>>,
     single_voter: bool,
     /// A leader acknowledged by a majority within this long cannot have been replaced yet.
     lease: Duration,
@@ -218,6 +221,7 @@ impl RaftQuorum {
             image,
             indexed,
             heartbeats: Mutex::new(Heartbeats::default()),
+            leader_heard: Mutex::new(None),
             single_voter: addrs.len() == 1,
             lease: cfg.election_timeout_min,
             rpc_timeout: cfg.rpc_timeout,
@@ -228,6 +232,7 @@ impl RaftQuorum {
             tasks: Mutex::new(vec![
                 tokio::spawn(server::serve(listener, inner.clone())),
                 tokio::spawn(log_leader_changes(inner.clone())),
+                tokio::spawn(pre_vote(inner.clone(), cfg.heartbeat_interval)),
             ]),
             inner,
         });
@@ -497,7 +502,11 @@ impl Inner {
     async fn serve(&self, request: Request) -> Response {
         match request {
             Request::AppendEntries(rpc) => {
-                Response::AppendEntries(self.raft.append_entries(rpc).await)
+                let answer = self.raft.append_entries(rpc).await;
+                if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+                    *lock(&self.leader_heard) = Some(Instant::now());
+                }
+                Response::AppendEntries(answer)
             }
             Request::Vote(rpc) => Response::Vote(self.raft.vote(rpc).await),
             Request::InstallSnapshot(rpc) => {
@@ -531,7 +540,20 @@ impl Inner {
             Request::Status => Response::Status(self.local_status().ok_or(Refused::NotLeader {
                 leader: self.leader(),
             })),
+            Request::PreVote { last_log } => Response::PreVote(self.grants_pre_vote(last_log)),
         }
+    }
+
+    /// Whether this node would vote for a candidate whose log ends at `last_log` (the pre-vote of
+    /// Raft's §9.6, KIP-996 in Kafka): only once it has not heard from a leader for the shortest
+    /// election timeout, and only for a log at least as up to date as its own (last term, then
+    /// length: Raft's vote rule).
+    fn grants_pre_vote(&self, last_log: Option<LogId<u64>>) -> bool {
+        if self.is_active() {
+            return false;
+        }
+        let heard = lock(&self.leader_heard).is_some_and(|at| at.elapsed() < self.lease);
+        !heard && last_log >= self.raft.data_metrics().borrow().last_log
     }
 
     /// Where the quorum stands, if this node is the active controller.
@@ -704,6 +726,53 @@ async fn pause_until(deadline: Instant) -> Result<(), ()> {
     }
     tokio::time::sleep(left.min(RETRY_PAUSE)).await;
     Ok(())
+}
+
+/// Lets this node start elections only while a majority of the voters would vote for it: a
+/// voter cut off from the others would otherwise raise its term with every election it starts
+/// and, once healed, depose the working leader with it.
+async fn pre_vote(inner: Arc<Inner>, every: Duration) {
+    if inner.single_voter {
+        return;
+    }
+    let voters = inner.peers.ids();
+    let majority = voters.len() / 2 + 1;
+    // Off until a majority says yes: a node cut off while still allowed would start one
+    // election before its first ask timed out.
+    let mut allowed = false;
+    inner.raft.runtime_config().elect(false);
+    loop {
+        tokio::time::sleep(every).await;
+        if inner.leading_term().is_some() {
+            continue;
+        }
+        let last_log = inner.raft.data_metrics().borrow().last_log;
+        let asks = voters.iter().filter(|v| **v != inner.id).map(|v| {
+            let inner = inner.clone();
+            let v = *v;
+            async move {
+                let ask = Request::PreVote { last_log };
+                matches!(
+                    inner
+                        .peers
+                        .call(v, ask, inner.rpc_timeout, Conn::Pooled)
+                        .await,
+                    Ok(Response::PreVote(true))
+                )
+            }
+        });
+        let granted = 1 + futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .filter(|g| *g)
+            .count();
+        let allow = granted >= majority;
+        if allow != allowed {
+            allowed = allow;
+            tracing::debug!(node = inner.id, allow, "elections by this node");
+            inner.raft.runtime_config().elect(allow);
+        }
+    }
 }
 
 /// Logs each change of leader (and term) as this node sees it.

@@ -17,6 +17,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::LogId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
@@ -63,6 +64,10 @@ pub(super) enum Request {
     },
     /// Where the quorum stands, answered by the active controller.
     Status,
+    /// Would the receiver vote for a candidate whose log ends at `last_log` (Raft's pre-vote)?
+    PreVote {
+        last_log: Option<LogId<u64>>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -74,6 +79,7 @@ pub(super) enum Response {
     Heartbeat(Result<(), Refused>),
     Observe(Result<Observed, Refused>),
     Status(Result<QuorumStatus, Refused>),
+    PreVote(bool),
     /// The request was addressed to another node and was not acted on.
     WrongNode {
         id: u64,
@@ -213,6 +219,11 @@ impl Peers {
             ))),
             Err(_) => Err(CallError::Timeout(timeout)),
         }
+    }
+
+    /// Every voter's id, this node's included.
+    pub(super) fn ids(&self) -> Vec<u64> {
+        self.addrs.keys().copied().collect()
     }
 
     /// Drops idle connections and refuses further calls.
