@@ -142,28 +142,13 @@ async fn run_phases(
     progress.phase(&format!("run directory {}", run_dir.path().display()));
 
     let home = opts.workload_cluster().to_owned();
+    let select = |keep: &dyn Fn(&Node) -> bool| -> Vec<Node> {
+        nodes.iter().filter(|n| keep(n)).cloned().collect()
+    };
     // Clients, replicas and target specs see the brokers; dedicated controllers only vote.
-    let members = |name: &str| -> Vec<Node> {
-        nodes
-            .iter()
-            .filter(|n| n.cluster == name && n.role.is_broker())
-            .cloned()
-            .collect()
-    };
-    let controllers = |name: &str| -> Vec<Node> {
-        nodes
-            .iter()
-            .filter(|n| n.cluster == name && !n.role.is_broker())
-            .cloned()
-            .collect()
-    };
-    let brokers: Arc<Vec<Node>> = Arc::new(
-        nodes
-            .iter()
-            .filter(|n| n.role.is_broker())
-            .cloned()
-            .collect(),
-    );
+    let members = |name: &str| select(&|n| n.cluster == name && n.role.is_broker());
+    let controllers = |name: &str| select(&|n| n.cluster == name && !n.role.is_broker());
+    let brokers: Arc<Vec<Node>> = Arc::new(select(&|n| n.role.is_broker()));
     // The workload's cluster first, as `SetupContext` and `Workload::open` promise.
     let mut clients: Vec<ClientContext> = opts
         .clusters
@@ -207,12 +192,7 @@ async fn run_phases(
     let db = test.db.clone();
     // Each node's quorum is its own cluster's nodes.
     on_nodes(&nodes, |n| {
-        let members: Vec<Node> = nodes
-            .iter()
-            .filter(|m| m.cluster == n.cluster)
-            .cloned()
-            .collect();
-        db.setup(n, &members)
+        db.setup(n, &select(&|m| m.cluster == n.cluster))
     })?;
     for c in &clusters {
         await_serving(
@@ -330,11 +310,7 @@ async fn run_phases(
     let db = test.db.clone();
     // Brokers first: a clean stop hands leadership over through the controllers.
     on_nodes(&brokers, |n| db.stop(n))?;
-    let voters: Vec<Node> = nodes
-        .iter()
-        .filter(|n| !n.role.is_broker())
-        .cloned()
-        .collect();
+    let voters = select(&|n| !n.role.is_broker());
     on_nodes(&voters, |n| db.stop(n))?;
     let replicas = dump_replicas(&brokers, test.db.as_ref());
     run_dir.write_replicas(&replicas)?;

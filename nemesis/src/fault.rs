@@ -6,7 +6,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tidemark_harness::db::Kill;
@@ -133,12 +132,8 @@ impl<'a> Env<'a> {
                     let f = &f;
                     s.spawn(move || {
                         let r = self
-                            .cx
-                            .nodes
-                            .iter()
-                            .chain(self.cx.controllers)
-                            .find(|n| &n.name == name)
-                            .with_context(|| format!("no node {name}"))
+                            .node(name)
+                            .map_err(|e| anyhow::anyhow!(e.error))
                             .and_then(f);
                         (name.clone(), r)
                     })

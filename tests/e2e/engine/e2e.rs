@@ -2,17 +2,10 @@
 //! faults is valid, writes every file of the run directory, and leaves nothing behind; so does a
 //! run with dedicated controllers under broker kills and a leader cut off from them.
 
-use std::path::Path;
 use std::process::Command;
 
 use crate::support::engine::*;
 use serde_json::Value;
-
-/// `test.json` of a run directory.
-fn test_json(run_dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).expect("test.json"))
-        .expect("test.json is JSON")
-}
 
 #[test]
 fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
@@ -160,19 +153,9 @@ fn dedicated_controllers_survive_two_dead_brokers_and_a_leader_cut_from_them() {
 
     let run = store.path().join("latest");
     let test = test_json(&run);
-    let roles: Vec<(String, String)> = test["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap().into(),
-                n["role"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
-    let role = |names: [&str; 3], r: &str| names.map(|n| (n.to_string(), r.to_string()));
-    let want: Vec<(String, String)> = role(["n1", "n2", "n3"], "broker")
+    let roles = node_fields(&test, &["name", "role"]);
+    let role = |names: [&str; 3], r: &str| names.map(|n| vec![n.to_string(), r.to_string()]);
+    let want: Vec<Vec<String>> = role(["n1", "n2", "n3"], "broker")
         .into_iter()
         .chain(role(["c1", "c2", "c3"], "controller"))
         .collect();

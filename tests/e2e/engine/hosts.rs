@@ -165,28 +165,14 @@ fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
 
     let run = store.join("latest");
-    let test: Value =
-        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    let test = test_json(&run);
     assert_eq!(test["clusters"], serde_json::json!(["a", "b"]));
-    let placed: Vec<(&str, &str, &str)> = test["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap(),
-                n["cluster"].as_str().unwrap(),
-                n["ip"].as_str().unwrap(),
-            )
-        })
-        .collect();
     let (ip1, ip2) = (nodes[0].ip.to_string(), nodes[1].ip.to_string());
-    assert_eq!(
-        placed,
-        [("a1", "a", ip1.as_str()), ("b1", "b", ip2.as_str())]
-    );
+    let placed = node_fields(&test, &["name", "cluster", "ip"]);
+    assert_eq!(placed, [["a1", "a", &ip1], ["b1", "b", &ip2]]);
     // Each host's broker is a quorum of one: itself.
-    for (name, _, ip) in &placed {
+    for node in &placed {
+        let (name, ip) = (&node[0], &node[2]);
         let props = std::fs::read_to_string(run.join("nodes").join(name).join("server.properties"))
             .unwrap();
         assert!(
@@ -253,27 +239,11 @@ fn the_last_hosts_of_a_cluster_are_its_dedicated_controllers() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let run = store.join("latest");
-    let test: Value =
-        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
-    let placed: Vec<(&str, &str, &str)> = test["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap(),
-                n["role"].as_str().unwrap(),
-                n["ip"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let test = test_json(&run);
     let (ip1, ip2) = (nodes[0].ip.to_string(), nodes[1].ip.to_string());
     assert_eq!(
-        placed,
-        [
-            ("n1", "broker", ip1.as_str()),
-            ("c1", "controller", ip2.as_str())
-        ]
+        node_fields(&test, &["name", "role", "ip"]),
+        [["n1", "broker", &ip1], ["c1", "controller", &ip2]]
     );
     let props = |name: &str| {
         std::fs::read_to_string(run.join("nodes").join(name).join("server.properties")).unwrap()

@@ -8,18 +8,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::engine::*;
-use serde_json::Value;
 
 fn history_lines(run: &Path) -> usize {
     std::fs::read_to_string(run.join("history.jsonl"))
         .map(|h| h.lines().count())
         .unwrap_or(0)
-}
-
-/// `test.json` of a run directory.
-fn test_json(run_dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).expect("test.json"))
-        .expect("test.json is JSON")
 }
 
 #[test]

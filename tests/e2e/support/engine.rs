@@ -9,6 +9,27 @@ use serde_json::Value;
 
 static HOSTS: Mutex<()> = Mutex::new(());
 
+/// `test.json` of a run directory.
+pub fn test_json(run_dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(run_dir.join("test.json")).expect("test.json"))
+        .expect("test.json is JSON")
+}
+
+/// The `fields` of each node test.json records, in its order (a missing field reads as "").
+pub fn node_fields(test: &Value, fields: &[&str]) -> Vec<Vec<String>> {
+    test["nodes"]
+        .as_array()
+        .expect("test.json lists nodes")
+        .iter()
+        .map(|n| {
+            fields
+                .iter()
+                .map(|f| n[*f].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .collect()
+}
+
 /// One `--runtime hosts` test at a time: every test's SSH machines are namespaces with the same
 /// addresses, and a run killed on them would, rightly, stop another test's run on "its" hosts.
 pub fn hosts_turn() -> MutexGuard<'static, ()> {
