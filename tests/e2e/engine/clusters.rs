@@ -8,14 +8,6 @@ use std::path::Path;
 use crate::support::engine::*;
 use serde_json::Value;
 
-fn json_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// `key=value` lines of a properties file.
 fn properties(path: &Path) -> BTreeMap<String, String> {
     std::fs::read_to_string(path)

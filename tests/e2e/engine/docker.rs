@@ -1,12 +1,14 @@
 //! `tidemark test --runtime docker` end to end: three containers from the image `tidemark image
 //! build` makes, on a network of the run's own, driven over SSH; partitions and kills inside
-//! them; the correct broker valid, an injected bug caught; and nothing labelled with the run left
-//! in Docker afterwards, also after a run killed with -9 and `tidemark teardown`. And what VMs
-//! look like to `--runtime hosts`: containers with sshd the harness did not make.
+//! them; the correct broker valid (also beside three dedicated controllers), an injected bug
+//! caught; and nothing labelled with the run left in Docker afterwards, also after a run killed
+//! with -9 and `tidemark teardown`. And what VMs look like to `--runtime hosts`: containers with
+//! sshd the harness did not make.
 //!
 //! Cost: the image once per test binary (about 90 s cold: debootstrap and import; a second or
 //! two when only the broker changed), then two 12 s runs of about 25 s each (a third if the bug
-//! slips through its first seed) and a killed run.
+//! slips through its first seed), a 17 s run of six containers (dedicated controllers) and a
+//! killed run.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -35,11 +37,8 @@ fn assert_nothing_left_in_docker(test: &Value) {
 
 /// The completed fault ops of a history, by name.
 fn faults_done(run: &Path) -> Vec<String> {
-    std::fs::read_to_string(run.join("history.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|op| op["process"] == "nemesis" && op["type"] == "info")
+    nemesis_infos(&json_lines(&run.join("history.jsonl")))
+        .into_iter()
         .filter_map(|op| op["f"].as_str().map(str::to_string))
         .collect()
 }
@@ -94,6 +93,105 @@ fn the_correct_broker_in_containers_is_valid_under_partitions_and_kills() {
             .count(),
         12,
         "every node's replicas dumped over SSH"
+    );
+    assert_nothing_left_in_docker(&test);
+}
+
+/// KRaft's production layout in containers: three brokers and three dedicated controllers, the
+/// active controller killed, a leader cut off from the controllers only, then the new active
+/// controller cut off from every node; valid, replicas on the brokers only, nothing left.
+#[test]
+fn dedicated_controllers_in_containers_survive_faults_aimed_at_the_control_plane() {
+    require_root("dedicated_controllers_in_containers_survive_faults_aimed_at_the_control_plane");
+    let _turn = docker_turn();
+    let store = tempfile::tempdir().unwrap();
+    let schedule = store.path().join("faults.json");
+    std::fs::write(
+        &schedule,
+        r#"[
+{"time_s": 2, "f": "kill", "value": {"targets": "controller"}},
+{"time_s": 5, "f": "start", "value": {"nodes": ["c1", "c2", "c3"]}},
+{"time_s": 7, "f": "start-partition", "value": {"kind": "leader-control"}},
+{"time_s": 11, "f": "stop-partition", "value": {}},
+{"time_s": 12, "f": "start-partition", "value": {"kind": "controller"}},
+{"time_s": 15, "f": "stop-partition", "value": {}}
+]"#,
+    )
+    .unwrap();
+    let (run, results) = run_with_verdict(
+        &[
+            "--runtime",
+            "docker",
+            "--controllers",
+            "3",
+            "--nemesis-schedule",
+            schedule.to_str().unwrap(),
+            "--time-limit",
+            "17",
+            "--seed",
+            "1",
+        ],
+        store.path(),
+    );
+    let test = json(&run.join("test.json"));
+    assert_eq!(
+        results["valid"],
+        true,
+        "{results:#}\nkept in {}",
+        run.display()
+    );
+    let nodes = node_fields(&test, &["name", "role", "remote"]);
+    let names: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|n| (n[0].as_str(), n[1].as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("n1", "broker"),
+            ("n2", "broker"),
+            ("n3", "broker"),
+            ("c1", "controller"),
+            ("c2", "controller"),
+            ("c3", "controller"),
+        ]
+    );
+    for n in &nodes {
+        assert!(n[2].starts_with("ssh root@"), "{n:?}");
+    }
+    let history = json_lines(&run.join("history.jsonl"));
+    let faults = nemesis_infos(&history);
+    let done =
+        |f: &str| -> Vec<&Value> { faults.iter().copied().filter(|o| o["f"] == f).collect() };
+    let killed = &done("kill")[0]["value"]["nodes"];
+    assert!(
+        ["c1", "c2", "c3"].contains(&killed[0].as_str().unwrap_or_default()),
+        "the active controller was killed: {killed}"
+    );
+    let cuts = done("start-partition");
+    assert_eq!(cuts.len(), 2, "{cuts:?}");
+    assert_eq!(cuts[0]["value"]["kind"], "leader-control", "{}", cuts[0]);
+    assert_eq!(
+        cuts[0]["value"]["ports"],
+        serde_json::json!([9093]),
+        "{}",
+        cuts[0]
+    );
+    let cut = &cuts[1]["value"];
+    let controller = cut["controller"].as_str().unwrap_or_default();
+    assert!(["c1", "c2", "c3"].contains(&controller), "{cut}");
+    assert_eq!(
+        cut["grudge"][controller].as_array().map(Vec::len),
+        Some(5),
+        "the active controller is cut off from the five other nodes: {cut}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("replicas.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        12,
+        "only the brokers' replicas dumped over SSH"
     );
     assert_nothing_left_in_docker(&test);
 }

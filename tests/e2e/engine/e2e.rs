@@ -172,17 +172,10 @@ fn dedicated_controllers_survive_two_dead_brokers_and_a_leader_cut_from_them() {
             "broker {b} was not fenced:\n{logs}"
         );
     }
-    let history: Vec<Value> = std::fs::read_to_string(run.join("history.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let info = |f: &str| -> Vec<&Value> {
-        history
-            .iter()
-            .filter(|o| o["f"] == f && o["type"] == "info" && o["process"] == "nemesis")
-            .collect()
-    };
+    let history = json_lines(&run.join("history.jsonl"));
+    let faults = nemesis_infos(&history);
+    let info =
+        |f: &str| -> Vec<&Value> { faults.iter().copied().filter(|o| o["f"] == f).collect() };
     // The active controller, found by DescribeQuorum, was killed; another took over, and the
     // final healing started it again.
     let killed = info("kill")[1]["value"]["nodes"].clone();

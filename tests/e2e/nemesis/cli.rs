@@ -24,12 +24,6 @@ fn ops(run: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn nemesis_infos(ops: &[Value]) -> Vec<&Value> {
-    ops.iter()
-        .filter(|o| o["process"] == "nemesis" && o["type"] == "info")
-        .collect()
-}
-
 #[test]
 fn bad_fault_options_are_usage_errors_that_say_what_is_wrong() {
     let e = usage_error(&["--nemesis", "kill,meteor-strike"]);

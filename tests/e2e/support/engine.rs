@@ -15,6 +15,22 @@ pub fn test_json(run_dir: &Path) -> Value {
         .expect("test.json is JSON")
 }
 
+/// Every line of a JSON-lines file (a history, replicas.jsonl), parsed.
+pub fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The nemesis's completed ops (`info`) among `ops`, in order.
+pub fn nemesis_infos(ops: &[Value]) -> Vec<&Value> {
+    ops.iter()
+        .filter(|o| o["process"] == "nemesis" && o["type"] == "info")
+        .collect()
+}
+
 /// The `fields` of each node test.json records, in its order (a missing field reads as "").
 pub fn node_fields(test: &Value, fields: &[&str]) -> Vec<Vec<String>> {
     test["nodes"]
