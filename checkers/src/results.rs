@@ -63,6 +63,9 @@ pub enum AnomalyKind {
     /// Two polls served under one leader epoch, one after the other, saw the high watermark go
     /// down.
     HwRegression,
+    /// A poll returned a record at or above the high watermark its own response reported (I4:
+    /// a consumer never reads past what the ISR holds).
+    ReadAboveHighWatermark,
     /// A mirror's epoch cache holds an entry the cluster it mirrors has in none of its replicas:
     /// an epoch of its own leadership rather than of a mirrored batch (M11).
     MirrorEpochCache,
@@ -99,7 +102,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 30] = [
+    pub const ALL: [AnomalyKind; 31] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -119,6 +122,7 @@ impl AnomalyKind {
         AnomalyKind::EpochAboveLeader,
         AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
+        AnomalyKind::ReadAboveHighWatermark,
         AnomalyKind::MirrorEpochCache,
         AnomalyKind::CommitRegression,
         AnomalyKind::CommitSkip,
@@ -154,6 +158,7 @@ impl AnomalyKind {
             AnomalyKind::EpochAboveLeader => "epoch-above-leader",
             AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
+            AnomalyKind::ReadAboveHighWatermark => "read-above-high-watermark",
             AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
             AnomalyKind::CommitRegression => "commit-regression",
             AnomalyKind::CommitSkip => "commit-skip",

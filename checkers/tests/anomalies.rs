@@ -761,6 +761,40 @@ fn epoch_regression_within_a_poll() {
     assert_eq!(entries(&r, "epoch-regression")[0]["op_index"], poll);
 }
 
+/// I4: a consumer never reads at or above the high watermark. The response that returned the
+/// records reported it, so one poll proves it: the leader served what its ISR may not hold.
+#[test]
+fn read_above_the_high_watermark_its_own_response_reported() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    let bad = h.poll(1, 0, &[(0, 1, 0), (1, 2, 0), (2, 3, 0)], Some(1));
+    let r = run(&h, None);
+    only(&r, &["read-above-high-watermark"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "read-above-high-watermark")[0];
+    assert_eq!(e["op_index"], bad);
+    assert_eq!(
+        (
+            e["high_watermark"].clone(),
+            e["record"].clone(),
+            e["records_above"].clone()
+        ),
+        (json!(1), json!([1, 2, 0]), json!(2))
+    );
+}
+
+/// Records just below the high watermark are committed; a poll without one (an older history,
+/// or a read that failed) is not judged.
+#[test]
+fn reads_below_the_high_watermark_or_without_one_are_not_judged() {
+    let mut h = Hist::new();
+    h.send(0, &[1, 2, 3], Ok, Some(0));
+    h.poll(1, 0, &[(0, 1, 0), (1, 2, 0), (2, 3, 0)], Some(3));
+    h.poll(2, 1, &[(1, 2, 0), (2, 3, 0)], None);
+    let r = run(&h, None);
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+}
+
 /// Within one leader epoch the leader's high watermark only grows: a poll that started after
 /// another had finished, served under the same epoch, must not see a lower one, fault or not.
 #[test]

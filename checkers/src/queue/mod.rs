@@ -760,7 +760,9 @@ impl<'r> QueueAnalysis<'r> {
         }
         let from = body.from;
         let leader_epoch = body.leader_epoch.filter(|_| ev.kind == OpType::Ok);
+        let high_watermark = body.high_watermark.filter(|_| ev.kind == OpType::Ok);
         let mut above_leader: Option<(Record, u64)> = None;
+        let mut above_hw: Option<(Record, u64)> = None;
         let mut prev: Option<(i64, Option<i64>)> = None;
         let mut furthest = None;
         // Gaps count only in a poll whose offsets increase: one that went backwards is reported
@@ -804,6 +806,10 @@ impl<'r> QueueAnalysis<'r> {
                     first.1 += 1;
                 }
             }
+            if high_watermark.is_some_and(|hw| offset >= hw) {
+                let first = above_hw.get_or_insert((r, 0));
+                first.1 += 1;
+            }
             prev = Some((offset, epoch.or(prev.and_then(|(_, e)| e))));
             furthest = Some(furthest.map_or(offset, |f: i64| f.max(offset)));
             self.observe_record(pk, offset, value, Proof::Poll(ev.index));
@@ -815,6 +821,15 @@ impl<'r> QueueAnalysis<'r> {
                 "record": first, "records_above": n,
             });
             self.anomalies.push(AnomalyKind::EpochAboveLeader, entry);
+        }
+        if let (Some(hw), Some((first, n))) = (high_watermark, above_hw) {
+            let entry = json!({
+                "cluster": self.clusters[cluster as usize], "topic": topic,
+                "partition": partition, "op_index": ev.index, "process": p,
+                "high_watermark": hw, "record": first, "records_above": n,
+            });
+            self.anomalies
+                .push(AnomalyKind::ReadAboveHighWatermark, entry);
         }
         if monotonic {
             for (lo, hi, after, next_value) in gaps {
@@ -829,7 +844,7 @@ impl<'r> QueueAnalysis<'r> {
                 *reach = (furthest, ev.index);
             }
         }
-        if let Some(hw) = body.high_watermark.filter(|_| ev.kind == OpType::Ok) {
+        if let Some(hw) = high_watermark {
             // Without its invocation a poll's start is unknown: it is compared with nothing.
             let invoked = pending.map_or(0, |p| p.invoke);
             self.observe_hw(p, pk, hw, body.leader_epoch, invoked, ev.index);
