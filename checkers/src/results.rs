@@ -66,6 +66,10 @@ pub enum AnomalyKind {
     /// A poll returned a record at or above the high watermark its own response reported (I4:
     /// a consumer never reads past what the ISR holds).
     ReadAboveHighWatermark,
+    /// A poll served under the leader epoch an acknowledged record was written in, invoked
+    /// after the acknowledgement, reported a high watermark at or below the record: the leader
+    /// acknowledged what its ISR did not hold.
+    AckAboveHighWatermark,
     /// A mirror's epoch cache holds an entry the cluster it mirrors has in none of its replicas:
     /// an epoch of its own leadership rather than of a mirrored batch (M11).
     MirrorEpochCache,
@@ -102,7 +106,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 31] = [
+    pub const ALL: [AnomalyKind; 32] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -123,6 +127,7 @@ impl AnomalyKind {
         AnomalyKind::ReadOnlyWrite,
         AnomalyKind::HwRegression,
         AnomalyKind::ReadAboveHighWatermark,
+        AnomalyKind::AckAboveHighWatermark,
         AnomalyKind::MirrorEpochCache,
         AnomalyKind::CommitRegression,
         AnomalyKind::CommitSkip,
@@ -159,6 +164,7 @@ impl AnomalyKind {
             AnomalyKind::ReadOnlyWrite => "read-only-write",
             AnomalyKind::HwRegression => "hw-regression",
             AnomalyKind::ReadAboveHighWatermark => "read-above-high-watermark",
+            AnomalyKind::AckAboveHighWatermark => "ack-above-high-watermark",
             AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
             AnomalyKind::CommitRegression => "commit-regression",
             AnomalyKind::CommitSkip => "commit-skip",

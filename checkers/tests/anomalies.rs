@@ -795,6 +795,84 @@ fn reads_below_the_high_watermark_or_without_one_are_not_judged() {
     assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
 }
 
+/// An acks=all send is acknowledged once the high watermark passes it, and under one leader
+/// epoch the high watermark never goes back: a poll the acknowledging node served under the
+/// epoch the record was written in, invoked after the acknowledgement, reporting it at or below
+/// the record, proves the leader acknowledged what its ISR did not hold.
+#[test]
+fn ack_above_the_high_watermark_of_its_leader_epoch() {
+    let recs = [(0, 1, 3), (1, 2, 3)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("a", "n2", false, 2, &recs),
+    ];
+    let mut h = Hist::new();
+    let send = h.send(0, &[1, 2], Ok, Some(0));
+    h.ops[send as usize].node = Some("n1".into());
+    let bad = h.poll_in_epoch(1, 1, 3);
+    h.ops[bad as usize].node = Some("n1".into());
+    let r = run(&h, Some(&replicas));
+    only(&r, &["ack-above-high-watermark"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "ack-above-high-watermark")[0];
+    assert_eq!(
+        (e["op_index"].clone(), e["high_watermark"].clone()),
+        (json!(bad), json!(1))
+    );
+    assert_eq!(e["leader_epoch"], 3);
+    assert_eq!(
+        e["send"],
+        json!({"op_index": send, "value": 2, "offset": 1})
+    );
+}
+
+/// Not judged: a poll under another leader epoch (a new leader's high watermark lags until its
+/// followers report), a poll invoked before the acknowledgement, a high watermark above the
+/// record, a poll served by another node than the one that acknowledged (an idempotent retry
+/// acknowledged by the next leader while the old one, cut off, still serves its epoch), or a
+/// history without the final log that tells the record's epoch.
+#[test]
+fn acks_below_the_high_watermark_or_not_ordered_with_the_poll_are_not_judged() {
+    let recs = [(0, 1, 3), (1, 2, 3)];
+    let replicas = vec![
+        replica("a", "n1", true, 2, &recs),
+        replica("a", "n2", false, 2, &recs),
+    ];
+    let on = |h: &mut Hist, op: u64, node: &str| h.ops[op as usize].node = Some(node.into());
+    let mut h = Hist::new();
+    let inv = json!({"topic": "t", "partition": 0, "from": 0});
+    h.push(
+        Process::Client(2),
+        OpType::Invoke,
+        "poll",
+        inv.clone(),
+        None,
+    );
+    let send = h.send(0, &[1, 2], Ok, Some(0));
+    on(&mut h, send, "n1");
+    let mut done = inv;
+    done["high_watermark"] = json!(0);
+    done["leader_epoch"] = json!(3);
+    let overlapping = h.push(Process::Client(2), OpType::Ok, "poll", done, None);
+    on(&mut h, overlapping, "n1");
+    let other_epoch = h.poll_in_epoch(1, 0, 4);
+    on(&mut h, other_epoch, "n1");
+    let other_node = h.poll_in_epoch(1, 1, 3);
+    on(&mut h, other_node, "n2");
+    let above = h.poll_in_epoch(1, 2, 3);
+    on(&mut h, above, "n1");
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+
+    let mut h = Hist::new();
+    let send = h.send(0, &[1, 2], Ok, Some(0));
+    on(&mut h, send, "n1");
+    let poll = h.poll_in_epoch(1, 1, 3);
+    on(&mut h, poll, "n1");
+    let r = run(&h, None);
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+}
+
 /// Within one leader epoch the leader's high watermark only grows: a poll that started after
 /// another had finished, served under the same epoch, must not see a lower one, fault or not.
 #[test]

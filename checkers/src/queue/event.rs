@@ -24,8 +24,8 @@ pub(crate) struct LineOp<'a> {
     pub f: Cow<'a, str>,
     #[serde(borrow, default)]
     pub value: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "node")]
-    _node: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub node: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub cluster: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -74,6 +74,8 @@ pub(crate) struct Event<'a> {
     pub process: Process,
     pub kind: OpType,
     pub f: &'a str,
+    /// The node a client op was sent to, when it got that far.
+    pub node: Option<&'a str>,
     pub cluster: Option<&'a str>,
     pub value: Body<'a>,
     /// The op recorded an error: it fell short of what it was asked.
@@ -87,6 +89,7 @@ impl<'a> From<&'a Op> for Event<'a> {
             process: op.process,
             kind: op.kind,
             f: &op.f,
+            node: op.node.as_deref(),
             cluster: op.cluster.as_deref(),
             value: Body::Json(&op.value),
             failed: op.error.is_some(),
@@ -101,6 +104,7 @@ impl<'a> From<&'a LineOp<'a>> for Event<'a> {
             process: op.process,
             kind: op.kind,
             f: &op.f,
+            node: op.node.as_deref(),
             cluster: op.cluster.as_deref(),
             value: Body::Raw(op.value),
             failed: op.error.is_some(),

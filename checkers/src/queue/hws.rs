@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 /// step is kept inline and only older ones on the heap: most leader epochs see one step, and a
 /// heap block for each of thousands of epochs cost more memory than the values they check.
 #[derive(Debug)]
-struct HwSteps {
+pub(super) struct HwSteps {
     /// Steps before `last`, oldest first.
     older: Vec<(u64, i64)>,
     last: (u64, i64),
@@ -26,7 +26,7 @@ impl HwSteps {
     }
 
     /// The highest high watermark completed before op `index`, and the poll that saw it.
-    fn before(&self, index: u64) -> Option<(u64, i64)> {
+    pub(super) fn before(&self, index: u64) -> Option<(u64, i64)> {
         if self.last.0 < index {
             return Some(self.last);
         }
@@ -45,7 +45,7 @@ impl HwSteps {
 
     /// Drops the steps no `before(index)` with `index >= floor` needs: all but the last one
     /// before `floor`. Returns how many remain.
-    fn forget_before(&mut self, floor: u64) -> usize {
+    pub(super) fn forget_before(&mut self, floor: u64) -> usize {
         if self.last.0 < floor {
             self.older = Vec::new();
         } else {
@@ -62,7 +62,7 @@ impl HwSteps {
 }
 
 /// Records a poll's high watermark in the steps under `key`; true when it added a step.
-fn record_in<K: std::hash::Hash + Eq>(
+pub(super) fn record_in<K: std::hash::Hash + Eq>(
     steps: &mut FxHashMap<K, HwSteps>,
     key: K,
     op: u64,
@@ -81,7 +81,7 @@ fn record_in<K: std::hash::Hash + Eq>(
 type Seen = Option<(u64, i64)>;
 
 /// Fewest steps kept before [`SeenHws`] prunes at all.
-const MIN_HW_STEPS_KEPT: usize = 1024;
+pub(super) const MIN_HW_STEPS_KEPT: usize = 1024;
 
 /// The high watermarks polls saw, per partition and per partition and leader epoch. A poll is
 /// compared only with polls that completed before it was invoked, so the steps older than

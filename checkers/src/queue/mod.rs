@@ -11,6 +11,7 @@
 //! and how far polls read from each starting offset. Everything that needs the whole history
 //! (lost writes, aborted reads, skips, epoch ownership) is decided in [`QueueAnalysis::finish`].
 
+mod acks;
 mod event;
 mod groups;
 mod hws;
@@ -29,6 +30,7 @@ use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, Ski
 use crate::tiered::TieredHistory;
 use crate::Checker;
 
+use acks::AckedOffsets;
 pub(crate) use event::LineOp;
 use event::{
     check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, SendBody, WipeBody,
@@ -229,6 +231,8 @@ pub struct QueueAnalysis<'r> {
     pending: FxHashMap<u64, Pending>,
     /// The high watermarks polls saw.
     hws: SeenHws,
+    /// Acknowledged offsets, and polls that reported a high watermark at or below one.
+    acks: AckedOffsets,
     /// Consumer groups' polls and commits.
     groups: Groups,
     mirror: MirrorHistory,
@@ -280,6 +284,7 @@ impl<'r> QueueAnalysis<'r> {
             duplicates: FxHashMap::default(),
             pending: FxHashMap::default(),
             hws: SeenHws::default(),
+            acks: AckedOffsets::default(),
             groups: Groups::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             tiered: TieredHistory::default(),
@@ -738,6 +743,14 @@ impl<'r> QueueAnalysis<'r> {
                 self.observe_record(pk, at, v, Proof::Ack(ev.index));
             }
         }
+        if let (Some(first), Some(n), Some(node)) =
+            (offset, (values.len() as i64).checked_sub(1), ev.node)
+        {
+            let pending = &self.pending;
+            self.acks.acknowledged(pk, node, ev.index, first + n, || {
+                pending.values().map(|p| p.invoke).min()
+            });
+        }
         Ok(())
     }
 
@@ -847,6 +860,9 @@ impl<'r> QueueAnalysis<'r> {
         if let Some(hw) = high_watermark {
             // Without its invocation a poll's start is unknown: it is compared with nothing.
             let invoked = pending.map_or(0, |p| p.invoke);
+            if let (Some(e), Some(node)) = (body.leader_epoch, ev.node) {
+                self.acks.polled((pk, node, e), (ev.index, p, invoked), hw);
+            }
             self.observe_hw(p, pk, hw, body.leader_epoch, invoked, ev.index);
         }
         Ok(())
@@ -1001,6 +1017,7 @@ impl<'r> QueueAnalysis<'r> {
         self.check_skips();
         self.check_groups();
         self.check_replicas();
+        self.check_acks();
         crate::tiered::check(
             &self.test,
             &self.tiered,
@@ -1164,6 +1181,41 @@ impl<'r> QueueAnalysis<'r> {
                 "mirroring_since": since.map(|op| json!({"op_index": op})),
             });
             self.anomalies.push(AnomalyKind::ReadOnlyWrite, entry);
+        }
+    }
+
+    /// `ack-above-high-watermark`: each suspect poll (see [`acks`]) whose send's last record
+    /// the final log holds, acknowledged there and written in the epoch the poll was served
+    /// under. Without a final log the epoch a record was written in is unknown, and nothing is
+    /// judged.
+    fn check_acks(&mut self) {
+        for s in self.acks.suspects() {
+            let Some(log) = self.parts[s.pk as usize].final_log else {
+                continue;
+            };
+            let records = &self.finals.logs[log as usize].records;
+            let at = records.partition_point(|r| r.offset < s.acked);
+            let Some(record) = records.get(at).filter(|r| {
+                r.offset == s.acked
+                    && r.epoch == Some(s.epoch)
+                    && self.values.get(r.value).is_some_and(|info| {
+                        info.outcome == Outcome::Ok
+                            && info.completion == s.send
+                            && info.acked() == Some(s.acked)
+                    })
+            }) else {
+                continue;
+            };
+            let part = &self.parts[s.pk as usize];
+            let entry = json!({
+                "cluster": self.clusters[part.cluster as usize],
+                "topic": self.topics[part.topic as usize], "partition": part.partition,
+                "op_index": s.poll, "process": s.process, "high_watermark": s.high_watermark,
+                "leader_epoch": s.epoch,
+                "send": {"op_index": s.send, "value": record.value, "offset": record.offset},
+            });
+            self.anomalies
+                .push(AnomalyKind::AckAboveHighWatermark, entry);
         }
     }
 
