@@ -20,7 +20,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::hws::{record_in, HwSteps, MIN_HW_STEPS_KEPT};
+use super::hws::RisingSteps;
 
 /// A poll that reported a high watermark at or below an offset its node acknowledged before
 /// the poll was invoked.
@@ -38,27 +38,13 @@ pub(super) struct Suspect {
 }
 
 /// Acknowledged offsets per partition and node, and the polls that may contradict them.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct AckedOffsets {
     nodes: FxHashMap<String, u32>,
     /// Per partition and acknowledging node: the highest offset acknowledged by the sends
-    /// completed so far, as steps `(send, offset)`.
-    acked: FxHashMap<(u32, u32), HwSteps>,
-    steps: usize,
-    prune_at: usize,
+    /// completed so far, and the send that reached it.
+    acked: RisingSteps<(u32, u32)>,
     suspects: Vec<Suspect>,
-}
-
-impl Default for AckedOffsets {
-    fn default() -> Self {
-        AckedOffsets {
-            nodes: FxHashMap::default(),
-            acked: FxHashMap::default(),
-            steps: 0,
-            prune_at: MIN_HW_STEPS_KEPT,
-            suspects: Vec::new(),
-        }
-    }
 }
 
 impl AckedOffsets {
@@ -78,17 +64,7 @@ impl AckedOffsets {
         open_since: impl FnOnce() -> Option<u64>,
     ) {
         let key = (pk, self.node_id(node));
-        self.steps += usize::from(record_in(&mut self.acked, key, op, last_offset));
-        if self.steps >= self.prune_at {
-            // Invocations after this completion come later than every step recorded so far.
-            let floor = open_since().unwrap_or(op + 1);
-            self.steps = self
-                .acked
-                .values_mut()
-                .map(|s| s.forget_before(floor))
-                .sum();
-            self.prune_at = (2 * self.steps).max(MIN_HW_STEPS_KEPT);
-        }
+        self.acked.record(key, op, last_offset, open_since);
     }
 
     /// An `ok` poll of `pk` served by `node` under leader epoch `epoch`, invoked at `invoked`
@@ -102,7 +78,7 @@ impl AckedOffsets {
         let Some(&n) = self.nodes.get(node) else {
             return;
         };
-        let Some((send, acked)) = self.acked.get(&(pk, n)).and_then(|s| s.before(invoked)) else {
+        let Some((send, acked)) = self.acked.before(&(pk, n), invoked) else {
             return;
         };
         if acked >= high_watermark {

@@ -1,7 +1,9 @@
 //! The high watermarks polls saw, for the hw-regression check: within one leader epoch a
 //! partition's high watermark never goes down, so a poll must not see a lower one than a poll
-//! served under the same epoch that completed before it was invoked. Kept as rising steps,
-//! pruned to what open invocations can still ask about, so their memory follows the polls in flight, not the length of the history.
+//! served under the same epoch that completed before it was invoked. Kept as rising steps
+//! ([`RisingSteps`], which the acknowledged offsets of `acks.rs` use too), pruned to what open
+//! invocations can still ask about, so their memory follows the ops in flight, not the length
+//! of the history.
 
 use rustc_hash::FxHashMap;
 
@@ -11,7 +13,7 @@ use rustc_hash::FxHashMap;
 /// step is kept inline and only older ones on the heap: most leader epochs see one step, and a
 /// heap block for each of thousands of epochs cost more memory than the values they check.
 #[derive(Debug)]
-pub(super) struct HwSteps {
+struct HwSteps {
     /// Steps before `last`, oldest first.
     older: Vec<(u64, i64)>,
     last: (u64, i64),
@@ -26,7 +28,7 @@ impl HwSteps {
     }
 
     /// The highest high watermark completed before op `index`, and the poll that saw it.
-    pub(super) fn before(&self, index: u64) -> Option<(u64, i64)> {
+    fn before(&self, index: u64) -> Option<(u64, i64)> {
         if self.last.0 < index {
             return Some(self.last);
         }
@@ -45,7 +47,7 @@ impl HwSteps {
 
     /// Drops the steps no `before(index)` with `index >= floor` needs: all but the last one
     /// before `floor`. Returns how many remain.
-    pub(super) fn forget_before(&mut self, floor: u64) -> usize {
+    fn forget_before(&mut self, floor: u64) -> usize {
         if self.last.0 < floor {
             self.older = Vec::new();
         } else {
@@ -61,90 +63,102 @@ impl HwSteps {
     }
 }
 
-/// Records a poll's high watermark in the steps under `key`; true when it added a step.
-pub(super) fn record_in<K: std::hash::Hash + Eq>(
-    steps: &mut FxHashMap<K, HwSteps>,
-    key: K,
-    op: u64,
-    hw: i64,
-) -> bool {
-    match steps.entry(key) {
-        std::collections::hash_map::Entry::Occupied(mut o) => o.get_mut().record(op, hw),
-        std::collections::hash_map::Entry::Vacant(v) => {
-            v.insert(HwSteps::new(op, hw));
-            true
-        }
-    }
-}
+/// A value and the op that completed with it.
+pub(super) type Seen = Option<(u64, i64)>;
 
-/// A high watermark and the op of the poll that saw it.
-type Seen = Option<(u64, i64)>;
+/// Fewest steps kept before [`RisingSteps`] prunes at all.
+const MIN_STEPS_KEPT: usize = 1024;
 
-/// Fewest steps kept before [`SeenHws`] prunes at all.
-pub(super) const MIN_HW_STEPS_KEPT: usize = 1024;
-
-/// The high watermarks polls saw, per partition and per partition and leader epoch. A poll is
-/// compared only with polls that completed before it was invoked, so the steps older than
-/// every open invocation are dead but for the last one; they are pruned whenever the steps
-/// have doubled since the last pruning, which keeps memory in proportion to the polls in
-/// flight rather than to the history.
+/// The highest value completed so far under each key, as [`HwSteps`]. A question is asked
+/// only for an op invoked after some point (an open invocation), so the steps older than every
+/// open invocation are dead but for the last one; they are pruned whenever the steps have
+/// doubled since the last pruning, which keeps memory in proportion to the ops in flight rather
+/// than to the history.
 #[derive(Debug)]
-pub(super) struct SeenHws {
-    /// Per partition, under any leader epoch.
-    any_epoch: FxHashMap<u32, HwSteps>,
-    /// Per partition and the leader epoch the polls were served under.
-    by_epoch: FxHashMap<(u32, i64), HwSteps>,
+pub(super) struct RisingSteps<K> {
+    by_key: FxHashMap<K, HwSteps>,
     steps: usize,
     prune_at: usize,
 }
 
-impl Default for SeenHws {
+impl<K> Default for RisingSteps<K> {
     fn default() -> Self {
-        SeenHws {
-            any_epoch: FxHashMap::default(),
-            by_epoch: FxHashMap::default(),
+        RisingSteps {
+            by_key: FxHashMap::default(),
             steps: 0,
-            prune_at: MIN_HW_STEPS_KEPT,
+            prune_at: MIN_STEPS_KEPT,
         }
     }
+}
+
+impl<K: std::hash::Hash + Eq> RisingSteps<K> {
+    /// The highest value under `key` completed before op `invoked`, and the op that reached it.
+    pub(super) fn before(&self, key: &K, invoked: u64) -> Seen {
+        self.by_key.get(key).and_then(|s| s.before(invoked))
+    }
+
+    /// Records `value`, completed at `op`, under `key`. `open_since` yields the lowest
+    /// invocation still open (a later question's `invoked` is at least that), asked for only
+    /// when pruning is due.
+    pub(super) fn record(
+        &mut self,
+        key: K,
+        op: u64,
+        value: i64,
+        open_since: impl FnOnce() -> Option<u64>,
+    ) {
+        let added = match self.by_key.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut o) => o.get_mut().record(op, value),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(HwSteps::new(op, value));
+                true
+            }
+        };
+        self.steps += usize::from(added);
+        if self.steps >= self.prune_at {
+            // Invocations after this completion come later than every step recorded so far.
+            let floor = open_since().unwrap_or(op + 1);
+            self.steps = self
+                .by_key
+                .values_mut()
+                .map(|s| s.forget_before(floor))
+                .sum();
+            self.prune_at = (2 * self.steps).max(MIN_STEPS_KEPT);
+        }
+    }
+}
+
+/// The high watermarks polls saw, per partition and per partition and leader epoch.
+#[derive(Debug, Default)]
+pub(super) struct SeenHws {
+    /// Per partition, under any leader epoch.
+    any_epoch: RisingSteps<u32>,
+    /// Per partition and the leader epoch the polls were served under.
+    by_epoch: RisingSteps<(u32, i64)>,
 }
 
 impl SeenHws {
     /// The highest high watermarks completed before op `invoked` on partition `pk`: under any
     /// epoch, and under `epoch`.
     pub(super) fn before(&self, pk: u32, epoch: Option<i64>, invoked: u64) -> (Seen, Seen) {
-        let any = self.any_epoch.get(&pk).and_then(|s| s.before(invoked));
-        let same = epoch
-            .and_then(|e| self.by_epoch.get(&(pk, e)))
-            .and_then(|s| s.before(invoked));
+        let any = self.any_epoch.before(&pk, invoked);
+        let same = epoch.and_then(|e| self.by_epoch.before(&(pk, e), invoked));
         (any, same)
     }
 
     /// Records what a poll completed at `op` saw. `open_since` yields the lowest invocation
-    /// still open (a later completion's `invoked` is at least that), asked for only when
-    /// pruning is due.
+    /// still open, asked for only when pruning is due.
     pub(super) fn record(
         &mut self,
         pk: u32,
         epoch: Option<i64>,
         op: u64,
         hw: i64,
-        open_since: impl FnOnce() -> Option<u64>,
+        open_since: impl Fn() -> Option<u64>,
     ) {
-        self.steps += usize::from(record_in(&mut self.any_epoch, pk, op, hw));
+        self.any_epoch.record(pk, op, hw, &open_since);
         if let Some(e) = epoch {
-            self.steps += usize::from(record_in(&mut self.by_epoch, (pk, e), op, hw));
-        }
-        if self.steps >= self.prune_at {
-            // Invocations after this completion come later than every step recorded so far.
-            let floor = open_since().unwrap_or(op + 1);
-            self.steps = self
-                .any_epoch
-                .values_mut()
-                .chain(self.by_epoch.values_mut())
-                .map(|s| s.forget_before(floor))
-                .sum();
-            self.prune_at = (2 * self.steps).max(MIN_HW_STEPS_KEPT);
+            self.by_epoch.record((pk, e), op, hw, &open_since);
         }
     }
 }
@@ -180,9 +194,9 @@ mod tests {
             }
         }
         assert!(
-            hws.steps <= 2 * MIN_HW_STEPS_KEPT,
+            hws.any_epoch.steps + hws.by_epoch.steps <= 4 * MIN_STEPS_KEPT,
             "{} steps kept for a window of {window} ops",
-            hws.steps
+            hws.any_epoch.steps + hws.by_epoch.steps
         );
     }
 
