@@ -1,7 +1,10 @@
 //! When a run's anomaly happened, from its history rather than from when the checker noticed
 //! it: the earliest anomaly entry's ops (the acknowledgement of a lost write, the observations of
 //! an offset that disagree) give the time it was evidenced, and the fault that exposed it is the
-//! one in force then, else the next to begin; the anomaly exists once both happened.
+//! one in force then, else the next to begin; the anomaly exists once both happened. An anomaly
+//! its responses prove on their own (`AnomalyKind::shown_by_responses`: a read past the high
+//! watermark its response reported) existed when they completed, with or without a fault; the
+//! fault in force then, if any, is named.
 //! `tidemark bench-detection` reports that time and that fault, and `tidemark shrink` cuts a
 //! run's faults and time limit to just past it. `tidemark test` prints the tally of the faults a
 //! run began beside its verdict, and `tidemark check` too.
@@ -9,7 +12,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
-use tidemark_checkers::{Op, OpType, Process};
+use tidemark_checkers::{AnomalyKind, Op, OpType, Process};
 
 /// Fault ops that undo themselves before their `info`.
 const SELF_HEALING: &[&str] = &[
@@ -148,6 +151,13 @@ fn exposed_of_kind<'a>(
         }
     }
     let at = evidenced?;
+    // What the responses alone prove existed then; a fault in force may have opened the window.
+    if AnomalyKind::parse(kind).is_some_and(AnomalyKind::shown_by_responses) {
+        let faults = begun(ops, |_| true);
+        let stopping = begun(ops, |o| !o.f.starts_with("clock-"));
+        let fault = in_force(ops, &stopping, at).or_else(|| in_force(ops, &faults, at));
+        return Some((at, fault));
+    }
     let exposed = exposing_fault(ops, at).map_or(at, |f| f.time.max(at));
     Some((exposed, exposing_fault_named(ops, at)))
 }
@@ -388,6 +398,25 @@ mod tests {
             Some(7_000_000_000)
         );
         assert_eq!(first_of_kind(&history(), &results, "duplicate"), None);
+    }
+
+    #[test]
+    fn what_responses_prove_exists_when_they_complete_with_or_without_a_fault() {
+        let mut ops = history();
+        ops[0].value = json!({"kind": "leader"});
+        // A poll completed in the calm at 5.5 s: no fault in force, none to wait for.
+        let calm = json!({"valid": false, "bad_anomaly_types": ["read-above-high-watermark"],
+            "anomalies": {"read-above-high-watermark": [{"op_index": 7}]}});
+        assert_eq!(first_at(&ops, &calm), Some(5_500_000_000));
+        assert_eq!(exposed_by(&ops, &calm), None);
+        // One completed during the partition names it.
+        let during = json!({"valid": false, "bad_anomaly_types": ["ack-above-high-watermark"],
+            "anomalies": {"ack-above-high-watermark": [{"op_index": 3, "send": {"op_index": 2}}]}});
+        assert_eq!(first_at(&ops, &during), Some(2_500_000_000));
+        assert_eq!(
+            exposed_by(&ops, &during).as_deref(),
+            Some("start-partition leader")
+        );
     }
 
     #[test]

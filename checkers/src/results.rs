@@ -141,6 +141,28 @@ impl AnomalyKind {
         AnomalyKind::ProducerStateDivergence,
     ];
 
+    /// The kind named `name` in `results.json`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether the responses an entry names prove it on their own, with no failure needed: what
+    /// they say contradicts the protocol (records past the high watermark the same response
+    /// reported, a high watermark below what its leader had acknowledged or shown in the same
+    /// epoch, a record of an epoch above the one it was served under, offsets out of order). It
+    /// existed once the last of them completed. Every other kind is proven against what a
+    /// failure did afterwards (a lost write's acknowledgement comes before its loss).
+    pub fn shown_by_responses(self) -> bool {
+        matches!(
+            self,
+            AnomalyKind::ReadAboveHighWatermark
+                | AnomalyKind::AckAboveHighWatermark
+                | AnomalyKind::HwRegression
+                | AnomalyKind::EpochAboveLeader
+                | AnomalyKind::NonmonotonicPoll
+        )
+    }
+
     /// The name used in `results.json`.
     pub fn name(self) -> &'static str {
         match self {
