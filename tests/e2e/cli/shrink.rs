@@ -6,7 +6,9 @@
 //! The original replays a recorded schedule (`ack-before-replication-faults.json`: the faults a
 //! 30 s run of the default kinds at `--nemesis-interval 3` drew with seed 1, as its history
 //! recorded them), so that a change to what the generator draws cannot take the bug's exposing
-//! fault (a leader cut off from its followers at 12.6 s) away from the test.
+//! fault (a leader cut off from its followers at 12.6 s, which loses acknowledged writes) away
+//! from the test. The shrink keeps the anomaly evidenced first: now `ack-above-high-watermark`,
+//! which polls show in the first seconds (a shrunk run of about 3 s keeps one short fault).
 //!
 //! Cost: the original is 30 s with faults of 2–4 s, so the exposing one comes early and the
 //! shrink's first step cuts every later run to a few seconds; the replays are of the shrunk run.
