@@ -75,9 +75,9 @@ pub struct Args {
     /// Dedicated controller nodes of each cluster (KRaft's production layout: `c1`, `c2`, ...,
     /// or `a-c1`, ... with more than one cluster), beside --nodes broker-only nodes (with
     /// --nodes-file, the last N hosts of each cluster); 0: every node is both broker and
-    /// controller. Faults drawn from target specs hit the brokers; the
-    /// controllers stay reachable unless a fault names them (`leader-control` cuts a leader off
-    /// from them).
+    /// controller. Faults drawn from target specs hit the brokers, but for `controller` (the
+    /// active controller, a default target of partitions, kills and pauses) and
+    /// `leader-control` (a leader cut off from the controllers, a default partition).
     #[arg(long, default_value_t = 0, value_name = "N")]
     controllers: usize,
     /// Number of independent clusters, `a`, `b`, ..., each with its own quorum of --nodes nodes

@@ -153,10 +153,7 @@ fn exposed_of_kind<'a>(
     let at = evidenced?;
     // What the responses alone prove existed then; a fault in force may have opened the window.
     if AnomalyKind::parse(kind).is_some_and(AnomalyKind::shown_by_responses) {
-        let faults = begun(ops, |_| true);
-        let stopping = begun(ops, |o| !o.f.starts_with("clock-"));
-        let fault = in_force(ops, &stopping, at).or_else(|| in_force(ops, &faults, at));
-        return Some((at, fault));
+        return Some((at, in_force_named(ops, at)));
     }
     let exposed = exposing_fault(ops, at).map_or(at, |f| f.time.max(at));
     Some((exposed, exposing_fault_named(ops, at)))
@@ -172,12 +169,16 @@ fn exposing_fault(ops: &[Op], at: u64) -> Option<&Op> {
 /// failover) before a clock fault, in force or beginning next: the clock faults run on a
 /// timeline of their own across the others and stop nothing.
 fn exposing_fault_named(ops: &[Op], at: u64) -> Option<&Op> {
-    let faults = begun(ops, |_| true);
+    in_force_named(ops, at).or_else(|| {
+        let stopping = begun(ops, |o| !o.f.starts_with("clock-"));
+        next_after(&stopping, at).or_else(|| next_after(&begun(ops, |_| true), at))
+    })
+}
+
+/// The fault in force at `at`, one that stops something before a clock fault.
+fn in_force_named(ops: &[Op], at: u64) -> Option<&Op> {
     let stopping = begun(ops, |o| !o.f.starts_with("clock-"));
-    in_force(ops, &stopping, at)
-        .or_else(|| in_force(ops, &faults, at))
-        .or_else(|| next_after(&stopping, at))
-        .or_else(|| next_after(&faults, at))
+    in_force(ops, &stopping, at).or_else(|| in_force(ops, &begun(ops, |_| true), at))
 }
 
 /// The first of `faults` to begin after `at`.

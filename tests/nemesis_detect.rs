@@ -94,6 +94,22 @@ fn assert_caught(v: &Verdict, anomaly: &str, context: &str) {
     );
 }
 
+/// Runs `tidemark test` with `args(seed)` for each of `seeds` until a run is invalid; that run,
+/// else the last. Timing decides as well as the seed, so a later seed gets a second chance.
+fn first_invalid(seeds: &[&str], args: impl Fn(&str) -> Vec<String>) -> Verdict {
+    let mut last = None;
+    for seed in seeds {
+        let args = args(seed);
+        let v = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let caught = v.valid == Some(false);
+        last = Some(v);
+        if caught {
+            break;
+        }
+    }
+    last.expect("at least one seed")
+}
+
 /// Keeps a run directory that shows a finding, for whoever investigates.
 fn keep(v: &Verdict, what: &str) -> PathBuf {
     let dest = std::env::temp_dir().join(format!(
@@ -152,9 +168,8 @@ fn a_follower_truncating_to_its_high_watermark_is_caught() {
     let schedule = schedule.display().to_string();
     // The loss needs acknowledged records above the last replica's high watermark as the
     // leader dies, which load decides: a second seed gets a second chance.
-    let mut v = None;
-    for seed in ["1", "2"] {
-        let this = run(&[
+    let v = first_invalid(&["1", "2"], |seed| {
+        [
             "--time-limit",
             "20",
             "--seed",
@@ -163,14 +178,10 @@ fn a_follower_truncating_to_its_high_watermark_is_caught() {
             "hw-truncation",
             "--nemesis-schedule",
             &schedule,
-        ]);
-        let caught = this.valid == Some(false);
-        v = Some(this);
-        if caught {
-            break;
-        }
-    }
-    let v = v.expect("at least one run");
+        ]
+        .map(String::from)
+        .to_vec()
+    });
     assert_caught(&v, "lost-write", "");
 }
 
@@ -548,16 +559,11 @@ fn detection_benchmark() {
 fn caught_by_the_default_mix(bug: &str, seeds: &[&str], anomalies: &[&str]) {
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let mut last = None;
-    for seed in seeds {
-        let v = run(&["--time-limit", "30", "--seed", seed, "--inject-bug", bug]);
-        let caught = v.valid == Some(false);
-        last = Some(v);
-        if caught {
-            break;
-        }
-    }
-    let v = last.expect("at least one seed");
+    let v = first_invalid(seeds, |seed| {
+        ["--time-limit", "30", "--seed", seed, "--inject-bug", bug]
+            .map(String::from)
+            .to_vec()
+    });
     assert_eq!(
         v.valid,
         Some(false),
@@ -607,9 +613,8 @@ fn a_leader_acknowledging_before_replication_is_caught_without_a_fault() {
 fn caught_without_a_fault(bug: &str, anomaly: &str) {
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let mut last = None;
-    for seed in ["1", "2"] {
-        let v = run(&[
+    let v = first_invalid(&["1", "2"], |seed| {
+        [
             "--nemesis",
             "none",
             "--time-limit",
@@ -618,18 +623,11 @@ fn caught_without_a_fault(bug: &str, anomaly: &str) {
             seed,
             "--inject-bug",
             bug,
-        ]);
-        let caught = v.valid == Some(false);
-        last = Some(v);
-        if caught {
-            break;
-        }
-    }
-    assert_caught(
-        &last.expect("at least one seed"),
-        anomaly,
-        " without a fault",
-    );
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    assert_caught(&v, anomaly, " without a fault");
 }
 
 #[test]

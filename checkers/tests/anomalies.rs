@@ -19,6 +19,15 @@ fn only(r: &Results, kinds: &[&str]) {
     assert_eq!(r.anomaly_types, kinds, "{}", r.summary(5));
 }
 
+/// Cluster a's leader n1 and follower n2 of t/0, both holding `records` up to their end.
+fn leader_and_follower(records: &[(i64, i64, i64)]) -> Vec<ReplicaState> {
+    let hw = records.len() as i64;
+    vec![
+        replica("a", "n1", true, hw, records),
+        replica("a", "n2", false, hw, records),
+    ]
+}
+
 /// Three acknowledged writes, read back, with three agreeing replicas.
 fn clean() -> (Hist, Vec<ReplicaState>) {
     let mut h = Hist::new();
@@ -95,10 +104,7 @@ fn clean_history_with_fail_and_info_sends_is_valid() {
     h.send(3, &[4], Info, None);
     h.poll(4, 0, &[(0, 1, 0), (1, 3, 0)], Some(2));
     let recs = [(0, 1, 0), (1, 3, 0)];
-    let replicas = vec![
-        replica("a", "n1", true, 2, &recs),
-        replica("a", "n2", false, 2, &recs),
-    ];
+    let replicas = leader_and_follower(&recs);
     let r = run(&h, Some(&replicas));
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
     assert_eq!(r.stats["send"].info, 2);
@@ -565,10 +571,7 @@ fn a_stale_epoch_served_past_its_epoch_is_epoch_above_leader() {
     done["leader_epoch"] = json!(0);
     let bad = h.push(Process::Client(3), Ok, "poll", done, None);
     let recs = [(0, 1, 0), (1, 2, 1)];
-    let replicas = vec![
-        replica("a", "n1", true, 2, &recs),
-        replica("a", "n2", false, 2, &recs),
-    ];
+    let replicas = leader_and_follower(&recs);
     let r = run(&h, Some(&replicas));
     only(&r, &["epoch-above-leader"]);
     assert_eq!(r.valid, Validity::Invalid);
@@ -802,10 +805,7 @@ fn reads_below_the_high_watermark_or_without_one_are_not_judged() {
 #[test]
 fn ack_above_the_high_watermark_of_its_leader_epoch() {
     let recs = [(0, 1, 3), (1, 2, 3)];
-    let replicas = vec![
-        replica("a", "n1", true, 2, &recs),
-        replica("a", "n2", false, 2, &recs),
-    ];
+    let replicas = leader_and_follower(&recs);
     let mut h = Hist::new();
     let send = h.send(0, &[1, 2], Ok, Some(0));
     h.ops[send as usize].node = Some("n1".into());
@@ -834,10 +834,7 @@ fn ack_above_the_high_watermark_of_its_leader_epoch() {
 #[test]
 fn acks_below_the_high_watermark_or_not_ordered_with_the_poll_are_not_judged() {
     let recs = [(0, 1, 3), (1, 2, 3)];
-    let replicas = vec![
-        replica("a", "n1", true, 2, &recs),
-        replica("a", "n2", false, 2, &recs),
-    ];
+    let replicas = leader_and_follower(&recs);
     let on = |h: &mut Hist, op: u64, node: &str| h.ops[op as usize].node = Some(node.into());
     let mut h = Hist::new();
     let inv = json!({"topic": "t", "partition": 0, "from": 0});

@@ -49,8 +49,12 @@ pub(super) struct AckedOffsets {
 
 impl AckedOffsets {
     fn node_id(&mut self, node: &str) -> u32 {
-        let next = self.nodes.len() as u32;
-        *self.nodes.entry(node.to_owned()).or_insert(next)
+        if let Some(&id) = self.nodes.get(node) {
+            return id;
+        }
+        let id = self.nodes.len() as u32;
+        self.nodes.insert(node.to_owned(), id);
+        id
     }
 
     /// A send on partition `pk` completed `ok` at op `op` from `node`, its last record at

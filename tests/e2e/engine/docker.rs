@@ -20,11 +20,6 @@ use tidemark_harness::leftovers::{RunState, ROOT_STATE_DIR};
 use crate::support::docker::{docker, docker_turn, labelled};
 use crate::support::engine::*;
 
-fn json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap())
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// Asserts that Docker holds nothing labelled with the run of `test` (test.json) and that its
 /// record and work directory are gone.
 fn assert_nothing_left_in_docker(test: &Value) {
@@ -64,7 +59,7 @@ fn the_correct_broker_in_containers_is_valid_under_partitions_and_kills() {
         ],
         store.path(),
     );
-    let test = json(&run.join("test.json"));
+    let test = test_json(&run);
     assert_eq!(
         results["valid"],
         true,
@@ -87,10 +82,7 @@ fn the_correct_broker_in_containers_is_valid_under_partitions_and_kills() {
         .count();
     assert!(partitions > 0 && kills > 0, "faults done: {faults:?}");
     assert_eq!(
-        std::fs::read_to_string(run.join("replicas.jsonl"))
-            .unwrap()
-            .lines()
-            .count(),
+        replica_count(&run),
         12,
         "every node's replicas dumped over SSH"
     );
@@ -133,7 +125,7 @@ fn dedicated_controllers_in_containers_survive_faults_aimed_at_the_control_plane
         ],
         store.path(),
     );
-    let test = json(&run.join("test.json"));
+    let test = test_json(&run);
     assert_eq!(
         results["valid"],
         true,
@@ -186,10 +178,7 @@ fn dedicated_controllers_in_containers_survive_faults_aimed_at_the_control_plane
         "the active controller is cut off from the five other nodes: {cut}"
     );
     assert_eq!(
-        std::fs::read_to_string(run.join("replicas.jsonl"))
-            .unwrap()
-            .lines()
-            .count(),
+        replica_count(&run),
         12,
         "only the brokers' replicas dumped over SSH"
     );
@@ -226,7 +215,7 @@ fn acks_before_replication_in_containers_are_caught() {
             ],
             store.path(),
         );
-        assert_nothing_left_in_docker(&json(&run.join("test.json")));
+        assert_nothing_left_in_docker(&test_json(&run));
         if results["valid"] == false {
             let kinds = results["anomaly_types"].to_string();
             assert!(
@@ -276,7 +265,7 @@ fn a_docker_run_killed_with_sigkill_is_removed_by_teardown() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let test = json(&run.join("test.json"));
+    let test = test_json(&run);
     let run_id = test["runtime"]["run"].as_str().unwrap();
     let (containers, networks) = labelled(run_id);
     assert_eq!(containers.len(), 3, "{containers:?}");
@@ -451,20 +440,14 @@ fn a_hosts_run_against_containers_with_sshd_is_valid_and_cleans_them() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("VALID"), "{stdout}");
     let run = store.join("latest");
-    let test = json(&run.join("test.json"));
+    let test = test_json(&run);
     assert_eq!(test["runtime"]["name"], "hosts");
     let done = faults_done(&run);
     assert!(
         done.iter().any(|f| f == "start-partition") || done.iter().any(|f| f == "kill"),
         "{done:?}"
     );
-    assert_eq!(
-        std::fs::read_to_string(run.join("replicas.jsonl"))
-            .unwrap()
-            .lines()
-            .count(),
-        12
-    );
+    assert_eq!(replica_count(&run), 12);
     // Nothing of the run is left on the machines: its directory, a process, a filter rule.
     let dir = test["runtime"]["work_dir"].as_str().unwrap();
     for c in &machines.containers {

@@ -52,11 +52,7 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
         .clone()
         .all(|o| o["value"]["leader_epoch"].is_i64()));
 
-    let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
-    let replicas: Vec<Value> = replicas
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let replicas = json_lines(&run.join("replicas.jsonl"));
     // Two topics of two partitions, three replicas each, named with their cluster and node.
     assert_eq!(replicas.len(), 12);
     assert!(replicas
@@ -199,7 +195,6 @@ fn dedicated_controllers_survive_two_dead_brokers_and_a_leader_cut_from_them() {
         assert_eq!(grudge[c].as_array().unwrap().len(), 1, "{cut}");
     }
     // Replicas live on the brokers only: two topics of two partitions, three replicas each.
-    let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
-    assert_eq!(replicas.lines().count(), 12);
+    assert_eq!(replica_count(&run), 12);
     assert_nothing_left(&test);
 }

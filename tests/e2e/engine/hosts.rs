@@ -65,6 +65,21 @@ fn tidemark_on_hosts(
         .unwrap()
 }
 
+/// The stdout of a run that must have exited 0 (its output in the panic otherwise).
+fn succeeded(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    stdout
+}
+
+/// Asserts that the run described by `test` left no work directory on the hosts; returns it.
+fn work_dir_gone(test: &Value) -> &str {
+    let dir = test["runtime"]["work_dir"].as_str().expect("work dir");
+    assert!(!std::path::Path::new(dir).exists(), "{dir} left");
+    dir
+}
+
 #[test]
 fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
     require_root("a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts");
@@ -103,28 +118,20 @@ fn a_run_on_ssh_hosts_is_valid_and_cleans_the_hosts() {
         "{stderr}"
     );
     let out = tidemark_on_hosts(&["--time-limit", "8"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let stdout = succeeded(&out);
     assert!(stdout.contains("VALID"), "{stdout}");
 
     let run = store.join("latest");
-    let test: Value =
-        serde_json::from_slice(&std::fs::read(run.join("test.json")).unwrap()).unwrap();
+    let test = test_json(&run);
     assert_eq!(test["runtime"]["name"], "hosts");
     let remote = test["nodes"][0]["remote"].as_str().unwrap();
     assert!(remote.starts_with("ssh root@"), "{remote}");
-    let replicas = std::fs::read_to_string(run.join("replicas.jsonl")).unwrap();
-    assert_eq!(replicas.lines().count(), 12);
+    assert_eq!(replica_count(&run), 12);
     for n in ["n1", "n2", "n3"] {
         assert!(run.join("nodes").join(n).join("broker.log").is_file());
     }
     // Everything the run put on the hosts is gone: its directory and its processes.
-    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap();
-    assert!(
-        !std::path::Path::new(hosts_dir).exists(),
-        "{hosts_dir} left"
-    );
+    let hosts_dir = work_dir_gone(&test);
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
@@ -160,9 +167,7 @@ fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
         &store,
         &["--time-limit", "5", "--nemesis", "none"],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    succeeded(&out);
 
     let run = store.join("latest");
     let test = test_json(&run);
@@ -184,11 +189,7 @@ fn a_nodes_file_with_cluster_sections_runs_one_cluster_per_section() {
             "{name}: {props}"
         );
     }
-    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap();
-    assert!(
-        !std::path::Path::new(hosts_dir).exists(),
-        "{hosts_dir} left"
-    );
+    work_dir_gone(&test);
     machines.destroy().unwrap();
     assert_nothing_left(&record);
 }
@@ -235,9 +236,7 @@ fn the_last_hosts_of_a_cluster_are_its_dedicated_controllers() {
             "none",
         ],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    succeeded(&out);
     let run = store.join("latest");
     let test = test_json(&run);
     let (ip1, ip2) = (nodes[0].ip.to_string(), nodes[1].ip.to_string());
@@ -252,11 +251,7 @@ fn the_last_hosts_of_a_cluster_are_its_dedicated_controllers() {
     assert!(props("n1").lines().any(|l| l == "process.roles=broker"));
     assert!(props("n1").lines().any(|l| l == voters), "{}", props("n1"));
     assert!(props("c1").lines().any(|l| l == "process.roles=controller"));
-    let hosts_dir = test["runtime"]["work_dir"].as_str().unwrap();
-    assert!(
-        !std::path::Path::new(hosts_dir).exists(),
-        "{hosts_dir} left"
-    );
+    work_dir_gone(&test);
     machines.destroy().unwrap();
     assert_nothing_left(&record);
 }

@@ -24,6 +24,14 @@ pub fn json_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// How many replicas a run dumped (`replicas.jsonl`, one line each).
+pub fn replica_count(run_dir: &Path) -> usize {
+    std::fs::read_to_string(run_dir.join("replicas.jsonl"))
+        .expect("replicas.jsonl")
+        .lines()
+        .count()
+}
+
 /// The nemesis's completed ops (`info`) among `ops`, in order.
 pub fn nemesis_infos(ops: &[Value]) -> Vec<&Value> {
     ops.iter()
