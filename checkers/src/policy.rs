@@ -417,6 +417,11 @@ impl Policy {
         }
     }
 
+    /// `min.insync.replicas` for `topic` as the test's configuration sets it, if it does.
+    pub(crate) fn min_insync(&self, topic: &str) -> Option<u64> {
+        self.min_insync.of(topic)
+    }
+
     /// `mirror.support.unclean.leader.election` is true in the test's static configuration.
     pub fn mirror_unclean_support(&self) -> bool {
         self.mirror_unclean_support

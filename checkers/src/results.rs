@@ -70,6 +70,10 @@ pub enum AnomalyKind {
     /// after the acknowledgement, reported a high watermark at or below the record: the leader
     /// acknowledged what its ISR did not hold.
     AckAboveHighWatermark,
+    /// An acks=all send acknowledged by a node that, from the send's invocation to its
+    /// acknowledgement, could exchange nothing with enough other brokers to make up
+    /// `min.insync.replicas` (cut off, or they were killed or paused, as the nemesis recorded).
+    AckBelowMinIsr,
     /// A mirror's epoch cache holds an entry the cluster it mirrors has in none of its replicas:
     /// an epoch of its own leadership rather than of a mirrored batch (M11).
     MirrorEpochCache,
@@ -106,7 +110,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 32] = [
+    pub const ALL: [AnomalyKind; 33] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -128,6 +132,7 @@ impl AnomalyKind {
         AnomalyKind::HwRegression,
         AnomalyKind::ReadAboveHighWatermark,
         AnomalyKind::AckAboveHighWatermark,
+        AnomalyKind::AckBelowMinIsr,
         AnomalyKind::MirrorEpochCache,
         AnomalyKind::CommitRegression,
         AnomalyKind::CommitSkip,
@@ -149,14 +154,16 @@ impl AnomalyKind {
     /// Whether the responses an entry names prove it on their own, with no failure needed: what
     /// they say contradicts the protocol (records past the high watermark the same response
     /// reported, a high watermark below what its leader had acknowledged or shown in the same
-    /// epoch, a record of an epoch above the one it was served under, offsets out of order). It
-    /// existed once the last of them completed. Every other kind is proven against what a
+    /// epoch, a record of an epoch above the one it was served under, offsets out of order, an
+    /// acknowledgement while the nemesis kept every other replica from its node). It existed
+    /// once the last of them completed. Every other kind is proven against what a
     /// failure did afterwards (a lost write's acknowledgement comes before its loss).
     pub fn shown_by_responses(self) -> bool {
         matches!(
             self,
             AnomalyKind::ReadAboveHighWatermark
                 | AnomalyKind::AckAboveHighWatermark
+                | AnomalyKind::AckBelowMinIsr
                 | AnomalyKind::HwRegression
                 | AnomalyKind::EpochAboveLeader
                 | AnomalyKind::NonmonotonicPoll
@@ -187,6 +194,7 @@ impl AnomalyKind {
             AnomalyKind::HwRegression => "hw-regression",
             AnomalyKind::ReadAboveHighWatermark => "read-above-high-watermark",
             AnomalyKind::AckAboveHighWatermark => "ack-above-high-watermark",
+            AnomalyKind::AckBelowMinIsr => "ack-below-min-isr",
             AnomalyKind::MirrorEpochCache => "mirror-epoch-cache",
             AnomalyKind::CommitRegression => "commit-regression",
             AnomalyKind::CommitSkip => "commit-skip",

@@ -870,6 +870,170 @@ fn acks_below_the_high_watermark_or_not_ordered_with_the_poll_are_not_judged() {
     assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
 }
 
+/// Three brokers of cluster a, each with its client listener on 9092, and
+/// `min.insync.replicas` 2: what the ack-below-min-isr check needs from `test.json`.
+fn three_brokers_min_isr_2() -> Value {
+    let node = |n: &str| json!({"name": n, "cluster": "a", "port": 9092});
+    json!({"nodes": [node("n1"), node("n2"), node("n3")],
+           "broker_config": {"min.insync.replicas": "2"}})
+}
+
+/// The grudge of a `leader-replication` cut of n1: its followers cannot fetch from it.
+fn n1_cut_off_on_9092() -> Value {
+    json!({"kind": "leader-replication", "ports": [9092],
+           "grudge": {"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]}})
+}
+
+/// An acks=all send invoked while the nemesis kept both followers from its leader, and
+/// acknowledged before the cut was healed: no other replica can hold it, and with
+/// `min.insync.replicas` 2 Kafka answers NOT_ENOUGH_REPLICAS.
+#[test]
+fn ack_below_min_isr_while_the_leader_is_cut_off() {
+    let recs = [(0, 1, 3), (1, 2, 3)];
+    let replicas = leader_and_follower(&recs);
+    let mut h = Hist::new();
+    let first = h.send(0, &[1], Ok, Some(0));
+    h.ops[first as usize].node = Some("n1".into());
+    h.nemesis("start-partition", n1_cut_off_on_9092());
+    let cut = h.ops.len() as u64 - 1;
+    let bad = h.send(1, &[2], Ok, Some(1));
+    h.ops[bad as usize].node = Some("n1".into());
+    h.push(
+        Process::Nemesis,
+        OpType::Invoke,
+        "stop-partition",
+        json!({}),
+        None,
+    );
+    let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(&replicas));
+    only(&r, &["ack-below-min-isr"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "ack-below-min-isr")[0];
+    assert_eq!(
+        (e["op_index"].clone(), e["node"].clone()),
+        (json!(bad), json!("n1"))
+    );
+    assert_eq!(e["reachable"], json!(["n1"]));
+    assert_eq!(e["cut_off_since"], json!({"n2": cut, "n3": cut}));
+    assert_eq!(e["min_insync_replicas"], 2);
+}
+
+/// Not judged: a send invoked before the cut was in force, one acknowledged after its heal
+/// was invoked, one acknowledged while a follower was still reachable, a cut on another port,
+/// `min.insync.replicas` 1, and a test that does not record the listeners' ports.
+#[test]
+fn acks_a_follower_could_have_fetched_are_not_judged() {
+    let recs = [(0, 1, 3), (1, 2, 3), (2, 3, 3)];
+    let replicas = leader_and_follower(&recs);
+    let on = |h: &mut Hist, op: u64| h.ops[op as usize].node = Some("n1".into());
+    let mut h = Hist::new();
+    h.push(
+        Process::Client(0),
+        OpType::Invoke,
+        "send",
+        json!({"topic": "t", "partition": 0, "values": [1]}),
+        None,
+    );
+    h.nemesis("start-partition", n1_cut_off_on_9092());
+    let before = h.push(
+        Process::Client(0),
+        OpType::Ok,
+        "send",
+        json!({"topic": "t", "partition": 0, "values": [1], "offset": 0}),
+        None,
+    );
+    on(&mut h, before);
+    h.push(
+        Process::Client(1),
+        OpType::Invoke,
+        "send",
+        json!({"topic": "t", "partition": 0, "values": [2]}),
+        None,
+    );
+    h.push(
+        Process::Nemesis,
+        OpType::Invoke,
+        "stop-partition",
+        json!({}),
+        None,
+    );
+    let healed = h.push(
+        Process::Client(1),
+        OpType::Ok,
+        "send",
+        json!({"topic": "t", "partition": 0, "values": [2], "offset": 1}),
+        None,
+    );
+    on(&mut h, healed);
+    h.nemesis(
+        "start-partition",
+        json!({"grudge": {"n1": ["n2"], "n2": ["n1"]}}),
+    );
+    let one_follower_left = h.send(2, &[3], Ok, Some(2));
+    on(&mut h, one_follower_left);
+    let test = three_brokers_min_isr_2();
+    let r = check(&test, h.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+
+    let mut h = Hist::new();
+    let mut other_port = n1_cut_off_on_9092();
+    other_port["ports"] = json!([9093]);
+    h.nemesis("start-partition", other_port);
+    let send = h.send(0, &[1], Ok, Some(0));
+    on(&mut h, send);
+    let recs = [(0, 1, 3)];
+    let replicas = leader_and_follower(&recs);
+    assert!(check(&test, h.ops.clone(), Some(&replicas))
+        .anomaly_types
+        .is_empty());
+
+    let mut h = Hist::new();
+    h.nemesis("start-partition", n1_cut_off_on_9092());
+    let send = h.send(0, &[1], Ok, Some(0));
+    on(&mut h, send);
+    let mut min_1 = test.clone();
+    min_1["broker_config"]["min.insync.replicas"] = json!("1");
+    assert!(check(&min_1, h.ops.clone(), Some(&replicas))
+        .anomaly_types
+        .is_empty());
+    let mut no_ports = test;
+    for n in no_ports["nodes"].as_array_mut().unwrap() {
+        n.as_object_mut().unwrap().remove("port");
+    }
+    assert!(check(&no_ports, h.ops.clone(), Some(&replicas))
+        .anomaly_types
+        .is_empty());
+}
+
+/// Followers killed and paused (as the nemesis recorded them) fetch nothing until started
+/// and thawed: an acknowledgement meanwhile held the leader alone.
+#[test]
+fn ack_below_min_isr_with_both_followers_stopped() {
+    let recs = [(0, 1, 3), (1, 2, 3)];
+    let replicas = leader_and_follower(&recs);
+    let mut h = Hist::new();
+    h.nemesis("kill", json!({"nodes": ["n2"]}));
+    h.nemesis("pause", json!({"nodes": ["n3"]}));
+    let bad = h.send(0, &[1], Ok, Some(0));
+    h.ops[bad as usize].node = Some("n1".into());
+    h.push(
+        Process::Nemesis,
+        OpType::Invoke,
+        "resume",
+        json!({"nodes": ["n3"]}),
+        None,
+    );
+    let fine = h.send(1, &[2], Ok, Some(1));
+    h.ops[fine as usize].node = Some("n1".into());
+    let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(&replicas));
+    only(&r, &["ack-below-min-isr"]);
+    let found: Vec<&Value> = entries(&r, "ack-below-min-isr")
+        .iter()
+        .map(|e| &e["op_index"])
+        .collect();
+    assert_eq!(found, [&json!(bad)]);
+}
+
 /// Within one leader epoch the leader's high watermark only grows: a poll that started after
 /// another had finished, served under the same epoch, must not see a lower one, fault or not.
 #[test]

@@ -138,6 +138,14 @@ pub struct Test {
 }
 
 impl Test {
+    /// A node as `test.json` lists it, with its client listener's port (where followers fetch
+    /// too: what tells a cut on ports that stops replication from one that does not).
+    fn node_record(&self, node: &Node) -> Value {
+        let mut record = json!(NodeRecord::from(node));
+        record["port"] = json!(self.db.endpoint(node).port());
+        record
+    }
+
     /// The resolved test as `test.json` and the history header record it.
     pub fn describe(&self, nodes: &[Node]) -> Value {
         let o = &self.options;
@@ -154,7 +162,7 @@ impl Test {
             "nemesis": o.nemesis,
             "controllers": o.controllers,
             "nemesis_options": self.nemesis.as_ref().map(|n| n.describe()),
-            "nodes": nodes.iter().map(NodeRecord::from).collect::<Vec<_>>(),
+            "nodes": nodes.iter().map(|n| self.node_record(n)).collect::<Vec<_>>(),
             "clusters": clusters,
             "workload_cluster": o.workload_cluster(),
             "broker": broker,

@@ -15,6 +15,7 @@ mod acks;
 mod event;
 mod groups;
 mod hws;
+mod reach;
 pub(crate) mod replicas;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,6 +38,7 @@ use event::{
 };
 use groups::{CommitBody, GroupPollBody, Groups, Zombie};
 use hws::SeenHws;
+use reach::Reach;
 use replicas::FinalLogs;
 
 /// Sentinel for "no op" in packed fields.
@@ -233,6 +235,8 @@ pub struct QueueAnalysis<'r> {
     hws: SeenHws,
     /// Acknowledged offsets, and polls that reported a high watermark at or below one.
     acks: AckedOffsets,
+    /// Which brokers the faults left able to exchange records.
+    reach: Reach,
     /// Consumer groups' polls and commits.
     groups: Groups,
     mirror: MirrorHistory,
@@ -285,6 +289,7 @@ impl<'r> QueueAnalysis<'r> {
             pending: FxHashMap::default(),
             hws: SeenHws::default(),
             acks: AckedOffsets::default(),
+            reach: Reach::from_test(test),
             groups: Groups::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             tiered: TieredHistory::default(),
@@ -439,6 +444,19 @@ impl<'r> QueueAnalysis<'r> {
                 self.warn(format!("op {}: {problem}", ev.index));
             }
         }
+        if matches!(
+            ev.f,
+            "start-partition" | "stop-partition" | "kill" | "pause" | "start" | "resume"
+        ) {
+            let value = ev.value.json();
+            let invoke = ev.kind == OpType::Invoke;
+            if let Err(problem) = self
+                .reach
+                .nemesis(ev.index, ev.f, invoke, ev.failed, &value)
+            {
+                self.warn(format!("op {}: {problem}", ev.index));
+            }
+        }
         match ev.f {
             "wipe" if ev.kind != OpType::Invoke => {
                 if let Err(problem) = self.tiered.observe_wipe(ev.index, &ev.value.json()) {
@@ -561,6 +579,9 @@ impl<'r> QueueAnalysis<'r> {
                 self.warn(warning);
             }
             Some(_) => {}
+        }
+        if let (OpType::Ok, Some(node)) = (ev.kind, ev.node) {
+            self.reach.answered(node, ev.index);
         }
         let stats = match self.stats.get_mut(ev.f) {
             Some(s) => s,
@@ -722,6 +743,7 @@ impl<'r> QueueAnalysis<'r> {
             Some(o) if o < 0 => return Err(format!("ok send offset {o} is negative")),
             o => o,
         };
+        let invoked = pending.as_ref().map(|p| p.invoke);
         let (pk, values) = match pending.and_then(|p| p.send) {
             Some(sent) => sent,
             None => self.send_target(ev, body.ok_or("send has no value")?)?,
@@ -751,7 +773,38 @@ impl<'r> QueueAnalysis<'r> {
                 pending.values().map(|p| p.invoke).min()
             });
         }
+        if let (Some(first), Some(node), Some(invoked)) = (offset, ev.node, invoked) {
+            self.check_shared(ev, pk, node, invoked, first);
+        }
         Ok(())
+    }
+
+    /// An acks=all send acknowledged by `node` at op `ev`, invoked at op `invoked`, its first
+    /// record at `first`: whether enough replicas could have held it.
+    fn check_shared(&mut self, ev: Event<'_>, pk: u32, node: &str, invoked: u64, first: i64) {
+        let part = &self.parts[pk as usize];
+        let topic = &self.topics[part.topic as usize];
+        let Some(min) = self.policy.min_insync(topic).filter(|m| *m > 1) else {
+            return;
+        };
+        let Some(unshared) = self.reach.unshared(node, invoked, min) else {
+            return;
+        };
+        let Process::Client(process) = ev.process else {
+            return;
+        };
+        let cut_off: serde_json::Map<String, Value> = unshared
+            .cut_off
+            .into_iter()
+            .map(|(n, since)| (n, json!(since)))
+            .collect();
+        let entry = json!({
+            "cluster": self.clusters[part.cluster as usize], "topic": topic,
+            "partition": part.partition, "op_index": ev.index, "process": process,
+            "invoke_index": invoked, "node": node, "offset": first,
+            "min_insync_replicas": min, "reachable": unshared.reachable, "cut_off_since": cut_off,
+        });
+        self.anomalies.push(AnomalyKind::AckBelowMinIsr, entry);
     }
 
     fn complete_poll(

@@ -1,0 +1,373 @@
+//! The ack-below-min-isr check. An acks=all send is answered once every replica in the ISR
+//! holds its records, and Kafka refuses it (`NOT_ENOUGH_REPLICAS`) while the ISR is smaller
+//! than `min.insync.replicas`. A follower holds only what it fetched, and it fetches over the
+//! network from a node that has the records. So when, from a send's invocation to its
+//! acknowledgement, the acknowledging node could exchange nothing with enough of its cluster's
+//! other brokers to make up `min.insync.replicas`, the acknowledgement is proven wrong by the
+//! history alone: the records were written after the invocation, and no other replica could
+//! have fetched them before the answer.
+//!
+//! What cuts two brokers apart is read from the nemesis's own record, conservatively: a
+//! partition's grudge from its `start-partition` completing until the next `stop-partition` is
+//! invoked (a grudge on ports only when they include both brokers' client listeners, where
+//! followers fetch), a `kill` from its completion until a `start` naming the node is invoked, a
+//! `pause` until a `resume` naming it is. Faults that stop and start nodes on their own (rolls,
+//! handoffs, power losses, ...) are not read: they only make fewer acknowledgements judged. A
+//! node that answers a client is running, whatever the record says. Replicas are every broker
+//! of the node's cluster, and reach is transitive: a broker that could fetch from one that
+//! could have the records could have them too.
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A broker as `test.json` lists it.
+#[derive(Debug, Deserialize)]
+struct NodeEntry {
+    name: String,
+    #[serde(default)]
+    cluster: String,
+    #[serde(default)]
+    role: Option<String>,
+    /// Its client listener's port (tests before 2026-12-06 did not record it).
+    #[serde(default)]
+    port: Option<u16>,
+}
+
+/// The parts of a `start-partition` completion read here.
+#[derive(Debug, Deserialize)]
+struct CutBody {
+    #[serde(default)]
+    grudge: FxHashMap<String, Vec<String>>,
+    #[serde(default)]
+    ports: Option<Vec<u16>>,
+}
+
+/// The nodes a `kill`, `pause`, `start` or `resume` names; absent: every node.
+#[derive(Debug, Deserialize)]
+struct NodesBody {
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+}
+
+/// An acknowledgement its node could not have shared with enough replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unshared {
+    /// The brokers that could hold the records (the acknowledging node among them).
+    pub reachable: Vec<String>,
+    /// Every other broker of the cluster, and the op index since which it was cut off.
+    pub cut_off: Vec<(String, u64)>,
+}
+
+/// Which brokers could exchange records, as the faults recorded so far left them.
+#[derive(Debug, Default)]
+pub(super) struct Reach {
+    names: Vec<String>,
+    clusters: Vec<String>,
+    ports: Vec<Option<u16>>,
+    ids: FxHashMap<String, usize>,
+    /// Per pair (row-major, both orders kept equal): cut by a partition's grudge.
+    cut: Vec<bool>,
+    down: Vec<bool>,
+    paused: Vec<bool>,
+    /// Per pair: the op index since which the two could exchange nothing, while they cannot.
+    apart_since: Vec<Option<u64>>,
+}
+
+impl Reach {
+    /// The brokers of `test.json`'s `nodes` (dedicated controllers hold no replicas).
+    pub fn from_test(test: &Value) -> Self {
+        let entries: Vec<NodeEntry> = test
+            .get("nodes")
+            .and_then(|n| Vec::<NodeEntry>::deserialize(n).ok())
+            .unwrap_or_default();
+        let brokers: Vec<NodeEntry> = entries
+            .into_iter()
+            .filter(|e| e.role.as_deref() != Some("controller"))
+            .collect();
+        let n = brokers.len();
+        let mut reach = Reach {
+            cut: vec![false; n * n],
+            down: vec![false; n],
+            paused: vec![false; n],
+            apart_since: vec![None; n * n],
+            ..Reach::default()
+        };
+        for (i, b) in brokers.into_iter().enumerate() {
+            reach.ids.insert(b.name.clone(), i);
+            reach.names.push(b.name);
+            reach.clusters.push(b.cluster);
+            reach.ports.push(b.port);
+        }
+        reach
+    }
+
+    fn pair(&self, a: usize, b: usize) -> usize {
+        a * self.names.len() + b
+    }
+
+    /// The brokers `nodes` names (absent: all), skipping names that are not brokers.
+    fn named(&self, nodes: Option<Vec<String>>) -> Vec<usize> {
+        match nodes {
+            None => (0..self.names.len()).collect(),
+            Some(list) => list
+                .iter()
+                .filter_map(|n| self.ids.get(n).copied())
+                .collect(),
+        }
+    }
+
+    /// Takes in a nemesis op (`invoke`: its invocation, else its completion; `failed`: it
+    /// recorded an error).
+    pub fn nemesis(
+        &mut self,
+        index: u64,
+        f: &str,
+        invoke: bool,
+        failed: bool,
+        value: &Value,
+    ) -> Result<(), String> {
+        match (f, invoke) {
+            ("start-partition", false) if !failed => {
+                let body = CutBody::deserialize(value)
+                    .map_err(|e| format!("malformed start-partition value: {e}"))?;
+                for (a, froms) in &body.grudge {
+                    let Some(&a) = self.ids.get(a) else { continue };
+                    for b in froms.iter().filter_map(|b| self.ids.get(b).copied()) {
+                        if self.cuts_fetches(body.ports.as_deref(), a, b) {
+                            let (ab, ba) = (self.pair(a, b), self.pair(b, a));
+                            self.cut[ab] = true;
+                            self.cut[ba] = true;
+                        }
+                    }
+                }
+            }
+            ("stop-partition", true) => self.cut.iter_mut().for_each(|c| *c = false),
+            ("kill" | "pause", false) => {
+                let body = NodesBody::deserialize(value)
+                    .map_err(|e| format!("malformed {f} value: {e}"))?;
+                // The completion names the nodes it succeeded on; none named, none known.
+                let flags = if f == "kill" {
+                    &mut self.down
+                } else {
+                    &mut self.paused
+                };
+                for n in body.nodes.unwrap_or_default() {
+                    if let Some(&i) = self.ids.get(&n) {
+                        flags[i] = true;
+                    }
+                }
+            }
+            ("start" | "resume", true) => {
+                let body = NodesBody::deserialize(value)
+                    .map_err(|e| format!("malformed {f} value: {e}"))?;
+                for i in self.named(body.nodes) {
+                    if f == "start" {
+                        self.down[i] = false;
+                    } else {
+                        self.paused[i] = false;
+                    }
+                }
+            }
+            _ => return Ok(()),
+        }
+        self.settle(index);
+        Ok(())
+    }
+
+    /// Whether a grudge between `a` and `b` on `ports` (absent: every port) stops them
+    /// fetching from each other: both listeners' ports must be among them.
+    fn cuts_fetches(&self, ports: Option<&[u16]>, a: usize, b: usize) -> bool {
+        match ports {
+            None => true,
+            Some(ports) => [a, b]
+                .iter()
+                .all(|&i| self.ports[i].is_some_and(|p| ports.contains(&p))),
+        }
+    }
+
+    /// A client op answered by `node` at op `index`: it is running.
+    pub fn answered(&mut self, node: &str, index: u64) {
+        if let Some(&i) = self.ids.get(node) {
+            if self.down[i] || self.paused[i] {
+                self.down[i] = false;
+                self.paused[i] = false;
+                self.settle(index);
+            }
+        }
+    }
+
+    /// Brings each pair's `apart_since` up to date at op `index`.
+    fn settle(&mut self, index: u64) {
+        let n = self.names.len();
+        for a in 0..n {
+            for b in 0..n {
+                let ab = self.pair(a, b);
+                let stopped = |i: usize| self.down[i] || self.paused[i];
+                let apart = a != b && (self.cut[ab] || stopped(a) || stopped(b));
+                self.apart_since[ab] = match (apart, self.apart_since[ab]) {
+                    (true, Some(since)) => Some(since),
+                    (true, None) => Some(index),
+                    (false, _) => None,
+                };
+            }
+        }
+    }
+
+    /// For a send invoked at op `invoked` and acknowledged now by `node`: what proves the
+    /// acknowledgement held fewer than `min_insync` replicas, if anything does.
+    pub fn unshared(&self, node: &str, invoked: u64, min_insync: u64) -> Option<Unshared> {
+        let &acker = self.ids.get(node)?;
+        let cluster = &self.clusters[acker];
+        let peers: Vec<usize> = (0..self.names.len())
+            .filter(|&i| &self.clusters[i] == cluster)
+            .collect();
+        let apart = |a: usize, b: usize| {
+            self.apart_since[self.pair(a, b)].is_some_and(|since| since < invoked)
+        };
+        let mut holders = vec![acker];
+        let mut grew = true;
+        while grew {
+            grew = false;
+            for &p in &peers {
+                if !holders.contains(&p) && holders.iter().any(|&h| !apart(h, p)) {
+                    holders.push(p);
+                    grew = true;
+                }
+            }
+        }
+        if holders.len() as u64 >= min_insync {
+            return None;
+        }
+        holders.sort_unstable();
+        let cut_off = peers
+            .iter()
+            .filter(|p| !holders.contains(p))
+            .map(|&p| {
+                let since = self.apart_since[self.pair(acker, p)].unwrap_or(invoked);
+                (self.names[p].clone(), since)
+            })
+            .collect();
+        Some(Unshared {
+            reachable: holders.iter().map(|&h| self.names[h].clone()).collect(),
+            cut_off,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn three() -> Reach {
+        Reach::from_test(&json!({"nodes": [
+            {"name": "n1", "cluster": "a", "port": 9092},
+            {"name": "n2", "cluster": "a", "port": 9092},
+            {"name": "n3", "cluster": "a", "port": 9092},
+        ]}))
+    }
+
+    fn isolate_n1(r: &mut Reach, index: u64, ports: Option<Vec<u16>>) {
+        let mut v = json!({"grudge": {"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]}});
+        if let Some(p) = ports {
+            v["ports"] = json!(p);
+        }
+        r.nemesis(index, "start-partition", false, false, &v)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_leader_cut_off_from_both_followers_shares_with_none() {
+        let mut r = three();
+        isolate_n1(&mut r, 10, Some(vec![9092]));
+        let u = r.unshared("n1", 11, 2).expect("cut off");
+        assert_eq!(u.reachable, ["n1"]);
+        assert_eq!(u.cut_off, [("n2".to_string(), 10), ("n3".to_string(), 10)]);
+        // Invoked before the cut was in force: its records may have been fetched.
+        assert_eq!(r.unshared("n1", 9, 2), None);
+        // With min.insync.replicas 1 the leader alone is enough.
+        assert_eq!(r.unshared("n1", 11, 1), None);
+        // The followers still reach each other, and not the leader.
+        assert_eq!(r.unshared("n2", 11, 2), None);
+    }
+
+    #[test]
+    fn a_heal_invoked_or_a_cut_on_other_ports_lets_records_through() {
+        let mut r = three();
+        isolate_n1(&mut r, 10, Some(vec![9093]));
+        assert_eq!(r.unshared("n1", 11, 2), None);
+        isolate_n1(&mut r, 12, None);
+        r.nemesis(20, "stop-partition", true, false, &json!({}))
+            .unwrap();
+        assert_eq!(r.unshared("n1", 13, 2), None);
+        // A start-partition that recorded an error is not trusted.
+        r.nemesis(
+            21,
+            "start-partition",
+            false,
+            true,
+            &json!({"grudge": {"n1": ["n2", "n3"]}}),
+        )
+        .unwrap();
+        assert_eq!(r.unshared("n1", 22, 2), None);
+    }
+
+    #[test]
+    fn killed_and_paused_followers_hold_nothing_until_started() {
+        let mut r = three();
+        r.nemesis(5, "kill", false, false, &json!({"nodes": ["n2"]}))
+            .unwrap();
+        r.nemesis(6, "pause", false, false, &json!({"nodes": ["n3"]}))
+            .unwrap();
+        let u = r.unshared("n1", 7, 2).expect("both followers stopped");
+        assert_eq!(u.cut_off, [("n2".to_string(), 5), ("n3".to_string(), 6)]);
+        r.nemesis(8, "resume", true, false, &json!({})).unwrap();
+        assert_eq!(r.unshared("n1", 7, 2), None);
+        // Min ISR 3 needs n2 too, which is still down.
+        assert!(r.unshared("n1", 9, 3).is_some());
+        r.nemesis(10, "start", true, false, &json!({"nodes": ["n2"]}))
+            .unwrap();
+        assert_eq!(r.unshared("n1", 11, 3), None);
+    }
+
+    #[test]
+    fn a_node_that_answers_a_client_is_running() {
+        let mut r = three();
+        r.nemesis(5, "kill", false, false, &json!({"nodes": ["n2", "n3"]}))
+            .unwrap();
+        r.answered("n3", 6);
+        assert_eq!(r.unshared("n1", 7, 2), None);
+    }
+
+    #[test]
+    fn reach_is_transitive_and_stays_within_the_cluster() {
+        // n1 reaches only n2, n2 reaches n3: a bridge leaves three holders.
+        let mut r = three();
+        r.nemesis(
+            1,
+            "start-partition",
+            false,
+            false,
+            &json!({"grudge": {"n1": ["n3"], "n3": ["n1"]}}),
+        )
+        .unwrap();
+        assert_eq!(r.unshared("n1", 2, 3), None);
+        // Another cluster's brokers are no replicas of this one's partitions.
+        let mut two = Reach::from_test(&json!({"nodes": [
+            {"name": "a1", "cluster": "a"}, {"name": "a2", "cluster": "a"},
+            {"name": "b1", "cluster": "b"}, {"name": "c1", "cluster": "a", "role": "controller"},
+        ]}));
+        two.nemesis(
+            1,
+            "start-partition",
+            false,
+            false,
+            &json!({"grudge": {"a1": ["a2"]}}),
+        )
+        .unwrap();
+        let u = two.unshared("a1", 2, 2).expect("a1 alone in its cluster");
+        assert_eq!(u.reachable, ["a1"]);
+        assert_eq!(u.cut_off, [("a2".to_string(), 1)]);
+    }
+}
