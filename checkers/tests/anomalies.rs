@@ -1005,6 +1005,44 @@ fn acks_a_follower_could_have_fetched_are_not_judged() {
         .is_empty());
 }
 
+/// A strand cuts its leader off from every other broker and then kills it; its record bounds
+/// when the cut surely held (here from 1.701 s to 5.5 s), and what its leader acknowledged
+/// within that time no follower could hold.
+#[test]
+fn ack_below_min_isr_while_a_strand_held_its_leader_cut_off() {
+    let recs = [(0, 1, 3), (1, 2, 3)];
+    let replicas = leader_and_follower(&recs);
+    let ms = 1_000_000;
+    let mut h = Hist::new();
+    let strand = h.push(Process::Nemesis, OpType::Invoke, "strand", json!({}), None);
+    let bad = h.send(0, &[1], Ok, Some(0));
+    let late = h.send(1, &[2], Ok, Some(1));
+    let info = json!({"killed": "n1", "nodes": ["n1"], "ports": [9092], "cut_ms": 4000,
+                      "cut_from_ms": 500, "elapsed_ms": 4800, "topic": "t", "partition": 0});
+    let done = h.push(Process::Nemesis, OpType::Info, "strand", info, None);
+    let times = [
+        (strand, 1000),
+        (bad - 1, 2000),
+        (bad, 3000),
+        (late - 1, 5000),
+        (late, 5600),
+        (done, 6000),
+    ];
+    for (op, at) in times {
+        h.ops[op as usize].time = at * ms;
+    }
+    for op in [bad, late] {
+        h.ops[op as usize].node = Some("n1".into());
+    }
+    let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(&replicas));
+    only(&r, &["ack-below-min-isr"]);
+    let found: Vec<&Value> = entries(&r, "ack-below-min-isr")
+        .iter()
+        .map(|e| &e["op_index"])
+        .collect();
+    assert_eq!(found, [&json!(bad)]);
+}
+
 /// Followers killed and paused (as the nemesis recorded them) fetch nothing until started
 /// and thawed: an acknowledgement meanwhile held the leader alone.
 #[test]

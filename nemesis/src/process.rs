@@ -457,6 +457,7 @@ fn strand(
     killed: Option<String>,
     cut_ms: Option<u64>,
 ) -> Result<Value, Failed> {
+    let started = Instant::now();
     let kill = env.kill()?;
     let (topic, partition) = match at {
         Some(at) => at,
@@ -535,6 +536,7 @@ fn strand(
         }
     }
     record["cut_ms"] = json!(cut.elapsed().as_millis() as u64);
+    record["cut_from_ms"] = json!(cut.duration_since(started).as_millis() as u64);
     let mut errors = Vec::new();
     if let Err(e) = kill.kill(node) {
         errors.push(format!("{leader}: {e:#}"));
@@ -543,6 +545,8 @@ fn strand(
     if let Err(e) = env.cx.net.heal(env.cx.nodes) {
         errors.push(format!("healing the cut: {e:#}"));
     }
+    // With the op's own times, these tell when the cut was surely in force.
+    record["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
     Failed::partly(record, &errors)
 }
 

@@ -15,8 +15,7 @@ use crate::op::{check_partition, Op, OpType, Process, Record};
 #[derive(Debug, Deserialize)]
 pub(crate) struct LineOp<'a> {
     pub index: u64,
-    #[serde(rename = "time")]
-    _time: u64,
+    pub time: u64,
     pub process: Process,
     #[serde(rename = "type")]
     pub kind: OpType,
@@ -71,6 +70,8 @@ impl<'a> Body<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Event<'a> {
     pub index: u64,
+    /// Nanoseconds since the test began.
+    pub time: u64,
     pub process: Process,
     pub kind: OpType,
     pub f: &'a str,
@@ -86,6 +87,7 @@ impl<'a> From<&'a Op> for Event<'a> {
     fn from(op: &'a Op) -> Self {
         Event {
             index: op.index,
+            time: op.time,
             process: op.process,
             kind: op.kind,
             f: &op.f,
@@ -101,6 +103,7 @@ impl<'a> From<&'a LineOp<'a>> for Event<'a> {
     fn from(op: &'a LineOp<'a>) -> Self {
         Event {
             index: op.index,
+            time: op.time,
             process: op.process,
             kind: op.kind,
             f: &op.f,

@@ -208,6 +208,8 @@ struct Partition {
 struct Pending {
     f: String,
     invoke: u64,
+    /// The invocation's time.
+    invoked_at: u64,
     send: Option<(u32, Vec<i64>)>,
 }
 
@@ -446,15 +448,20 @@ impl<'r> QueueAnalysis<'r> {
         }
         if matches!(
             ev.f,
-            "start-partition" | "stop-partition" | "kill" | "pause" | "start" | "resume"
+            "start-partition" | "stop-partition" | "kill" | "pause" | "start" | "resume" | "strand"
         ) {
             let value = ev.value.json();
             let invoke = ev.kind == OpType::Invoke;
-            if let Err(problem) = self
+            match self
                 .reach
-                .nemesis(ev.index, ev.f, invoke, ev.failed, &value)
+                .nemesis((ev.index, ev.time), ev.f, invoke, ev.failed, &value)
             {
-                self.warn(format!("op {}: {problem}", ev.index));
+                Ok(found) => {
+                    for (entry, unshared) in found {
+                        self.push_unshared(entry, unshared);
+                    }
+                }
+                Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
             }
         }
         match ev.f {
@@ -555,6 +562,7 @@ impl<'r> QueueAnalysis<'r> {
             Pending {
                 f: ev.f.to_owned(),
                 invoke: ev.index,
+                invoked_at: ev.time,
                 send,
             },
         );
@@ -743,7 +751,7 @@ impl<'r> QueueAnalysis<'r> {
             Some(o) if o < 0 => return Err(format!("ok send offset {o} is negative")),
             o => o,
         };
-        let invoked = pending.as_ref().map(|p| p.invoke);
+        let invoked = pending.as_ref().map(|p| (p.invoke, p.invoked_at));
         let (pk, values) = match pending.and_then(|p| p.send) {
             Some(sent) => sent,
             None => self.send_target(ev, body.ok_or("send has no value")?)?,
@@ -779,31 +787,47 @@ impl<'r> QueueAnalysis<'r> {
         Ok(())
     }
 
-    /// An acks=all send acknowledged by `node` at op `ev`, invoked at op `invoked`, its first
-    /// record at `first`: whether enough replicas could have held it.
-    fn check_shared(&mut self, ev: Event<'_>, pk: u32, node: &str, invoked: u64, first: i64) {
+    /// An acks=all send acknowledged by `node` at op `ev`, invoked at op `invoked` (index and
+    /// time), its first record at `first`: whether enough replicas could have held it, now or
+    /// once a strand under way tells when its cut held.
+    fn check_shared(
+        &mut self,
+        ev: Event<'_>,
+        pk: u32,
+        node: &str,
+        (invoked, invoked_at): (u64, u64),
+        first: i64,
+    ) {
         let part = &self.parts[pk as usize];
         let topic = &self.topics[part.topic as usize];
         let Some(min) = self.policy.min_insync(topic).filter(|m| *m > 1) else {
             return;
         };
-        let Some(unshared) = self.reach.unshared(node, invoked, min) else {
-            return;
-        };
         let Process::Client(process) = ev.process else {
             return;
         };
+        let entry = json!({
+            "cluster": self.clusters[part.cluster as usize], "topic": topic,
+            "partition": part.partition, "op_index": ev.index, "process": process,
+            "invoke_index": invoked, "node": node, "offset": first, "min_insync_replicas": min,
+        });
+        match self.reach.unshared(node, invoked, min) {
+            Some(unshared) => self.push_unshared(entry, unshared),
+            None => self
+                .reach
+                .hold(node, (invoked_at, ev.time), min, move || entry),
+        }
+    }
+
+    /// Reports an acknowledgement (`entry`) that `unshared` shows no enough replicas held.
+    fn push_unshared(&mut self, mut entry: Value, unshared: reach::Unshared) {
         let cut_off: serde_json::Map<String, Value> = unshared
             .cut_off
             .into_iter()
             .map(|(n, since)| (n, json!(since)))
             .collect();
-        let entry = json!({
-            "cluster": self.clusters[part.cluster as usize], "topic": topic,
-            "partition": part.partition, "op_index": ev.index, "process": process,
-            "invoke_index": invoked, "node": node, "offset": first,
-            "min_insync_replicas": min, "reachable": unshared.reachable, "cut_off_since": cut_off,
-        });
+        entry["reachable"] = json!(unshared.reachable);
+        entry["cut_off_since"] = Value::Object(cut_off);
         self.anomalies.push(AnomalyKind::AckBelowMinIsr, entry);
     }
 

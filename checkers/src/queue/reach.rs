@@ -12,7 +12,10 @@
 //! invoked (a grudge on ports only when they include both brokers' client listeners, where
 //! followers fetch), a `kill` from its completion until a `start` naming the node is invoked, a
 //! `pause` until a `resume` naming it is. Faults that stop and start nodes on their own (rolls,
-//! handoffs, power losses, ...) are not read: they only make fewer acknowledgements judged. A
+//! handoffs, power losses, ...) are not read, but for a `strand`'s cut of its leader from
+//! every other broker: it records when its last cut began and how long the op took, which with
+//! the op's own invocation and completion times bound when the cut surely held, so the
+//! acknowledgements that complete while a strand is under way are kept until it completes. A
 //! node that answers a client is running, whatever the record says. Replicas are every broker
 //! of the node's cluster, and reach is transitive: a broker that could fetch from one that
 //! could have the records could have them too.
@@ -50,6 +53,32 @@ struct NodesBody {
     nodes: Option<Vec<String>>,
 }
 
+/// The parts of a `strand` completion that bound when its cut held.
+#[derive(Debug, Deserialize)]
+struct StrandBody {
+    #[serde(default)]
+    killed: Option<String>,
+    #[serde(default)]
+    ports: Option<Vec<u16>>,
+    #[serde(default)]
+    cut_ms: Option<u64>,
+    #[serde(default)]
+    cut_from_ms: Option<u64>,
+    #[serde(default)]
+    elapsed_ms: Option<u64>,
+}
+
+/// An acknowledgement completed while a strand was under way, with what to report of it.
+#[derive(Debug)]
+struct HeldAck {
+    node: usize,
+    /// Nanoseconds since the test began: the send's invocation and its acknowledgement.
+    invoked_at: u64,
+    done_at: u64,
+    min_insync: u64,
+    what: Value,
+}
+
 /// An acknowledgement its node could not have shared with enough replicas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Unshared {
@@ -72,7 +101,12 @@ pub(super) struct Reach {
     paused: Vec<bool>,
     /// Per pair: the op index since which the two could exchange nothing, while they cannot.
     apart_since: Vec<Option<u64>>,
+    /// The strand under way: its invocation's op index and time.
+    strand: Option<(u64, u64)>,
+    held: Vec<HeldAck>,
 }
+
+const MS: u64 = 1_000_000;
 
 impl Reach {
     /// The brokers of `test.json`'s `nodes` (dedicated controllers hold no replicas).
@@ -117,17 +151,28 @@ impl Reach {
         }
     }
 
-    /// Takes in a nemesis op (`invoke`: its invocation, else its completion; `failed`: it
-    /// recorded an error).
+    /// Takes in a nemesis op at op `index` and `time` (`invoke`: its invocation, else its
+    /// completion; `failed`: it recorded an error). A strand's completion returns what it
+    /// proves of the acknowledgements held while it was under way: each one's report, and
+    /// why.
     pub fn nemesis(
         &mut self,
-        index: u64,
+        (index, time): (u64, u64),
         f: &str,
         invoke: bool,
         failed: bool,
         value: &Value,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<(Value, Unshared)>, String> {
         match (f, invoke) {
+            ("strand", true) => {
+                self.strand = Some((index, time));
+                return Ok(Vec::new());
+            }
+            ("strand", false) => {
+                let body = StrandBody::deserialize(value)
+                    .map_err(|e| format!("malformed strand value: {e}"))?;
+                return Ok(self.strand_done(time, body));
+            }
             ("start-partition", false) if !failed => {
                 let body = CutBody::deserialize(value)
                     .map_err(|e| format!("malformed start-partition value: {e}"))?;
@@ -169,10 +214,77 @@ impl Reach {
                     }
                 }
             }
-            _ => return Ok(()),
+            _ => return Ok(Vec::new()),
         }
         self.settle(index);
-        Ok(())
+        Ok(Vec::new())
+    }
+
+    /// Keeps an acknowledgement by `node` of a send invoked at `invoked_at` and answered at
+    /// `done_at`, under `min_insync`, while a strand is under way; `what` is its report.
+    pub fn hold(
+        &mut self,
+        node: &str,
+        (invoked_at, done_at): (u64, u64),
+        min_insync: u64,
+        what: impl FnOnce() -> Value,
+    ) {
+        if let (Some(_), Some(&node)) = (self.strand, self.ids.get(node)) {
+            self.held.push(HeldAck {
+                node,
+                invoked_at,
+                done_at,
+                min_insync,
+                what: what(),
+            });
+        }
+    }
+
+    /// A strand completed at `time`: the held acknowledgements by its leader that fall within
+    /// the time its cut surely held, when the cut kept every other broker of the cluster from
+    /// fetching. The cut began `cut_from_ms` after the op started and held `cut_ms`; the op
+    /// started no earlier than its invocation and took `elapsed_ms` up to no later than its
+    /// completion, so the cut held from `elapsed_ms - cut_from_ms` before the completion
+    /// (a millisecond more, for the rounding down of `cut_from_ms`) to `cut_from_ms + cut_ms`
+    /// after the invocation.
+    fn strand_done(&mut self, time: u64, body: StrandBody) -> Vec<(Value, Unshared)> {
+        let held = std::mem::take(&mut self.held);
+        let Some((invoke_index, invoked)) = self.strand.take() else {
+            return Vec::new();
+        };
+        let (Some(leader), Some(cut_ms), Some(from_ms), Some(elapsed_ms)) = (
+            body.killed.as_ref().and_then(|k| self.ids.get(k).copied()),
+            body.cut_ms,
+            body.cut_from_ms,
+            body.elapsed_ms,
+        ) else {
+            return Vec::new();
+        };
+        let from = (time + from_ms * MS + MS).saturating_sub(elapsed_ms * MS);
+        let until = invoked + (from_ms + cut_ms) * MS;
+        let others: Vec<usize> = (0..self.names.len())
+            .filter(|&i| i != leader && self.clusters[i] == self.clusters[leader])
+            .collect();
+        if !others
+            .iter()
+            .all(|&o| self.cuts_fetches(body.ports.as_deref(), leader, o))
+        {
+            return Vec::new();
+        }
+        held.into_iter()
+            .filter(|h| h.node == leader && h.min_insync > 1)
+            .filter(|h| from <= h.invoked_at && h.done_at <= until)
+            .map(|h| {
+                let unshared = Unshared {
+                    reachable: vec![self.names[leader].clone()],
+                    cut_off: others
+                        .iter()
+                        .map(|&o| (self.names[o].clone(), invoke_index))
+                        .collect(),
+                };
+                (h.what, unshared)
+            })
+            .collect()
     }
 
     /// Whether a grudge between `a` and `b` on `ports` (absent: every port) stops them
@@ -273,7 +385,7 @@ mod tests {
         if let Some(p) = ports {
             v["ports"] = json!(p);
         }
-        r.nemesis(index, "start-partition", false, false, &v)
+        r.nemesis((index, 0), "start-partition", false, false, &v)
             .unwrap();
     }
 
@@ -298,12 +410,12 @@ mod tests {
         isolate_n1(&mut r, 10, Some(vec![9093]));
         assert_eq!(r.unshared("n1", 11, 2), None);
         isolate_n1(&mut r, 12, None);
-        r.nemesis(20, "stop-partition", true, false, &json!({}))
+        r.nemesis((20, 0), "stop-partition", true, false, &json!({}))
             .unwrap();
         assert_eq!(r.unshared("n1", 13, 2), None);
         // A start-partition that recorded an error is not trusted.
         r.nemesis(
-            21,
+            (21, 0),
             "start-partition",
             false,
             true,
@@ -316,17 +428,18 @@ mod tests {
     #[test]
     fn killed_and_paused_followers_hold_nothing_until_started() {
         let mut r = three();
-        r.nemesis(5, "kill", false, false, &json!({"nodes": ["n2"]}))
+        r.nemesis((5, 0), "kill", false, false, &json!({"nodes": ["n2"]}))
             .unwrap();
-        r.nemesis(6, "pause", false, false, &json!({"nodes": ["n3"]}))
+        r.nemesis((6, 0), "pause", false, false, &json!({"nodes": ["n3"]}))
             .unwrap();
         let u = r.unshared("n1", 7, 2).expect("both followers stopped");
         assert_eq!(u.cut_off, [("n2".to_string(), 5), ("n3".to_string(), 6)]);
-        r.nemesis(8, "resume", true, false, &json!({})).unwrap();
+        r.nemesis((8, 0), "resume", true, false, &json!({}))
+            .unwrap();
         assert_eq!(r.unshared("n1", 7, 2), None);
         // Min ISR 3 needs n2 too, which is still down.
         assert!(r.unshared("n1", 9, 3).is_some());
-        r.nemesis(10, "start", true, false, &json!({"nodes": ["n2"]}))
+        r.nemesis((10, 0), "start", true, false, &json!({"nodes": ["n2"]}))
             .unwrap();
         assert_eq!(r.unshared("n1", 11, 3), None);
     }
@@ -334,8 +447,14 @@ mod tests {
     #[test]
     fn a_node_that_answers_a_client_is_running() {
         let mut r = three();
-        r.nemesis(5, "kill", false, false, &json!({"nodes": ["n2", "n3"]}))
-            .unwrap();
+        r.nemesis(
+            (5, 0),
+            "kill",
+            false,
+            false,
+            &json!({"nodes": ["n2", "n3"]}),
+        )
+        .unwrap();
         r.answered("n3", 6);
         assert_eq!(r.unshared("n1", 7, 2), None);
     }
@@ -345,7 +464,7 @@ mod tests {
         // n1 reaches only n2, n2 reaches n3: a bridge leaves three holders.
         let mut r = three();
         r.nemesis(
-            1,
+            (1, 0),
             "start-partition",
             false,
             false,
@@ -359,7 +478,7 @@ mod tests {
             {"name": "b1", "cluster": "b"}, {"name": "c1", "cluster": "a", "role": "controller"},
         ]}));
         two.nemesis(
-            1,
+            (1, 0),
             "start-partition",
             false,
             false,
@@ -369,5 +488,58 @@ mod tests {
         let u = two.unshared("a1", 2, 2).expect("a1 alone in its cluster");
         assert_eq!(u.reachable, ["a1"]);
         assert_eq!(u.cut_off, [("a2".to_string(), 1)]);
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// A strand invoked at 1 s and completed at 6 s, whose last cut began 0.5 s into the op and
+    /// held 4 s, the op taking 4.8 s: the cut surely held from 1.701 s to 5.5 s.
+    fn strand_of_n1(r: &mut Reach, value: Value) -> Vec<(Value, Unshared)> {
+        r.nemesis((10, 1000 * MS), "strand", true, false, &json!({}))
+            .unwrap();
+        let held = [
+            ("inside", "n1", 2000, 3000),
+            ("invoked before the cut held", "n1", 1500, 3000),
+            ("answered after", "n1", 2000, 5600),
+            ("another node", "n2", 2000, 3000),
+        ];
+        for (what, node, from, to) in held {
+            r.hold(node, (from * MS, to * MS), 2, || json!(what));
+        }
+        r.nemesis((20, 6000 * MS), "strand", false, false, &value)
+            .unwrap()
+    }
+
+    fn strand_value() -> Value {
+        json!({"killed": "n1", "nodes": ["n1"], "ports": [9092],
+               "cut_ms": 4000, "cut_from_ms": 500, "elapsed_ms": 4800})
+    }
+
+    #[test]
+    fn a_strand_proves_what_its_leader_acknowledged_while_the_cut_surely_held() {
+        let mut r = three();
+        let found = strand_of_n1(&mut r, strand_value());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, json!("inside"));
+        assert_eq!(found[0].1.reachable, ["n1"]);
+        assert_eq!(
+            found[0].1.cut_off,
+            [("n2".to_string(), 10), ("n3".to_string(), 10)]
+        );
+        // Nothing is held once no strand is under way.
+        r.hold("n1", (7000 * MS, 8000 * MS), 2, || json!("later"));
+        r.nemesis((30, 9000 * MS), "strand", false, false, &strand_value())
+            .unwrap();
+        assert!(r.held.is_empty());
+    }
+
+    #[test]
+    fn a_strand_without_its_times_or_on_other_ports_proves_nothing() {
+        let mut old = strand_value();
+        old.as_object_mut().unwrap().remove("cut_from_ms");
+        assert!(strand_of_n1(&mut three(), old).is_empty());
+        let mut other_port = strand_value();
+        other_port["ports"] = json!([9093]);
+        assert!(strand_of_n1(&mut three(), other_port).is_empty());
     }
 }
