@@ -110,6 +110,16 @@ fn first_invalid(seeds: &[&str], args: impl Fn(&str) -> Vec<String>) -> Verdict 
     last.expect("at least one seed")
 }
 
+/// `schedule` written where `--nemesis-schedule` reads it, in a directory that lives as long as
+/// the returned guard.
+fn schedule_file(schedule: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("schedule.json");
+    std::fs::write(&file, schedule).unwrap();
+    let path = file.display().to_string();
+    (dir, path)
+}
+
 /// Keeps a run directory that shows a finding, for whoever investigates.
 fn keep(v: &Verdict, what: &str) -> PathBuf {
     let dest = std::env::temp_dir().join(format!(
@@ -162,10 +172,7 @@ fn a_follower_truncating_to_its_high_watermark_is_caught() {
     require_root("a_follower_truncating_to_its_high_watermark_is_caught");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let schedule = dir.path().join("handoffs.json");
-    std::fs::write(&schedule, HANDOFFS).unwrap();
-    let schedule = schedule.display().to_string();
+    let (_dir, schedule) = schedule_file(HANDOFFS);
     // The loss needs acknowledged records above the last replica's high watermark as the
     // leader dies, which load decides: a second seed gets a second chance.
     let v = first_invalid(&["1", "2"], |seed| {
@@ -199,10 +206,7 @@ const ROLLS: &str = r#"[
 /// restarted node the seconds it took to be back in every ISR (`None`: not within the wait) and
 /// the partitions it led as it was stopped.
 fn rolls(bug: Option<&str>) -> (Verdict, Vec<(Option<u64>, Value)>) {
-    let dir = tempfile::tempdir().unwrap();
-    let schedule = dir.path().join("rolls.json");
-    std::fs::write(&schedule, ROLLS).unwrap();
-    let schedule = schedule.display().to_string();
+    let (_dir, schedule) = schedule_file(ROLLS);
     let mut args = vec![
         "--nemesis-schedule",
         &schedule,
@@ -297,10 +301,7 @@ const DESTINATION_LEADERS_KILLED: &str = r#"[
 
 /// A mirror run replaying `schedule` for `time_limit` seconds with `args` besides.
 fn mirror_run(schedule: &str, time_limit: &str, seed: &str, args: &[&str]) -> Verdict {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("schedule.json");
-    std::fs::write(&file, schedule).unwrap();
-    let file = file.display().to_string();
+    let (_dir, file) = schedule_file(schedule);
     let mut all = vec![
         "--workload",
         "mirror",
@@ -645,10 +646,8 @@ fn a_leader_acknowledging_with_its_isr_below_the_minimum_is_caught_during_the_cu
     require_root("a_leader_acknowledging_with_its_isr_below_the_minimum_is_caught_during_the_cut");
     broker();
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let schedule = dir.path().join("cut.json");
-    std::fs::write(&schedule, REPLICATION_CUT).unwrap();
-    let schedule = schedule.to_str().unwrap();
+    let (_dir, schedule) = schedule_file(REPLICATION_CUT);
+    let schedule = schedule.as_str();
     let args = |bug: &'static [&'static str]| {
         let mut a = vec![
             "--nemesis-schedule",

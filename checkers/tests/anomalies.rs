@@ -878,6 +878,19 @@ fn three_brokers_min_isr_2() -> Value {
            "broker_config": {"min.insync.replicas": "2"}})
 }
 
+/// Judged with [`three_brokers_min_isr_2`], `h` shows only `ack-below-min-isr`, at the
+/// acknowledgements `expected`.
+fn assert_unshared(h: &Hist, replicas: &[ReplicaState], expected: &[u64]) {
+    let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(replicas));
+    only(&r, &["ack-below-min-isr"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let found: Vec<u64> = entries(&r, "ack-below-min-isr")
+        .iter()
+        .filter_map(|e| e["op_index"].as_u64())
+        .collect();
+    assert_eq!(found, expected);
+}
+
 /// The grudge of a `leader-replication` cut of n1: its followers cannot fetch from it.
 fn n1_cut_off_on_9092() -> Value {
     json!({"kind": "leader-replication", "ports": [9092],
@@ -1034,13 +1047,7 @@ fn ack_below_min_isr_while_a_strand_held_its_leader_cut_off() {
     for op in [bad, late] {
         h.ops[op as usize].node = Some("n1".into());
     }
-    let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(&replicas));
-    only(&r, &["ack-below-min-isr"]);
-    let found: Vec<&Value> = entries(&r, "ack-below-min-isr")
-        .iter()
-        .map(|e| &e["op_index"])
-        .collect();
-    assert_eq!(found, [&json!(bad)]);
+    assert_unshared(&h, &replicas, &[bad]);
 }
 
 /// Followers killed and paused (as the nemesis recorded them) fetch nothing until started
@@ -1063,13 +1070,7 @@ fn ack_below_min_isr_with_both_followers_stopped() {
     );
     let fine = h.send(1, &[2], Ok, Some(1));
     h.ops[fine as usize].node = Some("n1".into());
-    let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(&replicas));
-    only(&r, &["ack-below-min-isr"]);
-    let found: Vec<&Value> = entries(&r, "ack-below-min-isr")
-        .iter()
-        .map(|e| &e["op_index"])
-        .collect();
-    assert_eq!(found, [&json!(bad)]);
+    assert_unshared(&h, &replicas, &[bad]);
 }
 
 /// Within one leader epoch the leader's high watermark only grows: a poll that started after
