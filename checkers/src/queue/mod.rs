@@ -429,12 +429,12 @@ impl<'r> QueueAnalysis<'r> {
     }
 
     fn nemesis(&mut self, ev: Event<'_>) {
+        let invoke = ev.kind == OpType::Invoke;
         if matches!(
             ev.f,
             "failover" | "failback" | "unclean-election" | "config"
         ) {
             let value = ev.value.json();
-            let invoke = ev.kind == OpType::Invoke;
             if !invoke && matches!(ev.f, "failover" | "failback") {
                 let mirroring = value.pointer("/direction/mirroring") == Some(&Value::Bool(true));
                 self.last_move_failed = ev.failed && !mirroring;
@@ -446,12 +446,8 @@ impl<'r> QueueAnalysis<'r> {
                 self.warn(format!("op {}: {problem}", ev.index));
             }
         }
-        if matches!(
-            ev.f,
-            "start-partition" | "stop-partition" | "kill" | "pause" | "start" | "resume" | "strand"
-        ) {
+        if reach::READ.contains(&ev.f) {
             let value = ev.value.json();
-            let invoke = ev.kind == OpType::Invoke;
             match self
                 .reach
                 .nemesis((ev.index, ev.time), ev.f, invoke, ev.failed, &value)
@@ -463,6 +459,8 @@ impl<'r> QueueAnalysis<'r> {
                 }
                 Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
             }
+        } else if invoke {
+            self.reach.other_fault(ev.index, ev.f);
         }
         match ev.f {
             "wipe" if ev.kind != OpType::Invoke => {

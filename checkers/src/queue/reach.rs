@@ -12,7 +12,8 @@
 //! invoked (a grudge on ports only when they include both brokers' client listeners, where
 //! followers fetch), a `kill` from its completion until a `start` naming the node is invoked, a
 //! `pause` until a `resume` naming it is. Faults that stop and start nodes on their own (rolls,
-//! handoffs, power losses, ...) are not read, but for a `strand`'s cut of its leader from
+//! handoffs, power losses, ...) are not read, and any of them may start a node the record has
+//! down or paused, so none is held stopped past its invocation; but for a `strand`'s cut of its leader from
 //! every other broker: it records when its last cut began and how long the op took, which with
 //! the op's own invocation and completion times bound when the cut surely held, so the
 //! acknowledgements that complete while a strand is under way are kept until it completes. A
@@ -23,6 +24,27 @@
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde_json::Value;
+
+/// The nemesis ops [`Reach::nemesis`] reads.
+pub(super) const READ: [&str; 7] = [
+    "start-partition",
+    "stop-partition",
+    "kill",
+    "pause",
+    "start",
+    "resume",
+    "strand",
+];
+
+/// Ops that leave every broker process as it is; any other op not read here may start a node
+/// the record has down or paused (a power loss or a wipe boots its nodes, a roll restarts them).
+const LEAVE_PROCESSES: [&str; 5] = [
+    "clock-skew",
+    "clock-strobe",
+    "clock-reset",
+    "start-loss",
+    "stop-loss",
+];
 
 /// A broker as `test.json` lists it.
 #[derive(Debug, Deserialize)]
@@ -298,6 +320,17 @@ impl Reach {
         }
     }
 
+    /// The invocation of a nemesis op `f` not read here, at op `index`: unless it leaves the
+    /// processes as they are, no node is known to be down or paused any more.
+    pub fn other_fault(&mut self, index: u64, f: &str) {
+        let stopped = self.down.iter().chain(&self.paused).any(|s| *s);
+        if stopped && !LEAVE_PROCESSES.contains(&f) {
+            self.down.iter_mut().for_each(|d| *d = false);
+            self.paused.iter_mut().for_each(|p| *p = false);
+            self.settle(index);
+        }
+    }
+
     /// A client op answered by `node` at op `index`: it is running.
     pub fn answered(&mut self, node: &str, index: u64) {
         if let Some(&i) = self.ids.get(node) {
@@ -442,6 +475,23 @@ mod tests {
         r.nemesis((10, 0), "start", true, false, &json!({"nodes": ["n2"]}))
             .unwrap();
         assert_eq!(r.unshared("n1", 11, 3), None);
+    }
+
+    #[test]
+    fn a_fault_that_may_start_nodes_ends_what_kills_and_pauses_left_stopped() {
+        let mut r = three();
+        r.nemesis(
+            (5, 0),
+            "kill",
+            false,
+            false,
+            &json!({"nodes": ["n2", "n3"]}),
+        )
+        .unwrap();
+        r.other_fault(6, "clock-skew");
+        assert!(r.unshared("n1", 7, 2).is_some());
+        r.other_fault(8, "power-loss");
+        assert_eq!(r.unshared("n1", 9, 2), None);
     }
 
     #[test]
