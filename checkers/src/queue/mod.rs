@@ -796,6 +796,9 @@ impl<'r> QueueAnalysis<'r> {
         (invoked, invoked_at): (u64, u64),
         first: i64,
     ) {
+        if !self.reach.judges() {
+            return;
+        }
         let part = &self.parts[pk as usize];
         let topic = &self.topics[part.topic as usize];
         let Some(min) = self.policy.min_insync(topic).filter(|m| *m > 1) else {
@@ -804,16 +807,20 @@ impl<'r> QueueAnalysis<'r> {
         let Process::Client(process) = ev.process else {
             return;
         };
-        let entry = json!({
-            "cluster": self.clusters[part.cluster as usize], "topic": topic,
-            "partition": part.partition, "op_index": ev.index, "process": process,
-            "invoke_index": invoked, "node": node, "offset": first, "min_insync_replicas": min,
-        });
+        // Built only for an acknowledgement reported or held: most are neither.
+        let entry = || {
+            json!({
+                "cluster": self.clusters[part.cluster as usize], "topic": topic,
+                "partition": part.partition, "op_index": ev.index, "process": process,
+                "invoke_index": invoked, "node": node, "offset": first, "min_insync_replicas": min,
+            })
+        };
         match self.reach.unshared(node, invoked, min) {
-            Some(unshared) => self.push_unshared(entry, unshared),
-            None => self
-                .reach
-                .hold(node, (invoked_at, ev.time), min, move || entry),
+            Some(unshared) => {
+                let entry = entry();
+                self.push_unshared(entry, unshared);
+            }
+            None => self.reach.hold(node, (invoked_at, ev.time), min, entry),
         }
     }
 

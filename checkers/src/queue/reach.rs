@@ -123,6 +123,8 @@ pub(super) struct Reach {
     paused: Vec<bool>,
     /// Per pair: the op index since which the two could exchange nothing, while they cannot.
     apart_since: Vec<Option<u64>>,
+    /// Some pair is apart now.
+    any_apart: bool,
     /// The strand under way: its invocation's op index and time.
     strand: Option<(u64, u64)>,
     held: Vec<HeldAck>,
@@ -342,6 +344,12 @@ impl Reach {
         }
     }
 
+    /// Whether an acknowledgement now could be judged: some brokers are apart, or a strand is
+    /// under way.
+    pub fn judges(&self) -> bool {
+        self.any_apart || self.strand.is_some()
+    }
+
     /// Brings each pair's `apart_since` up to date at op `index`.
     fn settle(&mut self, index: u64) {
         let n = self.names.len();
@@ -357,6 +365,7 @@ impl Reach {
                 };
             }
         }
+        self.any_apart = self.apart_since.iter().any(Option::is_some);
     }
 
     /// For a send invoked at op `invoked` and acknowledged now by `node`: what proves the
