@@ -132,6 +132,9 @@ pub(super) struct Reach {
 
 const MS: u64 = 1_000_000;
 
+/// Most brokers a test may have for its acknowledgements to be judged (one bit each).
+const MAX_BROKERS: usize = 64;
+
 impl Reach {
     /// The brokers of `test.json`'s `nodes` (dedicated controllers hold no replicas).
     pub fn from_test(test: &Value) -> Self {
@@ -139,10 +142,13 @@ impl Reach {
             .get("nodes")
             .and_then(|n| Vec::<NodeEntry>::deserialize(n).ok())
             .unwrap_or_default();
-        let brokers: Vec<NodeEntry> = entries
+        let mut brokers: Vec<NodeEntry> = entries
             .into_iter()
             .filter(|e| e.role.as_deref() != Some("controller"))
             .collect();
+        if brokers.len() > MAX_BROKERS {
+            brokers.clear();
+        }
         let n = brokers.len();
         let mut reach = Reach {
             cut: vec![false; n * n],
@@ -372,38 +378,45 @@ impl Reach {
     /// acknowledgement held fewer than `min_insync` replicas, if anything does.
     pub fn unshared(&self, node: &str, invoked: u64, min_insync: u64) -> Option<Unshared> {
         let &acker = self.ids.get(node)?;
-        let cluster = &self.clusters[acker];
-        let peers: Vec<usize> = (0..self.names.len())
-            .filter(|&i| &self.clusters[i] == cluster)
-            .collect();
+        let n = self.names.len();
+        let peer = |i: usize| self.clusters[i] == self.clusters[acker];
         let apart = |a: usize, b: usize| {
             self.apart_since[self.pair(a, b)].is_some_and(|since| since < invoked)
         };
-        let mut holders = vec![acker];
+        // The brokers that could hold the records, as bits (at most MAX_BROKERS), grown until
+        // they are enough or nothing more is reached: most acknowledgements stop at the first
+        // follower.
+        let mut holders: u64 = 1 << acker;
         let mut grew = true;
-        while grew {
+        while grew && u64::from(holders.count_ones()) < min_insync {
             grew = false;
-            for &p in &peers {
-                if !holders.contains(&p) && holders.iter().any(|&h| !apart(h, p)) {
-                    holders.push(p);
+            for p in 0..n {
+                let held = holders;
+                if held & (1 << p) == 0
+                    && peer(p)
+                    && (0..n).any(|h| held & (1 << h) != 0 && !apart(h, p))
+                {
+                    holders |= 1 << p;
                     grew = true;
                 }
             }
         }
-        if holders.len() as u64 >= min_insync {
+        if u64::from(holders.count_ones()) >= min_insync {
             return None;
         }
-        holders.sort_unstable();
-        let cut_off = peers
-            .iter()
-            .filter(|p| !holders.contains(p))
-            .map(|&p| {
+        let held = |i: usize| holders & (1 << i) != 0;
+        let cut_off = (0..n)
+            .filter(|&p| peer(p) && !held(p))
+            .map(|p| {
                 let since = self.apart_since[self.pair(acker, p)].unwrap_or(invoked);
                 (self.names[p].clone(), since)
             })
             .collect();
         Some(Unshared {
-            reachable: holders.iter().map(|&h| self.names[h].clone()).collect(),
+            reachable: (0..n)
+                .filter(|&h| held(h))
+                .map(|h| self.names[h].clone())
+                .collect(),
             cut_off,
         })
     }
