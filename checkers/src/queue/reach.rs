@@ -11,15 +11,16 @@
 //! partition's grudge from its `start-partition` completing until the next `stop-partition` is
 //! invoked (a grudge on ports only when they include both brokers' client listeners, where
 //! followers fetch), a `kill` from its completion until a `start` naming the node is invoked, a
-//! `pause` until a `resume` naming it is. Faults that stop and start nodes on their own (rolls,
-//! handoffs, power losses, ...) are not read, and any of them may start a node the record has
-//! down or paused, so none is held stopped past its invocation; but for a `strand`'s cut of its leader from
-//! every other broker: it records when its last cut began and how long the op took, which with
-//! the op's own invocation and completion times bound when the cut surely held, so the
-//! acknowledgements that complete while a strand is under way are kept until it completes. A
-//! node that answers a client is running, whatever the record says. Replicas are every broker
-//! of the node's cluster, and reach is transitive: a broker that could fetch from one that
-//! could have the records could have them too.
+//! `pause` until a `resume` naming it is, and a `strand`'s cut of its leader from every other
+//! broker: it records when its last cut began and how long the op took, which with the op's
+//! own invocation and completion times bound when the cut surely held, so the
+//! acknowledgements that complete while a strand is under way are kept until it completes.
+//! Other faults that stop and start nodes themselves (rolls, handoffs, power losses, ...) are
+//! not read, and since any of them may start a node the record has down or paused, none is
+//! held stopped past such a fault's invocation. A node that answers a client is running,
+//! whatever the record says. Replicas are every broker of the node's cluster, and reach is
+//! transitive: a broker that could fetch from one that could have the records could have them
+//! too.
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
