@@ -911,13 +911,7 @@ fn ack_below_min_isr_while_the_leader_is_cut_off() {
     let cut = h.ops.len() as u64 - 1;
     let bad = h.send(1, &[2], Ok, Some(1));
     h.ops[bad as usize].node = Some("n1".into());
-    h.push(
-        Process::Nemesis,
-        OpType::Invoke,
-        "stop-partition",
-        json!({}),
-        None,
-    );
+    h.nemesis_invoke("stop-partition", json!({}));
     let r = check(&three_brokers_min_isr_2(), h.ops.clone(), Some(&replicas));
     only(&r, &["ack-below-min-isr"]);
     assert_eq!(r.valid, Validity::Invalid);
@@ -940,43 +934,13 @@ fn acks_a_follower_could_have_fetched_are_not_judged() {
     let replicas = leader_and_follower(&recs);
     let on = |h: &mut Hist, op: u64| h.ops[op as usize].node = Some("n1".into());
     let mut h = Hist::new();
-    h.push(
-        Process::Client(0),
-        OpType::Invoke,
-        "send",
-        json!({"topic": "t", "partition": 0, "values": [1]}),
-        None,
-    );
+    h.send_invoke(None, 0, &[1]);
     h.nemesis("start-partition", n1_cut_off_on_9092());
-    let before = h.push(
-        Process::Client(0),
-        OpType::Ok,
-        "send",
-        json!({"topic": "t", "partition": 0, "values": [1], "offset": 0}),
-        None,
-    );
+    let before = h.send_done(None, 0, &[1], Ok, Some(0));
     on(&mut h, before);
-    h.push(
-        Process::Client(1),
-        OpType::Invoke,
-        "send",
-        json!({"topic": "t", "partition": 0, "values": [2]}),
-        None,
-    );
-    h.push(
-        Process::Nemesis,
-        OpType::Invoke,
-        "stop-partition",
-        json!({}),
-        None,
-    );
-    let healed = h.push(
-        Process::Client(1),
-        OpType::Ok,
-        "send",
-        json!({"topic": "t", "partition": 0, "values": [2], "offset": 1}),
-        None,
-    );
+    h.send_invoke(None, 1, &[2]);
+    h.nemesis_invoke("stop-partition", json!({}));
+    let healed = h.send_done(None, 1, &[2], Ok, Some(1));
     on(&mut h, healed);
     h.nemesis(
         "start-partition",
@@ -1027,7 +991,7 @@ fn ack_below_min_isr_while_a_strand_held_its_leader_cut_off() {
     let replicas = leader_and_follower(&recs);
     let ms = 1_000_000;
     let mut h = Hist::new();
-    let strand = h.push(Process::Nemesis, OpType::Invoke, "strand", json!({}), None);
+    let strand = h.nemesis_invoke("strand", json!({}));
     let bad = h.send(0, &[1], Ok, Some(0));
     let late = h.send(1, &[2], Ok, Some(1));
     let info = json!({"killed": "n1", "nodes": ["n1"], "ports": [9092], "cut_ms": 4000,
@@ -1061,13 +1025,7 @@ fn ack_below_min_isr_with_both_followers_stopped() {
     h.nemesis("pause", json!({"nodes": ["n3"]}));
     let bad = h.send(0, &[1], Ok, Some(0));
     h.ops[bad as usize].node = Some("n1".into());
-    h.push(
-        Process::Nemesis,
-        OpType::Invoke,
-        "resume",
-        json!({"nodes": ["n3"]}),
-        None,
-    );
+    h.nemesis_invoke("resume", json!({"nodes": ["n3"]}));
     let fine = h.send(1, &[2], Ok, Some(1));
     h.ops[fine as usize].node = Some("n1".into());
     assert_unshared(&h, &replicas, &[bad]);

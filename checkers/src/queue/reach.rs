@@ -342,6 +342,10 @@ impl Reach {
 
     /// A client op answered by `node` at op `index`: it is running.
     pub fn answered(&mut self, node: &str, index: u64) {
+        // A stopped node leaves every pair it is in apart: nothing to look up otherwise.
+        if !self.any_apart {
+            return;
+        }
         if let Some(&i) = self.ids.get(node) {
             if self.down[i] || self.paused[i] {
                 self.down[i] = false;
@@ -428,6 +432,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// `r` takes in the completion of fault `f` at op `index`.
+    fn done(r: &mut Reach, index: u64, f: &str, value: Value) {
+        r.nemesis((index, 0), f, false, false, &value).unwrap();
+    }
+
+    /// `r` takes in the invocation of `f` at op `index`.
+    fn invoked(r: &mut Reach, index: u64, f: &str, value: Value) {
+        r.nemesis((index, 0), f, true, false, &value).unwrap();
+    }
+
     fn three() -> Reach {
         Reach::from_test(&json!({"nodes": [
             {"name": "n1", "cluster": "a", "port": 9092},
@@ -441,8 +455,7 @@ mod tests {
         if let Some(p) = ports {
             v["ports"] = json!(p);
         }
-        r.nemesis((index, 0), "start-partition", false, false, &v)
-            .unwrap();
+        done(r, index, "start-partition", v);
     }
 
     #[test]
@@ -466,8 +479,7 @@ mod tests {
         isolate_n1(&mut r, 10, Some(vec![9093]));
         assert_eq!(r.unshared("n1", 11, 2), None);
         isolate_n1(&mut r, 12, None);
-        r.nemesis((20, 0), "stop-partition", true, false, &json!({}))
-            .unwrap();
+        invoked(&mut r, 20, "stop-partition", json!({}));
         assert_eq!(r.unshared("n1", 13, 2), None);
         // A start-partition that recorded an error is not trusted.
         r.nemesis(
@@ -484,33 +496,22 @@ mod tests {
     #[test]
     fn killed_and_paused_followers_hold_nothing_until_started() {
         let mut r = three();
-        r.nemesis((5, 0), "kill", false, false, &json!({"nodes": ["n2"]}))
-            .unwrap();
-        r.nemesis((6, 0), "pause", false, false, &json!({"nodes": ["n3"]}))
-            .unwrap();
+        done(&mut r, 5, "kill", json!({"nodes": ["n2"]}));
+        done(&mut r, 6, "pause", json!({"nodes": ["n3"]}));
         let u = r.unshared("n1", 7, 2).expect("both followers stopped");
         assert_eq!(u.cut_off, [("n2".to_string(), 5), ("n3".to_string(), 6)]);
-        r.nemesis((8, 0), "resume", true, false, &json!({}))
-            .unwrap();
+        invoked(&mut r, 8, "resume", json!({}));
         assert_eq!(r.unshared("n1", 7, 2), None);
         // Min ISR 3 needs n2 too, which is still down.
         assert!(r.unshared("n1", 9, 3).is_some());
-        r.nemesis((10, 0), "start", true, false, &json!({"nodes": ["n2"]}))
-            .unwrap();
+        invoked(&mut r, 10, "start", json!({"nodes": ["n2"]}));
         assert_eq!(r.unshared("n1", 11, 3), None);
     }
 
     #[test]
     fn a_fault_that_may_start_nodes_ends_what_kills_and_pauses_left_stopped() {
         let mut r = three();
-        r.nemesis(
-            (5, 0),
-            "kill",
-            false,
-            false,
-            &json!({"nodes": ["n2", "n3"]}),
-        )
-        .unwrap();
+        done(&mut r, 5, "kill", json!({"nodes": ["n2", "n3"]}));
         r.other_fault(6, "clock-skew");
         assert!(r.unshared("n1", 7, 2).is_some());
         r.other_fault(8, "power-loss");
@@ -520,14 +521,7 @@ mod tests {
     #[test]
     fn a_node_that_answers_a_client_is_running() {
         let mut r = three();
-        r.nemesis(
-            (5, 0),
-            "kill",
-            false,
-            false,
-            &json!({"nodes": ["n2", "n3"]}),
-        )
-        .unwrap();
+        done(&mut r, 5, "kill", json!({"nodes": ["n2", "n3"]}));
         r.answered("n3", 6);
         assert_eq!(r.unshared("n1", 7, 2), None);
     }
@@ -536,28 +530,24 @@ mod tests {
     fn reach_is_transitive_and_stays_within_the_cluster() {
         // n1 reaches only n2, n2 reaches n3: a bridge leaves three holders.
         let mut r = three();
-        r.nemesis(
-            (1, 0),
+        done(
+            &mut r,
+            1,
             "start-partition",
-            false,
-            false,
-            &json!({"grudge": {"n1": ["n3"], "n3": ["n1"]}}),
-        )
-        .unwrap();
+            json!({"grudge": {"n1": ["n3"], "n3": ["n1"]}}),
+        );
         assert_eq!(r.unshared("n1", 2, 3), None);
         // Another cluster's brokers are no replicas of this one's partitions.
         let mut two = Reach::from_test(&json!({"nodes": [
             {"name": "a1", "cluster": "a"}, {"name": "a2", "cluster": "a"},
             {"name": "b1", "cluster": "b"}, {"name": "c1", "cluster": "a", "role": "controller"},
         ]}));
-        two.nemesis(
-            (1, 0),
+        done(
+            &mut two,
+            1,
             "start-partition",
-            false,
-            false,
-            &json!({"grudge": {"a1": ["a2"]}}),
-        )
-        .unwrap();
+            json!({"grudge": {"a1": ["a2"]}}),
+        );
         let u = two.unshared("a1", 2, 2).expect("a1 alone in its cluster");
         assert_eq!(u.reachable, ["a1"]);
         assert_eq!(u.cut_off, [("a2".to_string(), 1)]);

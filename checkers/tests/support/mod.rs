@@ -54,15 +54,26 @@ impl Hist {
         outcome: OpType,
         offset: Option<i64>,
     ) -> u64 {
+        self.send_invoke(cluster, p, values);
+        self.send_done(cluster, p, values, outcome, offset)
+    }
+
+    /// The invocation of a send of `values` to t/0.
+    pub fn send_invoke(&mut self, cluster: Option<&str>, p: u64, values: &[i64]) -> u64 {
         let inv = json!({"topic": "t", "partition": 0, "values": values});
-        self.push(
-            Process::Client(p),
-            OpType::Invoke,
-            "send",
-            inv.clone(),
-            cluster,
-        );
-        let mut done = inv;
+        self.push(Process::Client(p), OpType::Invoke, "send", inv, cluster)
+    }
+
+    /// The completion of a send of `values` to t/0, at `offset` when given.
+    pub fn send_done(
+        &mut self,
+        cluster: Option<&str>,
+        p: u64,
+        values: &[i64],
+        outcome: OpType,
+        offset: Option<i64>,
+    ) -> u64 {
+        let mut done = json!({"topic": "t", "partition": 0, "values": values});
         if let Some(o) = offset {
             done["offset"] = json!(o);
         }
@@ -115,6 +126,11 @@ impl Hist {
         done["high_watermark"] = json!(hw);
         done["leader_epoch"] = json!(leader_epoch);
         self.push(Process::Client(p), OpType::Ok, "poll", done, None)
+    }
+
+    /// The invocation alone of a nemesis op (a heal, whose completion does not matter).
+    pub fn nemesis_invoke(&mut self, f: &str, value: Value) -> u64 {
+        self.push(Process::Nemesis, OpType::Invoke, f, value, None)
     }
 
     /// A nemesis fault: an invoke then an info with `value`.
