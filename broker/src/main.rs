@@ -417,7 +417,7 @@ async fn run_broker(
             shutdown.clone(),
         ))
     });
-    let listener = tokio::spawn(tidemark_broker::protocol::run_listener(
+    let mut listener = tokio::spawn(tidemark_broker::protocol::run_listener(
         broker.clone(),
         shutdown.clone(),
     ));
@@ -425,7 +425,7 @@ async fn run_broker(
     let signalled = tokio::select! {
         _ = term.recv() => { info!("SIGTERM: shutting down"); true }
         _ = tokio::signal::ctrl_c() => { info!("SIGINT: shutting down"); true }
-        r = listener => {
+        r = &mut listener => {
             shutdown.cancel();
             r??;
             false
@@ -436,6 +436,10 @@ async fn run_broker(
         tidemark_broker::shutdown::controlled_shutdown(&broker).await;
     }
     shutdown.cancel();
+    if signalled {
+        // The connections send the answers they already have before they close.
+        let _ = listener.await;
+    }
     let _ = checkpointer.await;
     let _ = retention.await;
     let _ = tiered.await;

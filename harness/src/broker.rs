@@ -219,6 +219,10 @@ pub struct TidemarkBroker {
 const ALIVE: &str = "alive() { for s in /proc/$1/task/*/status; do \
      grep -q '^State:[[:space:]]*[^Z[:space:]]' \"$s\" 2>/dev/null && return 0; done; return 1; }";
 
+/// A shell function: whether every thread of process `$1` is stopped (state `T`).
+const STOPPED: &str = "stopped() { for s in /proc/$1/task/*/status; do \
+     grep -q '^State:[[:space:]]*T' \"$s\" 2>/dev/null || return 1; done; return 0; }";
+
 impl TidemarkBroker {
     /// Deploys the broker binary at `binary` (on this machine) with `config`, turning on each
     /// injectable bug in `inject_bugs`.
@@ -441,14 +445,16 @@ impl TidemarkBroker {
         )
     }
 
-    /// Sends SIGSTOP or SIGCONT and returns once the kernel shows the process stopped or running:
-    /// the signal is delivered asynchronously, and a fault that says "paused" must be in effect.
+    /// Sends SIGSTOP or SIGCONT and returns once the kernel shows every thread of the process
+    /// stopped, or one running: the signal is delivered asynchronously, thread by thread (the
+    /// main thread can stop while a worker still fetches), and a fault that says "paused" must
+    /// be in effect.
     fn freeze_command(node: &Node, freeze: bool) -> String {
         let (signal, test) = if freeze { ("STOP", "!") } else { ("CONT", "") };
         format!(
-            "{ALIVE}; p=$(cat {pid} 2>/dev/null) || exit 0; \
+            "{ALIVE}; {STOPPED}; p=$(cat {pid} 2>/dev/null) || exit 0; \
              if alive $p; then kill -{signal} $p; i=0; \
-             while alive $p && {test} grep -q '^State:[[:space:]]*T' /proc/$p/status && [ $i -lt 100 ]; \
+             while alive $p && {test} stopped $p && [ $i -lt 100 ]; \
              do sleep 0.02; i=$((i+1)); done; fi; true",
             pid = Self::path_arg(&Self::pid_file(node)),
         )

@@ -20,6 +20,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -33,16 +34,25 @@ pub use versions::{body_version, listed_apis, LISTED_ONLY, SUPPORTED_APIS};
 /// Largest request frame accepted (Kafka's `socket.request.max.bytes` default).
 pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
 
-/// Accepts client connections until `shutdown` is cancelled.
+/// How long connections may go on answering the requests they already read once `shutdown` is
+/// cancelled: an acks=all write the controlled shutdown answered NOT_LEADER_OR_FOLLOWER reaches
+/// its client as that answer, not as a closed connection, while a long poll or a client that
+/// stopped reading cannot hold the broker open.
+pub const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Accepts client connections until `shutdown` is cancelled, then lets them answer what they
+/// already read for up to [`SHUTDOWN_DRAIN`] and closes them.
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: CancellationToken) {
+    let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let broker = broker.clone();
                     let shutdown = shutdown.clone();
-                    tokio::spawn(async move {
+                    connections.spawn(async move {
                         debug!(%peer, "connection opened");
                         match connection(stream, broker, shutdown).await {
                             Ok(()) => debug!(%peer, "connection closed"),
@@ -57,6 +67,18 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancell
             },
         }
     }
+    drop(listener);
+    let drained = tokio::time::timeout(SHUTDOWN_DRAIN, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        debug!(
+            open = connections.len(),
+            "closing connections still answering"
+        );
+    }
+    connections.shutdown().await;
 }
 
 /// Requests one connection may have in progress at once.
@@ -78,12 +100,13 @@ async fn connection(
     let mut framed = FramedRead::new(input, codec);
     let mut in_flight = FuturesOrdered::new();
     let mut reading = true;
-    // The shutdown branch is always enabled, so `select!` never runs out of branches: the end
-    // of a connection (input ended, every answer sent) must be noticed here.
+    // While reading, the shutdown branch is enabled; once not, requests are in flight (or the
+    // loop ends): `select!` never runs out of branches. A shutdown stops the reading only, so
+    // answers already under way still go out.
     while reading || !in_flight.is_empty() {
         tokio::select! {
             biased;
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled(), if reading => reading = false,
             done = in_flight.next(), if !in_flight.is_empty() => {
                 let out: Option<Response> = done.expect("the set is not empty")?;
                 if let Some(out) = out {

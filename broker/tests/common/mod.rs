@@ -188,10 +188,18 @@ impl BrokerProc {
         self.spawn();
     }
 
-    /// SIGSTOP: the process stays but does nothing (a GC pause, a hung VM).
+    /// SIGSTOP: the process stays but does nothing (a GC pause, a hung VM). Returns once every
+    /// thread has stopped: the signal only starts the stop, and a thread still running (or in a
+    /// disk write) could fetch what the test writes next.
     pub fn pause(&mut self) {
         self.signal(nix::sys::signal::Signal::SIGSTOP);
         self.paused = true;
+        let tasks = format!("/proc/{}/task", self.pid().expect("broker running"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(&tasks) {
+            assert!(Instant::now() < deadline, "{tasks}: not stopped after 10 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     pub fn resume(&mut self) {
@@ -207,6 +215,20 @@ impl BrokerProc {
     pub fn is_stopped(&self) -> bool {
         self.child.is_none()
     }
+}
+
+/// Whether every thread under `/proc/PID/task` is in the stopped state (`T`).
+fn all_threads_stopped(tasks: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return false;
+    };
+    entries.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    })
 }
 
 impl Drop for BrokerProc {

@@ -246,7 +246,23 @@ impl Cluster {
 
     /// The scheduler state of a process (`R`, `S`, `T`, ...), if it exists.
     pub fn state(pid: u32) -> Option<char> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Self::stat_state(&format!("/proc/{pid}/stat"))
+    }
+
+    /// The states of every thread of process `pid`.
+    pub fn thread_states(pid: u32) -> Vec<char> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter_map(|t| Self::stat_state(&t.path().join("stat").to_string_lossy()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn stat_state(path: &str) -> Option<char> {
+        let stat = std::fs::read_to_string(path).ok()?;
         stat[stat.rfind(')')? + 1..].trim_start().chars().next()
     }
 
