@@ -417,9 +417,15 @@ impl Broker {
                         info!(topic = ?topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
                         self.notify_data();
                     }
-                    Ok(RoleChange::Leaderless) => stop_fetcher(&p),
+                    // Fetches parked on this replica as leader are answered at once, as Kafka
+                    // completes its delayed fetches on a role change.
+                    Ok(RoleChange::Leaderless) => {
+                        stop_fetcher(&p);
+                        self.notify_data();
+                    }
                     Ok(RoleChange::Follow { leader, epoch }) => {
                         stop_fetcher(&p);
+                        self.notify_data();
                         let Some(ep) = image.brokers.get(&leader) else {
                             continue;
                         };

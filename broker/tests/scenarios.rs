@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::client::{create_topic_assigned, produce, read_all};
+use common::client::{create_topic_assigned, long_poll, produce, read_all};
 use common::Cluster;
 use tidemark_broker::errors;
 
@@ -733,6 +733,29 @@ fn r_leadloss_correct_broker() {
 fn r_leadloss_catches_ack_on_leadership_loss() {
     let err = r_leadloss(Some("ack-on-leadership-loss")).expect_err("the bug must ack it");
     assert!(err.contains("acknowledged"), "{err}");
+}
+
+/// A consumer long-polling a replica that stops leading is answered at once, as Kafka completes
+/// its delayed fetches on a role change: not left waiting out its wait until the stopping broker
+/// closes the connection. Here the replica is its partition's only one, so a controlled shutdown
+/// leaves the partition without a leader and no follower's fetching wakes the poll instead.
+#[test]
+fn a_long_poll_on_a_leader_that_stops_leading_is_answered_not_leader() {
+    let mut c = start(common::FAST_FAILOVER, None);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "q", 1, 1, &[&[1]], &[]),
+        0
+    );
+    c.wait_for("q led by node 1", T, |c| {
+        c.partition_state("q", 0).is_some_and(|s| s.0 == 1)
+    });
+    let end = produce(&c.addr(1), "q", 0, &[1], -1, Duration::from_secs(5)).unwrap() + 1;
+    let addr = c.addr(1);
+    let poll = std::thread::spawn(move || long_poll(&addr, "q", 0, end, Duration::from_secs(20)));
+    // The poll reaches the broker long before this (a connection and one request).
+    std::thread::sleep(Duration::from_secs(1));
+    c.node(1).terminate();
+    assert_eq!(poll.join().unwrap(), errors::NOT_LEADER_OR_FOLLOWER);
 }
 
 /// R-DIR (KIP-858): a replica back with another log directory holds none of the records it

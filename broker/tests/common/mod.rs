@@ -893,6 +893,39 @@ pub mod client {
         }
     }
 
+    /// A consumer's long poll of `partition` at `offset`, waiting up to `max_wait` for a byte:
+    /// the partition's error code (-100 when the connection fails).
+    pub fn long_poll(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait: Duration,
+    ) -> i16 {
+        rt().block_on(async {
+            let Ok(mut c) =
+                KafkaConnection::connect(addr, max_wait + Duration::from_secs(5), "test").await
+            else {
+                return -100;
+            };
+            let req = FetchRequest::default()
+                .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                .with_max_wait_ms(max_wait.as_millis() as i32)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(name(topic))
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20)])]);
+            match c.call(11, &req).await {
+                Ok(resp) => resp.responses[0].partitions[0].error_code,
+                Err(_) => -100,
+            }
+        })
+    }
+
     /// A record as read back: offset, value, leader epoch.
     pub type Stored = (i64, i64, i32);
 
