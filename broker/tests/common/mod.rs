@@ -893,6 +893,19 @@ pub mod client {
         }
     }
 
+    /// A consumer's fetch of one partition from `offset`, up to `max_bytes`.
+    fn consumer_fetch(topic: &str, partition: i32, offset: i64, max_bytes: i32) -> FetchRequest {
+        FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_bytes(max_bytes)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(max_bytes)])])
+    }
+
     /// A consumer's long poll of `partition` at `offset`, waiting up to `max_wait` for a byte:
     /// the partition's error code (-100 when the connection fails).
     pub fn long_poll(
@@ -908,17 +921,9 @@ pub mod client {
             else {
                 return -100;
             };
-            let req = FetchRequest::default()
-                .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            let req = consumer_fetch(topic, partition, offset, 1 << 20)
                 .with_max_wait_ms(max_wait.as_millis() as i32)
-                .with_min_bytes(1)
-                .with_max_bytes(1 << 20)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(name(topic))
-                    .with_partitions(vec![FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20)])]);
+                .with_min_bytes(1);
             match c.call(11, &req).await {
                 Ok(resp) => resp.responses[0].partitions[0].error_code,
                 Err(_) => -100,
@@ -938,16 +943,7 @@ pub mod client {
             let mut out = Vec::new();
             let mut offset = 0;
             loop {
-                let req = FetchRequest::default()
-                    .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-                    .with_max_wait_ms(0)
-                    .with_max_bytes(1 << 24)
-                    .with_topics(vec![FetchTopic::default()
-                        .with_topic(name(topic))
-                        .with_partitions(vec![FetchPartition::default()
-                            .with_partition(partition)
-                            .with_fetch_offset(offset)
-                            .with_partition_max_bytes(1 << 24)])]);
+                let req = consumer_fetch(topic, partition, offset, 1 << 24).with_max_wait_ms(0);
                 let resp = c.call(11, &req).await.map_err(|_| -100i16)?;
                 let pd = &resp.responses[0].partitions[0];
                 if pd.error_code != 0 {

@@ -60,8 +60,13 @@ impl Hist {
 
     /// The invocation of a send of `values` to t/0.
     pub fn send_invoke(&mut self, cluster: Option<&str>, p: u64, values: &[i64]) -> u64 {
-        let inv = json!({"topic": "t", "partition": 0, "values": values});
-        self.push(Process::Client(p), OpType::Invoke, "send", inv, cluster)
+        self.push(
+            Process::Client(p),
+            OpType::Invoke,
+            "send",
+            send_value(values),
+            cluster,
+        )
     }
 
     /// The completion of a send of `values` to t/0, at `offset` when given.
@@ -73,7 +78,7 @@ impl Hist {
         outcome: OpType,
         offset: Option<i64>,
     ) -> u64 {
-        let mut done = json!({"topic": "t", "partition": 0, "values": values});
+        let mut done = send_value(values);
         if let Some(o) = offset {
             done["offset"] = json!(o);
         }
@@ -138,6 +143,11 @@ impl Hist {
         self.push(Process::Nemesis, OpType::Invoke, f, json!({}), None);
         self.push(Process::Nemesis, OpType::Info, f, value, None);
     }
+}
+
+/// The value of a send of `values` to t/0, as its invocation records it.
+fn send_value(values: &[i64]) -> Value {
+    json!({"topic": "t", "partition": 0, "values": values})
 }
 
 /// A replica of t/0 holding `records` (offset, value, epoch), with an epoch cache derived from
