@@ -12,16 +12,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::support::engine::*;
-
-/// The two tests take turns: brokers with three-second failure detection on two cores should not
-/// compete.
-static TURN: Mutex<()> = Mutex::new(());
 
 const MATRIX: &str = r#"
 budget_minutes = 10
@@ -139,7 +134,6 @@ fn list_prints_the_cases_and_their_minutes_and_runs_nothing() {
 fn a_sharded_night_merges_into_one_index_junit_and_trend() {
     require_root("a_sharded_night_merges_into_one_index_junit_and_trend");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let matrix = dir.path().join("nightly.toml");
     std::fs::write(&matrix, MATRIX).unwrap();
@@ -272,7 +266,6 @@ fn a_sharded_night_merges_into_one_index_junit_and_trend() {
 fn sigterm_stops_the_running_case_and_starts_no_other() {
     require_root("sigterm_stops_the_running_case_and_starts_no_other");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let matrix = dir.path().join("nightly.toml");
     std::fs::write(

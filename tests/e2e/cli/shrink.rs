@@ -16,16 +16,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
 
 use serde_json::Value;
 use tidemark_nemesis::shrink::{faults, ScheduledOp};
 
 use crate::support::engine::*;
-
-/// The runs take turns: several brokers with three-second failure detection on two cores should
-/// not compete.
-static TURN: Mutex<()> = Mutex::new(());
 
 fn tidemark_cmd(args: &[&str]) -> Output {
     Command::new(tidemark()).args(args).output().unwrap()
@@ -66,7 +61,6 @@ fn reproduced(stdout: &str) -> (usize, usize) {
 fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
     require_root("an_injected_bug_shrinks_to_a_few_short_faults_that_replay");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let started = std::time::Instant::now();
     let store = tempfile::tempdir().unwrap();
     let recorded = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -190,7 +184,6 @@ fn an_injected_bug_shrinks_to_a_few_short_faults_that_replay() {
 fn a_valid_run_replays_valid_and_bad_input_is_refused() {
     require_root("a_valid_run_replays_valid_and_bad_input_is_refused");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let store = tempfile::tempdir().unwrap();
     let (run, results) = run_with_verdict(
         &[

@@ -4,19 +4,14 @@
 //! correct broker, with the modes recorded in test.json and their ops in the history.
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use crate::support::engine::*;
 use serde_json::Value;
-
-/// The two runs take turns: both start three brokers with faults on two cores.
-static TURN: Mutex<()> = Mutex::new(());
 
 /// Runs `tidemark test ARGS` and returns its test.json and history ops, asserting it was
 /// valid and left nothing behind.
 fn valid_run(args: &[&str]) -> (Value, Vec<Value>) {
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let store = tempfile::tempdir().unwrap();
     let out = tidemark_test(args, store.path());
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -5,14 +5,9 @@
 
 use std::path::Path;
 
-use std::sync::Mutex;
 
 use crate::support::engine::*;
 use serde_json::{json, Value};
-
-/// The runs take turns: two clusters with three-second failure detection on two cores should
-/// not compete.
-static TURN: Mutex<()> = Mutex::new(());
 
 /// The history's ops (header dropped).
 fn ops(run: &Path) -> Vec<Value> {
@@ -68,7 +63,6 @@ fn bad_fault_options_are_usage_errors_that_say_what_is_wrong() {
 fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
     require_root("every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     // Every op in its spec form, resolved by the nemesis when performed; a clock skew and a
     // packet loss are left in force for the final phase to heal.
     let at =
@@ -279,7 +273,6 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
 fn a_recorded_history_replays_the_same_faults() {
     require_root("a_recorded_history_replays_the_same_faults");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let schedule = dir.path().join("faults.json");
     let s = 1_000_000_000u64;

@@ -17,8 +17,6 @@ use serde_json::{json, Value};
 use tidemark_harness::broker::BrokerConfig;
 use tidemark_harness::db::Db;
 
-static TURN: Mutex<()> = Mutex::new(());
-
 fn names(v: &Value) -> BTreeSet<String> {
     v.as_array()
         .unwrap()
@@ -30,7 +28,6 @@ fn names(v: &Value) -> BTreeSet<String> {
 #[test]
 fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
     require_root("partitions_cut_tcp_as_the_recorded_grudge_says_and_heal");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 2, 3);
 
@@ -119,7 +116,6 @@ fn partitions_cut_tcp_as_the_recorded_grudge_says_and_heal() {
 #[test]
 fn a_voter_cut_off_and_healed_leaves_the_active_controller_in_place() {
     require_root("a_voter_cut_off_and_healed_leaves_the_active_controller_in_place");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     let deadline = Instant::now() + Duration::from_secs(20);
     let (leader, epoch) = loop {
@@ -164,7 +160,6 @@ fn a_voter_cut_off_and_healed_leaves_the_active_controller_in_place() {
 #[test]
 fn kill_pause_and_bounce_act_on_the_broker_process() {
     require_root("kill_pause_and_bounce_act_on_the_broker_process");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
     let kill = c.db.as_kill().unwrap();
@@ -231,7 +226,6 @@ fn clock_skew_shows_in_a_faketime_process_and_resets() {
     if !std::path::Path::new(FAKETIME).is_file() {
         panic!("{FAKETIME} is missing: install Debian's faketime package");
     }
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(2, BrokerConfig::for_replication(2), true);
     let file = c.node("n1").dir.join("faketime");
     let faked_now = |node: &str| -> i64 {
@@ -361,7 +355,6 @@ fn refused_connects(c: &Cluster, from: &str, to: &str, n: usize) -> usize {
 #[test]
 fn a_node_started_or_thawed_catching_up_is_held_back_by_a_cap_that_ends_by_itself() {
     require_root("a_node_started_or_thawed_catching_up_is_held_back_by_a_cap_that_ends_by_itself");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
     let in_isr = |v: &tidemark_nemesis::cluster::ClusterView, n: &str| {
@@ -426,7 +419,6 @@ fn a_node_started_or_thawed_catching_up_is_held_back_by_a_cap_that_ends_by_itsel
 #[test]
 fn packet_loss_drops_a_share_of_packets_and_is_removed() {
     require_root("packet_loss_drops_a_share_of_packets_and_is_removed");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     assert_eq!(refused_connects(&c, "n2", "n1", 100), 0);
 
@@ -468,7 +460,6 @@ fn packet_loss_drops_a_share_of_packets_and_is_removed() {
 #[test]
 fn a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery() {
     require_root("a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
     for i in 0..40 {
@@ -538,7 +529,6 @@ fn a_damaged_segment_is_recorded_and_cut_by_the_brokers_recovery() {
 #[test]
 fn a_forced_unclean_election_picks_a_replica_outside_the_isr() {
     require_root("a_forced_unclean_election_picks_a_replica_outside_the_isr");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(3, BrokerConfig::for_replication(3), false);
     c.create_topic("t", 1, 3);
     // Writes keep landing while the nemesis works; which were acknowledged is kept.

@@ -9,12 +9,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
 use crate::support::engine::{assert_nothing_left, broker, require_root, tidemark};
 use serde_json::{json, Value};
-
-static TURN: Mutex<()> = Mutex::new(());
 
 fn powerfs() -> PathBuf {
     let p = tidemark().with_file_name("tidemark-powerfs");
@@ -151,7 +148,6 @@ fn per_message_flush_loses_nothing(seed: u64) {
 #[test]
 fn a_cluster_wide_power_loss_under_the_default_flush_policy_loses_acknowledged_writes() {
     require_root("default flush power loss");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     default_flush_loses_acknowledged_writes(1);
 }
 
@@ -161,14 +157,12 @@ fn a_cluster_wide_power_loss_under_the_default_flush_policy_loses_acknowledged_w
 #[test]
 fn a_cluster_wide_power_loss_under_per_message_flush_loses_nothing_and_every_broker_starts() {
     require_root("per-message flush power loss");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     per_message_flush_loses_nothing(5);
 }
 
 #[test]
 fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
     require_root("one node power loss");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let r = run_with(2, "one", &[]);
     let info = r
         .ops
@@ -194,7 +188,6 @@ fn one_node_losing_power_loses_nothing_under_the_default_flush_policy() {
 #[test]
 fn a_rolling_restart_under_power_faults_keeps_what_the_nodes_wrote() {
     require_root("rolling restart under power faults");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let faults = json!([
         {"time_s": 2, "f": "roll",
          "value": {"nodes": ["n1", "n2"], "kbytes_per_s": 0, "down_ms": 1000, "wait_ms": 3000}},
@@ -229,7 +222,6 @@ fn a_rolling_restart_under_power_faults_keeps_what_the_nodes_wrote() {
 #[ignore = "ten runs of each policy; minutes"]
 fn ten_runs_of_each_flush_policy() {
     require_root("ten runs of each flush policy");
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     for seed in 1..=10 {
         default_flush_loses_acknowledged_writes(seed);
         per_message_flush_loses_nothing(seed);
@@ -293,7 +285,6 @@ fn ctrl_c_leaves_no_mount_behind() {
     require_root("ctrl-c with power faults");
     broker();
     powerfs();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let store = tempfile::tempdir().unwrap();
     let mut child = spawn_power_run(store.path());
     let test = wait_until_mounted(store.path());
@@ -313,7 +304,6 @@ fn teardown_after_kill_9_unmounts_the_power_loss_filesystems() {
     require_root("teardown after kill -9 with power faults");
     broker();
     powerfs();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let store = tempfile::tempdir().unwrap();
     let mut child = spawn_power_run(store.path());
     let test = wait_until_mounted(store.path());
