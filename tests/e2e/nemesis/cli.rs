@@ -5,7 +5,6 @@
 
 use std::path::Path;
 
-
 use crate::support::engine::*;
 use serde_json::{json, Value};
 
