@@ -174,8 +174,9 @@ fn a_follower_truncating_to_its_high_watermark_is_caught() {
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let (_dir, schedule) = schedule_file(HANDOFFS);
     // The loss needs acknowledged records above the last replica's high watermark as the
-    // leader dies, which load decides: a second seed gets a second chance.
-    let v = first_invalid(&["1", "2"], |seed| {
+    // leader dies, which load decides: later seeds get more chances (in a full suite on two
+    // cores, seed 1 has missed).
+    let v = first_invalid(&["1", "2", "3"], |seed| {
         [
             "--time-limit",
             "20",
