@@ -410,22 +410,18 @@ impl Broker {
                 if mirror_leader {
                     runner::ensure(&self.mirrors, &p);
                 }
+                // Any role change ends the replica's fetching as a follower, and answers the
+                // fetches parked on it at once, as Kafka completes its delayed fetches on one.
+                if !matches!(change, Ok(RoleChange::None) | Err(_)) {
+                    stop_fetcher(&p);
+                    self.notify_data();
+                }
                 match change {
-                    Ok(RoleChange::None) => {}
+                    Ok(RoleChange::None | RoleChange::Leaderless) => {}
                     Ok(RoleChange::BecameLeader) => {
-                        stop_fetcher(&p);
                         info!(topic = ?topic.name, partition = index, epoch = reg.leader_epoch, "became leader");
-                        self.notify_data();
-                    }
-                    // Fetches parked on this replica as leader are answered at once, as Kafka
-                    // completes its delayed fetches on a role change.
-                    Ok(RoleChange::Leaderless) => {
-                        stop_fetcher(&p);
-                        self.notify_data();
                     }
                     Ok(RoleChange::Follow { leader, epoch }) => {
-                        stop_fetcher(&p);
-                        self.notify_data();
                         let Some(ep) = image.brokers.get(&leader) else {
                             continue;
                         };
