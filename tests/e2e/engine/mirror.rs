@@ -268,20 +268,38 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
     broker();
     let dir = tempfile::tempdir().unwrap();
     let schedule = schedule_file(dir.path(), UNCLEAN_ACROSS_FAILOVERS);
+    // a1 keeps an epoch above the LMLE only once it has fetched from the unclean election's
+    // winner, before the failback cuts it off; under a loaded machine that can come too late
+    // (seen once in a full suite), so another seed follows when it does.
+    let mut misses = Vec::new();
+    for seed in ["4", "5", "6"] {
+        match flag_off_and_on(&schedule, seed) {
+            Ok(()) => return,
+            Err(miss) => misses.push(miss),
+        }
+    }
+    panic!(
+        "with the flag off, a1 never kept an epoch above the LMLE:\n{}",
+        misses.join("\n")
+    );
+}
+
+/// The unclean schedule with `seed`, the flag off and on at once (each run spends most of its
+/// time waiting on its brokers). Asserts what must hold in every run; `Err` says why the run
+/// with the flag off showed no lagging replica above the LMLE.
+fn flag_off_and_on(schedule: &str, seed: &str) -> Result<(), String> {
     // Proactive epoch bumps off, as in the seed scenarios: the clusters' epochs then meet, as
     // the flag's case needs.
     let base = [
         "--nemesis-schedule",
-        schedule.as_str(),
+        schedule,
         "--time-limit",
         "30",
         "--seed",
-        "4",
+        seed,
         "--broker-config",
         "mirror.epoch.bump.threshold=0",
     ];
-
-    // Both runs at once: each spends most of its time waiting on its brokers.
     let (store_off, store_on) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut with_flag = base.to_vec();
     with_flag.push("--mirror-unclean-support");
@@ -290,6 +308,28 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
         let on = mirror_run(&with_flag, store_on.path());
         (off.join().unwrap(), on)
     });
+
+    // On: the same schedule waits for a1 before mirroring, and must end converged.
+    assert_eq!(
+        strings(&on["bad_anomaly_types"]),
+        Vec::<String>::new(),
+        "{}",
+        run_on.display()
+    );
+    let back = lagging_failback(&run_on);
+    assert_eq!(back["mirroring_while_lagging"], false, "{back}");
+    for kind in ["mirror-divergence", "lmle-truncation"] {
+        assert!(
+            !strings(&on["anomaly_types"]).contains(&kind.to_string()),
+            "{}: {on}",
+            run_on.display()
+        );
+    }
+    let test = json(&run_on.join("test.json"));
+    assert_eq!(
+        test["broker_config"]["mirror.support.unclean.leader.election"],
+        "true"
+    );
 
     // Off: the truncation waits for the ISR only, so the failback mirrors while a1 is cut off
     // and a1 keeps the epoch of the unclean election above the LMLE: a documented limitation
@@ -302,6 +342,21 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
     );
     let back = lagging_failback(&run);
     assert_eq!(back["mirroring_while_lagging"], true, "{back}");
+    let history = json_lines(&run.join("history.jsonl"));
+    let uncleans = history[1..]
+        .iter()
+        .filter(|o| o["f"] == "unclean-election" && o["type"] == "info")
+        .count();
+    assert_eq!(uncleans, 1, "{}", run.display());
+    if strings(&off["anomaly_types"]).contains(&"mirror-divergence".to_string()) {
+        assert!(off["allowed"]["mirror-divergence"].is_string(), "{off}");
+    }
+    if !strings(&off["anomaly_types"]).contains(&"lmle-truncation".to_string()) {
+        return Err(format!(
+            "seed {seed}: the lagging failback recorded {}",
+            back["lagging_epochs"]
+        ));
+    }
     assert!(
         off["allowed"]["lmle-truncation"]
             .as_str()
@@ -309,36 +364,5 @@ fn the_flag_decides_whether_unclean_elections_across_failovers_may_diverge() {
         "{}: {off}",
         run.display()
     );
-    if strings(&off["anomaly_types"]).contains(&"mirror-divergence".to_string()) {
-        assert!(off["allowed"]["mirror-divergence"].is_string(), "{off}");
-    }
-    let history = json_lines(&run.join("history.jsonl"));
-    let uncleans = history[1..]
-        .iter()
-        .filter(|o| o["f"] == "unclean-election" && o["type"] == "info")
-        .count();
-    assert_eq!(uncleans, 1, "{}", run.display());
-
-    // On: the same schedule waits for a1 before mirroring, and must end converged.
-    let run = run_on;
-    assert_eq!(
-        strings(&on["bad_anomaly_types"]),
-        Vec::<String>::new(),
-        "{}",
-        run.display()
-    );
-    let back = lagging_failback(&run);
-    assert_eq!(back["mirroring_while_lagging"], false, "{back}");
-    for kind in ["mirror-divergence", "lmle-truncation"] {
-        assert!(
-            !strings(&on["anomaly_types"]).contains(&kind.to_string()),
-            "{}: {on}",
-            run.display()
-        );
-    }
-    let test = json(&run.join("test.json"));
-    assert_eq!(
-        test["broker_config"]["mirror.support.unclean.leader.election"],
-        "true"
-    );
+    Ok(())
 }
