@@ -27,6 +27,8 @@ use std::time::Instant;
 use engine_support::*;
 use serde_json::Value;
 
+/// The by-hand matrices and benchmark take turns: they measure detection, which two of them
+/// at once would skew. The CI tests run beside each other, as in any run on a loaded machine.
 static TURN: Mutex<()> = Mutex::new(());
 
 /// How one run ended.
@@ -134,7 +136,6 @@ fn keep(v: &Verdict, what: &str) -> PathBuf {
 fn the_correct_broker_stays_valid_under_the_default_mix() {
     require_root("the_correct_broker_stays_valid_under_the_default_mix");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let v = run(&["--time-limit", "30", "--seed", "2"]);
     assert_valid_and_clean(&v, "correct");
 }
@@ -171,7 +172,6 @@ const HANDOFFS: &str = r#"[
 fn a_follower_truncating_to_its_high_watermark_is_caught() {
     require_root("a_follower_truncating_to_its_high_watermark_is_caught");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let (_dir, schedule) = schedule_file(HANDOFFS);
     // The loss needs acknowledged records above the last replica's high watermark as the
     // leader dies, which load decides: later seeds get more chances (in a full suite on two
@@ -240,7 +240,6 @@ fn rolls(bug: Option<&str>) -> (Verdict, Vec<(Option<u64>, Value)>) {
 fn a_replica_let_into_the_isr_before_it_caught_up_is_caught_by_a_rolling_restart() {
     require_root("a_replica_let_into_the_isr_before_it_caught_up_is_caught_by_a_rolling_restart");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let (v, restarted) = rolls(Some("isr-join-before-caught-up"));
     assert_eq!(restarted.len(), 4, "two rolls of two nodes: {restarted:?}");
     let in_sync: Vec<Option<u64>> = restarted.iter().map(|r| r.0).collect();
@@ -257,7 +256,6 @@ fn the_correct_broker_keeps_a_throttled_restarted_replica_out_of_the_isr_and_sta
         "the_correct_broker_keeps_a_throttled_restarted_replica_out_of_the_isr_and_stays_valid",
     );
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let (v, restarted) = rolls(None);
     assert_eq!(restarted.len(), 4, "two rolls of two nodes: {restarted:?}");
     // A node restarted under load cannot catch up at 2 kB/s: the operator's wait runs out.
@@ -320,7 +318,6 @@ fn mirror_run(schedule: &str, time_limit: &str, seed: &str, args: &[&str]) -> Ve
 /// Runs `bug` against `schedule` and asserts it is reported with `anomaly`.
 fn mirror_bug_caught(bug: &str, schedule: &str, time_limit: &str, extra: &[&str], anomaly: &str) {
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     // Proactive epoch bumps keep each cluster's epochs far apart, so the epoch collisions these
     // bugs need rarely happen in a short run: off here, as in the broker's seed scenarios. A
     // cluster configured without them is one users run too.
@@ -560,7 +557,6 @@ fn detection_benchmark() {
 /// the bug (docs/detection.md); timing decides too, so a seed that caught it once may not again.
 fn caught_by_the_default_mix(bug: &str, seeds: &[&str], anomalies: &[&str]) {
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let v = first_invalid(seeds, |seed| {
         ["--time-limit", "30", "--seed", seed, "--inject-bug", bug]
             .map(String::from)
@@ -614,7 +610,6 @@ fn a_leader_acknowledging_before_replication_is_caught_without_a_fault() {
 /// window) and checks the verdict forbids `anomaly`.
 fn caught_without_a_fault(bug: &str, anomaly: &str) {
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let v = first_invalid(&["1", "2"], |seed| {
         [
             "--nemesis",
@@ -646,7 +641,6 @@ const REPLICATION_CUT: &str = r#"[
 fn a_leader_acknowledging_with_its_isr_below_the_minimum_is_caught_during_the_cut() {
     require_root("a_leader_acknowledging_with_its_isr_below_the_minimum_is_caught_during_the_cut");
     broker();
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let (_dir, schedule) = schedule_file(REPLICATION_CUT);
     let schedule = schedule.as_str();
     let args = |bug: &'static [&'static str]| {

@@ -299,7 +299,6 @@ fn a_docker_run_killed_with_sigkill_is_removed_by_teardown() {
 #[test]
 fn labelled_leftovers_without_a_record_need_force() {
     require_root("labelled_leftovers_without_a_record_need_force");
-    let _turn = docker_turn();
     let run = tidemark_harness::leftovers::new_run_id();
     let label = format!("tidemark.run={run}");
     let stray = format!("tdm-{run}");
