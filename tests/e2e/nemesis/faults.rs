@@ -4,8 +4,7 @@
 //! broker's recovery, a node started or thawed catching up stays out of the ISR until its cap
 //! ends by itself, a forced unclean election picks a replica outside the ISR, and a controller
 //! voter cut off and healed does not depose the active controller. Every op's
-//! record says what was done. The tests take turns: clusters with three-second failure
-//! detection on two cores should not compete.
+//! record says what was done.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
