@@ -23,6 +23,16 @@ fn strings(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Asserts that the verdict of the run in `run` forbids no anomaly.
+fn assert_nothing_forbidden(results: &Value, run: &Path) {
+    assert_eq!(
+        strings(&results["bad_anomaly_types"]),
+        Vec::<String>::new(),
+        "{}",
+        run.display()
+    );
+}
+
 /// Runs `tidemark test --workload mirror ARGS` into `store` and returns the run directory and
 /// its results.
 fn mirror_run(args: &[&str], store: &Path) -> (PathBuf, Value) {
@@ -72,12 +82,7 @@ fn failovers_under_kills_partitions_and_unclean_elections_stay_valid() {
         ],
         store.path(),
     );
-    assert_eq!(
-        strings(&results["bad_anomaly_types"]),
-        Vec::<String>::new(),
-        "{}",
-        run.display()
-    );
+    assert_nothing_forbidden(&results, &run);
     let test = json(&run.join("test.json"));
     assert_eq!(test["workload"], "mirror");
     assert_eq!(test["clusters"], serde_json::json!(["a", "b"]));
@@ -194,12 +199,7 @@ fn a_failback_into_either_cluster_lags_one_of_its_replicas() {
         attempt = mirror_run(&args, store.path());
     }
     let (run, results) = attempt;
-    assert_eq!(
-        strings(&results["bad_anomaly_types"]),
-        Vec::<String>::new(),
-        "{}",
-        run.display()
-    );
+    assert_nothing_forbidden(&results, &run);
     let history = json_lines(&run.join("history.jsonl"));
     let moves: Vec<&Value> = history[1..]
         .iter()
@@ -313,12 +313,7 @@ fn flag_off_and_on(schedule: &str, seed: &str) -> Result<(), String> {
     });
 
     // On: the same schedule waits for a1 before mirroring, and must end converged.
-    assert_eq!(
-        strings(&on["bad_anomaly_types"]),
-        Vec::<String>::new(),
-        "{}",
-        run_on.display()
-    );
+    assert_nothing_forbidden(&on, &run_on);
     let back = lagging_failback(&run_on);
     assert_eq!(back["mirroring_while_lagging"], false, "{back}");
     for kind in ["mirror-divergence", "lmle-truncation"] {
@@ -337,12 +332,7 @@ fn flag_off_and_on(schedule: &str, seed: &str) -> Result<(), String> {
     // Off: the truncation waits for the ISR only, so the failback mirrors while a1 is cut off
     // and a1 keeps the epoch of the unclean election above the LMLE: a documented limitation
     // the verdict allows.
-    assert_eq!(
-        strings(&off["bad_anomaly_types"]),
-        Vec::<String>::new(),
-        "{}",
-        run.display()
-    );
+    assert_nothing_forbidden(&off, &run);
     let back = lagging_failback(&run);
     assert_eq!(back["mirroring_while_lagging"], true, "{back}");
     let history = json_lines(&run.join("history.jsonl"));
