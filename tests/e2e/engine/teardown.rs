@@ -107,7 +107,9 @@ fn a_namespace_without_an_owner_needs_force() {
 
     let dry = teardown(&["--dry-run"], tmp.path());
     assert!(!text(&dry.stdout).contains(&ns), "{}", text(&dry.stdout));
-    let plain = teardown(&[], tmp.path());
+    // Scoped to this run as every teardown here that removes: one of every run would also take
+    // other tests' killed runs (their containers, their namespaces) from under them.
+    let plain = teardown(&["--run", &run], tmp.path());
     assert!(namespaces().contains(&ns), "removed without --force");
     let stderr = text(&plain.stderr);
     assert!(
@@ -115,7 +117,7 @@ fn a_namespace_without_an_owner_needs_force() {
         "{stderr}"
     );
 
-    // Scoped to this run: other helpers' namespaces on the machine are not ours to force.
+    // Other helpers' namespaces on the machine are not ours to force either.
     let forced = teardown(&["--force", "--run", &run], tmp.path());
     assert_eq!(forced.status.code(), Some(0), "{}", text(&forced.stderr));
     assert!(
@@ -332,7 +334,7 @@ fn a_hosts_run_without_a_record_is_found_on_its_hosts_and_needs_force() {
             .output()
             .unwrap()
     };
-    let plain = with_hosts(&[]);
+    let plain = with_hosts(&["--run", &run]);
     let stderr = text(&plain.stderr);
     assert!(
         stderr.contains(&run) && stderr.contains("--force"),
