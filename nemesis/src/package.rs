@@ -1,8 +1,10 @@
 //! Fault packages, as in Jepsen's combined package: each fault kind contributes a cycle of ops
 //! (a fault, then its undoing, then another fault ...), the ops that heal it at the end, and a
-//! label and colour for plots. [`Combined`] runs every package's cycle on its own staggered
-//! timeline (gaps uniform in [0, 2·interval]) on the single nemesis worker, so faults of
-//! different kinds overlap as they would with Jepsen's `gen/any` of staggered flip-flops.
+//! label and colour for plots. [`Combined`] runs them on the single nemesis worker: the
+//! disruptive kinds take turns from a shuffled deck, one fault in force at a time (overlapping
+//! them, as Jepsen's `gen/any` of staggered flip-flops does, left a three-node cluster with no
+//! majority to elect from and caught less: docs/detection.md), and the kinds that stop nothing
+//! run on staggered timelines of their own across them.
 //!
 //! Between two mirrored clusters ([`Combined::between`]) each fault that names no cluster lands
 //! where its package's aims ([`aim`](crate::aim)) say, else on the mirror's source or its
