@@ -164,8 +164,17 @@ fn one_run(
         .output()
         .map_err(|e| format!("cannot run tidemark test: {e}"))?;
     let wall_s = started.elapsed().as_secs_f64();
-    let dir = std::fs::canonicalize(store.join("latest"))
-        .map_err(|e| format!("{}: no run directory: {e}", store.display()))?;
+    // A test refused before it began (bad arguments, no broker beside `exe`) says why on stderr.
+    let dir = std::fs::canonicalize(store.join("latest")).map_err(|e| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        format!(
+            "{}: tidemark test made no run directory ({e}), exit {:?}: {}",
+            store.display(),
+            out.status.code(),
+            said.unwrap_or("it printed nothing")
+        )
+    })?;
     let results: Value = std::fs::read(dir.join("results.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())

@@ -1,6 +1,7 @@
 //! The command line's checking, reporting, replaying, shrinking and nightly commands, and the
 //! newcomer's set-up.
 
+mod bench;
 mod check;
 mod compose;
 mod host_setup;
