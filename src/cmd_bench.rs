@@ -166,13 +166,11 @@ fn one_run(
     let wall_s = started.elapsed().as_secs_f64();
     // A test refused before it began (bad arguments, no broker beside `exe`) says why on stderr.
     let dir = std::fs::canonicalize(store.join("latest")).map_err(|e| {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let said = stderr.lines().rev().find(|l| !l.trim().is_empty());
         format!(
             "{}: tidemark test made no run directory ({e}), exit {:?}: {}",
             store.display(),
             out.status.code(),
-            said.unwrap_or("it printed nothing")
+            crate::rerun::last_words(&out.stderr).unwrap_or("it printed nothing".into())
         )
     })?;
     let results: Value = std::fs::read(dir.join("results.json"))

@@ -280,8 +280,7 @@ fn record(case: &Case, verdict: Verdict, exit: Option<i32>, message: Option<Stri
 /// The case's record from its child's exit and the run directory it left.
 fn judge(case: &Case, child: &ChildTest, store: &Path) -> CaseRecord {
     let exit = child.output.status.code();
-    let stderr = String::from_utf8_lossy(&child.output.stderr);
-    let last_line = stderr.lines().rev().find(|l| !l.trim().is_empty());
+    let last_line = crate::rerun::last_words(&child.output.stderr);
     let why = |what: &str| {
         format!(
             "{what} (tidemark test exited {}){}",

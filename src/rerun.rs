@@ -405,6 +405,16 @@ impl ChildTest {
     }
 }
 
+/// The last line a child `tidemark` wrote on stderr that is not blank: what it said last, why it
+/// stopped when it stopped early.
+pub fn last_words(stderr: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+}
+
 /// Writes a schedule file `--nemesis-schedule` reads: a JSON list of ops, one a line.
 pub fn write_schedule(path: &Path, schedule: &[ScheduledOp]) -> Result<(), String> {
     let lines: Vec<String> = schedule
