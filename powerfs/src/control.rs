@@ -1,6 +1,6 @@
 //! The control socket: one JSON request a connection, one JSON reply. A unix socket (rather than
 //! a signal) lets the caller learn what the power loss did, and a shell on a node can reach it
-//! through this crate's binary (`tidemark-powerfs lose-power`).
+//! through this crate's binary (`tidemark-powerfs lose-power`, `fail-fsync`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::state::{PowerLoss, State};
+use crate::state::{DiskFault, PowerLoss, State};
 
 /// A request on the control socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +23,11 @@ pub enum Request {
     },
     /// Make everything durable, as a clean shutdown flushes the page cache, and unmount.
     Unmount,
+    /// Make every fsync fail with EIO (`failing`), or work again.
+    Disk {
+        /// Whether fsyncs fail from now on.
+        failing: bool,
+    },
 }
 
 /// The reply to a request.
@@ -33,6 +38,8 @@ pub enum Reply {
     PowerLost(PowerLoss),
     /// Everything was made durable; the filesystem unmounts.
     Unmounted,
+    /// The disk fault as it now stands.
+    Disk(DiskFault),
     /// The request failed.
     Error(String),
 }
@@ -60,6 +67,10 @@ pub fn serve(listener: UnixListener, state: Arc<Mutex<State>>, end: impl FnOnce(
                     Ok(()) => (Reply::Unmounted, true),
                     Err(e) => (Reply::Error(format!("syncing: errno {e}")), false),
                 }
+            }
+            Ok(Request::Disk { failing }) => {
+                let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                (Reply::Disk(s.set_failing(failing)), false)
             }
             Err(e) => (Reply::Error(format!("bad request {line:?}: {e}")), false),
         };

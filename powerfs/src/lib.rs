@@ -10,6 +10,12 @@
 //!   durable, except that the last unsynced write of each durably linked file survives torn: its
 //!   first `k` bytes, `k` chosen below its length by a seed the caller gives and records.
 //! - A clean unmount makes everything durable, as a clean shutdown flushes the page cache.
+//! - A failing disk (asked for on the control socket, until healed) fails every fsync with EIO.
+//!   As Linux does after a failed write-back, a failed fsync of a file drops what it would have
+//!   made durable without telling reads: the cache keeps showing it, while the disk keeps what it
+//!   had there (zeros past its old end) through every later fsync and the clean unmount, unless
+//!   the bytes are written again. A program that goes on after a failed fsync and trusts the next
+//!   one has a hole in what it believes durable (PostgreSQL's "fsyncgate", 2018).
 //!
 //! The backing directory holds exactly the durable state, as plain files and directories: it is
 //! read in at mount and changed only at fsync and at power loss, so remounting it after a power
@@ -35,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use fuser::{Config, MountOption, SessionACL};
 
-pub use state::{PowerLoss, State, Torn};
+pub use state::{DiskFault, PowerLoss, State, Torn};
 
 /// Mounts `backing` at `mountpoint`, serving the control socket at `control`, and returns when
 /// the filesystem is unmounted (by `fusermount3 -u`). After a power loss or an `unmount` asked

@@ -45,6 +45,17 @@ enum Command {
         #[arg(long)]
         seed: u64,
     },
+    /// Make every fsync of the filesystem behind CONTROL fail with EIO (dropping what it would
+    /// have made durable, as Linux does), or with --heal work again; prints the fault's state as
+    /// JSON.
+    FailFsync {
+        /// The mount's control socket.
+        #[arg(long)]
+        control: PathBuf,
+        /// Make fsyncs work again.
+        #[arg(long)]
+        heal: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,7 +68,7 @@ fn main() -> anyhow::Result<()> {
         Command::Unmount { control } => match control::call(&control, &Request::Unmount)? {
             Reply::Unmounted => Ok(()),
             Reply::Error(e) => bail!("{}: {e}", control.display()),
-            Reply::PowerLost(_) => bail!("{}: unexpected reply", control.display()),
+            _ => bail!("{}: unexpected reply", control.display()),
         },
         Command::LosePower { control, seed } => {
             match control::call(&control, &Request::LosePower { seed })? {
@@ -66,7 +77,17 @@ fn main() -> anyhow::Result<()> {
                     Ok(())
                 }
                 Reply::Error(e) => bail!("{}: {e}", control.display()),
-                Reply::Unmounted => bail!("{}: unexpected reply", control.display()),
+                _ => bail!("{}: unexpected reply", control.display()),
+            }
+        }
+        Command::FailFsync { control, heal } => {
+            match control::call(&control, &Request::Disk { failing: !heal })? {
+                Reply::Disk(fault) => {
+                    println!("{}", serde_json::to_string(&fault)?);
+                    Ok(())
+                }
+                Reply::Error(e) => bail!("{}: {e}", control.display()),
+                _ => bail!("{}: unexpected reply", control.display()),
             }
         }
     }

@@ -64,12 +64,17 @@ pub struct FileBody {
     pub data: Vec<u8>,
     /// The content at the last fsync (what the backing files at its durable paths hold).
     durable: Vec<u8>,
-    /// The first byte that may differ from `durable` (never beyond `durable`'s end).
+    /// The first byte, from which on or in `lost`, that may differ from `durable` (beyond
+    /// `durable`'s end only after a failed fsync).
     dirty_from: usize,
     /// The last write since the last fsync: where, and its bytes.
     last_write: Option<(u64, Vec<u8>)>,
     /// Bytes written since the last fsync.
     unsynced: u64,
+    /// Ranges whose content a failed fsync dropped (sorted, disjoint): reads see `data`, but an
+    /// fsync keeps the durable bytes there (zeros past the durable end) until they are written
+    /// again, as Linux marks the pages of a failed writeback clean.
+    lost: Vec<(usize, usize)>,
 }
 
 /// A directory's volatile and durable entries.
@@ -135,6 +140,20 @@ pub struct State {
     inodes: HashMap<u64, Inode>,
     next_ino: u64,
     dead: bool,
+    /// Every fsync fails with EIO (a failing disk) while set.
+    failing: bool,
+    /// Bytes whose write-back failed fsyncs dropped, since the mount.
+    lost_bytes: u64,
+}
+
+/// What a disk fault has done so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskFault {
+    /// Whether fsyncs fail now.
+    pub failing: bool,
+    /// Bytes whose write-back failed fsyncs dropped, since the mount: reads still see them, the
+    /// disk never gets them unless they are written again.
+    pub lost_bytes: u64,
 }
 
 fn io_errno(e: &io::Error) -> Errno {
@@ -149,6 +168,8 @@ impl State {
             inodes: HashMap::new(),
             next_ino: ROOT + 1,
             dead: false,
+            failing: false,
+            lost_bytes: 0,
         };
         let meta = fs::metadata(backing)?;
         let root = state.load_dir(backing)?;
@@ -180,6 +201,7 @@ impl State {
                     data,
                     last_write: None,
                     unsynced: 0,
+                    lost: Vec::new(),
                 })
             } else {
                 return Err(io::Error::other(format!(
@@ -372,6 +394,7 @@ impl State {
             f.data.resize(end, 0);
         }
         f.data[start..end].copy_from_slice(data);
+        f.lost = subtract(&f.lost, start, end);
         f.dirty_from = f.dirty_from.min(start);
         f.last_write = Some((offset, data.to_vec()));
         f.unsynced += data.len() as u64;
@@ -383,6 +406,7 @@ impl State {
     pub fn truncate(&mut self, ino: u64, size: u64) -> Result<(), Errno> {
         let f = self.file_mut(ino)?;
         f.data.resize(size as usize, 0);
+        f.lost = subtract(&f.lost, size as usize, usize::MAX);
         f.dirty_from = f.dirty_from.min(size as usize);
         self.touch(ino);
         Ok(())
@@ -448,18 +472,57 @@ impl State {
         found
     }
 
+    /// Starts or ends a disk fault: while `failing`, every fsync fails with EIO. A failed fsync
+    /// of a file drops what it would have made durable (see [`FileBody`]'s `lost`); one of a
+    /// directory leaves its entries pending for the next.
+    pub fn set_failing(&mut self, failing: bool) -> DiskFault {
+        self.failing = failing;
+        self.disk_fault()
+    }
+
+    /// The disk fault's state.
+    pub fn disk_fault(&self) -> DiskFault {
+        DiskFault {
+            failing: self.failing,
+            lost_bytes: self.lost_bytes,
+        }
+    }
+
     /// Makes `ino` durable: a file's content, or a directory's entries.
     pub fn fsync(&mut self, ino: u64) -> Result<(), Errno> {
         self.check()?;
+        let failing = self.failing;
         let paths = self.durable_paths(ino);
+        if failing {
+            if let Body::File(f) = &mut self.inode_mut(ino)?.body {
+                let (a, b) = (f.dirty_from, f.data.len());
+                if a < b {
+                    f.lost = union(&f.lost, (a, b));
+                }
+                f.dirty_from = b;
+                f.last_write = None;
+                f.unsynced = 0;
+                self.lost_bytes += b.saturating_sub(a) as u64;
+            }
+            return Err(libc::EIO);
+        }
         let (old, new) = match &mut self.inode_mut(ino)?.body {
             Body::File(f) => {
-                for (path, _) in &paths {
-                    write_from(path, &f.data, f.dirty_from).map_err(|e| io_errno(&e))?;
+                // Below `dirty_from` the two agree but where a failed fsync dropped bytes (past
+                // the durable end it may lie), so the tail from there is written, keeping the
+                // durable bytes, or zeros, where bytes were dropped.
+                let from = f.dirty_from.min(f.durable.len());
+                let mut tail = f.data[from..].to_vec();
+                for &(a, b) in &f.lost {
+                    for i in a.max(from)..b.min(f.data.len()) {
+                        tail[i - from] = f.durable.get(i).copied().unwrap_or(0);
+                    }
                 }
-                // Below `dirty_from` the two agree, so only the tail is copied.
-                f.durable.truncate(f.dirty_from);
-                f.durable.extend_from_slice(&f.data[f.dirty_from..]);
+                for (path, _) in &paths {
+                    write_tail(path, from, &tail).map_err(|e| io_errno(&e))?;
+                }
+                f.durable.truncate(from);
+                f.durable.extend_from_slice(&tail);
                 f.dirty_from = f.data.len();
                 f.last_write = None;
                 f.unsynced = 0;
@@ -505,8 +568,10 @@ impl State {
     }
 
     /// Makes everything durable, as a clean unmount flushes the page cache: directories first
-    /// (from the root down), then files.
+    /// (from the root down), then files. The disk works again for it (a disk fault ends with the
+    /// mount); what failed fsyncs dropped stays dropped.
     pub fn sync_all(&mut self) -> Result<(), Errno> {
+        self.failing = false;
         let mut order = Vec::new();
         let mut stack = vec![ROOT];
         while let Some(dir) = stack.pop() {
@@ -606,16 +671,44 @@ impl State {
     }
 }
 
-/// Writes `data[from..]` at `from` in the file at `path` and cuts it to `data`'s length.
-fn write_from(path: &Path, data: &[u8], from: usize) -> io::Result<()> {
+/// Writes `tail` at `from` in the file at `path` and cuts the file after it.
+fn write_tail(path: &Path, from: usize, tail: &[u8]) -> io::Result<()> {
     let file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    let from = from.min(data.len());
-    file.write_all_at(&data[from..], from as u64)?;
-    file.set_len(data.len() as u64)
+    file.write_all_at(tail, from as u64)?;
+    file.set_len((from + tail.len()) as u64)
+}
+
+/// `ranges` (sorted, disjoint) with `[a, b)` added.
+fn union(ranges: &[(usize, usize)], (a, b): (usize, usize)) -> Vec<(usize, usize)> {
+    let mut all = ranges.to_vec();
+    all.push((a, b));
+    all.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (a, b) in all {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// `ranges` (sorted, disjoint) without `[a, b)`.
+fn subtract(ranges: &[(usize, usize)], a: usize, b: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for &(x, y) in ranges {
+        if x < a {
+            out.push((x, y.min(a)));
+        }
+        if y > b {
+            out.push((x.max(b), y));
+        }
+    }
+    out
 }
 
 fn remove_path(path: &Path) -> io::Result<()> {
@@ -707,5 +800,67 @@ mod tests {
         }
         assert_eq!(fs::read(dir.path().join("log")).unwrap(), expected);
         assert_eq!(s.inode(f).unwrap_err(), libc::EIO);
+    }
+
+    #[test]
+    fn a_failed_fsync_drops_what_it_would_have_made_durable_until_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = State::load(dir.path()).unwrap();
+        let f = s.create(ROOT, name("log"), 0o644, 0, 0, false).unwrap();
+        s.write(f, 0, b"0123").unwrap();
+        s.fsync(f).unwrap();
+        s.fsync(ROOT).unwrap();
+        s.write(f, 2, b"ab").unwrap();
+        s.write(f, 4, b"AAAA").unwrap();
+        assert_eq!(
+            s.set_failing(true),
+            DiskFault {
+                failing: true,
+                lost_bytes: 0
+            }
+        );
+        assert_eq!(s.fsync(f), Err(libc::EIO));
+        assert_eq!(s.fsync(ROOT), Err(libc::EIO));
+        // Reads still see the dropped bytes; the disk has what it had.
+        assert_eq!(s.read(f, 0, 100).unwrap(), b"01abAAAA");
+        assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0123");
+        assert_eq!(s.set_failing(false).lost_bytes, 6);
+        // A later fsync succeeds, and writes only what was written since: the dropped bytes keep
+        // the durable content, or read as zeros past its old end, unless written again.
+        s.write(f, 8, b"BB").unwrap();
+        s.write(f, 5, b"x").unwrap();
+        s.fsync(f).unwrap();
+        assert_eq!(s.read(f, 0, 100).unwrap(), b"01abAxAABB");
+        assert_eq!(
+            fs::read(dir.path().join("log")).unwrap(),
+            b"0123\0x\0\0BB"
+        );
+        // Nor does a clean unmount write them back.
+        s.sync_all().unwrap();
+        assert_eq!(
+            fs::read(dir.path().join("log")).unwrap(),
+            b"0123\0x\0\0BB"
+        );
+        // Truncating below them forgets them.
+        s.truncate(f, 1).unwrap();
+        s.write(f, 1, b"yz").unwrap();
+        s.fsync(f).unwrap();
+        assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0yz");
+    }
+
+    #[test]
+    fn a_failed_directory_fsync_leaves_its_entries_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = State::load(dir.path()).unwrap();
+        let f = s.create(ROOT, name("a"), 0o644, 0, 0, false).unwrap();
+        s.write(f, 0, b"x").unwrap();
+        s.fsync(f).unwrap();
+        s.set_failing(true);
+        assert_eq!(s.fsync(ROOT), Err(libc::EIO));
+        assert!(!dir.path().join("a").exists());
+        // Ending the mount ends the fault.
+        s.sync_all().unwrap();
+        assert!(!s.disk_fault().failing);
+        assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"x");
     }
 }
