@@ -329,7 +329,10 @@ fn faults(
         .kinds()
         .contains(&Kind::Clock)
         .then(|| args.faketime_library.clone());
-    let powerfs = nemesis.kinds().contains(&Kind::Power);
+    let powerfs = nemesis
+        .kinds()
+        .iter()
+        .any(|k| matches!(k, Kind::Power | Kind::Disk));
     Ok(Faults {
         // A mirrored test always has a nemesis: its final failback settles the mirror.
         nemesis: (!kinds.is_empty() || mirroring).then(|| Arc::new(nemesis) as Arc<dyn Nemesis>),

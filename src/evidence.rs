@@ -30,6 +30,7 @@ const UNDOING: &[&str] = &[
     "resume",
     "clock-reset",
     "stop-loss",
+    "heal-fsync",
 ];
 
 /// The strings of a JSON list (none for anything else).

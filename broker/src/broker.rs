@@ -955,8 +955,8 @@ impl Broker {
         }
         let marker = self.config.log_dir.join(CLEAN_SHUTDOWN_FILE);
         std::fs::File::create(&marker)
-            .and_then(|f| f.sync_all())
-            .and_then(|_| crate::log::sync_dir(&self.config.log_dir))
+            .map(|f| crate::durable::sync_or_halt(&f, &marker, false))
+            .and_then(|()| crate::log::sync_dir(&self.config.log_dir))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", marker.display()))?;
         Ok(())
     }

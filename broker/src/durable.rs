@@ -3,13 +3,40 @@
 //! power loss leaves the old contents or the new, never a torn or empty file (Kafka writes its
 //! checkpoints so). Directory fsyncs are here too: a file created, renamed or removed survives a
 //! power loss only once its directory is synced.
+//!
+//! Every fsync of the log directory goes through [`sync_or_halt`]: a failed one stops the broker.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Makes a directory's entries durable.
+/// fsyncs `file` at `path` (its data alone with `data_only`), or halts the process if that fails.
+///
+/// After a failed fsync the page cache may hold writes the disk never got, and Linux reports the
+/// failure once: the next fsync succeeds without them. Nothing written before it can be taken as
+/// durable again, and going on would acknowledge records above a hole in the log, which a later
+/// power loss shows (the harness's failing disk did: acknowledged writes lost under per-message
+/// flush). So the broker stops, as Kafka halts a broker whose log directory failed and PostgreSQL
+/// panics on a failed fsync, and a restart recovers from what the disk holds.
+pub fn sync_or_halt(file: &std::fs::File, path: &Path, data_only: bool) {
+    let synced = if data_only {
+        file.sync_data()
+    } else {
+        file.sync_all()
+    };
+    if let Err(e) = synced {
+        tracing::error!(path = %path.display(), "fsync failed, halting: {e}");
+        eprintln!(
+            "tidemark-broker: fsync of {} failed: {e}; halting",
+            path.display()
+        );
+        std::process::exit(1);
+    }
+}
+
+/// Makes a directory's entries durable (halting if the fsync fails, see [`sync_or_halt`]).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
+    sync_or_halt(&std::fs::File::open(dir)?, dir, false);
+    Ok(())
 }
 
 /// Replaces `path` with `bytes`, durably and whole.
@@ -18,7 +45,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        sync_or_halt(&f, &tmp, false);
     }
     std::fs::rename(&tmp, path)?;
     match path.parent() {

@@ -30,8 +30,8 @@ use serde_json::{json, Value};
 
 use crate::client::{ClientContext, NodeAddr};
 use crate::db::{
-    DataDir, Db, DumpedReplica, FakeClock, Kill, LogFiles, Mirror, Pause, PowerLoss, Probe,
-    RemoteStore, ReplicaDump,
+    DataDir, Db, DumpedReplica, FailingDisk, FakeClock, Kill, LogFiles, Mirror, Pause, PowerLoss,
+    Probe, RemoteStore, ReplicaDump,
 };
 use crate::kafka::{error_name, Connection};
 use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
@@ -623,6 +623,45 @@ impl Db for TidemarkBroker {
 
     fn as_power_loss(&self) -> Option<&dyn PowerLoss> {
         self.powerfs.is_some().then_some(self as &dyn PowerLoss)
+    }
+
+    fn as_failing_disk(&self) -> Option<&dyn FailingDisk> {
+        self.powerfs.is_some().then_some(self as &dyn FailingDisk)
+    }
+}
+
+impl TidemarkBroker {
+    fn fail_fsync_command(node: &Node, heal: bool) -> anyhow::Result<Value> {
+        let mut args = vec![
+            Self::powerfs_bin(node).display().to_string(),
+            "fail-fsync".into(),
+            "--control".into(),
+            Self::powerfs_socket(node).display().to_string(),
+        ];
+        if heal {
+            args.push("--heal".into());
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = remote::run_in_host_mounts(node.remote.as_ref(), &command_line(&argv))?;
+        serde_json::from_str(&out)
+            .with_context(|| format!("{}: bad fail-fsync report {out:?}", node.name))
+    }
+}
+
+impl FailingDisk for TidemarkBroker {
+    fn fail_fsync(&self, node: &Node) -> anyhow::Result<Value> {
+        Self::fail_fsync_command(node, false)
+    }
+
+    fn heal(&self, node: &Node) -> anyhow::Result<Value> {
+        Self::fail_fsync_command(node, true)
+    }
+
+    fn reboot(&self, node: &Node) -> anyhow::Result<()> {
+        let r = node.remote.as_ref();
+        remote::run(r, &Self::kill_command(node))?;
+        remote::run_in_host_mounts(r, &Self::unmount_command(node, false))?;
+        self.start(node)
     }
 }
 

@@ -98,6 +98,11 @@ pub trait Db: Send + Sync {
         None
     }
 
+    /// The failing-disk ability, when this database has it (its data sits on tidemark-powerfs).
+    fn as_failing_disk(&self) -> Option<&dyn FailingDisk> {
+        None
+    }
+
     /// The cluster-mirroring ability, when this database has it.
     fn as_mirror(&self) -> Option<&dyn Mirror> {
         None
@@ -349,6 +354,25 @@ pub trait PowerLoss: Send + Sync {
     fn power_off(&self, node: &Node, seed: u64) -> anyhow::Result<Value>;
     /// Boots `node` again on what survived.
     fn power_on(&self, node: &Node) -> anyhow::Result<()>;
+}
+
+/// A failing disk: the node's data directory is on tidemark-powerfs, whose fsyncs can be made to
+/// fail.
+///
+/// Contract: [`fail_fsync`](FailingDisk::fail_fsync) makes every fsync in the node's data
+/// directory fail with EIO until [`heal`](FailingDisk::heal), and what a failed fsync would have
+/// made durable never is unless written again, while reads go on seeing it (Linux's page cache
+/// after a failed write-back); both return the filesystem's report (`failing`, `lost_bytes`).
+/// [`reboot`](FailingDisk::reboot) kills the process, unmounts the filesystem (writing back
+/// whatever the disk takes) and boots the node on what the disk holds: the cache, and what only
+/// it held, is gone. Each is safe on a stopped process; the first two need the filesystem mounted.
+pub trait FailingDisk: Send + Sync {
+    /// Makes fsyncs fail on `node`.
+    fn fail_fsync(&self, node: &Node) -> anyhow::Result<Value>;
+    /// Makes them work again.
+    fn heal(&self, node: &Node) -> anyhow::Result<Value>;
+    /// Boots `node` again on what its disk holds.
+    fn reboot(&self, node: &Node) -> anyhow::Result<()>;
 }
 
 #[cfg(test)]

@@ -67,9 +67,13 @@ impl Aim {
     /// The aims `kind` understands: every kind that acts on one cluster's nodes.
     pub fn names_for(kind: Kind) -> Vec<&'static str> {
         match kind {
-            Kind::Partition | Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss | Kind::Power => {
-                Self::ALL.map(Aim::name).to_vec()
-            }
+            Kind::Partition
+            | Kind::Kill
+            | Kind::Pause
+            | Kind::Clock
+            | Kind::Loss
+            | Kind::Power
+            | Kind::Disk => Self::ALL.map(Aim::name).to_vec(),
             // Corruption stops its nodes, a few at most; an unclean election picks its own
             // partition and replica; a roll goes round its cluster.
             Kind::Corrupt | Kind::Unclean | Kind::Roll => vec!["source", "destination"],

@@ -6,7 +6,8 @@
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
-//!   what was not fsynced), [`tiered`] (a wiped log directory, a remote store outage, KIP-1023's flag turned), and
+//!   what was not fsynced), [`disk`] (fsyncs that fail and drop what they would have made
+//!   durable, as Linux's do), [`tiered`] (a wiped log directory, a remote store outage, KIP-1023's flag turned), and
 //!   between two clusters [`mirror`] (failover, failback, and the mirror's unclean-election
 //!   flag). Every op's `info` records what was actually done, in a
 //!   form the same op accepts again, so histories replay.
@@ -25,6 +26,7 @@ pub mod aim;
 pub mod clock;
 pub mod cluster;
 pub mod corrupt;
+pub mod disk;
 pub mod fault;
 pub mod grudge;
 pub mod loss;
@@ -78,6 +80,8 @@ pub enum Kind {
     Unclean,
     /// Power loss under the data directories.
     Power,
+    /// A failing disk: fsyncs fail with EIO and drop what they would have made durable.
+    Disk,
     /// Mirror failover and failback between two clusters.
     Failover,
     /// Flips `mirror.support.unclean.leader.election` on a topic.
@@ -92,7 +96,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Partition,
         Kind::Kill,
         Kind::Pause,
@@ -102,6 +106,7 @@ impl Kind {
         Kind::Corrupt,
         Kind::Unclean,
         Kind::Power,
+        Kind::Disk,
         Kind::Failover,
         Kind::MirrorConfig,
         Kind::Wipe,
@@ -131,6 +136,7 @@ impl Kind {
             Kind::Corrupt => "corrupt",
             Kind::Unclean => "unclean",
             Kind::Power => "power",
+            Kind::Disk => "disk",
             Kind::Failover => "failover",
             Kind::MirrorConfig => "mirror-config",
             Kind::Wipe => "wipe",
@@ -167,6 +173,7 @@ impl Kind {
             "corrupt-file" => Kind::Corrupt,
             "unclean-election" => Kind::Unclean,
             "power-loss" => Kind::Power,
+            "fail-fsync" | "heal-fsync" => Kind::Disk,
             "failover" | "failback" => Kind::Failover,
             "config" => Kind::MirrorConfig,
             "wipe" => Kind::Wipe,
@@ -191,7 +198,7 @@ impl Kind {
                 v.push("minority");
                 v
             }
-            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss | Kind::Power => {
+            Kind::Kill | Kind::Pause | Kind::Clock | Kind::Loss | Kind::Power | Kind::Disk => {
                 NodeSpec::ALL.map(NodeSpec::name).to_vec()
             }
             // A controller holds no replica and reads no remote store.
@@ -219,10 +226,13 @@ impl Kind {
                 let by = format!("{} faults", self.name());
                 vec![Requirement::program("nft", "nftables", &by)]
             }
-            Kind::Power => vec![
-                Requirement::program("fusermount3", "fuse3", "power faults"),
-                Requirement::device(std::path::Path::new("/dev/fuse"), "fuse3", "power faults"),
-            ],
+            Kind::Power | Kind::Disk => {
+                let by = format!("{} faults", self.name());
+                vec![
+                    Requirement::program("fusermount3", "fuse3", &by),
+                    Requirement::device(std::path::Path::new("/dev/fuse"), "fuse3", &by),
+                ]
+            }
             Kind::Partition
             | Kind::Kill
             | Kind::Pause
@@ -274,6 +284,9 @@ impl Kind {
             // One node (Kafka's replication must cover it) or the whole cluster at once (only
             // per-message flush covers that).
             Kind::Power => vec!["one", "all"],
+            // One node, a leader (its log is what acknowledgements rest on), or every node at
+            // once (the whole ISR's copies with a hole in them).
+            Kind::Disk => vec!["one", "leader", "all"],
             // One replica at a time: a wiped minority must rebuild from the others and the
             // remote store; a wiped majority of one partition's replicas is data lost by design.
             Kind::Wipe => vec!["one", "leader"],
@@ -424,6 +437,7 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
         Arc::new(corrupt::Corrupt),
         Arc::new(options.unclean.clone()),
         Arc::new(power::Power),
+        Arc::new(disk::Disk),
         Arc::new(tiered::Tiered),
     ];
     if let Some(setup) = &options.mirror {

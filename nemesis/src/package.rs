@@ -452,6 +452,15 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
             Vec::new(),
             perf("power loss", &["power-loss"], &[], "#B0B0B0"),
         ),
+        // A failing disk, healed after its turn (a node that stopped on it is rebooted).
+        Kind::Disk => (
+            flip_flop(
+                move |rng| (op("fail-fsync", aimed("targets", &targets, rng)), true),
+                undo("heal-fsync"),
+            ),
+            vec![op("heal-fsync", json!({}))],
+            perf("failing disk", &["fail-fsync"], &["heal-fsync"], "#7A6A5A"),
+        ),
         // A wipe starts its nodes again itself, as a power loss does.
         Kind::Wipe => (
             flip_flop(

@@ -831,16 +831,10 @@ mod tests {
         s.write(f, 5, b"x").unwrap();
         s.fsync(f).unwrap();
         assert_eq!(s.read(f, 0, 100).unwrap(), b"01abAxAABB");
-        assert_eq!(
-            fs::read(dir.path().join("log")).unwrap(),
-            b"0123\0x\0\0BB"
-        );
+        assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0123\0x\0\0BB");
         // Nor does a clean unmount write them back.
         s.sync_all().unwrap();
-        assert_eq!(
-            fs::read(dir.path().join("log")).unwrap(),
-            b"0123\0x\0\0BB"
-        );
+        assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0123\0x\0\0BB");
         // Truncating below them forgets them.
         s.truncate(f, 1).unwrap();
         s.write(f, 1, b"yz").unwrap();

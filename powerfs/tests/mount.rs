@@ -285,3 +285,34 @@ fn an_unmount_asked_for_keeps_everything_while_another_namespace_holds_a_copy() 
     m.start();
     assert_eq!(fs::read(m.path("d/f")).unwrap(), b"never synced");
 }
+
+/// A failing disk through the kernel: fsync answers EIO and drops what it would have made
+/// durable, reads still see it, and after the disk is healed a later fsync succeeds without it,
+/// so a power loss shows a hole where the program believed its first write durable.
+#[test]
+fn a_failed_fsync_leaves_a_hole_that_the_next_fsync_does_not_fill() {
+    let mut m = Mount::new();
+    let f = write_new(&m.path("log"), b"kept");
+    f.sync_all().unwrap();
+    m.sync_dir("");
+    let disk = |failing: bool| match control::call(&m.control(), &Request::Disk { failing }) {
+        Ok(Reply::Disk(fault)) => fault,
+        other => panic!("disk request failed: {other:?}"),
+    };
+    assert!(disk(true).failing);
+    f.write_all_at(b"-dropped", 4).unwrap();
+    let e = f.sync_data().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(fs::read(m.path("log")).unwrap(), b"kept-dropped");
+    let healed = disk(false);
+    assert!(!healed.failing);
+    assert_eq!(healed.lost_bytes, 8);
+    f.write_all_at(b"+after", 12).unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+    m.lose_power_and_reboot(1);
+    let mut expected = b"kept".to_vec();
+    expected.extend_from_slice(&[0; 8]);
+    expected.extend_from_slice(b"+after");
+    assert_eq!(fs::read(m.path("log")).unwrap(), expected);
+}

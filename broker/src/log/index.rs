@@ -112,9 +112,8 @@ impl OffsetIndex {
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
-        self.file
-            .sync_data()
-            .map_err(|e| LogError::io(&self.path, e))
+        crate::durable::sync_or_halt(&self.file, &self.path, true);
+        Ok(())
     }
 
     /// A second handle on the index file and its path, for a flush from another thread.

@@ -40,7 +40,7 @@ pub struct RolledSegment {
 impl RolledSegment {
     pub fn flush(self) -> Result<(), LogError> {
         for (file, path) in [self.log, self.index] {
-            file.sync_data().map_err(|e| LogError::io(&path, e))?;
+            crate::durable::sync_or_halt(&file, &path, true);
         }
         Ok(())
     }
@@ -103,7 +103,7 @@ impl Segment {
         if scan.valid_bytes < size {
             file.set_len(scan.valid_bytes)
                 .map_err(|e| LogError::io(&log_path, e))?;
-            file.sync_data().map_err(|e| LogError::io(&log_path, e))?;
+            crate::durable::sync_or_halt(&file, &log_path, true);
             cut = Some(format!(
                 "cut {} bytes at position {} of {}: {}",
                 size - scan.valid_bytes,
@@ -177,9 +177,7 @@ impl Segment {
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
-        self.file
-            .sync_data()
-            .map_err(|e| LogError::io(&self.log_path, e))?;
+        crate::durable::sync_or_halt(&self.file, &self.log_path, true);
         self.index.flush()
     }
 

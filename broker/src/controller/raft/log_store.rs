@@ -183,9 +183,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         let file = self.file.clone();
+        let path = self.dir.join(LOG_FILE);
         let flushed = blocking(move || {
             (&*file).write_all(&bytes)?;
-            file.sync_data()
+            crate::durable::sync_or_halt(&file, &path, true);
+            Ok(())
         })
         .await;
         match flushed {
@@ -303,7 +305,7 @@ fn load_log(path: &Path, purged: Option<LogId<u64>>) -> io::Result<Log> {
         );
         let file = OpenOptions::new().write(true).open(path)?;
         file.set_len(good_len as u64)?;
-        file.sync_all()?;
+        crate::durable::sync_or_halt(&file, path, false);
     }
     Ok(log)
 }

@@ -1,0 +1,181 @@
+//! A failing disk through the database's [`FailingDisk`] ability: `fail-fsync` makes every fsync
+//! in the target nodes' data directories fail with EIO, and each failed fsync drops what it would
+//! have made durable while reads go on seeing it, as Linux's page cache does after a failed
+//! write-back. `heal-fsync` makes fsyncs work again; a node whose process stopped meanwhile (a
+//! broker that halts on a log directory failure, as Kafka's does) is rebooted, as an operator
+//! restarts a machine whose disk failed: it comes back on what its disk holds, without what only
+//! the cache held. One that kept running is left as it is: its disk just works again, and what a
+//! failed fsync dropped stays a hole it does not know of, which a later power loss reveals.
+//!
+//! [`FailingDisk`]: tidemark_harness::db::FailingDisk
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::targets::{NodeSpec, TargetFields, Targets};
+
+/// The failing-disk fault.
+pub struct Disk;
+
+/// A `fail-fsync` or `heal-fsync` value: a schedule's spec or a recorded `info`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiskValue {
+    /// Explicit node names (win over `targets`).
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    /// A node spec (`one`, `all`, ...).
+    #[serde(default)]
+    targets: Option<NodeSpec>,
+    /// The cluster the op acts on (the engine reads it; the nodes are that cluster's).
+    #[serde(default, rename = "cluster")]
+    _cluster: Option<String>,
+    /// The mirror role the op was aimed at, when it was (recorded only).
+    #[serde(default, rename = "role")]
+    _role: Option<String>,
+    /// Written by `info`: the nodes leading some partition when a leader spec was resolved.
+    #[serde(default, rename = "leaders")]
+    _leaders: Option<Vec<String>>,
+    /// Written by `info`: each node's filesystem report.
+    #[serde(default, rename = "disk")]
+    _disk: Option<BTreeMap<String, Value>>,
+    /// Written by `heal-fsync`'s `info`: the nodes rebooted; a replay reboots whichever stopped.
+    #[serde(default, rename = "rebooted")]
+    _rebooted: Option<Vec<String>>,
+}
+
+/// A parsed op.
+#[derive(Debug, PartialEq)]
+enum DiskOp {
+    Fail(Targets),
+    Heal(Targets),
+}
+
+impl DiskOp {
+    fn parse(f: &str, value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: DiskValue = parse(value)?;
+        let fields = TargetFields {
+            nodes: v.nodes,
+            targets: v.targets,
+        };
+        Ok(match f {
+            "fail-fsync" => DiskOp::Fail(fields.targets(nodes, None)?),
+            // Healing defaults to every node (the final phase's heal).
+            _ => DiskOp::Heal(fields.targets(nodes, Some(NodeSpec::All))?),
+        })
+    }
+}
+
+impl Fault for Disk {
+    fn fs(&self) -> &'static [&'static str] {
+        &["fail-fsync", "heal-fsync"]
+    }
+
+    fn parse<'a>(
+        &'a self,
+        f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(DiskOp::parse(f, value, nodes)?))
+    }
+}
+
+impl FaultOp for DiskOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        let db = env.cx.db;
+        let Some(disk) = db.as_failing_disk() else {
+            return Err(Failed::nothing(
+                "the database's data is not on tidemark-powerfs, so its disk cannot fail",
+            ));
+        };
+        let (targets, heal) = match *self {
+            DiskOp::Fail(t) => (t, false),
+            DiskOp::Heal(t) => (t, true),
+        };
+        let mut nodes = env.resolve(&targets)?;
+        nodes.sort();
+        let mut record = json!({ "nodes": nodes });
+        if let Some(spec) = targets.spec_name() {
+            record["targets"] = json!(spec);
+        }
+        if let Some(leaders) = &env.leaders {
+            if targets.needs_leaders() {
+                record["leaders"] = json!(leaders);
+            }
+        }
+        let reports = Mutex::new(BTreeMap::new());
+        let rebooted = Mutex::new(Vec::new());
+        let (_, errors) = env.on_each(&nodes, |n| {
+            let report = if heal {
+                disk.heal(n)?
+            } else {
+                disk.fail_fsync(n)?
+            };
+            reports
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(n.name.clone(), report);
+            let stopped = heal
+                && db
+                    .as_kill()
+                    .is_some_and(|k| !k.is_running(n).unwrap_or(true));
+            if stopped {
+                disk.reboot(n)?;
+                rebooted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(n.name.clone());
+            }
+            Ok(())
+        });
+        record["disk"] = json!(reports.into_inner().unwrap_or_else(|p| p.into_inner()));
+        if heal {
+            let mut rebooted = rebooted.into_inner().unwrap_or_else(|p| p.into_inner());
+            rebooted.sort();
+            record["rebooted"] = json!(rebooted);
+        }
+        Failed::partly(record, &errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsing_names_the_bad_field_and_accepts_recorded_infos() {
+        let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let parse = |f: &str, v: Value| DiskOp::parse(f, &v, &nodes);
+        assert_eq!(
+            parse("fail-fsync", json!({"targets": "leader"})),
+            Ok(DiskOp::Fail(Targets::Spec(NodeSpec::Leader)))
+        );
+        let info = json!({"nodes": ["n2"], "targets": "leader", "leaders": ["n2", "n3"],
+                          "disk": {"n2": {"failing": true, "lost_bytes": 0}}});
+        assert_eq!(
+            parse("fail-fsync", info),
+            Ok(DiskOp::Fail(Targets::Nodes(vec!["n2".into()])))
+        );
+        assert_eq!(
+            parse("heal-fsync", json!({})),
+            Ok(DiskOp::Heal(Targets::Spec(NodeSpec::All)))
+        );
+        let healed = json!({"nodes": ["n1"], "rebooted": ["n1"],
+                            "disk": {"n1": {"failing": false, "lost_bytes": 812}}});
+        assert_eq!(
+            parse("heal-fsync", healed),
+            Ok(DiskOp::Heal(Targets::Nodes(vec!["n1".into()])))
+        );
+        let e = parse("fail-fsync", json!({})).unwrap_err();
+        assert!(e.contains("targets"), "{e}");
+        let e = parse("fail-fsync", json!({"targets": "all", "errno": 5})).unwrap_err();
+        assert!(e.contains("errno"), "{e}");
+        let e = parse("heal-fsync", json!({"nodes": ["n9"]})).unwrap_err();
+        assert!(e.contains("n9"), "{e}");
+    }
+}
