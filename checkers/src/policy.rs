@@ -163,7 +163,7 @@ pub const RULES: &[Rule] = &[
             AnomalyKind::ZombieCommit,
             AnomalyKind::CommitLost,
         ],
-        why: "every replica lost power at once, and the flush policy is not per-message",
+        why: "every replica lost power at once (or was rebooted after failed fsyncs, which drop what they would have flushed), and the flush policy is not per-message",
     },
 ];
 
@@ -350,9 +350,12 @@ fn count(v: &Value) -> Option<u64> {
 }
 
 /// A `power-loss` or `wipe` op as its `info` recorded it: nodes that lost, at once, what they
-/// had not flushed or everything their log directory held.
+/// had not flushed or everything their log directory held. A `heal-fsync` that rebooted nodes is
+/// a power loss of theirs: what their failed fsyncs dropped went with the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeLoss {
+    /// The fault, as an excuse names it (`power loss`, `wipe`, ...).
+    pub fault: &'static str,
     /// The index of its `info`.
     pub index: u64,
     /// The cluster it struck.
@@ -377,9 +380,10 @@ pub struct HistoryFacts {
     pub unmarked_failover: bool,
     /// How many clusters the ops and replicas name.
     pub clusters: usize,
-    /// A `power-loss` op that cut every node of a cluster at once.
+    /// A `power-loss` op that cut every node of a cluster at once, or a `heal-fsync` that
+    /// rebooted every node of one.
     pub cluster_power_loss: bool,
-    /// Every `power-loss` op recorded, in order.
+    /// Every `power-loss` op recorded, and every `heal-fsync` that rebooted nodes, in order.
     pub power_losses: Vec<NodeLoss>,
     /// Every `wipe` op recorded, in order.
     pub disk_losses: Vec<NodeLoss>,
@@ -539,8 +543,8 @@ impl Policy {
                 }
                 let (loss, struck, min) = self.in_sync_loss(&facts.power_losses, place, facts)?;
                 Some(format!(
-                    "a power loss (op {}) struck {struck} of {}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
-                    loss.index, place.partition_name()
+                    "a {} (op {}) struck {struck} of {}'s replicas at once, as many as {MIN_INSYNC_KEY} ({min}), and the flush policy is not per-message",
+                    loss.fault, loss.index, place.partition_name()
                 ))
             }
             Excuse::InSyncDiskLoss => {

@@ -1437,6 +1437,52 @@ fn a_cluster_wide_power_loss_allows_lost_writes_unless_every_message_is_flushed(
     assert_eq!(r.valid, Validity::Invalid);
 }
 
+/// A failing disk healed by rebooting the nodes that stopped on it: what their failed fsyncs
+/// dropped went with the cache, as unflushed writes go at a power loss, so the flush policy says
+/// whether acknowledged writes may be lost with it; a heal that rebooted nothing excuses nothing.
+#[test]
+fn a_reboot_after_failed_fsyncs_is_a_power_loss_of_the_rebooted_nodes() {
+    let healed = |rebooted: &[&str], cluster_wide: bool| {
+        let mut h = Hist::new();
+        h.send(0, &[1], Ok, Some(0));
+        h.send(0, &[2], Ok, Some(1));
+        h.nemesis(
+            "heal-fsync",
+            json!({"nodes": ["n1", "n2", "n3"], "rebooted": rebooted,
+                   "cluster_wide": cluster_wide, "disk": {}}),
+        );
+        h
+    };
+    let replicas = vec![replica("a", "n1", true, 1, &[(0, 1, 0)])];
+    let all = healed(&["n1", "n2", "n3"], true);
+    let r = check(&json!({}), all.ops.clone(), Some(&replicas));
+    assert_eq!(r.anomaly_types, ["lost-write"], "{}", r.summary(5));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert!(r.allowed["lost-write"].contains("rebooted after failed fsyncs"));
+    // As many rebooted as min.insync.replicas, short of the whole cluster: the entry's excuse.
+    let two = healed(&["n1", "n2"], false);
+    let min2 = json!({"broker_config": {"min.insync.replicas": "2"}});
+    let three = vec![
+        replica("a", "n1", true, 1, &[(0, 1, 0)]),
+        replica("a", "n2", false, 1, &[(0, 1, 0)]),
+        replica("a", "n3", false, 1, &[(0, 1, 0)]),
+    ];
+    let r = check(&min2, two.ops.clone(), Some(&three));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = entries(&r, "lost-write");
+    assert!(lost[0]["allowed"]
+        .as_str()
+        .is_some_and(|w| w.contains("reboot after failed fsyncs (op 5) struck 2 of t/0")));
+
+    let per_message = json!({"broker_config": {"log.flush.interval.messages": "1"}});
+    let r = check(&per_message, all.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+
+    let none = healed(&[], false);
+    let r = check(&json!({}), none.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+}
+
 /// Two writes acknowledged (at offsets 0 and 1) and `nodes` losing power at once, before both
 /// or, with `between`, between them.
 fn power_loss_of(nodes: &[&str], between: bool) -> Hist {

@@ -46,6 +46,9 @@ struct DiskValue {
     /// Written by `heal-fsync`'s `info`: the nodes rebooted; a replay reboots whichever stopped.
     #[serde(default, rename = "rebooted")]
     _rebooted: Option<Vec<String>>,
+    /// Written by `heal-fsync`'s `info`: whether they were every node of a cluster.
+    #[serde(default, rename = "cluster_wide")]
+    _cluster_wide: Option<bool>,
 }
 
 /// A parsed op.
@@ -137,7 +140,17 @@ impl FaultOp for DiskOp {
         if heal {
             let mut rebooted = rebooted.into_inner().unwrap_or_else(|p| p.into_inner());
             rebooted.sort();
+            // Every node of a cluster rebooted without what its failed fsyncs dropped is a
+            // power loss of the whole cluster to the verdict policy.
+            let cluster_wide = env.cx.nodes.iter().any(|c| {
+                env.cx
+                    .nodes
+                    .iter()
+                    .filter(|n| n.cluster == c.cluster)
+                    .all(|n| rebooted.contains(&n.name))
+            });
             record["rebooted"] = json!(rebooted);
+            record["cluster_wide"] = json!(cluster_wide);
         }
         Failed::partly(record, &errors)
     }
@@ -165,7 +178,7 @@ mod tests {
             parse("heal-fsync", json!({})),
             Ok(DiskOp::Heal(Targets::Spec(NodeSpec::All)))
         );
-        let healed = json!({"nodes": ["n1"], "rebooted": ["n1"],
+        let healed = json!({"nodes": ["n1"], "rebooted": ["n1"], "cluster_wide": false,
                             "disk": {"n1": {"failing": false, "lost_bytes": 812}}});
         assert_eq!(
             parse("heal-fsync", healed),

@@ -139,6 +139,17 @@ pub(crate) struct PowerLossBody {
     pub cluster_wide: bool,
 }
 
+/// The part of a `heal-fsync` info the verdict policy reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RebootBody {
+    /// The nodes rebooted on what their disks held, without what failed fsyncs dropped.
+    #[serde(default)]
+    pub rebooted: Vec<String>,
+    /// Whether they were every node of their cluster.
+    #[serde(default)]
+    pub cluster_wide: bool,
+}
+
 /// The part of a `wipe` info the verdict policy reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct WipeBody {

@@ -34,7 +34,8 @@ use crate::Checker;
 use acks::AckedOffsets;
 pub(crate) use event::LineOp;
 use event::{
-    check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, SendBody, WipeBody,
+    check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, RebootBody, SendBody,
+    WipeBody,
 };
 use groups::{CommitBody, GroupPollBody, Groups, Zombie};
 use hws::SeenHws;
@@ -469,6 +470,7 @@ impl<'r> QueueAnalysis<'r> {
                 }
                 match ev.value.parse::<WipeBody>("wipe") {
                     Ok(Some(body)) => self.facts.disk_losses.push(NodeLoss {
+                        fault: "wipe",
                         index: ev.index,
                         cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
                         nodes: body.deleted.into_keys().collect(),
@@ -488,12 +490,28 @@ impl<'r> QueueAnalysis<'r> {
                     Ok(Some(body)) => {
                         self.facts.cluster_power_loss |= body.cluster_wide;
                         self.facts.power_losses.push(NodeLoss {
+                            fault: "power loss",
                             index: ev.index,
                             cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
                             nodes: body.nodes.into_iter().collect(),
                         });
                     }
                     Ok(None) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
+                }
+            }
+            "heal-fsync" if ev.kind != OpType::Invoke => {
+                match ev.value.parse::<RebootBody>("heal-fsync") {
+                    Ok(Some(body)) if !body.rebooted.is_empty() => {
+                        self.facts.cluster_power_loss |= body.cluster_wide;
+                        self.facts.power_losses.push(NodeLoss {
+                            fault: "reboot after failed fsyncs",
+                            index: ev.index,
+                            cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
+                            nodes: body.rebooted.into_iter().collect(),
+                        });
+                    }
+                    Ok(_) => {}
                     Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
                 }
             }
