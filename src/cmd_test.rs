@@ -156,9 +156,9 @@ pub struct Args {
 #[command(next_help_heading = "Faults")]
 struct NemesisArgs {
     /// Fault kinds, comma separated: partition, kill, pause, clock, loss, roll (rolling
-    /// restarts), corrupt, unclean,
-    /// power, disk (fsyncs fail and drop what they would have made durable), wipe (a node loses
-    /// its log directory and starts empty), with `--workload mirror`
+    /// restarts), corrupt, unclean, power, disk (fsyncs fail and drop what they would have made
+    /// durable, or the disk is full), wipe (a node loses its log directory and starts empty),
+    /// with `--workload mirror`
     /// failover (failover then failback) and mirror-config (flip
     /// mirror.support.unclean.leader.election), with `--workload tiered` remote-outage (the
     /// remote store unreachable for a while) and tiered-config (turn KIP-1023's

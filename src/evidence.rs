@@ -30,7 +30,7 @@ const UNDOING: &[&str] = &[
     "resume",
     "clock-reset",
     "stop-loss",
-    "heal-fsync",
+    "disk-heal",
 ];
 
 /// The strings of a JSON list (none for anything else).

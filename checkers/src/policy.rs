@@ -350,7 +350,7 @@ fn count(v: &Value) -> Option<u64> {
 }
 
 /// A `power-loss` or `wipe` op as its `info` recorded it: nodes that lost, at once, what they
-/// had not flushed or everything their log directory held. A `heal-fsync` that rebooted nodes is
+/// had not flushed or everything their log directory held. A `disk-heal` that rebooted nodes is
 /// a power loss of theirs: what their failed fsyncs dropped went with the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeLoss {
@@ -380,10 +380,10 @@ pub struct HistoryFacts {
     pub unmarked_failover: bool,
     /// How many clusters the ops and replicas name.
     pub clusters: usize,
-    /// A `power-loss` op that cut every node of a cluster at once, or a `heal-fsync` that
+    /// A `power-loss` op that cut every node of a cluster at once, or a `disk-heal` that
     /// rebooted every node of one.
     pub cluster_power_loss: bool,
-    /// Every `power-loss` op recorded, and every `heal-fsync` that rebooted nodes, in order.
+    /// Every `power-loss` op recorded, and every `disk-heal` that rebooted nodes, in order.
     pub power_losses: Vec<NodeLoss>,
     /// Every `wipe` op recorded, in order.
     pub disk_losses: Vec<NodeLoss>,

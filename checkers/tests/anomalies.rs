@@ -1447,7 +1447,7 @@ fn a_reboot_after_failed_fsyncs_is_a_power_loss_of_the_rebooted_nodes() {
         h.send(0, &[1], Ok, Some(0));
         h.send(0, &[2], Ok, Some(1));
         h.nemesis(
-            "heal-fsync",
+            "disk-heal",
             json!({"nodes": ["n1", "n2", "n3"], "rebooted": rebooted,
                    "cluster_wide": cluster_wide, "disk": {}}),
         );

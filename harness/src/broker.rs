@@ -30,8 +30,8 @@ use serde_json::{json, Value};
 
 use crate::client::{ClientContext, NodeAddr};
 use crate::db::{
-    DataDir, Db, DumpedReplica, FailingDisk, FakeClock, Kill, LogFiles, Mirror, Pause, PowerLoss,
-    Probe, RemoteStore, ReplicaDump,
+    DataDir, Db, DiskFault, DumpedReplica, FailingDisk, FakeClock, Kill, LogFiles, Mirror, Pause,
+    PowerLoss, Probe, RemoteStore, ReplicaDump,
 };
 use crate::kafka::{error_name, Connection};
 use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
@@ -631,30 +631,31 @@ impl Db for TidemarkBroker {
 }
 
 impl TidemarkBroker {
-    fn fail_fsync_command(node: &Node, heal: bool) -> anyhow::Result<Value> {
+    /// Asks `node`'s filesystem to put `fault` in force (`None`: to work again).
+    fn disk_command(node: &Node, fault: Option<DiskFault>) -> anyhow::Result<Value> {
         let mut args = vec![
             Self::powerfs_bin(node).display().to_string(),
-            "fail-fsync".into(),
+            "disk".into(),
             "--control".into(),
             Self::powerfs_socket(node).display().to_string(),
         ];
-        if heal {
-            args.push("--heal".into());
+        if let Some(f) = fault {
+            args.extend(["--fault".to_string(), f.name().to_string()]);
         }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = remote::run_in_host_mounts(node.remote.as_ref(), &command_line(&argv))?;
         serde_json::from_str(&out)
-            .with_context(|| format!("{}: bad fail-fsync report {out:?}", node.name))
+            .with_context(|| format!("{}: bad disk report {out:?}", node.name))
     }
 }
 
 impl FailingDisk for TidemarkBroker {
-    fn fail_fsync(&self, node: &Node) -> anyhow::Result<Value> {
-        Self::fail_fsync_command(node, false)
+    fn fail(&self, node: &Node, fault: DiskFault) -> anyhow::Result<Value> {
+        Self::disk_command(node, Some(fault))
     }
 
     fn heal(&self, node: &Node) -> anyhow::Result<Value> {
-        Self::fail_fsync_command(node, true)
+        Self::disk_command(node, None)
     }
 
     fn reboot(&self, node: &Node) -> anyhow::Result<()> {

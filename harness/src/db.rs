@@ -356,20 +356,42 @@ pub trait PowerLoss: Send + Sync {
     fn power_on(&self, node: &Node) -> anyhow::Result<()>;
 }
 
-/// A failing disk: the node's data directory is on tidemark-powerfs, whose fsyncs can be made to
-/// fail.
+/// A way for a node's disk to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFault {
+    /// Every fsync fails with EIO, and what it would have made durable never is unless written
+    /// again, while reads go on seeing it (Linux's page cache after a failed write-back).
+    FailFsync,
+    /// The disk is full: every write that would grow a file fails with ENOSPC.
+    Full,
+}
+
+impl DiskFault {
+    /// Every way, in the order schedules name them.
+    pub const ALL: [DiskFault; 2] = [DiskFault::FailFsync, DiskFault::Full];
+
+    /// Its name in histories and on the filesystem's command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskFault::FailFsync => "fail-fsync",
+            DiskFault::Full => "full",
+        }
+    }
+}
+
+/// A failing disk: the node's data directory is on tidemark-powerfs, which can be made to fail.
 ///
-/// Contract: [`fail_fsync`](FailingDisk::fail_fsync) makes every fsync in the node's data
-/// directory fail with EIO until [`heal`](FailingDisk::heal), and what a failed fsync would have
-/// made durable never is unless written again, while reads go on seeing it (Linux's page cache
-/// after a failed write-back); both return the filesystem's report (`failing`, `lost_bytes`).
+/// Contract: [`fail`](FailingDisk::fail) puts a [`DiskFault`] in force in the node's data
+/// directory until [`heal`](FailingDisk::heal); both return the filesystem's report (`fault`,
+/// `lost_bytes` dropped by failed fsyncs, `refused` writes of a full disk).
 /// [`reboot`](FailingDisk::reboot) kills the process, unmounts the filesystem (writing back
 /// whatever the disk takes) and boots the node on what the disk holds: the cache, and what only
 /// it held, is gone. Each is safe on a stopped process; the first two need the filesystem mounted.
 pub trait FailingDisk: Send + Sync {
-    /// Makes fsyncs fail on `node`.
-    fn fail_fsync(&self, node: &Node) -> anyhow::Result<Value>;
-    /// Makes them work again.
+    /// Makes `node`'s disk fail so.
+    fn fail(&self, node: &Node, fault: DiskFault) -> anyhow::Result<Value>;
+    /// Makes it work again.
     fn heal(&self, node: &Node) -> anyhow::Result<Value>;
     /// Boots `node` again on what its disk holds.
     fn reboot(&self, node: &Node) -> anyhow::Result<()>;

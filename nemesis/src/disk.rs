@@ -1,8 +1,9 @@
-//! A failing disk through the database's [`FailingDisk`] ability: `fail-fsync` makes every fsync
-//! in the target nodes' data directories fail with EIO, and each failed fsync drops what it would
-//! have made durable while reads go on seeing it, as Linux's page cache does after a failed
-//! write-back. `heal-fsync` makes fsyncs work again; a node whose process stopped meanwhile (a
-//! broker that halts on a log directory failure, as Kafka's does) is rebooted, as an operator
+//! A failing disk through the database's [`FailingDisk`] ability. `disk-fault` puts one of two
+//! faults in force in the target nodes' data directories: `fail-fsync`, every fsync failing with
+//! EIO and dropping what it would have made durable while reads go on seeing it, as Linux's page
+//! cache does after a failed write-back; or `full`, every write that would grow a file failing
+//! with ENOSPC. `disk-heal` makes the disk work again, and reboots a node whose process stopped
+//! meanwhile (a broker that halts on a log directory failure, as Kafka's does), as an operator
 //! restarts a machine whose disk failed: it comes back on what its disk holds, without what only
 //! the cache held. One that kept running is left as it is: its disk just works again, and what a
 //! failed fsync dropped stays a hole it does not know of, which a later power loss reveals.
@@ -14,6 +15,7 @@ use std::sync::Mutex;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tidemark_harness::db::DiskFault;
 
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::targets::{NodeSpec, TargetFields, Targets};
@@ -21,7 +23,7 @@ use crate::targets::{NodeSpec, TargetFields, Targets};
 /// The failing-disk fault.
 pub struct Disk;
 
-/// A `fail-fsync` or `heal-fsync` value: a schedule's spec or a recorded `info`.
+/// A `disk-fault` or `disk-heal` value: a schedule's spec or a recorded `info`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DiskValue {
@@ -31,6 +33,9 @@ struct DiskValue {
     /// A node spec (`one`, `all`, ...).
     #[serde(default)]
     targets: Option<NodeSpec>,
+    /// How the disk fails (`disk-fault` only).
+    #[serde(default)]
+    mode: Option<DiskFault>,
     /// The cluster the op acts on (the engine reads it; the nodes are that cluster's).
     #[serde(default, rename = "cluster")]
     _cluster: Option<String>,
@@ -43,10 +48,10 @@ struct DiskValue {
     /// Written by `info`: each node's filesystem report.
     #[serde(default, rename = "disk")]
     _disk: Option<BTreeMap<String, Value>>,
-    /// Written by `heal-fsync`'s `info`: the nodes rebooted; a replay reboots whichever stopped.
+    /// Written by `disk-heal`'s `info`: the nodes rebooted; a replay reboots whichever stopped.
     #[serde(default, rename = "rebooted")]
     _rebooted: Option<Vec<String>>,
-    /// Written by `heal-fsync`'s `info`: whether they were every node of a cluster.
+    /// Written by `disk-heal`'s `info`: whether they were every node of a cluster.
     #[serde(default, rename = "cluster_wide")]
     _cluster_wide: Option<bool>,
 }
@@ -54,7 +59,7 @@ struct DiskValue {
 /// A parsed op.
 #[derive(Debug, PartialEq)]
 enum DiskOp {
-    Fail(Targets),
+    Fail(Targets, DiskFault),
     Heal(Targets),
 }
 
@@ -66,7 +71,16 @@ impl DiskOp {
             targets: v.targets,
         };
         Ok(match f {
-            "fail-fsync" => DiskOp::Fail(fields.targets(nodes, None)?),
+            "disk-fault" => {
+                let mode = v.mode.ok_or_else(|| {
+                    format!(
+                        "field `mode`: needed, one of {}",
+                        DiskFault::ALL.map(DiskFault::name).join(", ")
+                    )
+                })?;
+                DiskOp::Fail(fields.targets(nodes, None)?, mode)
+            }
+            _ if v.mode.is_some() => return Err("field `mode`: only for disk-fault".into()),
             // Healing defaults to every node (the final phase's heal).
             _ => DiskOp::Heal(fields.targets(nodes, Some(NodeSpec::All))?),
         })
@@ -75,7 +89,7 @@ impl DiskOp {
 
 impl Fault for Disk {
     fn fs(&self) -> &'static [&'static str] {
-        &["fail-fsync", "heal-fsync"]
+        &["disk-fault", "disk-heal"]
     }
 
     fn parse<'a>(
@@ -96,13 +110,16 @@ impl FaultOp for DiskOp {
                 "the database's data is not on tidemark-powerfs, so its disk cannot fail",
             ));
         };
-        let (targets, heal) = match *self {
-            DiskOp::Fail(t) => (t, false),
-            DiskOp::Heal(t) => (t, true),
+        let (targets, mode) = match *self {
+            DiskOp::Fail(t, mode) => (t, Some(mode)),
+            DiskOp::Heal(t) => (t, None),
         };
         let mut nodes = env.resolve(&targets)?;
         nodes.sort();
         let mut record = json!({ "nodes": nodes });
+        if let Some(mode) = mode {
+            record["mode"] = json!(mode);
+        }
         if let Some(spec) = targets.spec_name() {
             record["targets"] = json!(spec);
         }
@@ -114,16 +131,15 @@ impl FaultOp for DiskOp {
         let reports = Mutex::new(BTreeMap::new());
         let rebooted = Mutex::new(Vec::new());
         let (_, errors) = env.on_each(&nodes, |n| {
-            let report = if heal {
-                disk.heal(n)?
-            } else {
-                disk.fail_fsync(n)?
+            let report = match mode {
+                Some(mode) => disk.fail(n, mode)?,
+                None => disk.heal(n)?,
             };
             reports
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(n.name.clone(), report);
-            let stopped = heal
+            let stopped = mode.is_none()
                 && db
                     .as_kill()
                     .is_some_and(|k| !k.is_running(n).unwrap_or(true));
@@ -137,7 +153,7 @@ impl FaultOp for DiskOp {
             Ok(())
         });
         record["disk"] = json!(reports.into_inner().unwrap_or_else(|p| p.into_inner()));
-        if heal {
+        if mode.is_none() {
             let mut rebooted = rebooted.into_inner().unwrap_or_else(|p| p.into_inner());
             rebooted.sort();
             // Every node of a cluster rebooted without what its failed fsyncs dropped is a
@@ -165,30 +181,41 @@ mod tests {
         let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
         let parse = |f: &str, v: Value| DiskOp::parse(f, &v, &nodes);
         assert_eq!(
-            parse("fail-fsync", json!({"targets": "leader"})),
-            Ok(DiskOp::Fail(Targets::Spec(NodeSpec::Leader)))
+            parse("disk-fault", json!({"targets": "leader", "mode": "full"})),
+            Ok(DiskOp::Fail(
+                Targets::Spec(NodeSpec::Leader),
+                DiskFault::Full
+            ))
         );
-        let info = json!({"nodes": ["n2"], "targets": "leader", "leaders": ["n2", "n3"],
-                          "disk": {"n2": {"failing": true, "lost_bytes": 0}}});
+        let info = json!({"nodes": ["n2"], "mode": "fail-fsync", "targets": "leader",
+                          "leaders": ["n2", "n3"],
+                          "disk": {"n2": {"fault": "fail-fsync", "lost_bytes": 0, "refused": 0}}});
         assert_eq!(
-            parse("fail-fsync", info),
-            Ok(DiskOp::Fail(Targets::Nodes(vec!["n2".into()])))
+            parse("disk-fault", info),
+            Ok(DiskOp::Fail(
+                Targets::Nodes(vec!["n2".into()]),
+                DiskFault::FailFsync
+            ))
         );
         assert_eq!(
-            parse("heal-fsync", json!({})),
+            parse("disk-heal", json!({})),
             Ok(DiskOp::Heal(Targets::Spec(NodeSpec::All)))
         );
         let healed = json!({"nodes": ["n1"], "rebooted": ["n1"], "cluster_wide": false,
-                            "disk": {"n1": {"failing": false, "lost_bytes": 812}}});
+                            "disk": {"n1": {"fault": null, "lost_bytes": 812, "refused": 0}}});
         assert_eq!(
-            parse("heal-fsync", healed),
+            parse("disk-heal", healed),
             Ok(DiskOp::Heal(Targets::Nodes(vec!["n1".into()])))
         );
-        let e = parse("fail-fsync", json!({})).unwrap_err();
+        let e = parse("disk-fault", json!({"mode": "full"})).unwrap_err();
         assert!(e.contains("targets"), "{e}");
-        let e = parse("fail-fsync", json!({"targets": "all", "errno": 5})).unwrap_err();
-        assert!(e.contains("errno"), "{e}");
-        let e = parse("heal-fsync", json!({"nodes": ["n9"]})).unwrap_err();
+        let e = parse("disk-fault", json!({"targets": "all"})).unwrap_err();
+        assert!(e.contains("mode") && e.contains("fail-fsync, full"), "{e}");
+        let e = parse("disk-fault", json!({"targets": "all", "mode": "slow"})).unwrap_err();
+        assert!(e.contains("mode"), "{e}");
+        let e = parse("disk-heal", json!({"mode": "full"})).unwrap_err();
+        assert!(e.contains("mode"), "{e}");
+        let e = parse("disk-heal", json!({"nodes": ["n9"]})).unwrap_err();
         assert!(e.contains("n9"), "{e}");
     }
 }

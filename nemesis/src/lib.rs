@@ -7,7 +7,7 @@
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
 //!   what was not fsynced), [`disk`] (fsyncs that fail and drop what they would have made
-//!   durable, as Linux's do), [`tiered`] (a wiped log directory, a remote store outage, KIP-1023's flag turned), and
+//!   durable, as Linux's do, or a full disk), [`tiered`] (a wiped log directory, a remote store outage, KIP-1023's flag turned), and
 //!   between two clusters [`mirror`] (failover, failback, and the mirror's unclean-election
 //!   flag). Every op's `info` records what was actually done, in a
 //!   form the same op accepts again, so histories replay.
@@ -80,7 +80,8 @@ pub enum Kind {
     Unclean,
     /// Power loss under the data directories.
     Power,
-    /// A failing disk: fsyncs fail with EIO and drop what they would have made durable.
+    /// A failing disk: fsyncs that fail with EIO and drop what they would have made durable, or
+    /// a full disk.
     Disk,
     /// Mirror failover and failback between two clusters.
     Failover,
@@ -173,7 +174,7 @@ impl Kind {
             "corrupt-file" => Kind::Corrupt,
             "unclean-election" => Kind::Unclean,
             "power-loss" => Kind::Power,
-            "fail-fsync" | "heal-fsync" => Kind::Disk,
+            "disk-fault" | "disk-heal" => Kind::Disk,
             "failover" | "failback" => Kind::Failover,
             "config" => Kind::MirrorConfig,
             "wipe" => Kind::Wipe,

@@ -21,6 +21,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::RngExt;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tidemark_harness::db::DiskFault;
 use tidemark_harness::generator::{Context, Generator, Next, Planned, Rng, Worker};
 use tidemark_harness::op::{Invocation, Op, OpType};
 
@@ -452,14 +453,19 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
             Vec::new(),
             perf("power loss", &["power-loss"], &[], "#B0B0B0"),
         ),
-        // A failing disk, healed after its turn (a node that stopped on it is rebooted).
+        // A failing disk, healed after its turn (a node that stopped on it is rebooted): its
+        // fsyncs failing, or full.
         Kind::Disk => (
             flip_flop(
-                move |rng| (op("fail-fsync", aimed("targets", &targets, rng)), true),
-                undo("heal-fsync"),
+                move |rng| {
+                    let mut v = aimed("targets", &targets, rng);
+                    v["mode"] = json!(DiskFault::ALL.choose(rng).copied());
+                    (op("disk-fault", v), true)
+                },
+                undo("disk-heal"),
             ),
-            vec![op("heal-fsync", json!({}))],
-            perf("failing disk", &["fail-fsync"], &["heal-fsync"], "#7A6A5A"),
+            vec![op("disk-heal", json!({}))],
+            perf("failing disk", &["disk-fault"], &["disk-heal"], "#7A6A5A"),
         ),
         // A wipe starts its nodes again itself, as a power loss does.
         Kind::Wipe => (

@@ -86,6 +86,7 @@ const UNDOING: &[(&str, &[&str])] = &[
     ("clock-reset", &["clock-skew", "clock-strobe"]),
     ("stop-loss", &["start-loss"]),
     ("remote-restore", &["remote-outage"]),
+    ("disk-heal", &["disk-fault"]),
     ("failback", &["failover"]),
 ];
 
@@ -439,6 +440,8 @@ mod tests {
             at(13, "start"),
             at(14, "clock-reset"),
             at(15, "resume"),
+            at(16, "disk-fault"),
+            at(18, "disk-heal"),
         ];
         let faults = faults(&ops);
         let pairs: Vec<(&str, Option<&str>)> = faults
@@ -453,6 +456,7 @@ mod tests {
                 ("kill", Some("start")),
                 ("clock-skew", Some("clock-reset")),
                 ("resume", None),
+                ("disk-fault", Some("disk-heal")),
             ]
         );
         assert_eq!(schedule(&faults), ops);

@@ -1,6 +1,6 @@
 //! The control socket: one JSON request a connection, one JSON reply. A unix socket (rather than
 //! a signal) lets the caller learn what the power loss did, and a shell on a node can reach it
-//! through this crate's binary (`tidemark-powerfs lose-power`, `fail-fsync`).
+//! through this crate's binary (`tidemark-powerfs lose-power`, `disk`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::state::{DiskFault, PowerLoss, State};
+use crate::state::{DiskState, Fault, PowerLoss, State};
 
 /// A request on the control socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,10 +23,10 @@ pub enum Request {
     },
     /// Make everything durable, as a clean shutdown flushes the page cache, and unmount.
     Unmount,
-    /// Make every fsync fail with EIO (`failing`), or work again.
+    /// Put a disk fault in force, or with `null` make the disk work again.
     Disk {
-        /// Whether fsyncs fail from now on.
-        failing: bool,
+        /// The fault from now on.
+        fault: Option<Fault>,
     },
 }
 
@@ -38,8 +38,8 @@ pub enum Reply {
     PowerLost(PowerLoss),
     /// Everything was made durable; the filesystem unmounts.
     Unmounted,
-    /// The disk fault as it now stands.
-    Disk(DiskFault),
+    /// The disk as it now stands.
+    Disk(DiskState),
     /// The request failed.
     Error(String),
 }
@@ -68,9 +68,9 @@ pub fn serve(listener: UnixListener, state: Arc<Mutex<State>>, end: impl FnOnce(
                     Err(e) => (Reply::Error(format!("syncing: errno {e}")), false),
                 }
             }
-            Ok(Request::Disk { failing }) => {
+            Ok(Request::Disk { fault }) => {
                 let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-                (Reply::Disk(s.set_failing(failing)), false)
+                (Reply::Disk(s.set_fault(fault)), false)
             }
             Err(e) => (Reply::Error(format!("bad request {line:?}: {e}")), false),
         };

@@ -16,6 +16,8 @@
 //!   had there (zeros past its old end) through every later fsync and the clean unmount, unless
 //!   the bytes are written again. A program that goes on after a failed fsync and trusts the next
 //!   one has a hole in what it believes durable (PostgreSQL's "fsyncgate", 2018).
+//! - A full disk (asked for likewise) refuses every write or truncate that would grow a file with
+//!   ENOSPC; overwrites in place, shrinking, fsyncs and new names go on working.
 //!
 //! The backing directory holds exactly the durable state, as plain files and directories: it is
 //! read in at mount and changed only at fsync and at power loss, so remounting it after a power
@@ -41,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use fuser::{Config, MountOption, SessionACL};
 
-pub use state::{DiskFault, PowerLoss, State, Torn};
+pub use state::{DiskState, Fault, PowerLoss, State, Torn};
 
 /// Mounts `backing` at `mountpoint`, serving the control socket at `control`, and returns when
 /// the filesystem is unmounted (by `fusermount3 -u`). After a power loss or an `unmount` asked

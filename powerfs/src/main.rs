@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 use tidemark_powerfs::control::{self, Reply, Request};
+use tidemark_powerfs::Fault;
 
 #[derive(Parser)]
 #[command(
@@ -45,16 +46,17 @@ enum Command {
         #[arg(long)]
         seed: u64,
     },
-    /// Make every fsync of the filesystem behind CONTROL fail with EIO (dropping what it would
-    /// have made durable, as Linux does), or with --heal work again; prints the fault's state as
-    /// JSON.
-    FailFsync {
+    /// Make the disk behind CONTROL fail: `--fault fail-fsync` (every fsync fails with EIO,
+    /// dropping what it would have made durable, as Linux's do) or `--fault full` (every write
+    /// that would grow a file fails with ENOSPC); without --fault it works again. Prints the
+    /// disk's state as JSON.
+    Disk {
         /// The mount's control socket.
         #[arg(long)]
         control: PathBuf,
-        /// Make fsyncs work again.
-        #[arg(long)]
-        heal: bool,
+        /// The fault: fail-fsync or full.
+        #[arg(long, value_parser = ["fail-fsync", "full"])]
+        fault: Option<String>,
     },
 }
 
@@ -80,8 +82,13 @@ fn main() -> anyhow::Result<()> {
                 _ => bail!("{}: unexpected reply", control.display()),
             }
         }
-        Command::FailFsync { control, heal } => {
-            match control::call(&control, &Request::Disk { failing: !heal })? {
+        Command::Disk { control, fault } => {
+            let fault = match fault.as_deref() {
+                Some("fail-fsync") => Some(Fault::FailFsync),
+                Some(_) => Some(Fault::Full),
+                None => None,
+            };
+            match control::call(&control, &Request::Disk { fault })? {
                 Reply::Disk(fault) => {
                     println!("{}", serde_json::to_string(&fault)?);
                     Ok(())

@@ -140,20 +140,34 @@ pub struct State {
     inodes: HashMap<u64, Inode>,
     next_ino: u64,
     dead: bool,
-    /// Every fsync fails with EIO (a failing disk) while set.
-    failing: bool,
+    /// The disk fault in force, if any.
+    fault: Option<Fault>,
     /// Bytes whose write-back failed fsyncs dropped, since the mount.
     lost_bytes: u64,
+    /// Writes and truncates a full disk refused, since the mount.
+    refused: u64,
 }
 
-/// What a disk fault has done so far.
+/// A way for the disk to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// Every fsync fails with EIO, dropping what it would have made durable.
+    FailFsync,
+    /// The disk is full: every write or truncate that would grow a file fails with ENOSPC.
+    Full,
+}
+
+/// The disk's state: its fault, and what faults have done so far.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiskFault {
-    /// Whether fsyncs fail now.
-    pub failing: bool,
+pub struct DiskState {
+    /// The fault in force (`null`: the disk works).
+    pub fault: Option<Fault>,
     /// Bytes whose write-back failed fsyncs dropped, since the mount: reads still see them, the
     /// disk never gets them unless they are written again.
     pub lost_bytes: u64,
+    /// Writes and truncates a full disk refused, since the mount.
+    pub refused: u64,
 }
 
 fn io_errno(e: &io::Error) -> Errno {
@@ -168,8 +182,9 @@ impl State {
             inodes: HashMap::new(),
             next_ino: ROOT + 1,
             dead: false,
-            failing: false,
+            fault: None,
             lost_bytes: 0,
+            refused: 0,
         };
         let meta = fs::metadata(backing)?;
         let root = state.load_dir(backing)?;
@@ -385,11 +400,26 @@ impl State {
         Ok(f.data[start..end].to_vec())
     }
 
+    /// Refuses growing a file to `end` bytes while the disk is full.
+    fn room_for(&mut self, ino: u64, end: usize) -> Result<(), Errno> {
+        let full = self.fault == Some(Fault::Full);
+        let len = match &self.inode(ino)?.body {
+            Body::File(f) => f.data.len(),
+            Body::Dir(_) => return Err(libc::EISDIR),
+        };
+        if full && end > len {
+            self.refused += 1;
+            return Err(libc::ENOSPC);
+        }
+        Ok(())
+    }
+
     /// Writes `data` at `offset` of file `ino` (volatile until fsync).
     pub fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
-        let f = self.file_mut(ino)?;
         let start = offset as usize;
         let end = start.checked_add(data.len()).ok_or(libc::EFBIG)?;
+        self.room_for(ino, end)?;
+        let f = self.file_mut(ino)?;
         if f.data.len() < end {
             f.data.resize(end, 0);
         }
@@ -404,6 +434,7 @@ impl State {
 
     /// Sets file `ino`'s length (volatile until fsync).
     pub fn truncate(&mut self, ino: u64, size: u64) -> Result<(), Errno> {
+        self.room_for(ino, size as usize)?;
         let f = self.file_mut(ino)?;
         f.data.resize(size as usize, 0);
         f.lost = subtract(&f.lost, size as usize, usize::MAX);
@@ -472,26 +503,27 @@ impl State {
         found
     }
 
-    /// Starts or ends a disk fault: while `failing`, every fsync fails with EIO. A failed fsync
-    /// of a file drops what it would have made durable (see [`FileBody`]'s `lost`); one of a
-    /// directory leaves its entries pending for the next.
-    pub fn set_failing(&mut self, failing: bool) -> DiskFault {
-        self.failing = failing;
-        self.disk_fault()
+    /// Puts `fault` in force, or with `None` makes the disk work again. Under
+    /// [`Fault::FailFsync`] a failed fsync of a file drops what it would have made durable (see
+    /// [`FileBody`]'s `lost`), and one of a directory leaves its entries pending for the next.
+    pub fn set_fault(&mut self, fault: Option<Fault>) -> DiskState {
+        self.fault = fault;
+        self.disk()
     }
 
-    /// The disk fault's state.
-    pub fn disk_fault(&self) -> DiskFault {
-        DiskFault {
-            failing: self.failing,
+    /// The disk's state.
+    pub fn disk(&self) -> DiskState {
+        DiskState {
+            fault: self.fault,
             lost_bytes: self.lost_bytes,
+            refused: self.refused,
         }
     }
 
     /// Makes `ino` durable: a file's content, or a directory's entries.
     pub fn fsync(&mut self, ino: u64) -> Result<(), Errno> {
         self.check()?;
-        let failing = self.failing;
+        let failing = self.fault == Some(Fault::FailFsync);
         let paths = self.durable_paths(ino);
         if failing {
             if let Body::File(f) = &mut self.inode_mut(ino)?.body {
@@ -571,7 +603,7 @@ impl State {
     /// (from the root down), then files. The disk works again for it (a disk fault ends with the
     /// mount); what failed fsyncs dropped stays dropped.
     pub fn sync_all(&mut self) -> Result<(), Errno> {
-        self.failing = false;
+        self.fault = None;
         let mut order = Vec::new();
         let mut stack = vec![ROOT];
         while let Some(dir) = stack.pop() {
@@ -813,10 +845,11 @@ mod tests {
         s.write(f, 2, b"ab").unwrap();
         s.write(f, 4, b"AAAA").unwrap();
         assert_eq!(
-            s.set_failing(true),
-            DiskFault {
-                failing: true,
-                lost_bytes: 0
+            s.set_fault(Some(Fault::FailFsync)),
+            DiskState {
+                fault: Some(Fault::FailFsync),
+                lost_bytes: 0,
+                refused: 0
             }
         );
         assert_eq!(s.fsync(f), Err(libc::EIO));
@@ -824,7 +857,7 @@ mod tests {
         // Reads still see the dropped bytes; the disk has what it had.
         assert_eq!(s.read(f, 0, 100).unwrap(), b"01abAAAA");
         assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0123");
-        assert_eq!(s.set_failing(false).lost_bytes, 6);
+        assert_eq!(s.set_fault(None).lost_bytes, 6);
         // A later fsync succeeds, and writes only what was written since: the dropped bytes keep
         // the durable content, or read as zeros past its old end, unless written again.
         s.write(f, 8, b"BB").unwrap();
@@ -849,12 +882,33 @@ mod tests {
         let f = s.create(ROOT, name("a"), 0o644, 0, 0, false).unwrap();
         s.write(f, 0, b"x").unwrap();
         s.fsync(f).unwrap();
-        s.set_failing(true);
+        s.set_fault(Some(Fault::FailFsync));
         assert_eq!(s.fsync(ROOT), Err(libc::EIO));
         assert!(!dir.path().join("a").exists());
         // Ending the mount ends the fault.
         s.sync_all().unwrap();
-        assert!(!s.disk_fault().failing);
+        assert_eq!(s.disk().fault, None);
         assert_eq!(fs::read(dir.path().join("a")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_full_disk_refuses_growing_a_file_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = State::load(dir.path()).unwrap();
+        let f = s.create(ROOT, name("log"), 0o644, 0, 0, false).unwrap();
+        s.write(f, 0, b"0123").unwrap();
+        s.set_fault(Some(Fault::Full));
+        assert_eq!(s.write(f, 4, b"x"), Err(libc::ENOSPC));
+        assert_eq!(s.write(f, 3, b"ab"), Err(libc::ENOSPC));
+        assert_eq!(s.truncate(f, 10), Err(libc::ENOSPC));
+        // Overwrites in place, shrinking, fsyncs and new names still work.
+        assert_eq!(s.write(f, 1, b"ab"), Ok(2));
+        s.truncate(f, 3).unwrap();
+        s.fsync(f).unwrap();
+        s.create(ROOT, name("other"), 0o644, 0, 0, false).unwrap();
+        s.fsync(ROOT).unwrap();
+        assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0ab");
+        assert_eq!(s.set_fault(None).refused, 3);
+        assert_eq!(s.write(f, 3, b"c"), Ok(1));
     }
 }

@@ -8,7 +8,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use tidemark_powerfs::control::{self, Reply, Request};
-use tidemark_powerfs::PowerLoss;
+use tidemark_powerfs::{Fault, PowerLoss};
 
 /// A mounted powerfs over a temporary backing directory.
 struct Mount {
@@ -295,17 +295,17 @@ fn a_failed_fsync_leaves_a_hole_that_the_next_fsync_does_not_fill() {
     let f = write_new(&m.path("log"), b"kept");
     f.sync_all().unwrap();
     m.sync_dir("");
-    let disk = |failing: bool| match control::call(&m.control(), &Request::Disk { failing }) {
-        Ok(Reply::Disk(fault)) => fault,
+    let disk = |fault: Option<Fault>| match control::call(&m.control(), &Request::Disk { fault }) {
+        Ok(Reply::Disk(state)) => state,
         other => panic!("disk request failed: {other:?}"),
     };
-    assert!(disk(true).failing);
+    assert_eq!(disk(Some(Fault::FailFsync)).fault, Some(Fault::FailFsync));
     f.write_all_at(b"-dropped", 4).unwrap();
     let e = f.sync_data().unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     assert_eq!(fs::read(m.path("log")).unwrap(), b"kept-dropped");
-    let healed = disk(false);
-    assert!(!healed.failing);
+    let healed = disk(None);
+    assert_eq!(healed.fault, None);
     assert_eq!(healed.lost_bytes, 8);
     f.write_all_at(b"+after", 12).unwrap();
     f.sync_data().unwrap();

@@ -139,7 +139,7 @@ pub(crate) struct PowerLossBody {
     pub cluster_wide: bool,
 }
 
-/// The part of a `heal-fsync` info the verdict policy reads.
+/// The part of a `disk-heal` info the verdict policy reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RebootBody {
     /// The nodes rebooted on what their disks held, without what failed fsyncs dropped.

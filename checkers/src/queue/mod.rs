@@ -500,8 +500,8 @@ impl<'r> QueueAnalysis<'r> {
                     Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
                 }
             }
-            "heal-fsync" if ev.kind != OpType::Invoke => {
-                match ev.value.parse::<RebootBody>("heal-fsync") {
+            "disk-heal" if ev.kind != OpType::Invoke => {
+                match ev.value.parse::<RebootBody>("disk-heal") {
                     Ok(Some(body)) if !body.rebooted.is_empty() => {
                         self.facts.cluster_power_loss |= body.cluster_wide;
                         self.facts.power_losses.push(NodeLoss {

@@ -6,8 +6,8 @@
 //! repetitions the issue asks for are `#[ignore]`d (several minutes); run them with
 //! `cargo test --test e2e power -- --ignored --test-threads 1`. Teardown after Ctrl-C and after
 //! kill -9 leaves no mount behind. A failing disk (fsyncs that fail and drop what they would have
-//! made durable) stops every broker, and a power loss after it loses nothing acknowledged. A failing disk (fsyncs that fail and drop what they would have
-//! made durable) stops every broker, and a power loss after it loses nothing acknowledged.
+//! made durable) stops every broker, and a power loss after it loses nothing acknowledged; a full
+//! disk refuses appends until freed, and every replica catches up after it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -229,8 +229,8 @@ fn a_rolling_restart_under_power_faults_keeps_what_the_nodes_wrote() {
 fn a_failing_disk_halts_the_brokers_and_a_later_power_loss_loses_nothing_acknowledged() {
     require_root("failing disk");
     let faults = json!([
-        {"time_s": 3, "f": "fail-fsync", "value": {"targets": "all"}},
-        {"time_s": 7, "f": "heal-fsync", "value": {"targets": "all"}},
+        {"time_s": 3, "f": "disk-fault", "value": {"targets": "all", "mode": "fail-fsync"}},
+        {"time_s": 7, "f": "disk-heal", "value": {"targets": "all"}},
         {"time_s": 11, "f": "power-loss", "value": {"targets": "all"}}
     ]);
     let r = run_schedule(
@@ -244,10 +244,13 @@ fn a_failing_disk_halts_the_brokers_and_a_later_power_loss_loses_nothing_acknowl
             .find(|o| o["process"] == "nemesis" && o["f"] == f && o["type"] == "info")
             .unwrap_or_else(|| panic!("no {f} info"))
     };
-    let failed = info("fail-fsync");
-    let healed = info("heal-fsync");
+    let failed = info("disk-fault");
+    let healed = info("disk-heal");
     for n in ["n1", "n2", "n3"] {
-        assert_eq!(failed["value"]["disk"][n]["failing"], true, "{failed}");
+        assert_eq!(
+            failed["value"]["disk"][n]["fault"], "fail-fsync",
+            "{failed}"
+        );
         let log = std::fs::read_to_string(r.dir.join("nodes").join(n).join("broker.log")).unwrap();
         assert!(
             log.contains("fsync failed, halting"),
@@ -274,6 +277,36 @@ fn a_failing_disk_halts_the_brokers_and_a_later_power_loss_loses_nothing_acknowl
         acked > 0,
         "nothing acknowledged between the heal and the power loss"
     );
+    assert_eq!(r.results["valid"], true, "{}", r.results);
+}
+
+/// A full disk on every node for 5 s: appends, checkpoints and the quorum's log writes are
+/// refused (ENOSPC), and once the disk is freed the cluster takes writes again and every replica
+/// catches up: nothing acknowledged is lost and no replica is left behind.
+#[test]
+fn a_full_disk_refuses_writes_until_freed_and_the_cluster_recovers() {
+    require_root("full disk");
+    let faults = json!([
+        {"time_s": 3, "f": "disk-fault", "value": {"targets": "all", "mode": "full"}},
+        {"time_s": 8, "f": "disk-heal", "value": {"targets": "all"}}
+    ]);
+    let r = run_schedule(1, &faults, &[]);
+    let healed = r
+        .ops
+        .iter()
+        .find(|o| o["process"] == "nemesis" && o["f"] == "disk-heal" && o["type"] == "info")
+        .expect("a disk-heal info");
+    for n in ["n1", "n2", "n3"] {
+        let refused = healed["value"]["disk"][n]["refused"].as_u64().unwrap_or(0);
+        assert!(refused > 0, "{n}'s full disk refused nothing: {healed}");
+    }
+    let after = r
+        .ops
+        .iter()
+        .filter(|o| o["f"] == "send" && o["type"] == "ok")
+        .filter(|o| o["index"].as_u64() > healed["index"].as_u64())
+        .count();
+    assert!(after > 0, "nothing acknowledged once the disk was freed");
     assert_eq!(r.results["valid"], true, "{}", r.results);
 }
 
