@@ -3,9 +3,9 @@
 //! EIO and dropping what it would have made durable while reads go on seeing it, as Linux's page
 //! cache does after a failed write-back; or `full`, every write that would grow a file failing
 //! with ENOSPC. `disk-heal` makes the disk work again, and reboots a node whose process stopped
-//! meanwhile (a broker that halts on a log directory failure, as Kafka's does), as an operator
-//! restarts a machine whose disk failed: it comes back on what its disk holds, without what only
-//! the cache held. One that kept running is left as it is: its disk just works again, and what a
+//! after its failed fsyncs dropped something (a broker that halts on a log directory failure, as
+//! Kafka's does), as an operator restarts a machine whose disk failed: it comes back on what its
+//! disk holds, without what only the cache held. One that kept running is left as it is: its disk just works again, and what a
 //! failed fsync dropped stays a hole it does not know of, which a later power loss reveals.
 //!
 //! [`FailingDisk`]: tidemark_harness::db::FailingDisk
@@ -135,11 +135,15 @@ impl FaultOp for DiskOp {
                 Some(mode) => disk.fail(n, mode)?,
                 None => disk.heal(n)?,
             };
+            // Only a node whose failed fsyncs dropped something has a cache to lose; one stopped
+            // by another fault (a kill in force at the final heal) is left to its own undoing.
+            let dropped = report["lost_bytes"].as_u64().is_some_and(|b| b > 0);
             reports
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(n.name.clone(), report);
             let stopped = mode.is_none()
+                && dropped
                 && db
                     .as_kill()
                     .is_some_and(|k| !k.is_running(n).unwrap_or(true));
