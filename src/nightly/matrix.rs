@@ -484,6 +484,8 @@ time_limit_s = 6
         assert!(cases
             .iter()
             .any(|c| c.id.variant.as_deref() == Some("min-isr-1")));
+        assert!(cases.iter().any(|c| c.id.nemesis == "disk,power"
+            && c.id.variant.as_deref() == Some("flush-per-message")));
     }
 
     #[test]
