@@ -162,13 +162,7 @@ impl FaultOp for DiskOp {
             rebooted.sort();
             // Every node of a cluster rebooted without what its failed fsyncs dropped is a
             // power loss of the whole cluster to the verdict policy.
-            let cluster_wide = env.cx.nodes.iter().any(|c| {
-                env.cx
-                    .nodes
-                    .iter()
-                    .filter(|n| n.cluster == c.cluster)
-                    .all(|n| rebooted.contains(&n.name))
-            });
+            let cluster_wide = env.covers_a_cluster(&rebooted);
             record["rebooted"] = json!(rebooted);
             record["cluster_wide"] = json!(cluster_wide);
         }

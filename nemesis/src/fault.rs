@@ -35,6 +35,18 @@ impl<'a> Env<'a> {
             .ok_or_else(|| Failed::nothing("the database cannot be killed"))
     }
 
+    /// Whether `names` hold every node of some cluster: a power loss of them all is a whole
+    /// cluster's, which only per-message flush survives.
+    pub fn covers_a_cluster(&self, names: &[String]) -> bool {
+        self.cx.nodes.iter().any(|c| {
+            self.cx
+                .nodes
+                .iter()
+                .filter(|n| n.cluster == c.cluster)
+                .all(|n| names.contains(&n.name))
+        })
+    }
+
     /// Every node's name, in order.
     pub fn names(&self) -> Vec<String> {
         self.cx.nodes.iter().map(|n| n.name.clone()).collect()

@@ -97,13 +97,7 @@ impl FaultOp for PowerOp {
         let seed = self.seed.unwrap_or_else(|| env.rng.random());
         let mut sorted = nodes.clone();
         sorted.sort();
-        let cluster_wide = env.cx.nodes.iter().any(|c| {
-            env.cx
-                .nodes
-                .iter()
-                .filter(|n| n.cluster == c.cluster)
-                .all(|n| nodes.contains(&n.name))
-        });
+        let cluster_wide = env.covers_a_cluster(&nodes);
         let mut record = json!({"nodes": sorted, "seed": seed, "cluster_wide": cluster_wide});
         if let Some(spec) = self.targets.spec_name() {
             record["targets"] = json!(spec);
