@@ -5,7 +5,8 @@
 //! with ENOSPC. `disk-heal` makes the disk work again, and reboots a node whose process stopped
 //! after its failed fsyncs dropped something (a broker that halts on a log directory failure, as
 //! Kafka's does), as an operator restarts a machine whose disk failed: it comes back on what its
-//! disk holds, without what only the cache held. One that kept running is left as it is: its disk just works again, and what a
+//! disk holds, without what only the cache held. A node stopped with nothing dropped is started
+//! as it is. One that kept running is left as it is: its disk just works again, and what a
 //! failed fsync dropped stays a hole it does not know of, which a later power loss reveals.
 //!
 //! [`FailingDisk`]: tidemark_harness::db::FailingDisk
@@ -51,6 +52,9 @@ struct DiskValue {
     /// Written by `disk-heal`'s `info`: the nodes rebooted; a replay reboots whichever stopped.
     #[serde(default, rename = "rebooted")]
     _rebooted: Option<Vec<String>>,
+    /// Written by `disk-heal`'s `info`: the nodes started as they were.
+    #[serde(default, rename = "started")]
+    _started: Option<Vec<String>>,
     /// Written by `disk-heal`'s `info`: whether they were every node of a cluster.
     #[serde(default, rename = "cluster_wide")]
     _cluster_wide: Option<bool>,
@@ -130,29 +134,34 @@ impl FaultOp for DiskOp {
         }
         let reports = Mutex::new(BTreeMap::new());
         let rebooted = Mutex::new(Vec::new());
+        let started = Mutex::new(Vec::new());
+        let push = |list: &Mutex<Vec<String>>, name: &str| {
+            list.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(name.to_owned())
+        };
         let (_, errors) = env.on_each(&nodes, |n| {
             let report = match mode {
                 Some(mode) => disk.fail(n, mode)?,
                 None => disk.heal(n)?,
             };
-            // Only a node whose failed fsyncs dropped something has a cache to lose; one stopped
-            // by another fault (a kill in force at the final heal) is left to its own undoing.
+            // Only a node whose failed fsyncs dropped something has a cache to lose: it is
+            // rebooted. One that stopped with nothing dropped (a broker that halted on a failed
+            // directory fsync; at the final heal, one a kill left down) is started as it is.
             let dropped = report["lost_bytes"].as_u64().is_some_and(|b| b > 0);
             reports
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(n.name.clone(), report);
-            let stopped = mode.is_none()
-                && dropped
-                && db
-                    .as_kill()
-                    .is_some_and(|k| !k.is_running(n).unwrap_or(true));
-            if stopped {
-                disk.reboot(n)?;
-                rebooted
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(n.name.clone());
+            let kill = db.as_kill().filter(|_| mode.is_none());
+            if let Some(kill) = kill.filter(|k| !k.is_running(n).unwrap_or(true)) {
+                if dropped {
+                    disk.reboot(n)?;
+                    push(&rebooted, &n.name);
+                } else {
+                    kill.start(n)?;
+                    push(&started, &n.name);
+                }
             }
             Ok(())
         });
@@ -160,10 +169,13 @@ impl FaultOp for DiskOp {
         if mode.is_none() {
             let mut rebooted = rebooted.into_inner().unwrap_or_else(|p| p.into_inner());
             rebooted.sort();
+            let mut started = started.into_inner().unwrap_or_else(|p| p.into_inner());
+            started.sort();
             // Every node of a cluster rebooted without what its failed fsyncs dropped is a
             // power loss of the whole cluster to the verdict policy.
             let cluster_wide = env.covers_a_cluster(&rebooted);
             record["rebooted"] = json!(rebooted);
+            record["started"] = json!(started);
             record["cluster_wide"] = json!(cluster_wide);
         }
         Failed::partly(record, &errors)
@@ -199,7 +211,7 @@ mod tests {
             parse("disk-heal", json!({})),
             Ok(DiskOp::Heal(Targets::Spec(NodeSpec::All)))
         );
-        let healed = json!({"nodes": ["n1"], "rebooted": ["n1"], "cluster_wide": false,
+        let healed = json!({"nodes": ["n1"], "rebooted": ["n1"], "started": [], "cluster_wide": false,
                             "disk": {"n1": {"fault": null, "lost_bytes": 812, "refused": 0}}});
         assert_eq!(
             parse("disk-heal", healed),

@@ -37,14 +37,16 @@ pub(super) const READ: [&str; 7] = [
     "strand",
 ];
 
-/// Ops that leave every broker process as it is; any other op not read here may start a node
-/// the record has down or paused (a power loss or a wipe boots its nodes, a roll restarts them).
-const LEAVE_PROCESSES: [&str; 5] = [
+/// Ops that start no broker process; any other op not read here may start a node the record has
+/// down or paused (a power loss or a wipe boots its nodes, a roll restarts them, a disk heal
+/// reboots or starts the ones that stopped). A failing disk may stop a broker, never start one.
+const LEAVE_PROCESSES: [&str; 6] = [
     "clock-skew",
     "clock-strobe",
     "clock-reset",
     "start-loss",
     "stop-loss",
+    "disk-fault",
 ];
 
 /// A broker as `test.json` lists it.
@@ -513,6 +515,7 @@ mod tests {
         let mut r = three();
         done(&mut r, 5, "kill", json!({"nodes": ["n2", "n3"]}));
         r.other_fault(6, "clock-skew");
+        r.other_fault(6, "disk-fault");
         assert!(r.unshared("n1", 7, 2).is_some());
         r.other_fault(8, "power-loss");
         assert_eq!(r.unshared("n1", 9, 2), None);
