@@ -24,12 +24,27 @@ pub fn sync_or_halt(file: &std::fs::File, path: &Path, data_only: bool) {
         file.sync_all()
     };
     if let Err(e) = synced {
-        tracing::error!(path = %path.display(), "fsync failed, halting: {e}");
-        eprintln!(
-            "tidemark-broker: fsync of {} failed: {e}; halting",
-            path.display()
-        );
-        std::process::exit(1);
+        halt(&format!("fsync of {}", path.display()), &e);
+    }
+}
+
+/// Stops the process because `what` failed on the log directory with `e`: the broker halts, as
+/// Kafka's does when its log directory fails, rather than serve on with state it could not
+/// write (see [`sync_or_halt`]; the metadata quorum's files, [`written_or_halt`]).
+pub fn halt(what: &str, e: &std::io::Error) -> ! {
+    tracing::error!("{what} failed, halting: {e}");
+    eprintln!("tidemark-broker: {what} failed: {e}; halting");
+    std::process::exit(1)
+}
+
+/// `r`'s value, or a halt when writing `what` failed. The metadata quorum's files go through it:
+/// openraft stops for good on a storage error, which left a broker serving clients and mirrors
+/// with metadata it no longer received (the harness's full disk showed it: a mirror leader of
+/// an old epoch, behind its followers, that the other cluster then truncated to).
+pub fn written_or_halt<T>(r: std::io::Result<T>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => halt(what, &e),
     }
 }
 

@@ -83,8 +83,8 @@ impl LogStore {
             write_atomic(&dir, LOG_FILE, &bytes)?;
             open_append(&dir.join(LOG_FILE))
         })
-        .await
-        .map_err(logs_err(ErrorVerb::Write))?;
+        .await;
+        let file = crate::durable::written_or_halt(file, "rewriting the metadata quorum's log");
         self.file = Arc::new(file);
         Ok(())
     }
@@ -96,7 +96,9 @@ impl LogStore {
     ) -> Result<(), io::Error> {
         let bytes = serde_json::to_vec(value)?;
         let dir = self.dir.clone();
-        blocking(move || write_atomic(&dir, name, &bytes)).await
+        let written = blocking(move || write_atomic(&dir, name, &bytes)).await;
+        crate::durable::written_or_halt(written, &format!("writing the metadata quorum's {name}"));
+        Ok(())
     }
 }
 
@@ -190,16 +192,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Ok(())
         })
         .await;
-        match flushed {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(io::Error::new(e.kind(), e.to_string())));
-                Err(logs_err(ErrorVerb::Write)(e))
-            }
-        }
+        crate::durable::written_or_halt(flushed, "appending to the metadata quorum's log");
+        callback.log_io_completed(Ok(()));
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {

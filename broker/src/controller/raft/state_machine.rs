@@ -133,9 +133,8 @@ async fn save(
     }
     let bytes = serde_json::to_vec(&file).map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
     let dir = dir.to_path_buf();
-    blocking(move || write_atomic(&dir, SNAPSHOT_FILE, &bytes))
-        .await
-        .map_err(|e| snapshot_err(ErrorVerb::Write, e))?;
+    let written = blocking(move || write_atomic(&dir, SNAPSHOT_FILE, &bytes)).await;
+    crate::durable::written_or_halt(written, "writing the metadata quorum's snapshot");
     *cur = Some(file);
     Ok(())
 }
