@@ -17,7 +17,9 @@ use crate::results::{Anomalies, AnomalyKind};
 pub(crate) type Judge<'j> = dyn Fn(AnomalyKind, Place<'_>) -> Option<String> + 'j;
 
 /// The final committed log of one partition of one cluster: the leader replica's records below
-/// its high watermark, and below its local log start those of the remote store (tiered storage). Without a replica marked leader, the one with the highest watermark.
+/// its high watermark, and below its local log start those of the remote store (tiered storage).
+/// Without a replica marked leader, the one with the highest high watermark, and of equals the
+/// one the most other replicas agree with.
 /// When the leader's high watermark is unknown (its checkpoint was unreadable), every record it
 /// holds stands in: a value absent from the leader's whole log is certainly not committed.
 #[derive(Debug)]
@@ -81,13 +83,24 @@ impl<'r> FinalLogs<'r> {
                 &leaders
             };
             // The first of equals wins, so the choice does not depend on iteration order; an
-            // unknown high watermark ranks below every known one.
+            // unknown high watermark ranks below every known one. Without a replica marked
+            // leader (dumped after every broker stopped), of those with the highest high
+            // watermark the one the most others agree with wins: a lagging replica that kept a
+            // tail its cluster cut (a failback's truncation it missed) must not stand for a log
+            // the others agree on otherwise.
             let hw = |i: usize| replicas[i].high_watermark;
+            let backing = |i: usize| {
+                if leaders.is_empty() {
+                    agreeing(replicas, i, &readable)
+                } else {
+                    0
+                }
+            };
             let leader = pool
                 .iter()
                 .copied()
                 .fold(None, |best: Option<usize>, i| match best {
-                    Some(b) if hw(b) >= hw(i) => Some(b),
+                    Some(b) if (hw(b), backing(b)) >= (hw(i), backing(i)) => Some(b),
                     _ => Some(i),
                 });
             if let Some(leader) = leader {
@@ -133,6 +146,27 @@ impl<'r> FinalLogs<'r> {
             .ok()?;
         log.records.get(at)
     }
+}
+
+/// How many of `others` (replicas of one partition) hold the same committed records as replica
+/// `i` wherever both hold some, below both high watermarks.
+fn agreeing(replicas: &[ReplicaState], i: usize, others: &[usize]) -> usize {
+    let mine = committed(&replicas[i]);
+    others
+        .iter()
+        .filter(|&&j| j != i)
+        .filter(|&&j| {
+            differences(
+                &mine,
+                &committed(&replicas[j]),
+                i64::MIN,
+                i64::MAX,
+                |x, y| x == y,
+            )
+            .iter()
+            .all(|(_, a, b)| a.is_none() || b.is_none())
+        })
+        .count()
 }
 
 /// A replica's records by offset, from its log start offset up to its high watermark (its log
@@ -668,5 +702,33 @@ mod tests {
         let offsets: Vec<i64> = d.iter().map(|x| x.0).collect();
         assert_eq!(offsets, vec![1, 2, 3]);
         assert!(differences(&a, &b, 0, 1, |x, y| x == y).is_empty());
+    }
+
+    fn follower(node: &str, hw: i64, records: &[Record]) -> ReplicaState {
+        serde_json::from_value(
+            json!({"cluster": "a", "node": node, "topic": "t", "partition": 0,
+            "role": "follower", "log_start_offset": 0, "high_watermark": hw,
+            "log_end_offset": hw, "epochs": [[0, 0]],
+            "records": records.iter().map(|r| [r.offset, r.value, 0]).collect::<Vec<_>>()}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn without_a_leader_the_final_log_is_the_one_the_others_agree_with() {
+        let lagging = follower("a1", 2, &[rec(0, 1), rec(1, 7)]);
+        let caught_up = |n: &str| follower(n, 2, &[rec(0, 1), rec(1, 2)]);
+        let replicas = [lagging, caught_up("a2"), caught_up("a3")];
+        let (finals, _) = FinalLogs::build(&replicas);
+        assert_eq!(replicas[finals.logs[0].leader].node, "a2");
+        // A higher high watermark still wins: agreement only parts equals.
+        let ahead = follower("a1", 3, &[rec(0, 1), rec(1, 7), rec(2, 3)]);
+        let replicas = [ahead, caught_up("a2"), caught_up("a3")];
+        let (finals, _) = FinalLogs::build(&replicas);
+        assert_eq!(replicas[finals.logs[0].leader].node, "a1");
+        // All agreeing, the first of equals, as before.
+        let replicas = [caught_up("a1"), caught_up("a2")];
+        let (finals, _) = FinalLogs::build(&replicas);
+        assert_eq!(replicas[finals.logs[0].leader].node, "a1");
     }
 }
