@@ -5,6 +5,8 @@
 //! power loss only once its directory is synced.
 //!
 //! Every fsync of the log directory goes through [`sync_or_halt`]: a failed one stops the broker.
+//! So does one of a file [`replace_file`] writes elsewhere (the local remote store's segment
+//! metadata), though an unreachable store fails before any fsync, as an outage.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -111,9 +111,9 @@ impl OffsetIndex {
         Ok(())
     }
 
-    pub fn flush(&self) -> Result<(), LogError> {
+    /// fsyncs the index (halting if that fails, see [`crate::durable::sync_or_halt`]).
+    pub fn flush(&self) {
         crate::durable::sync_or_halt(&self.file, &self.path, true);
-        Ok(())
     }
 
     /// A second handle on the index file and its path, for a flush from another thread.

@@ -109,7 +109,7 @@ pub struct PartitionLog {
     /// partition) for as long as the disk took to write up to a whole segment of page cache.
     /// `flush` waits for them, so whatever a flush promised durable is, and so does `close`,
     /// so the clean-shutdown marker still means every segment is on disk.
-    rolled_flushes: Vec<std::thread::JoinHandle<Result<(), LogError>>>,
+    rolled_flushes: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl PartitionLog {
@@ -540,7 +540,7 @@ impl PartitionLog {
         let active_size = self.active().size();
         if active_size > 0 && active_size + len as u64 > self.settings.segment_bytes {
             let base = self.log_end_offset();
-            self.reap_rolled_flushes(false)?;
+            self.reap_rolled_flushes(false);
             let rolled = self.active().rolled()?;
             self.rolled_flushes
                 .push(std::thread::spawn(move || RolledSegment::flush(rolled)));
@@ -577,27 +577,22 @@ impl PartitionLog {
 
     /// fsyncs the active segment, after the rolled segments' background flushes have finished.
     pub fn flush(&mut self) -> Result<(), LogError> {
-        self.reap_rolled_flushes(true)?;
-        self.active().flush()?;
+        self.reap_rolled_flushes(true);
+        self.active().flush();
         self.unflushed_messages = 0;
         Ok(())
     }
 
-    /// Collects the rolled segments' flushes that have finished, or all of them with `wait`, and
-    /// returns the first error any of them met.
-    fn reap_rolled_flushes(&mut self, wait: bool) -> Result<(), LogError> {
-        let mut result = Ok(());
+    /// Collects the rolled segments' flushes that have finished, or all of them with `wait` (a
+    /// failed one has halted the process).
+    fn reap_rolled_flushes(&mut self, wait: bool) {
         for flush in std::mem::take(&mut self.rolled_flushes) {
             if !wait && !flush.is_finished() {
                 self.rolled_flushes.push(flush);
                 continue;
             }
-            let outcome = flush.join().expect("a segment flush does not panic");
-            if result.is_ok() {
-                result = outcome;
-            }
+            flush.join().expect("a segment flush does not panic");
         }
-        result
     }
 
     /// Reads whole batches starting with the one that holds `offset`, stopping before
@@ -679,9 +674,9 @@ impl PartitionLog {
             .next_back()
             .expect("a log always has a segment");
         seg.truncate_to(offset)?;
-        seg.flush()?;
+        seg.flush();
         // What is left is durable, as it was when rolls flushed inline.
-        self.reap_rolled_flushes(true)?;
+        self.reap_rolled_flushes(true);
         let leo = self.log_end_offset();
         self.epochs.truncate_from_end(leo)?;
         self.rebuild_producer_states(&mut Vec::new())

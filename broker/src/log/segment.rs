@@ -38,11 +38,10 @@ pub struct RolledSegment {
 }
 
 impl RolledSegment {
-    pub fn flush(self) -> Result<(), LogError> {
+    pub fn flush(self) {
         for (file, path) in [self.log, self.index] {
             crate::durable::sync_or_halt(&file, &path, true);
         }
-        Ok(())
     }
 }
 
@@ -176,9 +175,10 @@ impl Segment {
         Ok(())
     }
 
-    pub fn flush(&self) -> Result<(), LogError> {
+    /// fsyncs the segment and its index (halting if that fails).
+    pub fn flush(&self) {
         crate::durable::sync_or_halt(&self.file, &self.log_path, true);
-        self.index.flush()
+        self.index.flush();
     }
 
     /// Its files, to fsync from another thread once it has rolled (see [`RolledSegment`]).
