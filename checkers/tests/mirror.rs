@@ -313,6 +313,39 @@ fn a_mirror_epoch_cache_holding_its_own_epoch_is_mirror_epoch_cache() {
     );
 }
 
+/// M11 judges a mirroring replica's own epoch by its first record: an epoch that opens with a
+/// control batch (a failover's barrier: no record at its start offset) over records the other
+/// cluster never held is a log that differs, left to the divergence checks; the same epoch over
+/// records the other cluster holds is the mirror's own epoch in its cache.
+#[test]
+fn an_own_epoch_opening_with_a_control_batch_is_judged_by_its_first_record() {
+    let (h, mut replicas) = round_trip();
+    // a2 missed the failback's truncation: its epoch 7 opens at 2 with a barrier, then 99.
+    replicas[1] = replica("a", "a2", false, 3, &[(0, 1, 0), (1, 2, 0), (3, 99, 7)]);
+    replicas[1].epochs[1].start_offset = 2;
+    let r = run(&test(), &h, &replicas);
+    assert!(
+        entries(&r, "mirror-epoch-cache").is_empty(),
+        "{}",
+        r.summary(5)
+    );
+    assert!(!entries(&r, "divergence").is_empty(), "{}", r.summary(5));
+    // Over a record b holds (under b's epoch), the epoch is a's own in a mirrored log.
+    let (h, mut replicas) = round_trip();
+    replicas[1] = replica("a", "a2", false, 3, &[(0, 1, 0), (2, 3, 1)]);
+    replicas[1].epochs[1] = EpochEntry {
+        epoch: 7,
+        start_offset: 1,
+    };
+    let r = run(&test(), &h, &replicas);
+    let e = &entries(&r, "mirror-epoch-cache");
+    assert_eq!(e.len(), 1, "{}", r.summary(5));
+    assert_eq!(
+        (&e[0]["node"], &e[0]["entry"]),
+        (&json!("a2"), &json!([7, 1]))
+    );
+}
+
 /// a wrote 2 under epoch 2 after the failover (LMLE 0); the failback truncated above epoch 0
 /// everywhere but a kept 2: M3 is broken, and the clusters disagree at offset 1.
 /// With `unclean`, an unclean election struck a (then abandoned, so a source) before the

@@ -559,8 +559,10 @@ pub(crate) fn mirror_divergence(
 /// the epochs of mirrored batches, so where the two agree every entry of its replicas' caches is,
 /// at the same start offset, an entry of some replica of the other clusters (whose leaders wrote
 /// those batches, or mirrored them in turn). An entry found nowhere else is an epoch of the
-/// mirror's own leadership. Entries starting at a record the other clusters do not hold are
-/// left to the divergence checks (the logs differ there, which may be excused).
+/// mirror's own leadership. Entries whose first record the other clusters do not hold are left
+/// to the divergence checks (the logs differ there, which may be excused); an epoch's first
+/// batch may be a control batch (a failover's barrier), so its first record is the first at or
+/// above its start offset, below the next entry's.
 pub(crate) fn mirror_epoch_cache(
     replicas: &[ReplicaState],
     mirroring: &BTreeSet<String>,
@@ -588,17 +590,22 @@ pub(crate) fn mirror_epoch_cache(
         let Some((entries, records)) = elsewhere.get(&(r.topic.as_str(), r.partition)) else {
             continue;
         };
-        let agrees_at = |offset: i64| {
+        let agrees_within = |from: i64, below: i64| {
             r.records
                 .iter()
-                .find(|rec| rec.offset == offset)
+                .filter(|rec| rec.offset >= from && rec.offset < below)
+                .min_by_key(|rec| rec.offset)
                 .is_none_or(|rec| records.contains(rec))
         };
-        for e in r
+        let ends = r
             .epochs
             .iter()
-            .filter(|e| !entries.contains(&(e.epoch, e.start_offset)) && agrees_at(e.start_offset))
-        {
+            .skip(1)
+            .map(|next| next.start_offset)
+            .chain([i64::MAX]);
+        for (e, _) in r.epochs.iter().zip(ends).filter(|(e, below)| {
+            !entries.contains(&(e.epoch, e.start_offset)) && agrees_within(e.start_offset, *below)
+        }) {
             out.push(
                 AnomalyKind::MirrorEpochCache,
                 json!({"cluster": r.cluster, "node": r.node, "topic": r.topic,
