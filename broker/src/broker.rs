@@ -908,8 +908,9 @@ impl Broker {
     }
 
     /// Writes every hosted partition's high watermark and log start offset to their checkpoints,
-    /// keeping what the checkpoints held at start for replicas on disk not opened yet.
-    pub fn checkpoint_high_watermarks(&self) -> anyhow::Result<()> {
+    /// keeping what the checkpoints held at start for replicas on disk not opened yet. A
+    /// checkpoint the log directory refuses halts the broker, as Kafka's does.
+    pub fn checkpoint_high_watermarks(&self) {
         let parts = self.all_partitions();
         let dir = &self.config.log_dir;
         let on_disk = |(topic, index): &(String, i32)| {
@@ -919,7 +920,7 @@ impl Broker {
             .iter()
             .map(|p| ((p.topic.clone(), p.index), p.high_watermark()));
         let hws = checkpoint_entries(hws, &self.stored_hw, on_disk);
-        write_offset_checkpoint(&dir.join(HW_CHECKPOINT_FILE), &hws)?;
+        write_offset_checkpoint(&dir.join(HW_CHECKPOINT_FILE), &hws);
         let starts = parts
             .iter()
             .map(|p| ((p.topic.clone(), p.index), p.log_start_offset()));
@@ -942,7 +943,7 @@ impl Broker {
     /// Flushes and closes every log, leaving clean-shutdown markers: one per log, and once
     /// every log is closed, the broker's own.
     pub fn shutdown(&self) -> anyhow::Result<()> {
-        self.checkpoint_high_watermarks()?;
+        self.checkpoint_high_watermarks();
         let parts = std::mem::take(&mut *self.partitions_write());
         for p in parts.values() {
             stop_fetcher(p);
@@ -989,17 +990,16 @@ fn checkpoint_entries(
     entries
 }
 
-fn write_offset_checkpoint(
-    path: &std::path::Path,
-    offsets: &BTreeMap<(String, i32), i64>,
-) -> anyhow::Result<()> {
+fn write_offset_checkpoint(path: &std::path::Path, offsets: &BTreeMap<(String, i32), i64>) {
     let lines: Vec<String> = offsets
         .iter()
         .map(|((topic, index), o)| format!("{topic} {index} {o}\n"))
         .collect();
     let text = format!("0\n{}\n{}", lines.len(), lines.concat());
-    crate::durable::replace_file(path, text.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    crate::durable::written_or_halt(
+        crate::durable::replace_file(path, text.as_bytes()),
+        &format!("writing {}", path.display()),
+    )
 }
 
 /// Reads a Kafka offset checkpoint (`replication-offset-checkpoint`, `log-start-offset-checkpoint`):

@@ -6,7 +6,10 @@
 //!
 //! Every fsync of the log directory goes through [`sync_or_halt`]: a failed one stops the broker.
 //! So does one of a file [`replace_file`] writes elsewhere (the local remote store's segment
-//! metadata), though an unreachable store fails before any fsync, as an outage.
+//! metadata), though an unreachable store fails before any fsync, as an outage. A write the log
+//! directory refuses (a full disk) halts the broker too, through [`written_or_halt`] here and the
+//! log's own wrapper: Kafka takes a log directory that fails any write offline, and a broker
+//! whose only one is offline stops.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

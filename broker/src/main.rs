@@ -459,11 +459,7 @@ async fn checkpoint_loop(broker: Arc<Broker>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                if let Err(e) = broker.checkpoint_high_watermarks() {
-                    warn!("high watermark checkpoint failed: {e}");
-                }
-            }
+            _ = tick.tick() => broker.checkpoint_high_watermarks(),
         }
     }
 }

@@ -648,7 +648,11 @@ impl Partition {
                 let path = self.dir.join(STATE_FILE);
                 let bytes = serde_json::to_vec(&s.persisted())
                     .map_err(|e| LogError::Invalid(e.to_string()))?;
-                crate::durable::replace_file(&path, &bytes).map_err(|e| LogError::io(&path, e))?;
+                // Kept in memory but not on disk, a restart would forget it: halt instead.
+                crate::durable::written_or_halt(
+                    crate::durable::replace_file(&path, &bytes),
+                    &format!("writing {}", path.display()),
+                );
             }
             s.apply_truncation_cap();
             s.maybe_increment_high_watermark(strict_min_isr);
@@ -1276,7 +1280,10 @@ impl Partition {
             };
             let bytes =
                 serde_json::to_vec(&record).map_err(|e| LogError::Invalid(e.to_string()))?;
-            std::fs::write(&path, bytes).map_err(|e| LogError::io(&path, e))?;
+            crate::durable::written_or_halt(
+                crate::durable::replace_file(&path, &bytes),
+                &format!("writing {}", path.display()),
+            );
             Ok(true)
         })
     }

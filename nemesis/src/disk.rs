@@ -85,8 +85,13 @@ impl DiskOp {
                 DiskOp::Fail(fields.targets(nodes, None)?, mode)
             }
             _ if v.mode.is_some() => return Err("field `mode`: only for disk-fault".into()),
-            // Healing defaults to every node (the final phase's heal).
-            _ => DiskOp::Heal(fields.targets(nodes, Some(NodeSpec::All))?),
+            // Healing defaults to every node, dedicated controllers included (the final
+            // phase's heal: a spec's `all` is the brokers, and a controller's disk named in a
+            // fault must work again too).
+            _ if fields.nodes.is_none() && fields.targets.is_none() => {
+                DiskOp::Heal(Targets::Nodes(nodes.to_vec()))
+            }
+            _ => DiskOp::Heal(fields.targets(nodes, None)?),
         })
     }
 }
@@ -209,6 +214,10 @@ mod tests {
         );
         assert_eq!(
             parse("disk-heal", json!({})),
+            Ok(DiskOp::Heal(Targets::Nodes(nodes.clone())))
+        );
+        assert_eq!(
+            parse("disk-heal", json!({"targets": "all"})),
             Ok(DiskOp::Heal(Targets::Spec(NodeSpec::All)))
         );
         let healed = json!({"nodes": ["n1"], "rebooted": ["n1"], "started": [], "cluster_wide": false,

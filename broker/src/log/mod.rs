@@ -54,6 +54,21 @@ impl LogError {
     }
 }
 
+/// `r`, with a failed write to the log directory turned into a halt (see
+/// [`crate::durable::halt`]): Kafka takes a log directory that fails a write offline, and with
+/// its only one gone the broker stops. Going on left changes half made (a batch in its segment
+/// whose epoch checkpoint or producer snapshot was refused, answered to its producer as failed
+/// and replicated all the same), and a broker that cannot write serves on as a replica that
+/// never catches up.
+fn written<T>(r: Result<T, LogError>) -> Result<T, LogError> {
+    match r {
+        Err(LogError::Io { path, source }) => {
+            crate::durable::halt(&format!("writing {}", path.display()), &source)
+        }
+        r => r,
+    }
+}
+
 /// Per-log settings the partition passes down.
 #[derive(Clone, Copy, Debug)]
 pub struct LogSettings {
@@ -296,7 +311,7 @@ impl PartitionLog {
             return Ok(false);
         }
         self.log_start_offset = offset;
-        self.epochs.truncate_from_start(offset)?;
+        written(self.epochs.truncate_from_start(offset))?;
         let below: Vec<i64> = self
             .segments
             .iter()
@@ -304,7 +319,7 @@ impl PartitionLog {
             .filter(|(_, next_base)| **next_base <= offset)
             .map(|((base, _), _)| *base)
             .collect();
-        self.delete_segments(&below)?;
+        written(self.delete_segments(&below))?;
         Ok(true)
     }
 
@@ -312,7 +327,7 @@ impl PartitionLog {
     /// first offset left. Returns the new log start.
     pub fn delete_oldest_segments(&mut self, count: usize) -> Result<i64, LogError> {
         let start = self.delete_uploaded_segments(count)?;
-        self.epochs.truncate_from_start(start)?;
+        written(self.epochs.truncate_from_start(start))?;
         Ok(start)
     }
 
@@ -328,7 +343,7 @@ impl PartitionLog {
             .take(count.min(self.segments.len() - 1))
             .copied()
             .collect();
-        self.delete_segments(&doomed)?;
+        written(self.delete_segments(&doomed))?;
         self.log_start_offset = self.log_start_offset.max(self.first_segment_base());
         Ok(self.log_start_offset)
     }
@@ -420,7 +435,7 @@ impl PartitionLog {
     /// Records the start of a new leader epoch at the log end (a new leader does this at once).
     pub fn assign_epoch_start(&mut self, epoch: i32) -> Result<(), LogError> {
         let leo = self.log_end_offset();
-        self.epochs.assign(epoch, leo)
+        written(self.epochs.assign(epoch, leo))
     }
 
     fn active(&self) -> &Segment {
@@ -491,7 +506,7 @@ impl PartitionLog {
                 ]
             })
             .collect();
-        self.append_stamped(&parts, &stamped)?;
+        written(self.append_stamped(&parts, &stamped))?;
         Ok(AppendInfo {
             first_offset: first,
             last_offset: next - 1,
@@ -523,7 +538,7 @@ impl PartitionLog {
             }
             expect = h.next_offset();
         }
-        self.append_stamped(&[IoSlice::new(records)], &batches)?;
+        written(self.append_stamped(&[IoSlice::new(records)], &batches))?;
         Ok(Some(AppendInfo {
             first_offset: leo,
             last_offset: expect - 1,
@@ -648,6 +663,10 @@ impl PartitionLog {
 
     /// Removes every batch at or after `offset` and the epochs that started there.
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        written(self.truncate_log_to(offset))
+    }
+
+    fn truncate_log_to(&mut self, offset: i64) -> Result<(), LogError> {
         if offset >= self.log_end_offset() {
             // Epochs that start at the log end hold no records yet; they go too, or a follower
             // asking its leader about them would get the same answer forever.
@@ -684,6 +703,10 @@ impl PartitionLog {
 
     /// Deletes everything and starts empty at `offset`.
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        written(self.empty_and_start_at(offset))
+    }
+
+    fn empty_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
         for (_, seg) in std::mem::take(&mut self.segments) {
             seg.delete()?;
         }
@@ -706,9 +729,11 @@ impl PartitionLog {
     ) -> Result<(), LogError> {
         self.truncate_fully_and_start_at(offset)?;
         for e in epochs.iter().filter(|e| e.start_offset < offset) {
-            self.epochs.assign(e.epoch, e.start_offset)?;
+            written(self.epochs.assign(e.epoch, e.start_offset))?;
         }
-        producer_state::write_snapshot(&self.dir, offset, &producers)?;
+        written(producer_state::write_snapshot(
+            &self.dir, offset, &producers,
+        ))?;
         self.producers = producers;
         Ok(())
     }

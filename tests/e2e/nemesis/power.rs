@@ -281,26 +281,51 @@ fn a_failing_disk_halts_the_brokers_and_a_later_power_loss_loses_nothing_acknowl
     assert_eq!(r.results["valid"], true, "{}", r.results);
 }
 
-/// A full disk on every node for 5 s: appends, checkpoints and the quorum's log writes are
-/// refused (ENOSPC), and once the disk is freed the cluster takes writes again and every replica
-/// catches up: nothing acknowledged is lost and no replica is left behind.
+/// The nodes whose broker log says they halted on a failed write, whose message names `what`.
+fn halted_on(r: &Run, nodes: &[&str], what: &str) -> Vec<String> {
+    nodes
+        .iter()
+        .filter(|n| {
+            std::fs::read_to_string(r.dir.join("nodes").join(n).join("broker.log"))
+                .unwrap()
+                .lines()
+                .any(|l| l.contains(what) && l.contains("failed, halting"))
+        })
+        .map(|n| n.to_string())
+        .collect()
+}
+
+/// The first `disk-heal` the nemesis recorded as done.
+fn first_heal(r: &Run) -> &Value {
+    r.ops
+        .iter()
+        .find(|o| o["process"] == "nemesis" && o["f"] == "disk-heal" && o["type"] == "info")
+        .expect("a disk-heal info")
+}
+
+/// A full disk on every node for 5 s: each broker's first write the disk refuses (ENOSPC: a
+/// segment append, a checkpoint) halts it, as Kafka halts a broker whose only log directory
+/// failed; the heal starts the halted brokers on what their disks hold, and the cluster takes
+/// writes again with nothing acknowledged lost. Before, a refused append was answered
+/// `KAFKA_STORAGE_ERROR` and the broker went on, with changes half made (a batch in its segment
+/// whose epoch checkpoint was refused, answered as failed and replicated all the same) and
+/// refused high watermark checkpoints only logged.
 #[test]
-fn a_full_disk_refuses_writes_until_freed_and_the_cluster_recovers() {
+fn a_full_disk_halts_every_broker_it_refuses_and_the_heal_starts_them() {
     require_root("full disk");
     let faults = json!([
         {"time_s": 3, "f": "disk-fault", "value": {"targets": "all", "mode": "full"}},
         {"time_s": 8, "f": "disk-heal", "value": {"targets": "all"}}
     ]);
     let r = run_schedule(1, &faults, &[]);
-    let healed = r
-        .ops
-        .iter()
-        .find(|o| o["process"] == "nemesis" && o["f"] == "disk-heal" && o["type"] == "info")
-        .expect("a disk-heal info");
-    for n in ["n1", "n2", "n3"] {
+    let brokers = ["n1", "n2", "n3"];
+    let healed = first_heal(&r);
+    for n in brokers {
         let refused = healed["value"]["disk"][n]["refused"].as_u64().unwrap_or(0);
         assert!(refused > 0, "{n}'s full disk refused nothing: {healed}");
     }
+    assert_eq!(halted_on(&r, &brokers, ""), brokers, "{healed}");
+    assert_eq!(healed["value"]["started"], json!(brokers), "{healed}");
     let after = r
         .ops
         .iter()
@@ -311,40 +336,34 @@ fn a_full_disk_refuses_writes_until_freed_and_the_cluster_recovers() {
     assert_eq!(r.results["valid"], true, "{}", r.results);
 }
 
-/// A full disk on every node while a leader is killed: the election has to write the metadata
-/// quorum's vote and log, which the full disks refuse. Each broker whose quorum storage failed
-/// halts, and the heal starts it again. Before, the quorum stopped for good on the node while its
-/// broker served on with metadata it no longer received: under `--workload mirror --nemesis all`
-/// (seed 32) a mirror leader of an old epoch, behind its followers, that the other cluster then
-/// truncated to (230 acknowledged writes lost).
+/// The dedicated controllers' disks full while a leader is killed: the election has to write
+/// the metadata quorum's log and votes, which the full disks refuse. Each controller whose
+/// quorum storage failed halts, and the heal starts it again. Before, the quorum stopped for
+/// good on the node while its process served on with metadata it no longer received: under
+/// `--workload mirror --nemesis all` (seed 32, combined nodes) a mirror leader of an old epoch,
+/// behind its followers, that the other cluster then truncated to (230 acknowledged writes
+/// lost). The final phase's heal also frees a controller's disk (a spec's `all` is the brokers).
 #[test]
-fn a_full_disk_under_an_election_halts_the_brokers_whose_quorum_storage_failed() {
+fn a_full_disk_under_an_election_halts_the_controllers_whose_quorum_storage_failed() {
     require_root("full disk under an election");
+    let controllers = ["c1", "c2", "c3"];
     let faults = json!([
-        {"time_s": 3, "f": "disk-fault", "value": {"targets": "all", "mode": "full"}},
+        {"time_s": 3, "f": "disk-fault", "value": {"nodes": controllers, "mode": "full"}},
         {"time_s": 4, "f": "kill", "value": {"targets": "leader"}},
         {"time_s": 7, "f": "start", "value": {"targets": "all"}},
-        {"time_s": 9, "f": "disk-heal", "value": {"targets": "all"}}
+        {"time_s": 9, "f": "disk-heal", "value": {"nodes": controllers}}
     ]);
-    let r = run_schedule(1, &faults, &[]);
-    let halted: Vec<&str> = ["n1", "n2", "n3"]
-        .into_iter()
-        .filter(|n| {
-            std::fs::read_to_string(r.dir.join("nodes").join(n).join("broker.log"))
-                .unwrap()
-                .lines()
-                .any(|l| l.contains("metadata quorum's") && l.contains("failed, halting"))
-        })
-        .collect();
-    assert!(!halted.is_empty(), "no broker halted on its quorum storage");
-    let healed = r
-        .ops
-        .iter()
-        .find(|o| o["process"] == "nemesis" && o["f"] == "disk-heal" && o["type"] == "info")
-        .expect("a disk-heal info");
+    let r = run_schedule(1, &faults, &["--controllers", "3"]);
+    let halted = halted_on(&r, &controllers, "metadata quorum's");
     assert!(
-        !healed["value"]["started"].as_array().unwrap().is_empty(),
-        "the heal started no halted broker: {healed}"
+        !halted.is_empty(),
+        "no controller halted on its quorum storage"
+    );
+    let healed = first_heal(&r);
+    let started: Vec<String> = serde_json::from_value(healed["value"]["started"].clone()).unwrap();
+    assert!(
+        halted.iter().all(|h| started.contains(h)),
+        "the heal did not start every halted controller ({halted:?}): {healed}"
     );
     assert_eq!(r.results["valid"], true, "{}", r.results);
 }
