@@ -951,7 +951,7 @@ impl Broker {
         for (_, p) in parts {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.close()?,
-                Err(p) => p.flush()?,
+                Err(p) => p.flush(),
             }
         }
         let marker = self.config.log_dir.join(CLEAN_SHUTDOWN_FILE);

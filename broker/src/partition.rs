@@ -1521,7 +1521,7 @@ impl Partition {
     }
 
     /// fsyncs the log (a replica still shared at shutdown).
-    pub fn flush(&self) -> Result<(), LogError> {
+    pub fn flush(&self) {
         self.with_state(|s| s.log.flush())
     }
 

@@ -58,7 +58,7 @@ proptest! {
                     model.extend(vals);
                 }
                 Step::Flush => {
-                    log.flush().unwrap();
+                    log.flush();
                     flushed = model.len();
                 }
                 Step::Truncate(at) => {

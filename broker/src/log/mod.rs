@@ -585,17 +585,16 @@ impl PartitionLog {
         }
         self.unflushed_messages += messages;
         if self.unflushed_messages >= self.settings.flush_interval_messages {
-            self.flush()?;
+            self.flush();
         }
         Ok(())
     }
 
     /// fsyncs the active segment, after the rolled segments' background flushes have finished.
-    pub fn flush(&mut self) -> Result<(), LogError> {
+    pub fn flush(&mut self) {
         self.reap_rolled_flushes(true);
         self.active().flush();
         self.unflushed_messages = 0;
-        Ok(())
     }
 
     /// Collects the rolled segments' flushes that have finished, or all of them with `wait` (a
@@ -763,7 +762,7 @@ impl PartitionLog {
 
     /// Flushes and marks the log cleanly closed.
     pub fn close(mut self) -> Result<(), LogError> {
-        self.flush()?;
+        self.flush();
         producer_state::write_snapshot(&self.dir, self.log_end_offset(), &self.producers)?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         std::fs::write(&marker, b"").map_err(|e| LogError::io(&marker, e))
