@@ -285,9 +285,10 @@ impl Kind {
             // One node (Kafka's replication must cover it) or the whole cluster at once (only
             // per-message flush covers that).
             Kind::Power => vec!["one", "all"],
-            // One node, a leader (its log is what acknowledgements rest on), or every node at
-            // once (the whole ISR's copies with a hole in them).
-            Kind::Disk => vec!["one", "leader", "all"],
+            // One node, a leader (its log is what acknowledgements rest on), every node at
+            // once (the whole ISR's copies with a hole in them), or the active controller (the
+            // metadata quorum's log; a dedicated controller's is on no broker).
+            Kind::Disk => vec!["one", "leader", "all", "controller"],
             // One replica at a time: a wiped minority must rebuild from the others and the
             // remote store; a wiped majority of one partition's replicas is data lost by design.
             Kind::Wipe => vec!["one", "leader"],
