@@ -1031,6 +1031,33 @@ fn ack_below_min_isr_with_both_followers_stopped() {
     assert_unshared(&h, &replicas, &[bad]);
 }
 
+/// Five brokers, replication factor 3: the partition's replicas are the three the final replica
+/// states name, so with both followers killed its leader held the records alone though n4 and
+/// n5 ran. Replica states naming fewer replicas than the replication factor are a partial list,
+/// and then every broker of the cluster counts, as before.
+#[test]
+fn ack_below_min_isr_with_both_followers_stopped_among_five_brokers() {
+    let node = |i: u32| json!({"name": format!("n{i}"), "cluster": "a", "port": 9092});
+    let test = json!({"nodes": (1..=5).map(node).collect::<Vec<_>>(),
+                      "broker_config": {"min.insync.replicas": "2"},
+                      "broker": {"config": {"default_replication_factor": 3}}});
+    let recs = [(0, 1, 3)];
+    let mut h = Hist::new();
+    h.nemesis("kill", json!({"nodes": ["n2", "n3"]}));
+    let bad = h.send(0, &[1], Ok, Some(0));
+    h.ops[bad as usize].node = Some("n1".into());
+    let mut replicas = leader_and_follower(&recs);
+    replicas.push(replica("a", "n3", false, 1, &recs));
+    let r = check(&test, h.ops.clone(), Some(&replicas));
+    only(&r, &["ack-below-min-isr"]);
+    let e = &entries(&r, "ack-below-min-isr")[0];
+    assert_eq!(e["op_index"], json!(bad));
+    assert_eq!(e["reachable"], json!(["n1"]));
+    replicas.pop();
+    let r = check(&test, h.ops.clone(), Some(&replicas));
+    assert!(r.anomaly_types.is_empty(), "{}", r.summary(5));
+}
+
 /// Within one leader epoch the leader's high watermark only grows: a poll that started after
 /// another had finished, served under the same epoch, must not see a lower one, fault or not.
 #[test]

@@ -306,6 +306,7 @@ impl<'r> QueueAnalysis<'r> {
         };
         if let Some(replicas) = replicas {
             a.load_final_logs(replicas);
+            a.reach.learn_replicas(replicas);
         }
         a
     }
@@ -833,7 +834,10 @@ impl<'r> QueueAnalysis<'r> {
                 "invoke_index": invoked, "node": node, "offset": first, "min_insync_replicas": min,
             })
         };
-        match self.reach.unshared(node, invoked, min) {
+        match self
+            .reach
+            .unshared(node, (topic, part.partition), invoked, min)
+        {
             Some(unshared) => {
                 let entry = entry();
                 self.push_unshared(entry, unshared);

@@ -18,9 +18,12 @@
 //! Other faults that stop and start nodes themselves (rolls, handoffs, power losses, ...) are
 //! not read, and since any of them may start a node the record has down or paused, none is
 //! held stopped past such a fault's invocation. A node that answers a client is running,
-//! whatever the record says. Replicas are every broker of the node's cluster, and reach is
-//! transitive: a broker that could fetch from one that could have the records could have them
-//! too.
+//! whatever the record says. Replicas are the brokers the final replica states list for the
+//! partition when they name at least the test's replication factor of them, the acknowledging
+//! node among them (records flow only between a partition's replicas; a cluster of more brokers
+//! than the replication factor keeps most of them out of it; a node whose state could not be
+//! read is listed for every partition), else every broker of the node's cluster, and reach is transitive: a broker that could fetch from one that could have the
+//! records could have them too.
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -131,6 +134,11 @@ pub(super) struct Reach {
     /// The strand under way: its invocation's op index and time.
     strand: Option<(u64, u64)>,
     held: Vec<HeldAck>,
+    /// Per topic and partition: the brokers holding a replica of it, as bits.
+    replicas: FxHashMap<String, FxHashMap<i64, u64>>,
+    /// `default_replication_factor` of the test's broker config: fewer replicas listed for a
+    /// partition are a partial list.
+    replication_factor: Option<u32>,
 }
 
 const MS: u64 = 1_000_000;
@@ -160,6 +168,10 @@ impl Reach {
             apart_since: vec![None; n * n],
             ..Reach::default()
         };
+        reach.replication_factor = test
+            .pointer("/broker/config/default_replication_factor")
+            .and_then(Value::as_u64)
+            .and_then(|f| u32::try_from(f).ok());
         for (i, b) in brokers.into_iter().enumerate() {
             reach.ids.insert(b.name.clone(), i);
             reach.names.push(b.name);
@@ -167,6 +179,21 @@ impl Reach {
             reach.ports.push(b.port);
         }
         reach
+    }
+
+    /// Takes each partition's replicas from the final replica states (a replica whose dump
+    /// failed is one all the same).
+    pub fn learn_replicas(&mut self, states: &[crate::ReplicaState]) {
+        for s in states {
+            if let Some(&i) = self.ids.get(&s.node) {
+                *self
+                    .replicas
+                    .entry(s.topic.clone())
+                    .or_default()
+                    .entry(s.partition)
+                    .or_default() |= 1 << i;
+            }
+        }
     }
 
     fn pair(&self, a: usize, b: usize) -> usize {
@@ -381,12 +408,34 @@ impl Reach {
         self.any_apart = self.apart_since.iter().any(Option::is_some);
     }
 
-    /// For a send invoked at op `invoked` and acknowledged now by `node`: what proves the
-    /// acknowledgement held fewer than `min_insync` replicas, if anything does.
-    pub fn unshared(&self, node: &str, invoked: u64, min_insync: u64) -> Option<Unshared> {
+    /// For a send to `topic`/`partition` invoked at op `invoked` and acknowledged now by
+    /// `node`: what proves the acknowledgement held fewer than `min_insync` replicas, if
+    /// anything does.
+    pub fn unshared(
+        &self,
+        node: &str,
+        (topic, partition): (&str, i64),
+        invoked: u64,
+        min_insync: u64,
+    ) -> Option<Unshared> {
         let &acker = self.ids.get(node)?;
         let n = self.names.len();
-        let peer = |i: usize| self.clusters[i] == self.clusters[acker];
+        // Replica states that leave out the acknowledging node, or name fewer replicas than
+        // the replication factor, say nothing of this partition.
+        let replicas = self
+            .replicas
+            .get(topic)
+            .and_then(|p| p.get(&partition))
+            .copied()
+            .filter(|bits| bits & (1 << acker) != 0)
+            .filter(|bits| {
+                self.replication_factor
+                    .is_some_and(|f| bits.count_ones() >= f)
+            });
+        let peer = |i: usize| {
+            self.clusters[i] == self.clusters[acker]
+                && replicas.is_none_or(|bits| bits & (1 << i) != 0)
+        };
         let apart = |a: usize, b: usize| {
             self.apart_since[self.pair(a, b)].is_some_and(|since| since < invoked)
         };
@@ -434,6 +483,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The partition every acknowledgement here is of.
+    const T: (&str, i64) = ("t", 0);
+
     /// `r` takes in the completion of fault `f` at op `index`.
     fn done(r: &mut Reach, index: u64, f: &str, value: Value) {
         r.nemesis((index, 0), f, false, false, &value).unwrap();
@@ -464,25 +516,25 @@ mod tests {
     fn a_leader_cut_off_from_both_followers_shares_with_none() {
         let mut r = three();
         isolate_n1(&mut r, 10, Some(vec![9092]));
-        let u = r.unshared("n1", 11, 2).expect("cut off");
+        let u = r.unshared("n1", T, 11, 2).expect("cut off");
         assert_eq!(u.reachable, ["n1"]);
         assert_eq!(u.cut_off, [("n2".to_string(), 10), ("n3".to_string(), 10)]);
         // Invoked before the cut was in force: its records may have been fetched.
-        assert_eq!(r.unshared("n1", 9, 2), None);
+        assert_eq!(r.unshared("n1", T, 9, 2), None);
         // With min.insync.replicas 1 the leader alone is enough.
-        assert_eq!(r.unshared("n1", 11, 1), None);
+        assert_eq!(r.unshared("n1", T, 11, 1), None);
         // The followers still reach each other, and not the leader.
-        assert_eq!(r.unshared("n2", 11, 2), None);
+        assert_eq!(r.unshared("n2", T, 11, 2), None);
     }
 
     #[test]
     fn a_heal_invoked_or_a_cut_on_other_ports_lets_records_through() {
         let mut r = three();
         isolate_n1(&mut r, 10, Some(vec![9093]));
-        assert_eq!(r.unshared("n1", 11, 2), None);
+        assert_eq!(r.unshared("n1", T, 11, 2), None);
         isolate_n1(&mut r, 12, None);
         invoked(&mut r, 20, "stop-partition", json!({}));
-        assert_eq!(r.unshared("n1", 13, 2), None);
+        assert_eq!(r.unshared("n1", T, 13, 2), None);
         // A start-partition that recorded an error is not trusted.
         r.nemesis(
             (21, 0),
@@ -492,7 +544,7 @@ mod tests {
             &json!({"grudge": {"n1": ["n2", "n3"]}}),
         )
         .unwrap();
-        assert_eq!(r.unshared("n1", 22, 2), None);
+        assert_eq!(r.unshared("n1", T, 22, 2), None);
     }
 
     #[test]
@@ -500,14 +552,14 @@ mod tests {
         let mut r = three();
         done(&mut r, 5, "kill", json!({"nodes": ["n2"]}));
         done(&mut r, 6, "pause", json!({"nodes": ["n3"]}));
-        let u = r.unshared("n1", 7, 2).expect("both followers stopped");
+        let u = r.unshared("n1", T, 7, 2).expect("both followers stopped");
         assert_eq!(u.cut_off, [("n2".to_string(), 5), ("n3".to_string(), 6)]);
         invoked(&mut r, 8, "resume", json!({}));
-        assert_eq!(r.unshared("n1", 7, 2), None);
+        assert_eq!(r.unshared("n1", T, 7, 2), None);
         // Min ISR 3 needs n2 too, which is still down.
-        assert!(r.unshared("n1", 9, 3).is_some());
+        assert!(r.unshared("n1", T, 9, 3).is_some());
         invoked(&mut r, 10, "start", json!({"nodes": ["n2"]}));
-        assert_eq!(r.unshared("n1", 11, 3), None);
+        assert_eq!(r.unshared("n1", T, 11, 3), None);
     }
 
     #[test]
@@ -516,9 +568,9 @@ mod tests {
         done(&mut r, 5, "kill", json!({"nodes": ["n2", "n3"]}));
         r.other_fault(6, "clock-skew");
         r.other_fault(6, "disk-fault");
-        assert!(r.unshared("n1", 7, 2).is_some());
+        assert!(r.unshared("n1", T, 7, 2).is_some());
         r.other_fault(8, "power-loss");
-        assert_eq!(r.unshared("n1", 9, 2), None);
+        assert_eq!(r.unshared("n1", T, 9, 2), None);
     }
 
     #[test]
@@ -526,7 +578,7 @@ mod tests {
         let mut r = three();
         done(&mut r, 5, "kill", json!({"nodes": ["n2", "n3"]}));
         r.answered("n3", 6);
-        assert_eq!(r.unshared("n1", 7, 2), None);
+        assert_eq!(r.unshared("n1", T, 7, 2), None);
     }
 
     #[test]
@@ -539,7 +591,7 @@ mod tests {
             "start-partition",
             json!({"grudge": {"n1": ["n3"], "n3": ["n1"]}}),
         );
-        assert_eq!(r.unshared("n1", 2, 3), None);
+        assert_eq!(r.unshared("n1", T, 2, 3), None);
         // Another cluster's brokers are no replicas of this one's partitions.
         let mut two = Reach::from_test(&json!({"nodes": [
             {"name": "a1", "cluster": "a"}, {"name": "a2", "cluster": "a"},
@@ -551,9 +603,57 @@ mod tests {
             "start-partition",
             json!({"grudge": {"a1": ["a2"]}}),
         );
-        let u = two.unshared("a1", 2, 2).expect("a1 alone in its cluster");
+        let u = two
+            .unshared("a1", T, 2, 2)
+            .expect("a1 alone in its cluster");
         assert_eq!(u.reachable, ["a1"]);
         assert_eq!(u.cut_off, [("a2".to_string(), 1)]);
+    }
+
+    /// Five brokers, t/0 on three of them: with both of its followers killed its leader shares
+    /// with no replica, though two other brokers run; the partition's replicas come from the
+    /// final replica states, and states that leave out the acknowledging node, or name fewer
+    /// replicas than the replication factor, say nothing.
+    #[test]
+    fn replicas_are_the_partitions_where_the_final_states_name_them() {
+        let five = || {
+            let mut r = Reach::from_test(&json!({
+                "nodes": (1..=5)
+                    .map(|i| json!({"name": format!("n{i}"), "cluster": "a"}))
+                    .collect::<Vec<_>>(),
+                "broker": {"config": {"default_replication_factor": 3}}}));
+            done(&mut r, 5, "kill", json!({"nodes": ["n2", "n3"]}));
+            r
+        };
+        let state = |node: &str, partition: i64| -> crate::ReplicaState {
+            serde_json::from_value(
+                json!({"cluster": "a", "node": node, "topic": "t", "partition": partition}),
+            )
+            .unwrap()
+        };
+        let mut r = five();
+        assert_eq!(r.unshared("n1", T, 7, 2), None, "n4 and n5 may hold it");
+        r.learn_replicas(&[
+            state("n1", 0),
+            state("n2", 0),
+            state("n3", 0),
+            state("n4", 1),
+        ]);
+        let u = r.unshared("n1", T, 7, 2).expect("both followers down");
+        assert_eq!(u.reachable, ["n1"]);
+        assert_eq!(u.cut_off, [("n2".to_string(), 5), ("n3".to_string(), 5)]);
+        assert_eq!(
+            r.unshared("n4", ("t", 1), 7, 2),
+            None,
+            "t/1's list is partial"
+        );
+        let mut r = five();
+        r.learn_replicas(&[state("n2", 0), state("n3", 0), state("n4", 0)]);
+        assert_eq!(
+            r.unshared("n1", T, 7, 2),
+            None,
+            "states without n1 say nothing"
+        );
     }
 
     const MS: u64 = 1_000_000;
