@@ -365,17 +365,22 @@ pub enum DiskFault {
     FailFsync,
     /// The disk is full: every write that would grow a file fails with ENOSPC.
     Full,
+    /// The disk is nearly full: files grow into a little room left (4 KiB), the write that
+    /// fills it is cut short, and growth past it fails with ENOSPC; two writes that make one
+    /// change (a batch and its checkpoint) may see one fit and the other refused.
+    NearlyFull,
 }
 
 impl DiskFault {
     /// Every way, in the order schedules name them.
-    pub const ALL: [DiskFault; 2] = [DiskFault::FailFsync, DiskFault::Full];
+    pub const ALL: [DiskFault; 3] = [DiskFault::FailFsync, DiskFault::Full, DiskFault::NearlyFull];
 
     /// Its name in histories and on the filesystem's command line.
     pub fn name(self) -> &'static str {
         match self {
             DiskFault::FailFsync => "fail-fsync",
             DiskFault::Full => "full",
+            DiskFault::NearlyFull => "nearly-full",
         }
     }
 }

@@ -1,8 +1,9 @@
-//! A failing disk through the database's [`FailingDisk`] ability. `disk-fault` puts one of two
+//! A failing disk through the database's [`FailingDisk`] ability. `disk-fault` puts one of three
 //! faults in force in the target nodes' data directories: `fail-fsync`, every fsync failing with
 //! EIO and dropping what it would have made durable while reads go on seeing it, as Linux's page
-//! cache does after a failed write-back; or `full`, every write that would grow a file failing
-//! with ENOSPC. `disk-heal` makes the disk work again, and reboots a node whose process stopped
+//! cache does after a failed write-back; `full`, every write that would grow a file failing
+//! with ENOSPC; or `nearly-full`, a little room left, the write that fills it cut short and
+//! growth past it refused. `disk-heal` makes the disk work again, and reboots a node whose process stopped
 //! after its failed fsyncs dropped something (a broker that halts on a log directory failure, as
 //! Kafka's does), as an operator restarts a machine whose disk failed: it comes back on what its
 //! disk holds, without what only the cache held. A node stopped with nothing dropped is started

@@ -17,7 +17,9 @@
 //!   the bytes are written again. A program that goes on after a failed fsync and trusts the next
 //!   one has a hole in what it believes durable (PostgreSQL's "fsyncgate", 2018).
 //! - A full disk (asked for likewise) refuses every write or truncate that would grow a file with
-//!   ENOSPC; overwrites in place, shrinking, fsyncs and new names go on working.
+//!   ENOSPC; overwrites in place, shrinking, fsyncs and new names go on working. A nearly full one
+//!   has a little room left (what shrinks or is removed frees room again): the write that fills
+//!   it is cut short at the last byte that fits, as a real disk's is, and growth past it fails.
 //!
 //! The backing directory holds exactly the durable state, as plain files and directories: it is
 //! read in at mount and changed only at fsync and at power loss, so remounting it after a power

@@ -47,15 +47,16 @@ enum Command {
         seed: u64,
     },
     /// Make the disk behind CONTROL fail: `--fault fail-fsync` (every fsync fails with EIO,
-    /// dropping what it would have made durable, as Linux's do) or `--fault full` (every write
-    /// that would grow a file fails with ENOSPC); without --fault it works again. Prints the
-    /// disk's state as JSON.
+    /// dropping what it would have made durable, as Linux's do), `--fault full` (every write
+    /// that would grow a file fails with ENOSPC) or `--fault nearly-full` (4 KiB of room left:
+    /// the write that fills it is cut short, later growth fails with ENOSPC); without --fault it
+    /// works again. Prints the disk's state as JSON.
     Disk {
         /// The mount's control socket.
         #[arg(long)]
         control: PathBuf,
-        /// The fault: fail-fsync or full.
-        #[arg(long, value_parser = ["fail-fsync", "full"])]
+        /// The fault: fail-fsync, full or nearly-full.
+        #[arg(long, value_parser = ["fail-fsync", "full", "nearly-full"])]
         fault: Option<String>,
     },
 }
@@ -85,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Command::Disk { control, fault } => {
             let fault = match fault.as_deref() {
                 Some("fail-fsync") => Some(Fault::FailFsync),
+                Some("nearly-full") => Some(Fault::NearlyFull),
                 Some(_) => Some(Fault::Full),
                 None => None,
             };

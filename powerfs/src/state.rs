@@ -146,7 +146,14 @@ pub struct State {
     lost_bytes: u64,
     /// Writes and truncates a full disk refused, since the mount.
     refused: u64,
+    /// While nearly full: the disk's size, what its files held when the fault began and the
+    /// room left then.
+    capacity: Option<u64>,
 }
+
+/// The room a nearly full disk has left when the fault begins: a few checkpoints and segment
+/// appends fit, and then one write fits only in part.
+pub const NEARLY_FULL_ROOM: u64 = 4 * 1024;
 
 /// A way for the disk to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +163,10 @@ pub enum Fault {
     FailFsync,
     /// The disk is full: every write or truncate that would grow a file fails with ENOSPC.
     Full,
+    /// The disk has [`NEARLY_FULL_ROOM`] bytes left: files grow until their lengths fill it
+    /// (what shrinks or is removed frees room again), a write that does not fit is cut short at
+    /// the last byte that does, and growing past it fails with ENOSPC.
+    NearlyFull,
 }
 
 /// The disk's state: its fault, and what faults have done so far.
@@ -185,6 +196,7 @@ impl State {
             fault: None,
             lost_bytes: 0,
             refused: 0,
+            capacity: None,
         };
         let meta = fs::metadata(backing)?;
         let root = state.load_dir(backing)?;
@@ -400,25 +412,58 @@ impl State {
         Ok(f.data[start..end].to_vec())
     }
 
-    /// Refuses growing a file to `end` bytes while the disk is full.
-    fn room_for(&mut self, ino: u64, end: usize) -> Result<(), Errno> {
-        let full = self.fault == Some(Fault::Full);
+    /// How far file `ino` may grow towards `end` bytes: `end` unless the disk is full, or
+    /// nearly full with less room left than that.
+    fn room_for(&self, ino: u64, end: usize) -> Result<usize, Errno> {
         let len = match &self.inode(ino)?.body {
             Body::File(f) => f.data.len(),
             Body::Dir(_) => return Err(libc::EISDIR),
         };
-        if full && end > len {
+        if end <= len {
+            return Ok(end);
+        }
+        Ok(match (self.fault, self.capacity) {
+            (Some(Fault::Full), _) => len,
+            (Some(Fault::NearlyFull), Some(capacity)) => {
+                let free = capacity.saturating_sub(self.used());
+                end.min(len.saturating_add(usize::try_from(free).unwrap_or(usize::MAX)))
+            }
+            _ => end,
+        })
+    }
+
+    /// What the linked files hold, in bytes.
+    fn used(&self) -> u64 {
+        let mut used = 0;
+        let mut dirs = vec![ROOT];
+        while let Some(d) = dirs.pop() {
+            let Some(Body::Dir(dir)) = self.inodes.get(&d).map(|i| &i.body) else {
+                continue;
+            };
+            for ino in dir.entries.values() {
+                match self.inodes.get(ino).map(|i| &i.body) {
+                    Some(Body::File(f)) => used += f.data.len() as u64,
+                    Some(Body::Dir(_)) => dirs.push(*ino),
+                    None => {}
+                }
+            }
+        }
+        used
+    }
+
+    /// Writes `data` at `offset` of file `ino` (volatile until fsync); on a nearly full disk,
+    /// what fits of it.
+    pub fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let start = offset as usize;
+        let wanted = start.checked_add(data.len()).ok_or(libc::EFBIG)?;
+        let end = self.room_for(ino, wanted)?;
+        // A full disk refuses any growth; a nearly full one takes what fits.
+        let refused = end < wanted && (end <= start || self.fault == Some(Fault::Full));
+        if refused && !data.is_empty() {
             self.refused += 1;
             return Err(libc::ENOSPC);
         }
-        Ok(())
-    }
-
-    /// Writes `data` at `offset` of file `ino` (volatile until fsync).
-    pub fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
-        let start = offset as usize;
-        let end = start.checked_add(data.len()).ok_or(libc::EFBIG)?;
-        self.room_for(ino, end)?;
+        let data = &data[..end - start];
         let f = self.file_mut(ino)?;
         if f.data.len() < end {
             f.data.resize(end, 0);
@@ -434,7 +479,10 @@ impl State {
 
     /// Sets file `ino`'s length (volatile until fsync).
     pub fn truncate(&mut self, ino: u64, size: u64) -> Result<(), Errno> {
-        self.room_for(ino, size as usize)?;
+        if self.room_for(ino, size as usize)? < size as usize {
+            self.refused += 1;
+            return Err(libc::ENOSPC);
+        }
         let f = self.file_mut(ino)?;
         f.data.resize(size as usize, 0);
         f.lost = subtract(&f.lost, size as usize, usize::MAX);
@@ -508,6 +556,7 @@ impl State {
     /// [`FileBody`]'s `lost`), and one of a directory leaves its entries pending for the next.
     pub fn set_fault(&mut self, fault: Option<Fault>) -> DiskState {
         self.fault = fault;
+        self.capacity = (fault == Some(Fault::NearlyFull)).then(|| self.used() + NEARLY_FULL_ROOM);
         self.disk()
     }
 
@@ -604,6 +653,7 @@ impl State {
     /// mount); what failed fsyncs dropped stays dropped.
     pub fn sync_all(&mut self) -> Result<(), Errno> {
         self.fault = None;
+        self.capacity = None;
         let mut order = Vec::new();
         let mut stack = vec![ROOT];
         while let Some(dir) = stack.pop() {
@@ -910,5 +960,34 @@ mod tests {
         assert_eq!(fs::read(dir.path().join("log")).unwrap(), b"0ab");
         assert_eq!(s.set_fault(None).refused, 3);
         assert_eq!(s.write(f, 3, b"c"), Ok(1));
+    }
+
+    #[test]
+    fn a_nearly_full_disk_cuts_the_write_that_fills_it_short_and_frees_what_shrinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = State::load(dir.path()).unwrap();
+        let log = s.create(ROOT, name("log"), 0o644, 0, 0, false).unwrap();
+        s.write(log, 0, &[1; 100]).unwrap();
+        let room = NEARLY_FULL_ROOM as usize;
+        s.set_fault(Some(Fault::NearlyFull));
+        // Another file takes all but 10 bytes of the room; the log's next write gets those.
+        let other = s.create(ROOT, name("other"), 0o644, 0, 0, false).unwrap();
+        assert_eq!(
+            s.write(other, 0, &vec![2; room - 10]),
+            Ok((room - 10) as u32)
+        );
+        assert_eq!(s.write(log, 100, &[3; 30]), Ok(10));
+        assert_eq!(s.write(log, 110, &[3; 20]), Err(libc::ENOSPC));
+        assert_eq!(s.truncate(log, 111), Err(libc::ENOSPC));
+        // Overwrites in place still work; shrinking or removing a file frees its room.
+        assert_eq!(s.write(log, 0, &[4; 50]), Ok(50));
+        s.truncate(other, 0).unwrap();
+        assert_eq!(s.write(log, 110, &[5; 20]), Ok(20));
+        s.remove(ROOT, name("log"), false).unwrap();
+        assert_eq!(s.write(other, 0, &vec![6; room]), Ok(room as u32));
+        assert_eq!(s.disk().refused, 2);
+        // Healed, it has room again.
+        s.set_fault(None);
+        assert_eq!(s.write(other, room as u64, &[7; 64]), Ok(64));
     }
 }

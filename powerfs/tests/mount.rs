@@ -316,3 +316,28 @@ fn a_failed_fsync_leaves_a_hole_that_the_next_fsync_does_not_fill() {
     expected.extend_from_slice(b"+after");
     assert_eq!(fs::read(m.path("log")).unwrap(), expected);
 }
+
+/// Through the kernel, a nearly full disk cuts the write that fills it short (the caller sees
+/// how much went in) and refuses the rest; what fits is there, and healed it has room again.
+#[test]
+fn a_nearly_full_disk_takes_what_fits_of_a_write_and_refuses_the_rest() {
+    let m = Mount::new();
+    let disk = |fault: Option<Fault>| match control::call(&m.control(), &Request::Disk { fault }) {
+        Ok(Reply::Disk(state)) => state,
+        other => panic!("disk request failed: {other:?}"),
+    };
+    disk(Some(Fault::NearlyFull));
+    let room = tidemark_powerfs::state::NEARLY_FULL_ROOM as usize;
+    let mut f = write_new(&m.path("log"), &[]);
+    let n = f.write(&vec![7; room + 100]).unwrap();
+    assert_eq!(n, room, "a short write of what fits");
+    let e = f.write(&[8; 10]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    assert_eq!(fs::read(m.path("log")).unwrap(), vec![7; room]);
+    assert_eq!(disk(None).refused, 1);
+    f.write_all(&[9; 100]).unwrap();
+    assert_eq!(
+        fs::metadata(m.path("log")).unwrap().len(),
+        (room + 100) as u64
+    );
+}
