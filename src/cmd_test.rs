@@ -157,8 +157,8 @@ pub struct Args {
 struct NemesisArgs {
     /// Fault kinds, comma separated: partition, kill, pause, clock, loss, roll (rolling
     /// restarts), corrupt, unclean, power, disk (fsyncs fail and drop what they would have made
-    /// durable, or the disk is full or nearly so), wipe (a node loses its log directory and starts empty),
-    /// with `--workload mirror`
+    /// durable, or the disk is full or nearly so), wipe (a node loses its log directory and
+    /// starts empty), with `--workload mirror`
     /// failover (failover then failback) and mirror-config (flip
     /// mirror.support.unclean.leader.election), with `--workload tiered` remote-outage (the
     /// remote store unreachable for a while) and tiered-config (turn KIP-1023's

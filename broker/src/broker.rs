@@ -996,10 +996,7 @@ fn write_offset_checkpoint(path: &std::path::Path, offsets: &BTreeMap<(String, i
         .map(|((topic, index), o)| format!("{topic} {index} {o}\n"))
         .collect();
     let text = format!("0\n{}\n{}", lines.len(), lines.concat());
-    crate::durable::written_or_halt(
-        crate::durable::replace_file(path, text.as_bytes()),
-        &format!("writing {}", path.display()),
-    )
+    crate::durable::replace_or_halt(path, text.as_bytes())
 }
 
 /// Reads a Kafka offset checkpoint (`replication-offset-checkpoint`, `log-start-offset-checkpoint`):

@@ -53,6 +53,16 @@ pub fn written_or_halt<T>(r: std::io::Result<T>, what: &str) -> T {
     }
 }
 
+/// [`replace_file`], halting when the log directory refuses it ([`written_or_halt`]): for the
+/// broker's own checkpoints and state files, which kept in memory but not on disk a restart
+/// would forget.
+pub fn replace_or_halt(path: &Path, bytes: &[u8]) {
+    written_or_halt(
+        replace_file(path, bytes),
+        &format!("writing {}", path.display()),
+    )
+}
+
 /// Makes a directory's entries durable (halting if the fsync fails, see [`sync_or_halt`]).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     sync_or_halt(&std::fs::File::open(dir)?, dir, false);

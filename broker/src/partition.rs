@@ -648,11 +648,7 @@ impl Partition {
                 let path = self.dir.join(STATE_FILE);
                 let bytes = serde_json::to_vec(&s.persisted())
                     .map_err(|e| LogError::Invalid(e.to_string()))?;
-                // Kept in memory but not on disk, a restart would forget it: halt instead.
-                crate::durable::written_or_halt(
-                    crate::durable::replace_file(&path, &bytes),
-                    &format!("writing {}", path.display()),
-                );
+                crate::durable::replace_or_halt(&path, &bytes);
             }
             s.apply_truncation_cap();
             s.maybe_increment_high_watermark(strict_min_isr);
@@ -1280,10 +1276,7 @@ impl Partition {
             };
             let bytes =
                 serde_json::to_vec(&record).map_err(|e| LogError::Invalid(e.to_string()))?;
-            crate::durable::written_or_halt(
-                crate::durable::replace_file(&path, &bytes),
-                &format!("writing {}", path.display()),
-            );
+            crate::durable::replace_or_halt(&path, &bytes);
             Ok(true)
         })
     }

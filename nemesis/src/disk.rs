@@ -3,11 +3,11 @@
 //! EIO and dropping what it would have made durable while reads go on seeing it, as Linux's page
 //! cache does after a failed write-back; `full`, every write that would grow a file failing
 //! with ENOSPC; or `nearly-full`, a little room left, the write that fills it cut short and
-//! growth past it refused. `disk-heal` makes the disk work again, and reboots a node whose process stopped
-//! after its failed fsyncs dropped something (a broker that halts on a log directory failure, as
-//! Kafka's does), as an operator restarts a machine whose disk failed: it comes back on what its
-//! disk holds, without what only the cache held. A node stopped with nothing dropped is started
-//! as it is. One that kept running is left as it is: its disk just works again, and what a
+//! growth past it refused. `disk-heal` makes the disk work again, and reboots a node whose
+//! process stopped after its failed fsyncs dropped something (a broker that halts on a log
+//! directory failure, as Kafka's does), as an operator restarts a machine whose disk failed: it
+//! comes back on what its disk holds, without what only the cache held. A node stopped with
+//! nothing dropped (a broker halted on a write its disk refused) is started as it is. One that kept running is left as it is: its disk just works again, and what a
 //! failed fsync dropped stays a hole it does not know of, which a later power loss reveals.
 //!
 //! [`FailingDisk`]: tidemark_harness::db::FailingDisk
@@ -152,8 +152,9 @@ impl FaultOp for DiskOp {
                 None => disk.heal(n)?,
             };
             // Only a node whose failed fsyncs dropped something has a cache to lose: it is
-            // rebooted. One that stopped with nothing dropped (a broker that halted on a failed
-            // directory fsync; at the final heal, one a kill left down) is started as it is.
+            // rebooted. One that stopped with nothing dropped (a broker that halted on a write
+            // its full disk refused; at the final heal, one a kill left down) is started as it
+            // is.
             let dropped = report["lost_bytes"].as_u64().is_some_and(|b| b > 0);
             reports
                 .lock()

@@ -22,8 +22,9 @@
 //! partition when they name at least the test's replication factor of them, the acknowledging
 //! node among them (records flow only between a partition's replicas; a cluster of more brokers
 //! than the replication factor keeps most of them out of it; a node whose state could not be
-//! read is listed for every partition), else every broker of the node's cluster, and reach is transitive: a broker that could fetch from one that could have the
-//! records could have them too.
+//! read is listed for every partition), else every broker of the node's cluster; and reach is
+//! transitive: a broker that could fetch from one that could have the records could have them
+//! too.
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;

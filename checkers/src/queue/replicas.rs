@@ -89,18 +89,19 @@ impl<'r> FinalLogs<'r> {
             // tail its cluster cut (a failback's truncation it missed) must not stand for a log
             // the others agree on otherwise.
             let hw = |i: usize| replicas[i].high_watermark;
-            let backing = |i: usize| {
-                if leaders.is_empty() {
-                    agreeing(replicas, i, &readable)
-                } else {
-                    0
-                }
+            // Counted only between equals, and only without a leader: it compares whole logs.
+            let keeps = |b: usize, i: usize| {
+                hw(b) > hw(i)
+                    || (hw(b) == hw(i)
+                        && (!leaders.is_empty()
+                            || agreeing(replicas, b, &readable)
+                                >= agreeing(replicas, i, &readable)))
             };
             let leader = pool
                 .iter()
                 .copied()
                 .fold(None, |best: Option<usize>, i| match best {
-                    Some(b) if (hw(b), backing(b)) >= (hw(i), backing(i)) => Some(b),
+                    Some(b) if keeps(b, i) => Some(b),
                     _ => Some(i),
                 });
             if let Some(leader) = leader {
