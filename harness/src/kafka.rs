@@ -339,6 +339,14 @@ impl Connection {
         Ok(conn)
     }
 
+    /// How long a produce asks the leader to wait for its replicas: three quarters of the
+    /// request's own timeout, so the leader's answer to a wait that ran out (REQUEST_TIMED_OUT, or
+    /// whatever a faulty broker says instead) reaches the history rather than the client's
+    /// timeout cutting it off. Kafka's clients send their request timeout as both.
+    fn ack_timeout(&self) -> Duration {
+        self.timeout * 3 / 4
+    }
+
     /// Whether an earlier request left the connection unusable.
     pub fn is_broken(&self) -> bool {
         self.broken.is_some()
@@ -715,7 +723,8 @@ impl Connection {
     }
 
     /// Appends one encoded record batch to a partition (an idempotent producer's batch is sent
-    /// again unchanged when retried).
+    /// again unchanged when retried). The leader is asked to answer within
+    /// [`Connection::ack_timeout`].
     pub async fn produce_batch(
         &mut self,
         topic: &str,
@@ -726,7 +735,7 @@ impl Connection {
         let version = self.version(ApiKey::Produce)?;
         let req = ProduceRequest::default()
             .with_acks(acks)
-            .with_timeout_ms(self.timeout.as_millis() as i32)
+            .with_timeout_ms(self.ack_timeout().as_millis() as i32)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partition_data(vec![PartitionProduceData::default()

@@ -172,3 +172,85 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     runtime.destroy().unwrap();
     assert_nothing_left(&record);
 }
+
+/// A leader that cannot reach its followers nor a metadata quorum cannot commit a send, nor shrink
+/// the ISR to commit it without them: it answers REQUEST_TIMED_OUT when the wait it was asked for
+/// runs out, before the client's own timeout, so the broker's answer is what the history records
+/// (a faulty broker's answer to that wait would be recorded the same way) and the connection
+/// stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_wait_for_replicas_runs_out_answers_before_the_client_gives_up() {
+    require_root("a_leader_whose_wait_for_replicas_runs_out_answers_before_the_client_gives_up");
+    let work = tempfile::tempdir().unwrap();
+    let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+    let record = json!({"runtime": runtime.describe()});
+    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+    let nodes = runtime.create("a", &names).unwrap();
+    let db = TidemarkBroker::new(broker(), BrokerConfig::for_replication(3), vec![]);
+    for n in &nodes {
+        db.setup(n, &nodes).unwrap();
+    }
+    let timeout = Duration::from_secs(4);
+    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), timeout);
+    await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
+        .await
+        .unwrap();
+    let queue = Queue::new(QueueOptions::new(3));
+    queue
+        .setup(SetupContext {
+            clusters: std::slice::from_ref(&cx),
+            db: &db,
+        })
+        .await
+        .unwrap();
+    let mut client = queue.open(std::slice::from_ref(&cx), 1);
+    let send = |values: serde_json::Value| {
+        op(
+            "send",
+            json!({"topic": "t0", "partition": 0, "values": values}),
+        )
+    };
+    // Until every follower has joined the ISR a new topic refuses acks=all sends.
+    let started = Instant::now();
+    let first = loop {
+        let c = client.invoke(&send(json!([1]))).await;
+        if c.outcome == Outcome::Ok || started.elapsed() > Duration::from_secs(30) {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(first.outcome, Outcome::Ok, "{first:?}");
+    let leader_name = first.node.clone().unwrap();
+
+    let pause = db.as_pause().unwrap();
+    let followers: Vec<_> = nodes.iter().filter(|n| n.name != leader_name).collect();
+    for f in &followers {
+        pause.pause(f).unwrap();
+    }
+    let started = Instant::now();
+    let waited = client.invoke(&send(json!([2]))).await;
+    let took = started.elapsed();
+    for f in &followers {
+        pause.resume(f).unwrap();
+    }
+    assert_eq!(waited.outcome, Outcome::Info, "{waited:?}");
+    assert_eq!(
+        waited.error.as_deref(),
+        Some("RequestTimedOut"),
+        "{waited:?} after {took:?}"
+    );
+    assert_eq!(waited.node.as_deref(), Some(leader_name.as_str()));
+    assert!(took < timeout, "answered after {took:?}");
+
+    // The same client goes on over the connection the answer came on.
+    let polled = client
+        .invoke(&op(
+            "poll",
+            json!({"topic": "t0", "partition": 0, "from": 0}),
+        ))
+        .await;
+    assert_eq!(polled.outcome, Outcome::Ok, "{polled:?}");
+
+    runtime.destroy().unwrap();
+    assert_nothing_left(&record);
+}
