@@ -31,6 +31,7 @@ const UNDOING: &[&str] = &[
     "clock-reset",
     "stop-loss",
     "disk-heal",
+    "converge",
 ];
 
 /// The strings of a JSON list (none for anything else).

@@ -33,6 +33,11 @@ pub enum AnomalyKind {
     /// After healing and the convergence period, a replica's log ends short of its partition's
     /// final high watermark: it never caught up.
     LaggingReplica,
+    /// After healing and the convergence period, a replica caught up with its leader was still
+    /// outside the partition's ISR: it was never let back in.
+    UnderReplicated,
+    /// After healing and the convergence period, a partition had no leader.
+    OfflinePartition,
     /// Two observations of one offset in one cluster disagree on its value.
     InconsistentOffsets,
     /// One value at more than one offset.
@@ -110,13 +115,15 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 33] = [
+    pub const ALL: [AnomalyKind; 35] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
         AnomalyKind::MirrorDivergence,
         AnomalyKind::DivergentTail,
         AnomalyKind::LaggingReplica,
+        AnomalyKind::UnderReplicated,
+        AnomalyKind::OfflinePartition,
         AnomalyKind::InconsistentOffsets,
         AnomalyKind::Duplicate,
         AnomalyKind::UnexpectedValue,
@@ -179,6 +186,8 @@ impl AnomalyKind {
             AnomalyKind::MirrorDivergence => "mirror-divergence",
             AnomalyKind::DivergentTail => "divergent-tail",
             AnomalyKind::LaggingReplica => "lagging-replica",
+            AnomalyKind::UnderReplicated => "under-replicated",
+            AnomalyKind::OfflinePartition => "offline-partition",
             AnomalyKind::InconsistentOffsets => "inconsistent-offsets",
             AnomalyKind::Duplicate => "duplicate",
             AnomalyKind::UnexpectedValue => "unexpected-value",

@@ -353,6 +353,66 @@ fn a_replica_that_never_caught_up_is_lagging() {
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
 }
 
+/// The runner's `converge` op found n3 at its leader's log end and still outside the ISR once
+/// every fault was healed: never let back in.
+#[test]
+fn a_caught_up_replica_left_out_of_the_isr_is_under_replicated() {
+    let converge = |converged: bool| {
+        let out = json!([{"topic": "t", "partition": 0, "node": "n3", "leader": "n1",
+            "isr": ["n1", "n2"], "log_end_offset": 3}]);
+        let mut v = json!({"timeout_s": 10.0, "converged": converged});
+        if !converged {
+            v["reasons"] = json!([]);
+            v["out_of_isr"] = out;
+        }
+        v
+    };
+    let (mut h, replicas) = clean();
+    h.nemesis("converge", converge(false));
+    h.poll(3, 0, &[(0, 1, 0), (1, 2, 0), (2, 3, 0)], Some(3));
+    let r = run(&h, Some(&replicas));
+    only(&r, &["under-replicated"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "under-replicated");
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0]["node"], "n3");
+    assert_eq!(e[0]["leader"], "n1");
+    assert_eq!(e[0]["isr"], json!(["n1", "n2"]));
+    assert_eq!(e[0]["op_index"], 9, "the converge op's completion");
+
+    // Converged: nothing to report.
+    let (mut h, replicas) = clean();
+    h.nemesis("converge", converge(true));
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+}
+
+/// A partition still without a leader once every fault was healed: offline, unless a wipe lost
+/// a log directory its election could have needed.
+#[test]
+fn a_partition_without_a_leader_after_the_heal_is_offline() {
+    let offline = json!({"timeout_s": 10.0, "converged": false, "reasons": [],
+        "leaderless": [{"topic": "t", "partition": 0}], "out_of_isr": []});
+    let (mut h, replicas) = clean();
+    h.nemesis("converge", offline.clone());
+    let r = run(&h, Some(&replicas));
+    only(&r, &["offline-partition"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "offline-partition");
+    assert_eq!(e.len(), 1);
+    assert_eq!(
+        (e[0]["topic"].clone(), e[0]["partition"].clone()),
+        (json!("t"), json!(0))
+    );
+
+    let (mut h, replicas) = clean();
+    h.nemesis("wipe", json!({"nodes": ["n1"], "deleted": {"n1": ["t-0"]}}));
+    h.nemesis("converge", offline);
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    assert_eq!(r.anomaly_types, ["offline-partition"], "seen, and allowed");
+}
+
 /// A follower's high watermark trails the leader's by a fetch: with every record in place it
 /// has converged.
 #[test]

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use crate::client::{ClientContext, NodeAddr};
 use crate::db::{
     DataDir, Db, DiskFault, DumpedReplica, FailingDisk, FakeClock, Kill, LogFiles, Mirror, Pause,
-    PowerLoss, Probe, RemoteStore, ReplicaDump,
+    PowerLoss, Probe, RemoteStore, ReplicaDump, Unconverged,
 };
 use crate::kafka::{error_name, Connection};
 use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
@@ -895,7 +895,11 @@ impl Probe for TidemarkBroker {
         Box::pin(probe::kafka_serves(cx, node))
     }
 
-    fn converged<'a>(&'a self, cx: &'a ClientContext, nodes: &'a [Node]) -> BoxFuture<'a, bool> {
+    fn converged<'a>(
+        &'a self,
+        cx: &'a ClientContext,
+        nodes: &'a [Node],
+    ) -> BoxFuture<'a, Result<(), Unconverged>> {
         Box::pin(probe::kafka_converged(cx, nodes, self))
     }
 }

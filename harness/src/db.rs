@@ -197,8 +197,47 @@ pub trait Probe: Send + Sync {
         node: &'a NodeAddr,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
 
-    /// Whether every replica of every partition on `nodes` agrees now.
-    fn converged<'a>(&'a self, cx: &'a ClientContext, nodes: &'a [Node]) -> BoxFuture<'a, bool>;
+    /// Ok when every replica of every partition on `nodes` agrees now, else what does not.
+    fn converged<'a>(
+        &'a self,
+        cx: &'a ClientContext,
+        nodes: &'a [Node],
+    ) -> BoxFuture<'a, Result<(), Unconverged>>;
+}
+
+/// What kept a database's replicas from agreeing when its [`Probe`] last asked: plain data, which
+/// the runner records in the history (the `converge` op).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unconverged {
+    /// Why not, for people: a replica behind its leader, or without a dump to tell.
+    pub reasons: Vec<String>,
+    /// Partitions without a leader.
+    pub leaderless: Vec<PartitionRef>,
+    /// Replicas whose log ends where their leader's does, at its high watermark, and which the
+    /// ISR still leaves out: caught up, and not let back in.
+    pub out_of_isr: Vec<OutOfIsr>,
+}
+
+/// A partition, by topic and index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRef {
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// One replica caught up with its leader but outside the partition's ISR.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutOfIsr {
+    pub topic: String,
+    pub partition: i32,
+    /// The replica's node.
+    pub node: String,
+    /// The leader's node.
+    pub leader: String,
+    /// The ISR, as node names.
+    pub isr: Vec<String>,
+    /// Where the replica's log, and its leader's, end.
+    pub log_end_offset: i64,
 }
 
 /// Crash and restart (Jepsen's `Kill`).

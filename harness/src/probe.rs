@@ -4,7 +4,7 @@
 //! Kafka-wire answers ([`kafka_serves`], [`kafka_converged`]) are here too, for databases that
 //! speak Kafka.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{ClientContext, NodeAddr};
 use crate::collect::log_tail;
-use crate::db::{Db, DumpedReplica, Probe, ReplicaDump};
+use crate::db::{Db, DumpedReplica, OutOfIsr, PartitionRef, Probe, ReplicaDump, Unconverged};
 use crate::kafka::{ClusterMetadata, Connection};
 use crate::runtime::Node;
 
@@ -43,8 +43,12 @@ pub async fn await_ready(
             Box::pin(kafka_serves(cx, node))
         }
 
-        fn converged<'a>(&'a self, _: &'a ClientContext, _: &'a [Node]) -> BoxFuture<'a, bool> {
-            Box::pin(async { true })
+        fn converged<'a>(
+            &'a self,
+            _: &'a ClientContext,
+            _: &'a [Node],
+        ) -> BoxFuture<'a, Result<(), Unconverged>> {
+            Box::pin(async { Ok(()) })
         }
     }
     await_nodes(cx, &Kafka, None, timeout, cancel).await
@@ -115,24 +119,23 @@ async fn await_nodes(
 }
 
 /// Waits until the database's [`Probe`] says its replicas agree, or `timeout` passes. Returns
-/// whether they converged (at once when the database has no probe).
+/// what the last question found unconverged, if anything (Ok at once when the database has no
+/// probe).
 pub async fn await_convergence(
     cx: &ClientContext,
     nodes: &[Node],
     db: &dyn Db,
     timeout: Duration,
     cancel: &CancellationToken,
-) -> bool {
+) -> Result<(), Unconverged> {
     let Some(probe) = db.as_probe() else {
-        return true;
+        return Ok(());
     };
     let deadline = Instant::now() + timeout;
     loop {
-        if probe.converged(cx, nodes).await {
-            return true;
-        }
-        if Instant::now() >= deadline || cancel.is_cancelled() {
-            return false;
+        let answer = probe.converged(cx, nodes).await;
+        if answer.is_ok() || Instant::now() >= deadline || cancel.is_cancelled() {
+            return answer;
         }
         tokio::time::sleep(CONVERGED_EVERY).await;
     }
@@ -146,10 +149,17 @@ pub async fn kafka_serves(cx: &ClientContext, node: &NodeAddr) -> anyhow::Result
 
 /// Whether, for every partition Metadata (from the first node that answers) lists, every
 /// replica in `dumper`'s dumps of `nodes` has the same log end offset and a high watermark
-/// equal to it.
-pub async fn kafka_converged(cx: &ClientContext, nodes: &[Node], dumper: &dyn ReplicaDump) -> bool {
+/// equal to it, and is in the ISR.
+pub async fn kafka_converged(
+    cx: &ClientContext,
+    nodes: &[Node],
+    dumper: &dyn ReplicaDump,
+) -> Result<(), Unconverged> {
     let Some(meta) = any_metadata(cx).await else {
-        return false;
+        return Err(Unconverged {
+            reasons: vec!["no node answered Metadata".into()],
+            ..Unconverged::default()
+        });
     };
     let dumps: Vec<DumpedReplica> = tokio::task::block_in_place(|| {
         nodes
@@ -172,36 +182,77 @@ async fn any_metadata(cx: &ClientContext) -> Option<ClusterMetadata> {
     None
 }
 
-/// Whether the replicas in `dumps` agree for every partition in `meta`.
-pub fn converged(meta: &ClusterMetadata, cx: &ClientContext, dumps: &[DumpedReplica]) -> bool {
+/// Whether the replicas in `dumps` agree for every partition in `meta`: a leader, every replica
+/// ending at its high watermark at the same offset, and every replica in the ISR. Else what did
+/// not, with the replicas that had caught up and were still left out of the ISR apart.
+pub fn converged(
+    meta: &ClusterMetadata,
+    cx: &ClientContext,
+    dumps: &[DumpedReplica],
+) -> Result<(), Unconverged> {
+    let mut out = Unconverged::default();
+    let name = |id: i32| {
+        cx.node_by_id(id)
+            .map_or(format!("broker {id}"), |n| n.name.clone())
+    };
     for (topic, (_, parts)) in &meta.topics {
         for (partition, info) in parts {
+            let place = format!("{topic}/{partition}");
             if info.leader < 0 {
-                return false;
-            }
-            let mut ends = BTreeSet::new();
-            for id in &info.replicas {
-                let Some(node) = cx.node_by_id(*id) else {
-                    return false;
-                };
-                let row = dumps.iter().map(|r| &r.state).find(|r| {
-                    r.node == node.name && r.topic == *topic && r.partition == i64::from(*partition)
+                out.leaderless.push(PartitionRef {
+                    topic: topic.clone(),
+                    partition: *partition,
                 });
-                let Some(row) = row else { return false };
-                let (Some(hw), Some(leo)) = (row.high_watermark, row.log_end_offset) else {
-                    return false;
-                };
-                if hw != leo {
-                    return false;
-                }
-                ends.insert(leo);
+                continue;
             }
-            if ends.len() > 1 {
-                return false;
+            // Each replica's (high watermark, log end), when its dump has both.
+            let mut ends = BTreeMap::new();
+            for id in &info.replicas {
+                let row = cx.node_by_id(*id).and_then(|node| {
+                    dumps.iter().map(|r| &r.state).find(|r| {
+                        r.node == node.name
+                            && r.topic == *topic
+                            && r.partition == i64::from(*partition)
+                    })
+                });
+                match row.and_then(|r| r.high_watermark.zip(r.log_end_offset)) {
+                    Some(hw_leo) => {
+                        ends.insert(*id, hw_leo);
+                    }
+                    None => out.reasons.push(format!(
+                        "{place} on {}: no dump with both offsets",
+                        name(*id)
+                    )),
+                }
+            }
+            let Some(&(leader_hw, leader_end)) = ends.get(&info.leader) else {
+                continue;
+            };
+            for (&id, &(hw, leo)) in &ends {
+                if (hw, leo) != (leader_end, leader_end) {
+                    out.reasons.push(format!(
+                        "{place} on {}: high watermark {hw}, log end {leo}; leader {} at {leader_hw}, {leader_end}",
+                        name(id),
+                        name(info.leader)
+                    ));
+                } else if !info.isr.contains(&id) && leader_hw == leader_end {
+                    out.out_of_isr.push(OutOfIsr {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        node: name(id),
+                        leader: name(info.leader),
+                        isr: info.isr.iter().map(|&i| name(i)).collect(),
+                        log_end_offset: leo,
+                    });
+                }
             }
         }
     }
-    true
+    if out.reasons.is_empty() && out.leaderless.is_empty() && out.out_of_isr.is_empty() {
+        Ok(())
+    } else {
+        Err(out)
+    }
 }
 
 #[cfg(test)]
@@ -251,30 +302,51 @@ mod tests {
     }
 
     #[test]
-    fn replicas_converge_when_every_listed_replica_ends_at_its_high_watermark_alike() {
+    fn replicas_converge_when_every_listed_replica_ends_at_its_high_watermark_alike_in_the_isr() {
         let cx = cx();
-        assert!(converged(
-            &meta(1),
-            &cx,
-            &[replica("n1", 5, 5), replica("n2", 5, 5)]
-        ));
+        let ok = |m: &ClusterMetadata, d: &[DumpedReplica]| converged(m, &cx, d).is_ok();
+        assert!(ok(&meta(1), &[replica("n1", 5, 5), replica("n2", 5, 5)]));
         // A follower behind, a high watermark short of the log end, a missing replica, no
-        // leader: not yet.
-        assert!(!converged(
-            &meta(1),
-            &cx,
-            &[replica("n1", 5, 5), replica("n2", 4, 4)]
-        ));
-        assert!(!converged(
-            &meta(1),
-            &cx,
-            &[replica("n1", 4, 5), replica("n2", 4, 5)]
-        ));
-        assert!(!converged(&meta(1), &cx, &[replica("n1", 5, 5)]));
-        assert!(!converged(
-            &meta(-1),
-            &cx,
-            &[replica("n1", 5, 5), replica("n2", 5, 5)]
-        ));
+        // leader: not yet, and not for want of the ISR.
+        for (m, d) in [
+            (meta(1), vec![replica("n1", 5, 5), replica("n2", 4, 4)]),
+            (meta(1), vec![replica("n1", 4, 5), replica("n2", 4, 5)]),
+            (meta(1), vec![replica("n1", 5, 5)]),
+            (meta(-1), vec![replica("n1", 5, 5), replica("n2", 5, 5)]),
+        ] {
+            let not = converged(&m, &cx, &d).unwrap_err();
+            let said = not.reasons.len() + not.leaderless.len();
+            assert!(said > 0 && not.out_of_isr.is_empty(), "{not:?}");
+        }
+        let not = converged(&meta(-1), &cx, &[]).unwrap_err();
+        assert_eq!(
+            not.leaderless,
+            vec![PartitionRef {
+                topic: "t".into(),
+                partition: 0
+            }]
+        );
+        // Caught up, and left out of the ISR.
+        let mut m = meta(1);
+        m.topics.get_mut("t").unwrap().1.get_mut(&0).unwrap().isr = vec![1];
+        let not = converged(&m, &cx, &[replica("n1", 5, 5), replica("n2", 5, 5)]).unwrap_err();
+        assert!(not.reasons.is_empty(), "{not:?}");
+        assert_eq!(
+            not.out_of_isr,
+            vec![OutOfIsr {
+                topic: "t".into(),
+                partition: 0,
+                node: "n2".into(),
+                leader: "n1".into(),
+                isr: vec!["n1".into()],
+                log_end_offset: 5,
+            }]
+        );
+        // Behind and out of the ISR: still catching up, not held out.
+        let not = converged(&m, &cx, &[replica("n1", 5, 5), replica("n2", 3, 3)]).unwrap_err();
+        assert!(
+            not.out_of_isr.is_empty() && not.reasons.len() == 1,
+            "{not:?}"
+        );
     }
 }

@@ -28,7 +28,7 @@ pub use tokio_util::sync::CancellationToken;
 use crate::checker::{check_run, write_results, Results};
 use crate::client::{Client, ClientContext};
 use crate::collect::{dump_replicas, snarf_logs};
-use crate::db::Db;
+use crate::db::{Db, Unconverged};
 use crate::generator::{self, Generator};
 use crate::history::HistoryWriter;
 use crate::interpreter::{fault_cluster, Interpreter, OpClusters, OpenClient, PerformFault};
@@ -275,17 +275,26 @@ async fn run_phases(
     }
     progress.phase("waiting for replicas to converge");
     for c in &clusters {
-        let converged = await_convergence(
-            &c.client,
-            &c.nodes,
-            test.db.as_ref(),
-            opts.converge_timeout,
-            cancel,
-        )
-        .await;
-        if !converged {
+        let op = Invocation {
+            f: "converge".into(),
+            value: serde_json::json!({ "timeout_s": opts.converge_timeout.as_secs_f64() }),
+        };
+        let mut behind = None;
+        interp.perform_now(&op, &c.client.cluster, |op| {
+            let waiting = await_convergence(
+                &c.client,
+                &c.nodes,
+                test.db.as_ref(),
+                opts.converge_timeout,
+                cancel,
+            );
+            let answer =
+                tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(waiting));
+            converge_completion(op, answer, &mut behind)
+        })?;
+        if let Some(n) = behind {
             progress.phase(&format!(
-                "replicas of cluster {} did not converge in time; reading anyway",
+                "replicas of cluster {} did not converge in time ({n} caught up and left out of the ISR); reading anyway",
                 c.client.cluster
             ));
         }
@@ -320,6 +329,25 @@ async fn run_phases(
     let results = check_run(run_dir.path()).map_err(|e| anyhow::anyhow!("checking: {e}"))?;
     write_results(&run_dir.results(), &results)?;
     Ok(Some(results))
+}
+
+/// The `converge` op's completion: the invocation's value plus `converged`, and when not, what
+/// was not (`reasons`, `leaderless`, `out_of_isr`); `behind` gets how many replicas were caught up and left out
+/// of the ISR.
+fn converge_completion(
+    op: &Invocation,
+    answer: Result<(), Unconverged>,
+    behind: &mut Option<usize>,
+) -> Completion {
+    let mut value = op.value.clone();
+    value["converged"] = Value::Bool(answer.is_ok());
+    if let Err(not) = answer {
+        *behind = Some(not.out_of_isr.len());
+        value["reasons"] = serde_json::json!(not.reasons);
+        value["leaderless"] = serde_json::json!(not.leaderless);
+        value["out_of_isr"] = serde_json::json!(not.out_of_isr);
+    }
+    Completion::new(Outcome::Info, value)
 }
 
 /// Runs `f` on every node in parallel threads; returns the first error.

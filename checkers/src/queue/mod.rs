@@ -12,6 +12,7 @@
 //! (lost writes, aborted reads, skips, epoch ownership) is decided in [`QueueAnalysis::finish`].
 
 mod acks;
+mod converge;
 mod event;
 mod groups;
 mod hws;
@@ -32,6 +33,7 @@ use crate::tiered::TieredHistory;
 use crate::Checker;
 
 use acks::AckedOffsets;
+use converge::{ConvergeBody, Convergence};
 pub(crate) use event::LineOp;
 use event::{
     check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, RebootBody, SendBody,
@@ -245,6 +247,8 @@ pub struct QueueAnalysis<'r> {
     mirror: MirrorHistory,
     /// The wipes, for the tiered-storage checks.
     tiered: TieredHistory,
+    /// What the runner found when it last waited for each cluster's replicas to converge.
+    convergence: Convergence,
     /// The test map, which those read their broker settings from.
     test: Value,
     /// The op index of the last nemesis op: the final phase's healing, once the history is read.
@@ -296,6 +300,7 @@ impl<'r> QueueAnalysis<'r> {
             groups: Groups::default(),
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             tiered: TieredHistory::default(),
+            convergence: Convergence::default(),
             test: test.clone(),
             last_fault: None,
             last_move_failed: false,
@@ -481,6 +486,16 @@ impl<'r> QueueAnalysis<'r> {
                 }
             }
             "tiered-config" => self.tiered.observe_flag_turned(),
+            "converge" if ev.kind != OpType::Invoke => {
+                match ev.value.parse::<ConvergeBody>("converge") {
+                    Ok(Some(body)) => {
+                        let cluster = ev.cluster.unwrap_or(&self.default_cluster).to_owned();
+                        self.convergence.observe(ev.index, &cluster, body);
+                    }
+                    Ok(None) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
+                }
+            }
             "config" if config_op_enables_unclean(&ev.value.json()) => {
                 self.facts.forced_unclean = true;
                 self.facts.unclean_config_op = true;
@@ -1122,6 +1137,8 @@ impl<'r> QueueAnalysis<'r> {
         self.check_groups();
         self.check_replicas();
         self.check_acks();
+        self.convergence
+            .check(&self.facts.disk_losses, &mut self.anomalies);
         crate::tiered::check(
             &self.test,
             &self.tiered,

@@ -51,6 +51,18 @@ fn a_short_run_without_faults_is_valid_and_leaves_nothing_behind() {
     assert!(ok_polls
         .clone()
         .all(|o| o["value"]["leader_epoch"].is_i64()));
+    // The wait for the replicas to agree is recorded: every replica caught up and in the ISR.
+    let converged: Vec<&Value> = ops
+        .iter()
+        .filter(|o| o["f"] == "converge" && o["type"] == "info")
+        .collect();
+    assert_eq!(converged.len(), 1, "{converged:?}");
+    assert_eq!(
+        converged[0]["value"]["converged"], true,
+        "{:?}",
+        converged[0]
+    );
+    assert_eq!(converged[0]["cluster"], "a");
 
     let replicas = json_lines(&run.join("replicas.jsonl"));
     // Two topics of two partitions, three replicas each, named with their cluster and node.
