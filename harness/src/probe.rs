@@ -27,6 +27,10 @@ const READY_EVERY: Duration = Duration::from_millis(100);
 /// The pause between two convergence questions.
 const CONVERGED_EVERY: Duration = Duration::from_millis(500);
 
+/// How long after the convergence wait gives up it asks once more, before reporting a partition
+/// without a leader or a replica left out of the ISR.
+const CONFIRM_AFTER: Duration = Duration::from_secs(2);
+
 /// Waits until every node answers a Kafka ApiVersions request.
 pub async fn await_ready(
     cx: &ClientContext,
@@ -120,7 +124,9 @@ async fn await_nodes(
 
 /// Waits until the database's [`Probe`] says its replicas agree, or `timeout` passes. Returns
 /// what the last question found unconverged, if anything (Ok at once when the database has no
-/// probe).
+/// probe). A partition without a leader, or a caught-up replica outside the ISR, is reported only
+/// when a second question [`CONFIRM_AFTER`] later finds it so again: the answering broker's
+/// metadata may trail an election or an ISR change that had just happened.
 pub async fn await_convergence(
     cx: &ClientContext,
     nodes: &[Node],
@@ -132,13 +138,29 @@ pub async fn await_convergence(
         return Ok(());
     };
     let deadline = Instant::now() + timeout;
-    loop {
+    let first = loop {
         let answer = probe.converged(cx, nodes).await;
         if answer.is_ok() || Instant::now() >= deadline || cancel.is_cancelled() {
-            return answer;
+            break answer;
         }
         tokio::time::sleep(CONVERGED_EVERY).await;
+    };
+    let Err(first) = first else { return Ok(()) };
+    if (first.leaderless.is_empty() && first.out_of_isr.is_empty()) || cancel.is_cancelled() {
+        return Err(first);
     }
+    tokio::time::sleep(CONFIRM_AFTER).await;
+    let Err(mut again) = probe.converged(cx, nodes).await else {
+        return Ok(());
+    };
+    again.leaderless.retain(|p| first.leaderless.contains(p));
+    again.out_of_isr.retain(|r| {
+        first
+            .out_of_isr
+            .iter()
+            .any(|f| (&f.topic, f.partition, &f.node) == (&r.topic, r.partition, &r.node))
+    });
+    Err(again)
 }
 
 /// Whether `node` answers ApiVersions (a connection negotiates versions first).

@@ -136,8 +136,12 @@ async fn a_partition_is_applied_recorded_and_healed() {
             ("resume", "info"),
             ("start", "invoke"),
             ("start", "info"),
+            // Then the runner waits for the replicas to agree.
+            ("converge", "invoke"),
+            ("converge", "info"),
         ]
     );
+    assert_eq!(nemesis[11]["value"]["converged"], true, "{}", nemesis[11]);
     assert_eq!(
         nemesis[1]["value"]["grudge"],
         json!({"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]})

@@ -234,14 +234,15 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
             _ => {}
         }
     }
-    // The final phase heals the nemesis's own faults, then the engine's.
+    // The final phase heals the nemesis's own faults, then the engine's, then waits for the
+    // replicas to agree.
     let limit = (test["time_limit_s"].as_f64().unwrap() * 1e9) as u64;
     let heals: Vec<&str> = infos
         .iter()
         .filter(|o| o["time"].as_u64().unwrap() > limit)
         .map(|o| o["f"].as_str().unwrap())
         .collect();
-    let tail = &heals[heals.len() - 5..];
+    let tail = &heals[heals.len() - 6..];
     assert_eq!(
         tail,
         [
@@ -249,7 +250,8 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
             "stop-loss",
             "stop-partition",
             "resume",
-            "start"
+            "start",
+            "converge"
         ]
     );
     let results: Value =
