@@ -16,7 +16,7 @@ use tidemark_harness::netns::NetnsRuntime;
 use tidemark_harness::op::{Invocation, Outcome};
 use tidemark_harness::probe::await_ready;
 use tidemark_harness::runner::CancellationToken;
-use tidemark_harness::runtime::Runtime;
+use tidemark_harness::runtime::{Node, Runtime};
 use tidemark_harness::workload::{SetupContext, Workload};
 use tidemark_workloads::queue::{Queue, QueueOptions};
 
@@ -24,30 +24,20 @@ fn op(f: &str, value: serde_json::Value) -> Invocation {
     Invocation { f: f.into(), value }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ops_end_ok_fail_or_info_by_what_happened() {
-    require_root("ops_end_ok_fail_or_info_by_what_happened");
-    let work = tempfile::tempdir().unwrap();
-    let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
-    let record = json!({"runtime": runtime.describe()});
+/// Three nodes `n1`..`n3` of cluster `a` running brokers with `config`, ready, with the queue
+/// workload's topics (replication factor 3) created; clients time out after `timeout`.
+async fn queue_cluster(
+    runtime: &mut NetnsRuntime,
+    config: BrokerConfig,
+    timeout: Duration,
+) -> (Vec<Node>, TidemarkBroker, ClientContext, Queue) {
     let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
     let nodes = runtime.create("a", &names).unwrap();
-    let mut config = BrokerConfig::for_replication(3);
-    // Every replica must be in sync for acks=all, so one dead follower is enough to refuse sends
-    // while the metadata quorum (two of three) can still shrink the ISR.
-    config.min_insync_replicas = 3;
-    // Followers that stop fetching leave the ISR after a second instead of ten.
-    config.replica_lag_time_max_ms = 1000;
     let db = TidemarkBroker::new(broker(), config, vec![]);
     for n in &nodes {
         db.setup(n, &nodes).unwrap();
     }
-    let cx = ClientContext::new(
-        &nodes,
-        |n| db.endpoint(n),
-        runtime.dialer(),
-        Duration::from_secs(5),
-    );
+    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), timeout);
     await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
         .await
         .unwrap();
@@ -59,6 +49,22 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
         })
         .await
         .unwrap();
+    (nodes, db, cx, queue)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_end_ok_fail_or_info_by_what_happened() {
+    require_root("ops_end_ok_fail_or_info_by_what_happened");
+    let work = tempfile::tempdir().unwrap();
+    let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
+    let record = json!({"runtime": runtime.describe()});
+    let mut config = BrokerConfig::for_replication(3);
+    // Every replica must be in sync for acks=all, so one dead follower is enough to refuse sends
+    // while the metadata quorum (two of three) can still shrink the ISR.
+    config.min_insync_replicas = 3;
+    // Followers that stop fetching leave the ISR after a second instead of ten.
+    config.replica_lag_time_max_ms = 1000;
+    let (nodes, db, cx, queue) = queue_cluster(&mut runtime, config, Duration::from_secs(5)).await;
     let mut client = queue.open(std::slice::from_ref(&cx), 1);
 
     // An acknowledged send is read back at the offset it was given.
@@ -184,25 +190,9 @@ async fn a_leader_whose_wait_for_replicas_runs_out_answers_before_the_client_giv
     let work = tempfile::tempdir().unwrap();
     let mut runtime = NetnsRuntime::new(work.path(), &leftovers::new_run_id()).unwrap();
     let record = json!({"runtime": runtime.describe()});
-    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
-    let nodes = runtime.create("a", &names).unwrap();
-    let db = TidemarkBroker::new(broker(), BrokerConfig::for_replication(3), vec![]);
-    for n in &nodes {
-        db.setup(n, &nodes).unwrap();
-    }
     let timeout = Duration::from_secs(4);
-    let cx = ClientContext::new(&nodes, |n| db.endpoint(n), runtime.dialer(), timeout);
-    await_ready(&cx, Duration::from_secs(30), &CancellationToken::new())
-        .await
-        .unwrap();
-    let queue = Queue::new(QueueOptions::new(3));
-    queue
-        .setup(SetupContext {
-            clusters: std::slice::from_ref(&cx),
-            db: &db,
-        })
-        .await
-        .unwrap();
+    let (nodes, db, cx, queue) =
+        queue_cluster(&mut runtime, BrokerConfig::for_replication(3), timeout).await;
     let mut client = queue.open(std::slice::from_ref(&cx), 1);
     let send = |values: serde_json::Value| {
         op(
