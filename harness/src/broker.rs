@@ -33,7 +33,7 @@ use crate::db::{
     DataDir, Db, DiskFault, DumpedReplica, FailingDisk, FakeClock, Kill, LogFiles, Mirror, Pause,
     PowerLoss, Probe, RemoteStore, ReplicaDump, Unconverged,
 };
-use crate::kafka::{error_name, Connection};
+use crate::kafka::{error_name, is_internal_topic, Connection};
 use crate::mirror::{self as mirror_api, MirrorRequest, PartitionDescription};
 use crate::prerequisites::Requirement;
 use crate::probe;
@@ -936,9 +936,7 @@ impl ReplicaDump for TidemarkBroker {
         for line in out.lines().filter(|l| !l.trim().is_empty()) {
             let bad = || format!("{}: bad dump-log line {line:?}", node.name);
             let v: Value = serde_json::from_str(line).with_context(bad)?;
-            // Internal topics (`__mirror_state`) hold the broker's own records, not the
-            // workload's integers.
-            if v["topic"].as_str().is_some_and(|t| t.starts_with("__")) {
+            if v["topic"].as_str().is_some_and(is_internal_topic) {
                 continue;
             }
             replicas.push(serde_json::from_value(v).with_context(bad)?);

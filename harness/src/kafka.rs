@@ -237,6 +237,12 @@ pub struct PartitionInfo {
     pub isr: Vec<i32>,
 }
 
+/// Whether `topic` is one of a broker's internal topics (`__consumer_offsets`, `__mirror_state`),
+/// which hold the broker's own records, not a workload's: by Kafka's naming convention.
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic.starts_with("__")
+}
+
 /// Metadata as plain data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterMetadata {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{ClientContext, NodeAddr};
 use crate::collect::log_tail;
 use crate::db::{Db, DumpedReplica, OutOfIsr, PartitionRef, Probe, ReplicaDump, Unconverged};
-use crate::kafka::{ClusterMetadata, Connection};
+use crate::kafka::{is_internal_topic, ClusterMetadata, Connection};
 use crate::runtime::Node;
 
 /// The longest one readiness question may take.
@@ -217,7 +217,9 @@ pub fn converged(
         cx.node_by_id(id)
             .map_or(format!("broker {id}"), |n| n.name.clone())
     };
-    for (topic, (_, parts)) in &meta.topics {
+    // Replica dumps leave internal topics out: only the workload's are judged.
+    let topics = meta.topics.iter().filter(|(t, _)| !is_internal_topic(t));
+    for (topic, (_, parts)) in topics {
         for (partition, info) in parts {
             let place = format!("{topic}/{partition}");
             if info.leader < 0 {
@@ -348,6 +350,11 @@ mod tests {
                 partition: 0
             }]
         );
+        // An internal topic, which replica dumps leave out, is not waited for.
+        let mut m = meta(1);
+        let internal = m.topics["t"].clone();
+        m.topics.insert("__consumer_offsets".into(), internal);
+        assert!(ok(&m, &[replica("n1", 5, 5), replica("n2", 5, 5)]));
         // Caught up, and left out of the ISR.
         let mut m = meta(1);
         m.topics.get_mut("t").unwrap().1.get_mut(&0).unwrap().isr = vec![1];
