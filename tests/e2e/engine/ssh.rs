@@ -192,13 +192,28 @@ async fn a_node_is_driven_over_ssh_including_the_broker() {
     assert!(denied.contains("authentication failed"), "{denied}");
 
     // A restarted sshd drops the session; the next command opens a new one.
+    let mut killed = Vec::new();
     for pid in leftovers::namespace_pids(&runtime.namespace("n1")) {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if comm.trim() == "sshd" {
             let _ = std::process::Command::new("kill")
                 .args(["-9", &pid.to_string()])
                 .status();
+            killed.push(pid);
         }
+    }
+    // sshd binds its port after it daemonizes, so a new one started while the old listener
+    // still holds the port exits without a word: wait for the old ones to be gone.
+    let started = Instant::now();
+    while killed.iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "sshd outlived kill -9"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
     run_sshd(local, &keys);
     let started = Instant::now();
