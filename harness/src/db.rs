@@ -213,8 +213,8 @@ pub struct Unconverged {
     pub reasons: Vec<String>,
     /// Partitions without a leader.
     pub leaderless: Vec<PartitionRef>,
-    /// Replicas whose log ends where their leader's does, at its high watermark, and which the
-    /// ISR still leaves out: caught up, and not let back in.
+    /// Replicas whose log ends where their leader's does, so at or above its high watermark, and
+    /// which the ISR still leaves out: caught up, and not let back in.
     pub out_of_isr: Vec<OutOfIsr>,
 }
 

@@ -206,7 +206,8 @@ async fn any_metadata(cx: &ClientContext) -> Option<ClusterMetadata> {
 
 /// Whether the replicas in `dumps` agree for every partition in `meta`: a leader, every replica
 /// ending at its high watermark at the same offset, and every replica in the ISR. Else what did
-/// not, with the replicas that had caught up and were still left out of the ISR apart.
+/// not, with the replicas that held all their leader held and were still left out of the ISR
+/// apart.
 pub fn converged(
     meta: &ClusterMetadata,
     cx: &ClientContext,
@@ -259,7 +260,10 @@ pub fn converged(
                         name(id),
                         name(info.leader)
                     ));
-                } else if !info.isr.contains(&id) && leader_hw == leader_end {
+                }
+                // Holding all its leader holds, it reached the high watermark: Kafka lets such a
+                // follower into the ISR on its next fetch.
+                if leo == leader_end && !info.isr.contains(&id) {
                     out.out_of_isr.push(OutOfIsr {
                         topic: topic.clone(),
                         partition: *partition,
@@ -371,6 +375,11 @@ mod tests {
                 log_end_offset: 5,
             }]
         );
+        // A leader whose high watermark is stuck below the log end every replica holds: the
+        // replica out of the ISR holds all the leader does, and is held out.
+        let not = converged(&m, &cx, &[replica("n1", 3, 5), replica("n2", 3, 5)]).unwrap_err();
+        assert_eq!(not.out_of_isr.len(), 1, "{not:?}");
+        assert_eq!(not.out_of_isr[0].node, "n2");
         // Behind and out of the ISR: still catching up, not held out.
         let not = converged(&m, &cx, &[replica("n1", 5, 5), replica("n2", 3, 3)]).unwrap_err();
         assert!(
