@@ -169,9 +169,9 @@ pub async fn kafka_serves(cx: &ClientContext, node: &NodeAddr) -> anyhow::Result
     Ok(())
 }
 
-/// Whether, for every partition Metadata (from the first node that answers) lists, every
-/// replica in `dumper`'s dumps of `nodes` has the same log end offset and a high watermark
-/// equal to it, and is in the ISR.
+/// Whether, for every partition of the workload's topics Metadata (from the first node that
+/// answers) lists, every replica in `dumper`'s dumps of `nodes` has the same log end offset and a
+/// high watermark equal to it, and is in the ISR; see [`converged`].
 pub async fn kafka_converged(
     cx: &ClientContext,
     nodes: &[Node],
