@@ -24,6 +24,19 @@ fn op(f: &str, value: serde_json::Value) -> Invocation {
     Invocation { f: f.into(), value }
 }
 
+/// A send of `values` to t0/0.
+fn send(values: &[i64]) -> Invocation {
+    op(
+        "send",
+        json!({"topic": "t0", "partition": 0, "values": values}),
+    )
+}
+
+/// A poll of t0/0 from offset 0.
+fn poll_from_start() -> Invocation {
+    op("poll", json!({"topic": "t0", "partition": 0, "from": 0}))
+}
+
 /// Three nodes `n1`..`n3` of cluster `a` running brokers with `config`, ready, with the queue
 /// workload's topics (replication factor 3) created; clients time out after `timeout`.
 async fn queue_cluster(
@@ -68,21 +81,11 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
     let mut client = queue.open(std::slice::from_ref(&cx), 1);
 
     // An acknowledged send is read back at the offset it was given.
-    let sent = client
-        .invoke(&op(
-            "send",
-            json!({"topic": "t0", "partition": 0, "values": [1, 2]}),
-        ))
-        .await;
+    let sent = client.invoke(&send(&[1, 2])).await;
     assert_eq!(sent.outcome, Outcome::Ok, "{sent:?}");
     assert_eq!(sent.value["offset"], 0);
     let leader_name = sent.node.clone().unwrap();
-    let polled = client
-        .invoke(&op(
-            "poll",
-            json!({"topic": "t0", "partition": 0, "from": 0}),
-        ))
-        .await;
+    let polled = client.invoke(&poll_from_start()).await;
     assert_eq!(polled.outcome, Outcome::Ok, "{polled:?}");
     assert_eq!(polled.value["high_watermark"], 2);
     let records = polled.value["records"].as_array().unwrap();
@@ -153,12 +156,7 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut client = queue.open(std::slice::from_ref(&cx), 0);
-    let refused = client
-        .invoke(&op(
-            "send",
-            json!({"topic": "t0", "partition": 0, "values": [4]}),
-        ))
-        .await;
+    let refused = client.invoke(&send(&[4])).await;
     assert_eq!(refused.outcome, Outcome::Fail, "{refused:?}");
     assert_eq!(refused.error.as_deref(), Some("NotEnoughReplicas"));
 
@@ -167,12 +165,7 @@ async fn ops_end_ok_fail_or_info_by_what_happened() {
         kill.kill(n).unwrap();
     }
     let mut client = queue.open(std::slice::from_ref(&cx), 0);
-    let down = client
-        .invoke(&op(
-            "send",
-            json!({"topic": "t0", "partition": 0, "values": [5]}),
-        ))
-        .await;
+    let down = client.invoke(&send(&[5])).await;
     assert_eq!(down.outcome, Outcome::Fail, "{down:?}");
 
     runtime.destroy().unwrap();
@@ -194,16 +187,10 @@ async fn a_leader_whose_wait_for_replicas_runs_out_answers_before_the_client_giv
     let (nodes, db, cx, queue) =
         queue_cluster(&mut runtime, BrokerConfig::for_replication(3), timeout).await;
     let mut client = queue.open(std::slice::from_ref(&cx), 1);
-    let send = |values: serde_json::Value| {
-        op(
-            "send",
-            json!({"topic": "t0", "partition": 0, "values": values}),
-        )
-    };
     // Until every follower has joined the ISR a new topic refuses acks=all sends.
     let started = Instant::now();
     let first = loop {
-        let c = client.invoke(&send(json!([1]))).await;
+        let c = client.invoke(&send(&[1])).await;
         if c.outcome == Outcome::Ok || started.elapsed() > Duration::from_secs(30) {
             break c;
         }
@@ -218,7 +205,7 @@ async fn a_leader_whose_wait_for_replicas_runs_out_answers_before_the_client_giv
         pause.pause(f).unwrap();
     }
     let started = Instant::now();
-    let waited = client.invoke(&send(json!([2]))).await;
+    let waited = client.invoke(&send(&[2])).await;
     let took = started.elapsed();
     for f in &followers {
         pause.resume(f).unwrap();
@@ -233,12 +220,7 @@ async fn a_leader_whose_wait_for_replicas_runs_out_answers_before_the_client_giv
     assert!(took < timeout, "answered after {took:?}");
 
     // The same client goes on over the connection the answer came on.
-    let polled = client
-        .invoke(&op(
-            "poll",
-            json!({"topic": "t0", "partition": 0, "from": 0}),
-        ))
-        .await;
+    let polled = client.invoke(&poll_from_start()).await;
     assert_eq!(polled.outcome, Outcome::Ok, "{polled:?}");
 
     runtime.destroy().unwrap();
