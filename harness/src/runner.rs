@@ -279,7 +279,7 @@ async fn run_phases(
             f: "converge".into(),
             value: serde_json::json!({ "timeout_s": opts.converge_timeout.as_secs_f64() }),
         };
-        let mut behind = None;
+        let mut held_out = None;
         interp.perform_now(&op, &c.client.cluster, |op| {
             let waiting = await_convergence(
                 &c.client,
@@ -290,9 +290,9 @@ async fn run_phases(
             );
             let answer =
                 tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(waiting));
-            converge_completion(op, answer, &mut behind)
+            converge_completion(op, answer, &mut held_out)
         })?;
-        if let Some(n) = behind {
+        if let Some(n) = held_out {
             progress.phase(&format!(
                 "replicas of cluster {} did not converge in time ({n} caught up and left out of the ISR); reading anyway",
                 c.client.cluster
@@ -332,17 +332,17 @@ async fn run_phases(
 }
 
 /// The `converge` op's completion: the invocation's value plus `converged`, and when not, what
-/// was not (`reasons`, `leaderless`, `out_of_isr`); `behind` gets how many replicas were caught up and left out
+/// was not (`reasons`, `leaderless`, `out_of_isr`); `held_out` gets how many replicas were caught up and left out
 /// of the ISR.
 fn converge_completion(
     op: &Invocation,
     answer: Result<(), Unconverged>,
-    behind: &mut Option<usize>,
+    held_out: &mut Option<usize>,
 ) -> Completion {
     let mut value = op.value.clone();
     value["converged"] = Value::Bool(answer.is_ok());
     if let Err(not) = answer {
-        *behind = Some(not.out_of_isr.len());
+        *held_out = Some(not.out_of_isr.len());
         value["reasons"] = serde_json::json!(not.reasons);
         value["leaderless"] = serde_json::json!(not.leaderless);
         value["out_of_isr"] = serde_json::json!(not.out_of_isr);
