@@ -438,15 +438,14 @@ impl FaultOp for MoveOp<'_> {
         let before = block_on(mirror.describe_mirror(dst, &name));
         if self.failover {
             let stopped = block_on(mirror.stop_mirror(dst, &name, &topics));
-            // A stop that failed may still have stopped some partitions: what describe shows
-            // goes into the record either way. One that timed out on a node is sent to the
-            // next, which finds the partitions the first stopped STOPPED and refuses: every
-            // partition STOPPED is a failover done, whatever the answer.
-            // A stop answers once it is under way: wait (a while) for every partition to be
-            // STOPPED, its barrier written, before reading where the clusters parted.
+            // A stop that failed may still have stopped some partitions, or be stopping them
+            // (every node it was sent to timed out): what describe shows goes into the record
+            // either way, and every partition STOPPED is a failover done, whatever the answer.
+            // A stop under way is waited for (a while): every partition STOPPED, its barrier
+            // written, before reading where the clusters parted.
             let until = Instant::now() + STOP_WAIT;
             let mut after = block_on(mirror.describe_mirror(dst, &name));
-            while stopped.is_ok()
+            while (stopped.is_ok() || moving(&after))
                 && !all_in(&after, &topics, |s| s == MirrorState::Stopped)
                 && Instant::now() < until
             {

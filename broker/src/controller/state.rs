@@ -123,7 +123,8 @@ pub enum ControllerCommand {
         partitions: i32,
     },
     /// Moves partitions (`None`: all) of a mirror topic to `to`. With `from`, only partitions in
-    /// that state move (a leader's step); without it every named partition must be allowed to.
+    /// that state move (a leader's step); without it every named partition must be allowed to,
+    /// except that STOPPING leaves a partition already STOPPED as it is.
     SetMirrorStates {
         topic: String,
         partitions: Option<Vec<i32>>,
@@ -959,6 +960,11 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 if from.is_some_and(|f| f != p.state) {
                     continue;
                 }
+                // A stop asked again after some partitions finished stopping (the first ask
+                // timed out, or went to another broker) leaves those stopped.
+                if *to == MirrorState::Stopping && p.state == MirrorState::Stopped {
+                    continue;
+                }
                 if !p.state.may_become(*to) {
                     return error(
                         errors::INVALID_CLUSTER_MIRROR_STATES,
@@ -1770,5 +1776,62 @@ mod tests {
         assert_eq!(code(apply(&mut image, &recover)), errors::NONE);
         let p = &image.topics["m"].mirror.as_ref().unwrap().partitions[0];
         assert_eq!((p.state, p.retry_attempt), (MirrorState::Mirroring, 0));
+    }
+
+    #[test]
+    fn a_stop_asked_again_after_one_partition_stopped_moves_only_the_others() {
+        let mut image = cluster(false);
+        let mirror = MirrorRegistration {
+            name: "a-to-b".into(),
+            source_bootstrap: "h:1".into(),
+            source_cluster_id: "A".into(),
+            groups: Default::default(),
+        };
+        apply(&mut image, &ControllerCommand::CreateMirror { mirror });
+        apply(
+            &mut image,
+            &ControllerCommand::CreateTopic {
+                name: "m".into(),
+                id: Uuid::from_u128(9),
+                partitions: 2,
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+                validate_only: false,
+                assignments: Vec::new(),
+                mirror: Some("a-to-b".into()),
+            },
+        );
+        let set = |to| ControllerCommand::SetMirrorStates {
+            topic: "m".into(),
+            partitions: None,
+            from: None,
+            to,
+            error: None,
+            terminal: false,
+        };
+        apply(&mut image, &set(MirrorState::Mirroring));
+        apply(&mut image, &set(MirrorState::Stopping));
+        let complete = ControllerCommand::CompleteMirrorStop {
+            topic: "m".into(),
+            partition: 0,
+        };
+        assert!(matches!(
+            apply(&mut image, &complete),
+            ControllerReply::Partition(_)
+        ));
+        let epoch = image.topics["m"].partitions[0].partition_epoch;
+        // The operator's stop, asked again, must not fail on the partition already stopped.
+        assert!(matches!(
+            apply(&mut image, &set(MirrorState::Stopping)),
+            ControllerReply::Done
+        ));
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Stopped));
+        assert_eq!(image.mirror_state("m", 1), Some(MirrorState::Stopping));
+        assert_eq!(image.topics["m"].partitions[0].partition_epoch, epoch);
+        // Other moves out of STOPPED are still refused.
+        assert!(matches!(
+            apply(&mut image, &set(MirrorState::Mirroring)),
+            ControllerReply::Error { .. }
+        ));
     }
 }
