@@ -38,6 +38,9 @@ pub enum AnomalyKind {
     UnderReplicated,
     /// After healing and the convergence period, a partition had no leader.
     OfflinePartition,
+    /// After healing and the convergence period, every replica of a partition was in the ISR and
+    /// held all its leader held, and the leader's high watermark stayed below that log end.
+    StuckHighWatermark,
     /// Two observations of one offset in one cluster disagree on its value.
     InconsistentOffsets,
     /// One value at more than one offset.
@@ -115,7 +118,7 @@ pub enum AnomalyKind {
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 35] = [
+    pub const ALL: [AnomalyKind; 36] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -124,6 +127,7 @@ impl AnomalyKind {
         AnomalyKind::LaggingReplica,
         AnomalyKind::UnderReplicated,
         AnomalyKind::OfflinePartition,
+        AnomalyKind::StuckHighWatermark,
         AnomalyKind::InconsistentOffsets,
         AnomalyKind::Duplicate,
         AnomalyKind::UnexpectedValue,
@@ -188,6 +192,7 @@ impl AnomalyKind {
             AnomalyKind::LaggingReplica => "lagging-replica",
             AnomalyKind::UnderReplicated => "under-replicated",
             AnomalyKind::OfflinePartition => "offline-partition",
+            AnomalyKind::StuckHighWatermark => "stuck-high-watermark",
             AnomalyKind::InconsistentOffsets => "inconsistent-offsets",
             AnomalyKind::Duplicate => "duplicate",
             AnomalyKind::UnexpectedValue => "unexpected-value",

@@ -413,6 +413,39 @@ fn a_partition_without_a_leader_after_the_heal_is_offline() {
     assert_eq!(r.anomaly_types, ["offline-partition"], "seen, and allowed");
 }
 
+/// The runner's `converge` op found every replica of t/0 in the ISR at log end 3 and the
+/// leader's high watermark still at 1: the last two records were never committed.
+#[test]
+fn a_high_watermark_below_what_the_whole_isr_holds_is_stuck() {
+    let stuck = json!({"timeout_s": 10.0, "converged": false, "reasons": [], "leaderless": [],
+        "out_of_isr": [], "stuck_high_watermarks": [{"topic": "t", "partition": 0,
+        "leader": "n1", "high_watermark": 1, "log_end_offset": 3}]});
+    let (mut h, replicas) = clean();
+    h.nemesis("converge", stuck);
+    let r = run(&h, Some(&replicas));
+    only(&r, &["stuck-high-watermark"]);
+    assert_eq!(r.valid, Validity::Invalid);
+    let e = &entries(&r, "stuck-high-watermark");
+    assert_eq!(e.len(), 1);
+    assert_eq!(
+        (
+            &e[0]["leader"],
+            &e[0]["high_watermark"],
+            &e[0]["log_end_offset"]
+        ),
+        (&json!("n1"), &json!(1), &json!(3))
+    );
+
+    // A converge op from before the field existed, not converged for other reasons: nothing.
+    let (mut h, replicas) = clean();
+    h.nemesis(
+        "converge",
+        json!({"timeout_s": 10.0, "converged": false, "reasons": ["n2 behind"]}),
+    );
+    let r = run(&h, Some(&replicas));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+}
+
 /// A follower's high watermark trails the leader's by a fetch: with every record in place it
 /// has converged.
 #[test]

@@ -216,6 +216,10 @@ pub struct Unconverged {
     /// Replicas whose log ends where their leader's does, so at or above its high watermark, and
     /// which the ISR still leaves out: caught up, and not let back in.
     pub out_of_isr: Vec<OutOfIsr>,
+    /// Partitions whose every replica is in the ISR and holds all its leader holds, under a
+    /// leader's high watermark that stays below that log end: nothing left to wait for, and the
+    /// records above it never committed.
+    pub stuck_high_watermarks: Vec<StuckHighWatermark>,
 }
 
 /// A partition, by topic and index.
@@ -237,6 +241,20 @@ pub struct OutOfIsr {
     /// The ISR, as node names.
     pub isr: Vec<String>,
     /// Where the replica's log, and its leader's, end.
+    pub log_end_offset: i64,
+}
+
+/// A leader's high watermark below the log end every replica of its partition, all in the ISR,
+/// holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StuckHighWatermark {
+    pub topic: String,
+    pub partition: i32,
+    /// The leader's node.
+    pub leader: String,
+    /// The leader's high watermark.
+    pub high_watermark: i64,
+    /// Where every replica's log ends.
     pub log_end_offset: i64,
 }
 

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{ClientContext, NodeAddr};
 use crate::collect::log_tail;
-use crate::db::{Db, DumpedReplica, OutOfIsr, PartitionRef, Probe, ReplicaDump, Unconverged};
+use crate::db::{
+    Db, DumpedReplica, OutOfIsr, PartitionRef, Probe, ReplicaDump, StuckHighWatermark, Unconverged,
+};
 use crate::kafka::{is_internal_topic, ClusterMetadata, Connection};
 use crate::runtime::Node;
 
@@ -124,9 +126,11 @@ async fn await_nodes(
 
 /// Waits until the database's [`Probe`] says its replicas agree, or `timeout` passes. Returns
 /// what the last question found unconverged, if anything (Ok at once when the database has no
-/// probe). A partition without a leader, or a caught-up replica outside the ISR, is reported only
-/// when a second question [`CONFIRM_AFTER`] later finds it so again: the answering broker's
-/// metadata may trail an election or an ISR change that had just happened.
+/// probe). A partition without a leader, a caught-up replica outside the ISR, or a high
+/// watermark below the log end every replica holds, is reported only when a second question
+/// [`CONFIRM_AFTER`] later finds it so again: the answering broker's metadata may trail an
+/// election or an ISR change that had just happened, and a leader moves its high watermark on its
+/// followers' next fetches (and checkpoints it, where the dumps read it, twice a second).
 pub async fn await_convergence(
     cx: &ClientContext,
     nodes: &[Node],
@@ -146,7 +150,10 @@ pub async fn await_convergence(
         tokio::time::sleep(CONVERGED_EVERY).await;
     };
     let Err(first) = first else { return Ok(()) };
-    if (first.leaderless.is_empty() && first.out_of_isr.is_empty()) || cancel.is_cancelled() {
+    let judged = |u: &Unconverged| {
+        !(u.leaderless.is_empty() && u.out_of_isr.is_empty() && u.stuck_high_watermarks.is_empty())
+    };
+    if !judged(&first) || cancel.is_cancelled() {
         return Err(first);
     }
     tokio::time::sleep(CONFIRM_AFTER).await;
@@ -159,6 +166,12 @@ pub async fn await_convergence(
             .out_of_isr
             .iter()
             .any(|f| (&f.topic, f.partition, &f.node) == (&r.topic, r.partition, &r.node))
+    });
+    again.stuck_high_watermarks.retain(|s| {
+        first
+            .stuck_high_watermarks
+            .iter()
+            .any(|f| (&f.topic, f.partition) == (&s.topic, s.partition))
     });
     Err(again)
 }
@@ -206,8 +219,8 @@ async fn any_metadata(cx: &ClientContext) -> Option<ClusterMetadata> {
 
 /// Whether the replicas in `dumps` agree for every partition in `meta`: a leader, every replica
 /// ending at its high watermark at the same offset, and every replica in the ISR. Else what did
-/// not, with the replicas that held all their leader held and were still left out of the ISR
-/// apart.
+/// not, with the replicas that held all their leader held and were still left out of the ISR,
+/// and the high watermarks below the log end every replica in the ISR held, apart.
 pub fn converged(
     meta: &ClusterMetadata,
     cx: &ClientContext,
@@ -253,6 +266,21 @@ pub fn converged(
             let Some(&(leader_hw, leader_end)) = ends.get(&info.leader) else {
                 continue;
             };
+            // Every replica in the ISR at the leader's log end: Kafka's leader moves its high
+            // watermark to the smallest log end of the ISR on their next fetches.
+            let whole = ends.len() == info.replicas.len()
+                && ends
+                    .iter()
+                    .all(|(id, &(_, leo))| leo == leader_end && info.isr.contains(id));
+            if whole && leader_hw < leader_end {
+                out.stuck_high_watermarks.push(StuckHighWatermark {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    leader: name(info.leader),
+                    high_watermark: leader_hw,
+                    log_end_offset: leader_end,
+                });
+            }
             for (&id, &(hw, leo)) in &ends {
                 if (hw, leo) != (leader_end, leader_end) {
                     out.reasons.push(format!(
@@ -276,7 +304,11 @@ pub fn converged(
             }
         }
     }
-    if out.reasons.is_empty() && out.leaderless.is_empty() && out.out_of_isr.is_empty() {
+    if out.reasons.is_empty()
+        && out.leaderless.is_empty()
+        && out.out_of_isr.is_empty()
+        && out.stuck_high_watermarks.is_empty()
+    {
         Ok(())
     } else {
         Err(out)
@@ -376,10 +408,33 @@ mod tests {
             }]
         );
         // A leader whose high watermark is stuck below the log end every replica holds: the
-        // replica out of the ISR holds all the leader does, and is held out.
+        // replica out of the ISR holds all the leader does, and is held out; with it out, the
+        // ISR is not the whole partition, so the high watermark is not judged.
         let not = converged(&m, &cx, &[replica("n1", 3, 5), replica("n2", 3, 5)]).unwrap_err();
         assert_eq!(not.out_of_isr.len(), 1, "{not:?}");
         assert_eq!(not.out_of_isr[0].node, "n2");
+        assert!(not.stuck_high_watermarks.is_empty(), "{not:?}");
+        // The same with both in the ISR: the leader's high watermark is stuck.
+        let not =
+            converged(&meta(1), &cx, &[replica("n1", 3, 5), replica("n2", 3, 5)]).unwrap_err();
+        assert!(not.out_of_isr.is_empty(), "{not:?}");
+        assert_eq!(
+            not.stuck_high_watermarks,
+            vec![StuckHighWatermark {
+                topic: "t".into(),
+                partition: 0,
+                leader: "n1".into(),
+                high_watermark: 3,
+                log_end_offset: 5,
+            }]
+        );
+        // Only the leader's counts: a follower's trails it by a fetch.
+        assert!(
+            converged(&meta(1), &cx, &[replica("n1", 5, 5), replica("n2", 3, 5)])
+                .unwrap_err()
+                .stuck_high_watermarks
+                .is_empty()
+        );
         // Behind and out of the ISR: still catching up, not held out.
         let not = converged(&m, &cx, &[replica("n1", 5, 5), replica("n2", 3, 3)]).unwrap_err();
         assert!(

@@ -332,8 +332,8 @@ async fn run_phases(
 }
 
 /// The `converge` op's completion: the invocation's value plus `converged`, and when not, what
-/// was not (`reasons`, `leaderless`, `out_of_isr`); `held_out` gets how many replicas were caught up and left out
-/// of the ISR.
+/// was not (`reasons`, `leaderless`, `out_of_isr`, `stuck_high_watermarks`); `held_out` gets
+/// how many replicas were caught up and left out of the ISR.
 fn converge_completion(
     op: &Invocation,
     answer: Result<(), Unconverged>,
@@ -346,6 +346,7 @@ fn converge_completion(
         value["reasons"] = serde_json::json!(not.reasons);
         value["leaderless"] = serde_json::json!(not.leaderless);
         value["out_of_isr"] = serde_json::json!(not.out_of_isr);
+        value["stuck_high_watermarks"] = serde_json::json!(not.stuck_high_watermarks);
     }
     Completion::new(Outcome::Info, value)
 }

@@ -7,8 +7,12 @@
 //! `offline-partition`: a partition still without a leader then. With every node up and every
 //! fault healed, a correct controller elects one: from the ISR, else the eligible replicas, else
 //! the last leader once it is back (KIP-966); only a replica whose log directory was lost (a
-//! `wipe`) may leave none to elect. Read from the runner's `converge` op, the last of each
-//! cluster.
+//! `wipe`) may leave none to elect. `stuck-high-watermark`: a partition whose every replica was
+//! in the ISR and held all its leader held, under a leader's high watermark still below that log
+//! end. A leader moves its high watermark to the smallest log end of its ISR as their fetches
+//! report them (Kafka's `maybeIncrementLeaderHW`), so the records above it were written
+//! everywhere and never committed: no reader sees them and no acks=all send of them is answered.
+//! Read from the runner's `converge` op, the last of each cluster.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +31,19 @@ pub(crate) struct ConvergeBody {
     leaderless: Vec<PartitionRef>,
     #[serde(default)]
     out_of_isr: Vec<OutOfIsr>,
+    #[serde(default)]
+    stuck_high_watermarks: Vec<StuckHighWatermark>,
+}
+
+/// A leader's high watermark below the log end every replica of its partition, all in the ISR,
+/// held, as the runner found it.
+#[derive(Debug, Clone, Deserialize)]
+struct StuckHighWatermark {
+    topic: String,
+    partition: i64,
+    leader: String,
+    high_watermark: i64,
+    log_end_offset: i64,
 }
 
 /// A partition the runner found without a leader.
@@ -60,8 +77,10 @@ impl Convergence {
     }
 
     /// One `under-replicated` entry per replica the last `converge` op of its cluster found
-    /// caught up and outside the ISR, and one `offline-partition` entry per partition it found
-    /// without a leader (allowed in a cluster where a wipe lost a log directory: `disk_losses`).
+    /// caught up and outside the ISR, one `stuck-high-watermark` entry per partition whose
+    /// leader's high watermark it found below the log end of a whole ISR, and one
+    /// `offline-partition` entry per partition it found without a leader (allowed in a cluster
+    /// where a wipe lost a log directory: `disk_losses`).
     pub fn check(&self, disk_losses: &[NodeLoss], anomalies: &mut Anomalies) {
         for (cluster, (index, body)) in &self.last {
             if body.converged == Some(true) {
@@ -74,6 +93,16 @@ impl Convergence {
                         "cluster": cluster, "topic": r.topic, "partition": r.partition,
                         "node": r.node, "leader": r.leader, "isr": r.isr,
                         "log_end_offset": r.log_end_offset, "op_index": index,
+                    }),
+                );
+            }
+            for p in &body.stuck_high_watermarks {
+                anomalies.push(
+                    AnomalyKind::StuckHighWatermark,
+                    json!({
+                        "cluster": cluster, "topic": p.topic, "partition": p.partition,
+                        "leader": p.leader, "high_watermark": p.high_watermark,
+                        "log_end_offset": p.log_end_offset, "op_index": index,
                     }),
                 );
             }
