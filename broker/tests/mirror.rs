@@ -409,6 +409,8 @@ fn s_lmle(bug: Option<&str>) -> Result<(), String> {
     // LMLE.
     pause_or_resume(&b, "a-to-b", true);
     wait_state(&b, "B paused", MirrorState::Paused);
+    // Asked again, as a tool whose first answer was lost asks, a pause finds its work done.
+    pause_or_resume(&b, "a-to-b", true);
     restart_leader(&mut b);
     let (cache_a, cache_b) = (log_of(&a, 1).1, log_of(&b, 1).1);
     if cache_a != cache_b {

@@ -124,7 +124,8 @@ pub enum ControllerCommand {
     },
     /// Moves partitions (`None`: all) of a mirror topic to `to`. With `from`, only partitions in
     /// that state move (a leader's step); without it every named partition must be allowed to,
-    /// except that STOPPING leaves a partition already STOPPED as it is.
+    /// except one already where the move ends (STOPPED for STOPPING, PAUSED for PAUSING), which
+    /// is left as it is.
     SetMirrorStates {
         topic: String,
         partitions: Option<Vec<i32>>,
@@ -960,9 +961,9 @@ pub fn apply(image: &mut MetadataImage, cmd: &ControllerCommand) -> ControllerRe
                 if from.is_some_and(|f| f != p.state) {
                     continue;
                 }
-                // A stop asked again after some partitions finished stopping (the first ask
-                // timed out, or went to another broker) leaves those stopped.
-                if *to == MirrorState::Stopping && p.state == MirrorState::Stopped {
+                // A stop or pause asked again after some partitions finished it (the first ask
+                // timed out, or went to another broker) leaves those as they are.
+                if *to != p.state && to.ends_in() == p.state {
                     continue;
                 }
                 if !p.state.may_become(*to) {
@@ -1779,7 +1780,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_asked_again_after_one_partition_stopped_moves_only_the_others() {
+    fn a_stop_or_pause_asked_again_after_one_partition_finished_moves_only_the_others() {
         let mut image = cluster(false);
         let mirror = MirrorRegistration {
             name: "a-to-b".into(),
@@ -1810,6 +1811,27 @@ mod tests {
             terminal: false,
         };
         apply(&mut image, &set(MirrorState::Mirroring));
+        // The leader of partition 0 finished pausing; the operator's pause, asked again, leaves
+        // it paused.
+        apply(&mut image, &set(MirrorState::Pausing));
+        let paused = |partition| ControllerCommand::SetMirrorStates {
+            topic: "m".into(),
+            partitions: Some(vec![partition]),
+            from: Some(MirrorState::Pausing),
+            to: MirrorState::Paused,
+            error: None,
+            terminal: false,
+        };
+        apply(&mut image, &paused(0));
+        assert!(matches!(
+            apply(&mut image, &set(MirrorState::Pausing)),
+            ControllerReply::Done
+        ));
+        assert_eq!(image.mirror_state("m", 0), Some(MirrorState::Paused));
+        assert_eq!(image.mirror_state("m", 1), Some(MirrorState::Pausing));
+        apply(&mut image, &paused(1));
+        apply(&mut image, &set(MirrorState::Mirroring));
+        assert_eq!(image.mirror_state("m", 1), Some(MirrorState::Mirroring));
         apply(&mut image, &set(MirrorState::Stopping));
         let complete = ControllerCommand::CompleteMirrorStop {
             topic: "m".into(),

@@ -20,6 +20,8 @@ pub trait MirrorRules: Sized {
     fn is_read_only(&self) -> bool;
     /// Where a FAILED partition's retry goes.
     fn retry_from(failed_in: Option<MirrorState>) -> MirrorState;
+    /// The state a move to this one ends in on its own (STOPPING in STOPPED, PAUSING in PAUSED).
+    fn ends_in(self) -> MirrorState;
 }
 
 impl MirrorRules for MirrorState {
@@ -62,6 +64,17 @@ impl MirrorRules for MirrorState {
             Some(Mirroring | EpochFencing | Pausing | Paused) => Mirroring,
             Some(Stopping) => Stopping,
             _ => Preparing,
+        }
+    }
+
+    /// The state a move to this one ends in on its own: a partition there already needs
+    /// nothing more, so an operator's request asked again leaves it as it is.
+    fn ends_in(self) -> MirrorState {
+        use MirrorState::*;
+        match self {
+            Stopping => Stopped,
+            Pausing => Paused,
+            other => other,
         }
     }
 }
@@ -263,7 +276,10 @@ mod tests {
             assert!(Failed.may_become(MirrorState::retry_from(Some(s))));
             assert!(s.may_become(s));
             assert_eq!(s.is_read_only(), s != Stopped);
+            assert!(s.may_become(s.ends_in()) || s.ends_in() == s);
         }
+        assert_eq!((Stopping.ends_in(), Pausing.ends_in()), (Stopped, Paused));
+        assert_eq!(Mirroring.ends_in(), Mirroring);
     }
 
     #[test]
