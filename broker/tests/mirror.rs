@@ -568,6 +568,78 @@ fn a_first_failover_with_a_broker_down_waits_for_it() {
     });
 }
 
+/// A failover of two topics, one of them led by a broker that is down: the other is writable at
+/// once, not after the first one's wait runs out. The stop used to wait for each topic in turn,
+/// and a harness run's failover left a healthy topic mirroring for the whole 30 s.
+#[test]
+fn a_topic_that_cannot_stop_does_not_hold_the_others_back() {
+    let a = cluster("A", 1, "", None);
+    let mut b = cluster("B", 3, "min.insync.replicas=1\n", None);
+    for topic in ["t", "u", "w"] {
+        assert_eq!(create_topic(&a.addr(1), topic, 1, 1, &[]), 0);
+    }
+    create_mirror(&b, "a-to-b", &a).unwrap();
+    let request = |stop: bool, topics: &[&str]| {
+        let (mirror, topics) = (
+            "a-to-b".to_string(),
+            topics.iter().map(|t| t.to_string()).collect(),
+        );
+        if stop {
+            MirrorRequest::Stop { mirror, topics }
+        } else {
+            MirrorRequest::Start { mirror, topics }
+        }
+    };
+    let state = |b: &Cluster, topic: &str| {
+        admin(
+            b,
+            MirrorRequest::Describe {
+                mirror: None,
+                lookup: None,
+            },
+        )
+        .mirrors
+        .iter()
+        .flat_map(|m| m.topics.iter())
+        .filter(|t| t.name == topic)
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.state)
+        .next()
+    };
+    // A first failover, of w, with every broker up, creates the LMLE topic on all three.
+    ok("start w", &admin(&b, request(false, &["w"]))).unwrap();
+    b.wait_for("w mirroring", T, |b| {
+        state(b, "w") == Some(MirrorState::Mirroring)
+    });
+    ok("stop w", &admin(&b, request(true, &["w"]))).unwrap();
+    // t lands on broker 1 (one replica, placed on the first live broker); u, started once
+    // broker 1 is down and fenced, on another.
+    ok("start t", &admin(&b, request(false, &["t"]))).unwrap();
+    b.wait_for("t mirroring on broker 1", T, |b| {
+        state(b, "t") == Some(MirrorState::Mirroring)
+            && b.partition_state("t", 0).is_some_and(|s| s.0 == 1)
+    });
+    b.node(1).kill9();
+    b.wait_for("broker 1 fenced: t without its leader", T, |b| {
+        b.partition_state("t", 0).is_some_and(|s| s.0 != 1)
+    });
+    ok("start u", &admin(&b, request(false, &["u"]))).unwrap();
+    b.wait_for("u mirroring on another broker", T, |b| {
+        state(b, "u") == Some(MirrorState::Mirroring)
+            && b.partition_state("u", 0).is_some_and(|s| s.0 > 1)
+    });
+    let addr = b.addr(2);
+    let stop = request(true, &["t", "u"]);
+    std::thread::spawn(move || rt().block_on(tidemark_broker::admin::mirror(&addr, 94, stop)));
+    // Well inside the 30 s a stop waits for t.
+    b.wait_for(
+        "u stopped while t cannot stop",
+        Duration::from_secs(15),
+        |b| state(b, "u") == Some(MirrorState::Stopped),
+    );
+    assert_eq!(state(&b, "t"), Some(MirrorState::Stopping));
+}
+
 #[test]
 fn s_lmle_correct_broker() {
     s_lmle(None).unwrap();

@@ -113,8 +113,19 @@ async fn handle(ctx: &Arc<MirrorContext>, req: MirrorRequest) -> Result<MirrorRe
         }
         MirrorRequest::Stop { mirror, topics } => {
             mirror_of(ctx, &mirror)?;
+            // Every topic starts stopping before any is waited for, and all wait until one
+            // deadline: a topic whose leader is down must not hold the others' failover back.
+            let mut begun = Vec::with_capacity(topics.len());
             for topic in topics {
-                let outcome = stop_topic(ctx, &mirror, &topic).await;
+                let outcome = begin_stop(ctx, &mirror, &topic).await;
+                begun.push((topic, outcome));
+            }
+            let deadline = tokio::time::Instant::now() + STOP_WAIT;
+            for (topic, outcome) in begun {
+                let outcome = match outcome {
+                    Ok(()) => wait_stopped(ctx, &topic, deadline).await,
+                    Err(e) => Err(e),
+                };
                 resp.topics.push(topic_result(topic, outcome));
             }
         }
@@ -335,20 +346,32 @@ async fn recover_topic(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result
     ctx.submit_and_wait(cmd, |_| true).await.map(|_| ())
 }
 
-/// Failover of one topic: STOPPING now; answers once every partition is STOPPED (its leader
-/// persisted the LMLE and bumped the epoch), so the topic is writable when this returns.
-async fn stop_topic(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
-    let stopped = |i: &MetadataImage| {
-        i.topics
-            .get(topic)
-            .and_then(|t| t.mirror.as_ref())
-            .is_some_and(|m| m.partitions.iter().all(|p| p.state == MirrorState::Stopped))
-    };
-    if !stopped(&ctx.metadata()) {
-        set_states(ctx, mirror, topic, MirrorState::Stopping).await?;
+/// Whether every partition of `topic` is STOPPED in `image`.
+fn all_stopped(image: &MetadataImage, topic: &str) -> bool {
+    image
+        .topics
+        .get(topic)
+        .and_then(|t| t.mirror.as_ref())
+        .is_some_and(|m| m.partitions.iter().all(|p| p.state == MirrorState::Stopped))
+}
+
+/// Failover of one topic begins: every partition not yet STOPPED moves to STOPPING, where its
+/// leader persists the LMLE, bumps the epoch and writes the barrier.
+async fn begin_stop(ctx: &MirrorContext, mirror: &str, topic: &str) -> Result<(), ApiError> {
+    if all_stopped(&ctx.metadata(), topic) {
+        return Ok(());
     }
+    set_states(ctx, mirror, topic, MirrorState::Stopping).await
+}
+
+/// Waits until every partition of `topic` is STOPPED, so the topic is writable, or `deadline`.
+async fn wait_stopped(
+    ctx: &MirrorContext,
+    topic: &str,
+    deadline: tokio::time::Instant,
+) -> Result<(), ApiError> {
     let mut rx = ctx.images();
-    let waited = tokio::time::timeout(STOP_WAIT, rx.wait_for(|i| stopped(i)))
+    let waited = tokio::time::timeout_at(deadline, rx.wait_for(|i| all_stopped(i, topic)))
         .await
         .is_ok_and(|r| r.is_ok());
     if waited {
