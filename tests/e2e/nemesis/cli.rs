@@ -262,10 +262,13 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
         .as_array()
         .is_some_and(|a| a.contains(&json!("lost-write")))
     {
-        assert!(!results["bad_anomaly_types"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("lost-write")));
+        assert!(
+            !results["bad_anomaly_types"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("lost-write")),
+            "a lost write not allowed; the verdict and the run's ops:\n{results}\n{stdout}"
+        );
     }
     assert_nothing_left(&test);
 }
