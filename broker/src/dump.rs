@@ -10,7 +10,8 @@
 //! `cluster_id` (from `meta.properties`), for mirror topics `mirror_state`, so checkers can
 //! tell mirrored epochs from local ones, and for a replica that rebuilt its log from the remote
 //! store `remote_bootstrap` (where its local log began then, and in which leader epoch), which
-//! local retention would otherwise hide.
+//! local retention would otherwise hide; for a replica once elected uncleanly (a forced election,
+//! or KIP-966's last known leader), `unclean_elections`, each epoch with its log end then.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,7 +29,9 @@ use crate::config::RemoteStoreConfig;
 use crate::log::batch;
 use crate::log::epoch_cache::{parse_checkpoint, CHECKPOINT_FILE};
 use crate::log::producer_state::{self, ProducerStates};
-use crate::partition::{PersistedState, RemoteBootstrap, REMOTE_BOOTSTRAP_FILE, STATE_FILE};
+use crate::partition::{
+    read_unclean_elections, PersistedState, RemoteBootstrap, REMOTE_BOOTSTRAP_FILE, STATE_FILE,
+};
 use crate::tiered::manager::TieredStore;
 
 /// Which replicas to dump and how to label them.
@@ -323,6 +326,11 @@ fn replica_state(
         if let Some(m) = s.mirror_state {
             v["mirror_state"] = json!(m.name());
         }
+    }
+    match read_unclean_elections(dir) {
+        Ok(elections) if !elections.is_empty() => v["unclean_elections"] = json!(elections),
+        Ok(_) => {}
+        Err(e) => notes.push(e),
     }
     // Where the replica last rebuilt its log from the remote store, if it ever did.
     let bootstrap = dir.join(REMOTE_BOOTSTRAP_FILE);

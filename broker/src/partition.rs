@@ -40,6 +40,20 @@ pub const STATE_FILE: &str = "partition.state";
 /// and a harness judging KIP-1023's start needs the offset the follower chose.
 pub const REMOTE_BOOTSTRAP_FILE: &str = "remote-bootstrap.json";
 
+/// Per-partition file listing the leader epochs this replica was elected in uncleanly (an
+/// [`UncleanElection`] each): the controller says so with KIP-704's RECOVERING, for a forced
+/// unclean election and for KIP-966's last known leader, which Kafka counts as unclean too. Only
+/// the elected replica knows where its log ended then, which is where acknowledged records may
+/// have been cut; a harness judging losses needs both.
+pub const UNCLEAN_ELECTIONS_FILE: &str = "unclean-elections.json";
+
+/// One unclean election of this replica: the epoch it began leading in, and its log end then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UncleanElection {
+    pub leader_epoch: i32,
+    pub log_end_offset: i64,
+}
+
 /// Where a follower started its local log from the remote store, and in which leader epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteBootstrap {
@@ -452,6 +466,17 @@ pub struct Checkpointed {
     pub log_start_offset: Option<i64>,
 }
 
+/// The unclean elections recorded in `dir` ([`UNCLEAN_ELECTIONS_FILE`]); none when the file is
+/// absent.
+pub fn read_unclean_elections(dir: &Path) -> Result<Vec<UncleanElection>, String> {
+    let path = dir.join(UNCLEAN_ELECTIONS_FILE);
+    match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display())),
+    }
+}
+
 /// Directory name of a partition in the log dir: `<topic>-<partition>`, as Kafka names it.
 pub fn dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
@@ -611,6 +636,12 @@ impl Partition {
                         s.log.assign_epoch_start(s.registration.leader_epoch)?;
                     }
                     s.leader_epoch_start_offset = s.log.log_end_offset();
+                    if s.registration.leader_recovery_state == LeaderRecoveryState::Recovering {
+                        self.record_unclean_election(UncleanElection {
+                            leader_epoch: s.registration.leader_epoch,
+                            log_end_offset: s.leader_epoch_start_offset,
+                        })?;
+                    }
                     let now = Instant::now();
                     let hw = s.high_watermark;
                     s.followers = s
@@ -661,6 +692,30 @@ impl Partition {
             self.high_watermark.send_modify(|_| {});
         }
         Ok(change)
+    }
+
+    /// Adds `election` to [`UNCLEAN_ELECTIONS_FILE`], once per epoch: a replica that restarts
+    /// while its unclean election is still RECOVERING adopts the same registration again.
+    fn record_unclean_election(&self, election: UncleanElection) -> Result<(), LogError> {
+        let path = self.dir.join(UNCLEAN_ELECTIONS_FILE);
+        let mut all = read_unclean_elections(&self.dir).unwrap_or_else(|e| {
+            error!(file = %path.display(), "{e}; it is written anew");
+            Vec::new()
+        });
+        if all.iter().any(|e| e.leader_epoch == election.leader_epoch) {
+            return Ok(());
+        }
+        warn!(
+            topic = ?self.topic,
+            partition = self.index,
+            leader_epoch = election.leader_epoch,
+            log_end_offset = election.log_end_offset,
+            "elected uncleanly: records above the log end may have been acknowledged elsewhere"
+        );
+        all.push(election);
+        let bytes = serde_json::to_vec(&all).map_err(|e| LogError::Invalid(e.to_string()))?;
+        crate::durable::replace_or_halt(&path, &bytes);
+        Ok(())
     }
 
     fn strict_min_isr(&self) -> bool {
@@ -1733,5 +1788,65 @@ mod tests {
         assert_eq!(p.high_watermark(), 1);
         p.drop_proposed_isr();
         assert_eq!(p.high_watermark(), 2);
+    }
+
+    /// The elected replica is the one that knows where its log ended at an unclean election
+    /// (KIP-966's last known leader, a forced one): it keeps each epoch once, across adopting the
+    /// same registration again after a restart, and a clean election records nothing.
+    #[test]
+    fn an_unclean_election_is_recorded_once_by_the_replica_it_elected() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = leader(dir.path(), vec![1, 2, 3]);
+        p.append_records_to_leader(&batch(&[b"a", b"b"]), 1)
+            .unwrap();
+        assert_eq!(read_unclean_elections(p.dir()).unwrap(), vec![]);
+
+        let unclean = |epoch: i32| PartitionRegistration {
+            replicas: vec![1, 2, 3],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: epoch,
+            partition_epoch: epoch,
+            leader_recovery_state: LeaderRecoveryState::Recovering,
+            elr: Vec::new(),
+            last_known_leader: None,
+        };
+        let follow = PartitionRegistration {
+            leader: 2,
+            leader_recovery_state: LeaderRecoveryState::Recovered,
+            ..unclean(2)
+        };
+        p.apply_registration(follow).unwrap();
+        assert_eq!(
+            p.apply_registration(unclean(3)).unwrap(),
+            RoleChange::BecameLeader
+        );
+        let expected = vec![UncleanElection {
+            leader_epoch: 3,
+            log_end_offset: 2,
+        }];
+        assert_eq!(read_unclean_elections(p.dir()).unwrap(), expected);
+
+        // The same registration adopted by a restarted process.
+        let log_dir = p.dir().parent().unwrap().to_path_buf();
+        drop(p);
+        let (again, _) = Partition::open(
+            &log_dir,
+            "t",
+            0,
+            Host {
+                node_id: 1,
+                deviations: Deviations::default(),
+            },
+            LogConfig::default(),
+            unclean(3),
+            Checkpointed::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            again.apply_registration(unclean(3)).unwrap(),
+            RoleChange::BecameLeader
+        );
+        assert_eq!(read_unclean_elections(again.dir()).unwrap(), expected);
     }
 }

@@ -99,6 +99,7 @@ fn states(n: usize) -> Vec<ReplicaState> {
                 tiered: None,
                 remote_bootstrap: None,
                 producers: None,
+                unclean_elections: Vec::new(),
             }
         })
         .collect()

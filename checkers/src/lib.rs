@@ -41,7 +41,7 @@ use serde_json::Value;
 
 pub use op::{
     EpochEntry, Op, OpType, PollValue, Process, ProducerState, Record, RemoteBootstrap,
-    RemoteSegment, ReplicaState, SendValue, TieredSide,
+    RemoteSegment, ReplicaState, SendValue, TieredSide, UncleanElection,
 };
 pub use policy::Policy;
 pub use queue::{QueueAnalysis, QueueChecker};

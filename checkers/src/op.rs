@@ -304,6 +304,21 @@ pub struct ReplicaState {
     /// (absent where the broker does not report them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub producers: Option<Vec<ProducerState>>,
+    /// The leader epochs this replica was elected in uncleanly, as its broker recorded them
+    /// (absent where the broker does not report them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclean_elections: Vec<UncleanElection>,
+}
+
+/// An unclean election of one replica as its broker recorded it (a forced one, or KIP-966's
+/// last known leader): the epoch it began leading in, and its log end then, above which records
+/// acknowledged before may be gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UncleanElection {
+    /// The leader epoch it was elected in.
+    pub leader_epoch: i64,
+    /// Its log end offset when elected.
+    pub log_end_offset: i64,
 }
 
 /// One idempotent producer's state in a replica as

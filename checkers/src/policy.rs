@@ -74,6 +74,18 @@
 //!   `lost-write` (of a write acknowledged before the wipe was recorded), `inconsistent-offsets`
 //!   and `commit-skip` are allowed. Replicas do not diverge from it: the wiped node may not lead
 //!   before it has fetched again (KIP-858's directory id), so `divergence` is not.
+//! - **A replica that lost records, elected uncleanly by its broker**, entry by entry, whatever
+//!   the configuration: with every replica in the ISR and the eligible leader replicas (KIP-966)
+//!   down or back from unclean shutdowns, Kafka elects the partition's last known leader, and
+//!   counts it an unclean election. If that replica had lost records meanwhile (a `corrupt-file`
+//!   that damaged its segment of the partition, or, unless every message is flushed, a power loss
+//!   or a reboot after failed fsyncs of its node), records acknowledged before are gone. The
+//!   elected replica says so in the final replica states (`unclean_elections`: the leader epoch,
+//!   and its log end then), so a partition's `lost-write` (acknowledged before the fault was
+//!   recorded), `inconsistent-offsets` and `commit-skip` at or above that log end are allowed when
+//!   such a fault struck the replica its broker elected uncleanly. Without the broker's record, or
+//!   when the replica it elected lost nothing, nothing is excused: a corrupted replica elected
+//!   while one that kept the records could lead (Jepsen's minority corruption) is a loss.
 //! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
 //!   written again (the unclean, unmarked-failover, power-loss and wipe rules), a group's commit may
 //!   stand above records it never read, so `commit-skip` is allowed with `lost-write`. The
@@ -94,6 +106,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::mirror::{truthy, MirrorHistory, MIRROR_UNCLEAN_KEY};
+use crate::op::UncleanElection;
 use crate::results::AnomalyKind;
 
 const UNCLEAN_KEY: &str = "unclean.leader.election.enable";
@@ -198,6 +211,12 @@ pub enum Excuse {
     /// entry's record was acknowledged when it is about one: an ISR that small may have been all
     /// that held it, and what a disk loses is gone, flushed or not.
     InSyncDiskLoss,
+    /// The entry's partition's broker elected uncleanly a replica (its own record in the final
+    /// replica states) that a fault had made lose records: a `corrupt-file` of its segment of
+    /// the partition, or, unless every message is flushed, a power loss of its node. The entry is
+    /// at or above that replica's log end when elected, and acknowledged before the fault when it
+    /// is about a record.
+    LossyLastLeader,
 }
 
 /// A rule that allows the entries of some types one by one.
@@ -252,6 +271,14 @@ pub const ENTRY_RULES: &[EntryRule] = &[
             AnomalyKind::CommitSkip,
             AnomalyKind::ZombieCommit,
             AnomalyKind::CommitLost,
+        ],
+    },
+    EntryRule {
+        excuse: Excuse::LossyLastLeader,
+        allows: &[
+            AnomalyKind::LostWrite,
+            AnomalyKind::InconsistentOffsets,
+            AnomalyKind::CommitSkip,
         ],
     },
     EntryRule {
@@ -364,6 +391,21 @@ pub struct NodeLoss {
     pub nodes: BTreeSet<String>,
 }
 
+/// A segment of one replica that a `corrupt-file` damaged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// The index of its `info`.
+    pub index: u64,
+    /// The cluster of the node.
+    pub cluster: String,
+    /// The node.
+    pub node: String,
+    /// The replica's topic.
+    pub topic: String,
+    /// The replica's partition.
+    pub partition: i64,
+}
+
 /// What the history itself says about the policy, gathered while it streams past.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HistoryFacts {
@@ -390,6 +432,11 @@ pub struct HistoryFacts {
     /// The nodes the final replica states list for each partition, by cluster, topic and
     /// partition.
     pub replica_nodes: BTreeMap<(String, String, i64), BTreeSet<String>>,
+    /// Every segment a `corrupt-file` op recorded damaging, in order.
+    pub corruptions: Vec<Corruption>,
+    /// The unclean elections the final replica states record, by cluster, topic and partition:
+    /// the node elected, and the election.
+    pub unclean_elections: BTreeMap<(String, String, i64), Vec<(String, UncleanElection)>>,
 }
 
 impl Policy {
@@ -488,6 +535,45 @@ impl Policy {
         })
     }
 
+    /// Why [`Excuse::LossyLastLeader`] allows an entry at `place`, if it does.
+    fn lossy_last_leader(&self, place: Place<'_>, facts: &HistoryFacts) -> Option<String> {
+        let offset = place.offset?;
+        let cluster = place.cluster.unwrap_or_default();
+        let key = (cluster.to_owned(), place.topic.to_owned(), place.partition);
+        let before = |index: u64| place.acknowledged.is_none_or(|a| a < index);
+        facts
+            .unclean_elections
+            .get(&key)?
+            .iter()
+            .filter(|(_, e)| offset >= e.log_end_offset)
+            .find_map(|(node, e)| {
+                let damaged = facts.corruptions.iter().find(|c| {
+                    c.cluster == cluster
+                        && &c.node == node
+                        && c.topic == place.topic
+                        && c.partition == place.partition
+                        && before(c.index)
+                });
+                let lost = match damaged {
+                    Some(c) => (c.index, "corrupt-file"),
+                    None if self.flush_per_message => return None,
+                    None => facts
+                        .power_losses
+                        .iter()
+                        .find(|l| l.cluster == cluster && l.nodes.contains(node) && before(l.index))
+                        .map(|l| (l.index, l.fault))?,
+                };
+                Some(format!(
+                    "{node} lost records of {} to a {} (op {}), then its broker elected it uncleanly in leader epoch {} at offset {}",
+                    place.partition_name(),
+                    lost.1,
+                    lost.0,
+                    e.leader_epoch,
+                    e.log_end_offset
+                ))
+            })
+    }
+
     /// Why one entry of `kind` at `place` is allowed by the entry-level rules, if it is. An
     /// explicit `allowed_anomalies` list leaves nothing to them.
     pub(crate) fn excuse(
@@ -554,6 +640,7 @@ impl Policy {
                     loss.index, place.partition_name()
                 ))
             }
+            Excuse::LossyLastLeader => self.lossy_last_leader(place, facts),
             Excuse::UncleanSourceUnguarded => {
                 let offset = place.offset.unwrap_or(0);
                 if let Some(g) = mirror.guard(place.topic, place.partition) {

@@ -6,7 +6,8 @@ mod support;
 use serde_json::{json, Value};
 use support::{entries, replica, Hist};
 use tidemark_checkers::{
-    check, check_history, read_history, OpType, Process, Record, ReplicaState, Results, Validity,
+    check, check_history, read_history, OpType, Process, Record, ReplicaState, Results,
+    UncleanElection, Validity,
 };
 
 use OpType::{Fail, Info, Ok};
@@ -1673,6 +1674,111 @@ fn a_power_loss_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowled
     let r = check(&min2, after.ops.clone(), Some(&replicas));
     assert_eq!(r.valid, Validity::Invalid);
     assert!(entries(&r, "lost-write")[0].get("allowed").is_none());
+}
+
+/// Writes 1 and 2 acknowledged at offsets 0 and 1 (2 after `fault` with `after`), `fault` on n3,
+/// and write 3 acknowledged at offset 1 by n3, elected uncleanly with its log ending at 1.
+fn lossy_last_leader(fault: (&str, Value), after: bool) -> Hist {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    if !after {
+        h.send(0, &[2], Ok, Some(1));
+    }
+    h.nemesis(fault.0, fault.1);
+    if after {
+        h.send(0, &[2], Ok, Some(1));
+    }
+    h.send(1, &[3], Ok, Some(1));
+    h
+}
+
+/// n3 leads the final log `[1, 3]`, having recorded an unclean election in epoch 2 from
+/// `log_end_offset`.
+fn elected_uncleanly(log_end_offset: Option<i64>) -> Vec<ReplicaState> {
+    let mut n3 = replica("a", "n3", true, 2, &[(0, 1, 0), (1, 3, 2)]);
+    n3.unclean_elections = log_end_offset
+        .map(|o| UncleanElection {
+            leader_epoch: 2,
+            log_end_offset: o,
+        })
+        .into_iter()
+        .collect();
+    vec![
+        replica("a", "n1", false, 2, &[(0, 1, 0), (1, 3, 2)]),
+        replica("a", "n2", false, 2, &[(0, 1, 0), (1, 3, 2)]),
+        n3,
+    ]
+}
+
+fn corrupted(node: &str, file: &str) -> (&'static str, Value) {
+    (
+        "corrupt-file",
+        json!({"nodes": [node], "mode": "truncate", "files": [{"node": node, "file": file,
+               "mode": "truncate", "size": 300, "offset": 120, "bytes": 180}]}),
+    )
+}
+
+/// KIP-966's last known leader: with every replica of the ISR and the eligible leader replicas
+/// down or back from unclean shutdowns, Kafka elects the replica that led last, uncleanly. When a
+/// fault had made it lose records, what it lost is gone: allowed where the elected replica's own
+/// record says so, at or above its log end then, for records acknowledged before the fault.
+#[test]
+fn a_replica_that_lost_records_and_was_then_elected_uncleanly_excuses_what_it_lost() {
+    let min2 = json!({"broker_config": {"min.insync.replicas": "2"}});
+    let segment = "t-0/00000000000000000000.log";
+    let h = lossy_last_leader(corrupted("n3", segment), false);
+    let r = check(&min2, h.ops.clone(), Some(&elected_uncleanly(Some(1))));
+    assert_eq!(
+        r.anomaly_types,
+        ["lost-write", "inconsistent-offsets"],
+        "{}",
+        r.summary(5)
+    );
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = entries(&r, "lost-write");
+    assert!(
+        lost[0]["allowed"].as_str().is_some_and(|w| w.contains(
+            "n3 lost records of t/0 to a corrupt-file (op 5), then its broker elected it uncleanly in leader epoch 2 at offset 1"
+        )),
+        "{lost:?}"
+    );
+
+    // No record of the election from the broker: a corrupted replica elected while another
+    // held the records is a loss.
+    let r = check(&min2, h.ops.clone(), Some(&elected_uncleanly(None)));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    // The elected replica's log held offset 1 when elected: the fault did not take it.
+    let r = check(&min2, h.ops.clone(), Some(&elected_uncleanly(Some(2))));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    // The damage was to another replica, or to another partition of n3.
+    for (node, file) in [("n2", segment), ("n3", "t-1/00000000000000000000.log")] {
+        let other = lossy_last_leader(corrupted(node, file), false);
+        let r = check(&min2, other.ops, Some(&elected_uncleanly(Some(1))));
+        assert_eq!(
+            r.valid,
+            Validity::Invalid,
+            "{node} {file}: {}",
+            r.summary(5)
+        );
+    }
+    // Acknowledged after the damage: the corrupted replica never held it.
+    let after = lossy_last_leader(corrupted("n3", segment), true);
+    let r = check(&min2, after.ops, Some(&elected_uncleanly(Some(1))));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+
+    // A power loss of n3 alone, below min.insync.replicas: excused the same way, unless every
+    // message is flushed (then it lost nothing acknowledged).
+    let power = (
+        "power-loss",
+        json!({"nodes": ["n3"], "seed": 3, "cluster_wide": false, "dropped": {}}),
+    );
+    let h = lossy_last_leader(power, false);
+    let r = check(&min2, h.ops.clone(), Some(&elected_uncleanly(Some(1))));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let flushed = json!({"broker_config": {"min.insync.replicas": "2",
+                                           "log.flush.interval.messages": "1"}});
+    let r = check(&flushed, h.ops, Some(&elected_uncleanly(Some(1))));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
 }
 
 /// Two writes acknowledged (at offsets 0 and 1) and a wipe that deleted the log directory of

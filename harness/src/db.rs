@@ -353,6 +353,7 @@ impl DumpedReplica {
                 tiered: None,
                 remote_bootstrap: None,
                 producers: None,
+                unclean_elections: Vec::new(),
             },
             leader_epoch: None,
             isr: None,

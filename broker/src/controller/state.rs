@@ -354,8 +354,6 @@ fn remove_from_partitions(image: &mut MetadataImage, id: i32) {
     }
 }
 
-/// Takes broker `id`, back from an unclean shutdown, out of every partition's eligible leader
-/// replicas (KIP-966): its log may have lost what the high watermark had passed.
 /// A broker back with another log directory (KIP-858: the old one is gone, and everything in
 /// it) holds none of its partitions' records: it leaves their ISRs and eligible leader replicas
 /// and is no longer their last known leader, so it is elected only once it has caught up again
@@ -376,6 +374,8 @@ fn forget_lost_log(image: &mut MetadataImage, id: i32) {
     }
 }
 
+/// Takes broker `id`, back from an unclean shutdown, out of every partition's eligible leader
+/// replicas (KIP-966): its log may have lost what the high watermark had passed.
 fn forget_unclean(image: &mut MetadataImage, id: i32) {
     for p in image
         .topics

@@ -139,6 +139,21 @@ pub(crate) struct PowerLossBody {
     pub cluster_wide: bool,
 }
 
+/// The part of a `corrupt-file` info the verdict policy reads: each damaged segment.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CorruptBody {
+    #[serde(default)]
+    pub files: Vec<DamagedFile>,
+}
+
+/// One damaged segment: its node, and its path in the data directory
+/// (`<topic>-<partition>/<base offset>.log`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct DamagedFile {
+    pub node: String,
+    pub file: String,
+}
+
 /// The part of a `disk-heal` info the verdict policy reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RebootBody {

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use crate::dense::DenseMap;
 use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
-use crate::policy::{config_op_enables_unclean, HistoryFacts, NodeLoss, Place, Policy};
+use crate::policy::{config_op_enables_unclean, Corruption, HistoryFacts, NodeLoss, Place, Policy};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
 use crate::tiered::TieredHistory;
 use crate::Checker;
@@ -36,8 +36,8 @@ use acks::AckedOffsets;
 use converge::{ConvergeBody, Convergence};
 pub(crate) use event::LineOp;
 use event::{
-    check_poll_offsets, topic_partition, Event, PollBody, PowerLossBody, RebootBody, SendBody,
-    WipeBody,
+    check_poll_offsets, topic_partition, CorruptBody, Event, PollBody, PowerLossBody, RebootBody,
+    SendBody, WipeBody,
 };
 use groups::{CommitBody, GroupPollBody, Groups, Zombie};
 use hws::SeenHws;
@@ -362,9 +362,14 @@ impl<'r> QueueAnalysis<'r> {
     fn load_final_logs(&mut self, replicas: &'r [ReplicaState]) {
         for r in replicas {
             self.cluster_id(Some(&r.cluster));
+            let key = (r.cluster.clone(), r.topic.clone(), r.partition);
+            if !r.unclean_elections.is_empty() {
+                let elected = self.facts.unclean_elections.entry(key.clone()).or_default();
+                elected.extend(r.unclean_elections.iter().map(|e| (r.node.clone(), *e)));
+            }
             self.facts
                 .replica_nodes
-                .entry((r.cluster.clone(), r.topic.clone(), r.partition))
+                .entry(key)
                 .or_default()
                 .insert(r.node.clone());
         }
@@ -481,6 +486,34 @@ impl<'r> QueueAnalysis<'r> {
                         cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
                         nodes: body.deleted.into_keys().collect(),
                     }),
+                    Ok(None) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
+                }
+            }
+            "corrupt-file" if ev.kind != OpType::Invoke => {
+                match ev.value.parse::<CorruptBody>("corrupt-file") {
+                    Ok(Some(body)) => {
+                        let cluster = ev.cluster.unwrap_or(&self.default_cluster).to_owned();
+                        for f in body.files {
+                            let replica = f.file.split_once('/').and_then(|(dir, _)| {
+                                let (topic, index) = dir.rsplit_once('-')?;
+                                Some((topic.to_owned(), index.parse().ok()?))
+                            });
+                            match replica {
+                                Some((topic, partition)) => self.facts.corruptions.push(Corruption {
+                                    index: ev.index,
+                                    cluster: cluster.clone(),
+                                    node: f.node,
+                                    topic,
+                                    partition,
+                                }),
+                                None => self.warn(format!(
+                                    "op {}: corrupt-file: field `files[].file`: expected <topic>-<partition>/<segment>.log, got {:?}",
+                                    ev.index, f.file
+                                )),
+                            }
+                        }
+                    }
                     Ok(None) => {}
                     Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
                 }

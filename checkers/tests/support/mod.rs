@@ -186,6 +186,7 @@ pub fn replica(
         tiered: None,
         remote_bootstrap: None,
         producers: None,
+        unclean_elections: Vec::new(),
     }
 }
 

@@ -205,6 +205,7 @@ pub fn simulate_into(cfg: SimConfig, sink: &mut dyn FnMut(Op)) -> Vec<ReplicaSta
                     tiered: None,
                     remote_bootstrap: None,
                     producers: None,
+                    unclean_elections: Vec::new(),
                 })
         })
         .collect()

@@ -125,6 +125,7 @@ pub fn replica(node: &str, role: &str, topic: &str, records: Vec<Record>, hw: i6
         tiered: None,
         remote_bootstrap: None,
         producers: None,
+        unclean_elections: Vec::new(),
     }
 }
 
