@@ -257,7 +257,8 @@ fn every_fault_kind_is_recorded_with_what_it_did_and_healed_at_the_end() {
     let results: Value =
         serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
     assert!(results["valid"].is_boolean(), "{results}");
-    // Lost writes of the unclean election are seen but allowed.
+    // Lost writes of the unclean election are seen but allowed, as are those of a corrupted
+    // segment whose replica its broker then elected as the last known leader.
     if results["anomaly_types"]
         .as_array()
         .is_some_and(|a| a.contains(&json!("lost-write")))
