@@ -423,6 +423,58 @@ fn an_eligible_replica_leads_once_the_isr_is_empty_with_every_acknowledged_recor
     );
 }
 
+/// KIP-966's last known leader on five real brokers: `t` has replicas 1 and 2 and
+/// `min.insync.replicas=2`. 2 is killed until the ISR drops it, then 1; 1's log is cut near
+/// offset 20 (a corrupted batch), and both come back from crashes, so neither is eligible any
+/// more. The controller elects 1, the last leader, as Kafka's Balanced recovery does, and counts
+/// it unclean: 1 records the election with its log end then (which a harness needs to judge the
+/// acknowledged records that went with the cut), and 2 follows it down to that end.
+#[test]
+fn the_last_known_leader_back_with_a_cut_log_records_its_unclean_election() {
+    let mut c = Cluster::start(5, "min.insync.replicas=2\n", &[]);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "t", 1, 2, &[&[1, 2]], &[]),
+        0
+    );
+    let state = |c: &Cluster| c.partition_state_at(3, "t", 0);
+    c.wait_for("1 leading with 2 in the ISR", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1, 2])
+    });
+    for v in 0..30 {
+        assert_eq!(produce(&c.addr(1), "t", 0, &[v], -1, T), Ok(v));
+    }
+    c.node(2).kill9();
+    c.wait_for("the ISR down to 1", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1])
+    });
+    c.node(1).kill9();
+    c.wait_for("no leader once 1 is fenced", T, |c| {
+        state(c).is_some_and(|(l, _, isr)| l == -1 && isr.is_empty())
+    });
+    let (_, epoch, _) = state(&c).unwrap();
+    corrupt_batch(&c.nodes[0].data_dir().join("t-0"), 20);
+    c.node(2).restart();
+    c.node(1).restart();
+    c.wait_for("1 leading again", T, |c| {
+        state(c).is_some_and(|(l, e, _)| l == 1 && e > epoch)
+    });
+    let (_, elected_in, _) = state(&c).unwrap();
+    let row = |c: &Cluster, id: i32| c.dump(id).into_iter().find(|r| r["topic"] == "t").unwrap();
+    // Recovery cut the log at the damaged batch; nothing was written since.
+    let cut = row(&c, 1)["log_end_offset"].as_i64().unwrap();
+    assert!((20..30).contains(&cut), "{}", row(&c, 1));
+    assert_eq!(
+        row(&c, 1)["unclean_elections"],
+        serde_json::json!([{"leader_epoch": elected_in, "log_end_offset": cut}]),
+        "{}",
+        row(&c, 1)
+    );
+    c.wait_for("2 cut to 1's log", T, |c| {
+        row(c, 2)["log_end_offset"].as_i64() == Some(cut)
+    });
+    assert!(row(&c, 2).get("unclean_elections").is_none());
+}
+
 #[test]
 fn dedicated_controllers_elect_and_fence_while_brokers_and_a_controller_fail() {
     // Nodes 1-3 are controller voters only, 4-6 brokers only (KRaft's production layout).
