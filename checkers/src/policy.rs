@@ -83,7 +83,8 @@
 //!   elected replica says so in the final replica states (`unclean_elections`: the leader epoch,
 //!   and its log end then), so a partition's `lost-write` (acknowledged before the fault was
 //!   recorded), `inconsistent-offsets` and `commit-skip` at or above that log end are allowed when
-//!   such a fault struck the replica its broker elected uncleanly. Without the broker's record, or
+//!   such a fault struck the replica its broker elected uncleanly (in either cluster of a mirror,
+//!   which carries the truncation across, as for a forced election). Without the broker's record, or
 //!   when the replica it elected lost nothing, nothing is excused: a corrupted replica elected
 //!   while one that kept the records could lead (Jepsen's minority corruption) is a loss.
 //! - **Consumer groups**: wherever acknowledged records may be truncated and their offsets
@@ -535,20 +536,23 @@ impl Policy {
         })
     }
 
-    /// Why [`Excuse::LossyLastLeader`] allows an entry at `place`, if it does.
+    /// Why [`Excuse::LossyLastLeader`] allows an entry at `place`, if it does. The election may
+    /// be in either cluster of a mirror, which carries a truncation across (mirrored topics keep
+    /// their offsets), as a forced one's is.
     fn lossy_last_leader(&self, place: Place<'_>, facts: &HistoryFacts) -> Option<String> {
         let offset = place.offset?;
-        let cluster = place.cluster.unwrap_or_default();
-        let key = (cluster.to_owned(), place.topic.to_owned(), place.partition);
         let before = |index: u64| place.acknowledged.is_none_or(|a| a < index);
         facts
             .unclean_elections
-            .get(&key)?
             .iter()
-            .filter(|(_, e)| offset >= e.log_end_offset)
-            .find_map(|(node, e)| {
+            .filter(|((_, topic, partition), _)| {
+                topic == place.topic && *partition == place.partition
+            })
+            .flat_map(|((cluster, _, _), elected)| elected.iter().map(move |e| (cluster, e)))
+            .filter(|(_, (_, e))| offset >= e.log_end_offset)
+            .find_map(|(cluster, (node, e))| {
                 let damaged = facts.corruptions.iter().find(|c| {
-                    c.cluster == cluster
+                    &c.cluster == cluster
                         && &c.node == node
                         && c.topic == place.topic
                         && c.partition == place.partition
@@ -560,7 +564,7 @@ impl Policy {
                     None => facts
                         .power_losses
                         .iter()
-                        .find(|l| l.cluster == cluster && l.nodes.contains(node) && before(l.index))
+                        .find(|l| &l.cluster == cluster && l.nodes.contains(node) && before(l.index))
                         .map(|l| (l.index, l.fault))?,
                 };
                 Some(format!(

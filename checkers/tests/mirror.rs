@@ -5,7 +5,9 @@ mod support;
 
 use serde_json::{json, Value};
 use support::{assert_forbids, entries, replica, Hist};
-use tidemark_checkers::{check, EpochEntry, OpType, Process, ReplicaState, Results, Validity};
+use tidemark_checkers::{
+    check, EpochEntry, OpType, Process, ReplicaState, Results, UncleanElection, Validity,
+};
 
 use OpType::{Info, Ok};
 
@@ -905,4 +907,49 @@ fn a_partition_the_failover_left_unmarked_is_judged_conservatively() {
             .contains("may not have mirrored offset 1"),
         "{inc}"
     );
+}
+
+/// KIP-966's last known leader in the source: a1 lost t/0's records from offset 1 to a
+/// corrupted segment and its broker then elected it uncleanly; b, mirroring a's lineage, cut them
+/// too. What was lost is allowed in either cluster, as a forced unclean election's is, and only
+/// with a1's record of the election.
+#[test]
+fn a_lossy_last_leader_in_the_source_excuses_its_losses_in_either_cluster() {
+    let mut h = Hist::new();
+    h.send_on(Some("a"), 0, &[1], Ok, Some(0));
+    h.send_on(Some("a"), 0, &[2], Ok, Some(1));
+    // b had mirrored 2 and served it.
+    poll(&mut h, "b", 2, 0, &[(0, 1, 0), (1, 2, 0)], 0);
+    let damage = json!({"nodes": ["a1"], "mode": "truncate", "files": [{"node": "a1",
+        "file": "t-0/00000000000000000000.log", "mode": "truncate", "size": 300, "offset": 120,
+        "bytes": 180}]});
+    nemesis_on(&mut h, "corrupt-file", "a", damage);
+    h.send_on(Some("a"), 1, &[3], Ok, Some(1));
+    let log = [(0, 1, 0), (1, 3, 2)];
+    let mut replicas = both(&log, &log);
+    replicas[0].unclean_elections = vec![UncleanElection {
+        leader_epoch: 2,
+        log_end_offset: 1,
+    }];
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = entries(&r, "lost-write");
+    let disagree = entries(&r, "inconsistent-offsets");
+    assert!(
+        disagree.iter().any(|e| e["cluster"] == "b"),
+        "{}",
+        r.summary(5)
+    );
+    for e in lost.iter().chain(disagree.iter()) {
+        assert!(
+            e["allowed"]
+                .as_str()
+                .is_some_and(|w| w.contains("a1 lost records of t/0 to a corrupt-file")),
+            "{e}"
+        );
+    }
+
+    replicas[0].unclean_elections.clear();
+    let r = run(&test(), &h, &replicas);
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
 }
