@@ -775,7 +775,7 @@ fn replicas(run: &Run) -> Markup {
             table {
                 tr { th { "cluster" } th { "node" } th { "topic" } th { "partition" } th { "role" }
                      th { "log start" } th { "high watermark" } th { "end offset" } th { "epochs [epoch, start]" }
-                     th { "records" } th { "error" } }
+                     th { "records" } th { "unclean elections" } th { "error" } }
                 @for (i, r) in replicas.iter().enumerate().take(MAX_REPLICA_ROWS) {
                     @let m = marks.get(&i).copied().unwrap_or_default();
                     @let key = (r.cluster.clone(), r.topic.clone(), r.partition);
@@ -793,12 +793,23 @@ fn replicas(run: &Run) -> Markup {
                         td.num.diverge[m[2]] { (opt(r.log_end_offset)) }
                         td.diverge[m[3]] { (epochs(r)) }
                         td.num { (r.records.len()) }
+                        td { (unclean_elections(r)) }
                         td { (r.error.as_deref().map(|e| clip(e, 200)).unwrap_or_default()) }
                     }
                 }
             }
         }
     }
+}
+
+/// The epochs its broker elected the replica in uncleanly, each with the log end it had then:
+/// where acknowledged records may have been cut.
+fn unclean_elections(r: &ReplicaState) -> String {
+    r.unclean_elections
+        .iter()
+        .map(|e| format!("epoch {} from {}", e.leader_epoch, e.log_end_offset))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn epochs(r: &ReplicaState) -> String {

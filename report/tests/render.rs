@@ -104,6 +104,10 @@ fn invalid_run_report_links_every_anomaly_to_its_ops() {
     let op_links = attrs(&html, "href", "#op-");
     assert!(op_links.len() >= kinds.len(), "{op_links:?}");
     assert!(links > op_links.len(), "offset view links too");
+    assert!(
+        html.contains("<td>epoch 2 from 30</td>"),
+        "the unclean election"
+    );
     // The lost write's op, its offset view with the contested offset, the diverging replica.
     assert!(html.contains("id=\"offsets-0\""));
     assert!(html.contains("class=\"contested\""));

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use tidemark_checkers::{check, Op, OpType, Process, Record, ReplicaState};
+use tidemark_checkers::{check, Op, OpType, Process, Record, ReplicaState, UncleanElection};
 
 /// The run directories' name: 2024-02-29T23:59:59.123Z, so logs can be stamped relative to it.
 pub const STAMP: &str = "20240229T235959.123Z";
@@ -298,8 +298,14 @@ pub fn invalid_run(store: &Path, name: &str, topic: &str, fault: &str, log_line:
     h.poll(1, 620.0, 630.0, topic, 20, &[(20, 21), (21, 777)]);
     let mut follower = leader.clone();
     follower[12] = Record::new(12, 555, 1);
+    // n1 began epoch 2 at offset 30 by an unclean election, as its broker records it.
+    let mut n1 = replica("n1", "leader", topic, leader.clone(), 31);
+    n1.unclean_elections = vec![UncleanElection {
+        leader_epoch: 2,
+        log_end_offset: 30,
+    }];
     let replicas = vec![
-        replica("n1", "leader", topic, leader.clone(), 31),
+        n1,
         replica("n2", "follower", topic, follower, 31),
         replica("n3", "follower", topic, leader, 29),
     ];
