@@ -350,6 +350,24 @@ fn leader_restarted_within_the_session_with_a_cut_log_does_not_keep_its_epoch() 
     );
 }
 
+/// Five brokers with `min.insync.replicas=2` and `t` on replicas 1 and 2, led by 1, holding
+/// values 0 to `n` - 1 acknowledged by both.
+fn two_replicas_acknowledged(n: i64) -> Cluster {
+    let c = Cluster::start(5, "min.insync.replicas=2\n", &[]);
+    assert_eq!(
+        create_topic_assigned(&c.addr(1), "t", 1, 2, &[&[1, 2]], &[]),
+        0
+    );
+    c.wait_for("1 leading with 2 in the ISR", T, |c| {
+        c.partition_state_at(3, "t", 0)
+            .is_some_and(|(l, _, isr)| l == 1 && isr == [1, 2])
+    });
+    for v in 0..n {
+        assert_eq!(produce(&c.addr(1), "t", 0, &[v], -1, T), Ok(v));
+    }
+    c
+}
+
 /// KIP-966's eligible leader replicas on five real brokers (the quorum survives two of them):
 /// `t` has replicas 1 and 2 and `min.insync.replicas=2`. 2 is paused until the ISR drops it,
 /// below the minimum, so it stays eligible and writes are refused; then the leader 1 is
@@ -357,18 +375,8 @@ fn leader_restarted_within_the_session_with_a_cut_log_does_not_keep_its_epoch() 
 /// record; 1, back from its crash, is no longer eligible and follows.
 #[test]
 fn an_eligible_replica_leads_once_the_isr_is_empty_with_every_acknowledged_record() {
-    let mut c = Cluster::start(5, "min.insync.replicas=2\n", &[]);
-    assert_eq!(
-        create_topic_assigned(&c.addr(1), "t", 1, 2, &[&[1, 2]], &[]),
-        0
-    );
+    let mut c = two_replicas_acknowledged(10);
     let state = |c: &Cluster| c.partition_state_at(3, "t", 0);
-    c.wait_for("1 leading with 2 in the ISR", T, |c| {
-        state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1, 2])
-    });
-    for v in 0..10 {
-        assert_eq!(produce(&c.addr(1), "t", 0, &[v], -1, T), Ok(v));
-    }
     c.node(2).pause();
     c.wait_for("the ISR down to 1", T, |c| {
         state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1])
@@ -431,18 +439,8 @@ fn an_eligible_replica_leads_once_the_isr_is_empty_with_every_acknowledged_recor
 /// acknowledged records that went with the cut), and 2 follows it down to that end.
 #[test]
 fn the_last_known_leader_back_with_a_cut_log_records_its_unclean_election() {
-    let mut c = Cluster::start(5, "min.insync.replicas=2\n", &[]);
-    assert_eq!(
-        create_topic_assigned(&c.addr(1), "t", 1, 2, &[&[1, 2]], &[]),
-        0
-    );
+    let mut c = two_replicas_acknowledged(30);
     let state = |c: &Cluster| c.partition_state_at(3, "t", 0);
-    c.wait_for("1 leading with 2 in the ISR", T, |c| {
-        state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1, 2])
-    });
-    for v in 0..30 {
-        assert_eq!(produce(&c.addr(1), "t", 0, &[v], -1, T), Ok(v));
-    }
     c.node(2).kill9();
     c.wait_for("the ISR down to 1", T, |c| {
         state(c).is_some_and(|(l, _, isr)| l == 1 && isr == [1])
