@@ -1,5 +1,7 @@
 //! Disk faults (Jepsen's `truncate-file` and `bitflip`, as in the NATS analysis): `corrupt-file`
-//! kills its targets (a minority, so committed data survives elsewhere), damages the newest
+//! kills its targets (a minority, so committed data survives elsewhere, unless the replicas that
+//! kept it crash too and the damaged one is the last to have led: Kafka then elects it, KIP-966's
+//! last known leader, and the verdict policy allows what its damage took), damages the newest
 //! segment of one partition replica on each through the database's [`DataDir`] ability, and
 //! leaves them stopped; a later `start` brings them back and their recovery must notice.
 //!
