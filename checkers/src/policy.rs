@@ -407,6 +407,17 @@ pub struct Corruption {
     pub partition: i64,
 }
 
+/// A replica its broker elected uncleanly, as the final replica states record it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectedUncleanly {
+    /// The replica's cluster.
+    pub cluster: String,
+    /// The replica's node.
+    pub node: String,
+    /// The election.
+    pub election: UncleanElection,
+}
+
 /// What the history itself says about the policy, gathered while it streams past.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HistoryFacts {
@@ -435,9 +446,10 @@ pub struct HistoryFacts {
     pub replica_nodes: BTreeMap<(String, String, i64), BTreeSet<String>>,
     /// Every segment a `corrupt-file` op recorded damaging, in order.
     pub corruptions: Vec<Corruption>,
-    /// The unclean elections the final replica states record, by cluster, topic and partition:
-    /// the node elected, and the election.
-    pub unclean_elections: BTreeMap<(String, String, i64), Vec<(String, UncleanElection)>>,
+    /// The unclean elections the final replica states record, by topic and partition (in any
+    /// cluster: a mirror carries a truncation across): the cluster and node elected, and the
+    /// election.
+    pub unclean_elections: BTreeMap<(String, i64), Vec<ElectedUncleanly>>,
 }
 
 impl Policy {
@@ -544,13 +556,10 @@ impl Policy {
         let before = |index: u64| place.acknowledged.is_none_or(|a| a < index);
         facts
             .unclean_elections
+            .get(&(place.topic.to_owned(), place.partition))?
             .iter()
-            .filter(|((_, topic, partition), _)| {
-                topic == place.topic && *partition == place.partition
-            })
-            .flat_map(|((cluster, _, _), elected)| elected.iter().map(move |e| (cluster, e)))
-            .filter(|(_, (_, e))| offset >= e.log_end_offset)
-            .find_map(|(cluster, (node, e))| {
+            .filter(|r| offset >= r.election.log_end_offset)
+            .find_map(|ElectedUncleanly { cluster, node, election: e }| {
                 let damaged = facts.corruptions.iter().find(|c| {
                     &c.cluster == cluster
                         && &c.node == node

@@ -154,6 +154,15 @@ pub(crate) struct DamagedFile {
     pub file: String,
 }
 
+impl DamagedFile {
+    /// The topic and partition of the replica the segment belongs to, from its directory.
+    pub fn replica(&self) -> Option<(String, i64)> {
+        let (dir, _) = self.file.split_once('/')?;
+        let (topic, index) = dir.rsplit_once('-')?;
+        Some((topic.to_owned(), index.parse().ok()?))
+    }
+}
+
 /// The part of a `disk-heal` info the verdict policy reads.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RebootBody {

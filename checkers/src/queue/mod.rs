@@ -27,7 +27,9 @@ use serde_json::{json, Value};
 use crate::dense::DenseMap;
 use crate::mirror::{MirrorHistory, MIRROR_UNCLEAN_KEY};
 use crate::op::{Op, OpType, Process, Record, ReplicaState};
-use crate::policy::{config_op_enables_unclean, Corruption, HistoryFacts, NodeLoss, Place, Policy};
+use crate::policy::{
+    config_op_enables_unclean, Corruption, ElectedUncleanly, HistoryFacts, NodeLoss, Place, Policy,
+};
 use crate::results::{push_warning, Anomalies, AnomalyKind, OpStats, Results, SkippedCheck};
 use crate::tiered::TieredHistory;
 use crate::Checker;
@@ -362,14 +364,18 @@ impl<'r> QueueAnalysis<'r> {
     fn load_final_logs(&mut self, replicas: &'r [ReplicaState]) {
         for r in replicas {
             self.cluster_id(Some(&r.cluster));
-            let key = (r.cluster.clone(), r.topic.clone(), r.partition);
             if !r.unclean_elections.is_empty() {
-                let elected = self.facts.unclean_elections.entry(key.clone()).or_default();
-                elected.extend(r.unclean_elections.iter().map(|e| (r.node.clone(), *e)));
+                let key = (r.topic.clone(), r.partition);
+                let elected = self.facts.unclean_elections.entry(key).or_default();
+                elected.extend(r.unclean_elections.iter().map(|e| ElectedUncleanly {
+                    cluster: r.cluster.clone(),
+                    node: r.node.clone(),
+                    election: *e,
+                }));
             }
             self.facts
                 .replica_nodes
-                .entry(key)
+                .entry((r.cluster.clone(), r.topic.clone(), r.partition))
                 .or_default()
                 .insert(r.node.clone());
         }
@@ -495,23 +501,20 @@ impl<'r> QueueAnalysis<'r> {
                     Ok(Some(body)) => {
                         let cluster = ev.cluster.unwrap_or(&self.default_cluster).to_owned();
                         for f in body.files {
-                            let replica = f.file.split_once('/').and_then(|(dir, _)| {
-                                let (topic, index) = dir.rsplit_once('-')?;
-                                Some((topic.to_owned(), index.parse().ok()?))
-                            });
-                            match replica {
-                                Some((topic, partition)) => self.facts.corruptions.push(Corruption {
-                                    index: ev.index,
-                                    cluster: cluster.clone(),
-                                    node: f.node,
-                                    topic,
-                                    partition,
-                                }),
-                                None => self.warn(format!(
+                            let Some((topic, partition)) = f.replica() else {
+                                self.warn(format!(
                                     "op {}: corrupt-file: field `files[].file`: expected <topic>-<partition>/<segment>.log, got {:?}",
                                     ev.index, f.file
-                                )),
-                            }
+                                ));
+                                continue;
+                            };
+                            self.facts.corruptions.push(Corruption {
+                                index: ev.index,
+                                cluster: cluster.clone(),
+                                node: f.node,
+                                topic,
+                                partition,
+                            });
                         }
                     }
                     Ok(None) => {}
