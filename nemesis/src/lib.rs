@@ -2,7 +2,8 @@
 //!
 //! - [`Fault`](fault::Fault) is one kind of fault's ops: [`partition`] (grudges through the
 //!   engine's iptables `Net`), [`process`] (kill, start, pause, resume, leader-chasing bounce,
-//!   leader handoff onto a frozen successor),
+//!   leader handoff onto a frozen successor, stranded leader, lapsed follower), [`stand`]
+//!   (followers leaving their leader one by one, Kafka's eligible leader replicas test),
 //!   [`clock`] (libfaketime skews and strobes), [`loss`] (nftables random drop, or netem),
 //!   [`corrupt`] (truncated or bit-flipped segments on stopped nodes) and [`unclean`] (a forced
 //!   unclean leader election) and [`power`] (a power cut under the data directories, dropping
@@ -38,6 +39,7 @@ pub mod process;
 pub mod roll;
 pub mod schedule;
 pub mod shrink;
+pub mod stand;
 pub mod targets;
 pub mod tiered;
 pub mod unclean;
@@ -166,7 +168,9 @@ impl Kind {
     pub fn of_op(f: &str) -> Option<Self> {
         Some(match f {
             "start-partition" | "stop-partition" => Kind::Partition,
-            "kill" | "start" | "bounce" | "handoff" | "strand" | "lapse" => Kind::Kill,
+            "kill" | "start" | "bounce" | "handoff" | "strand" | "lapse" | "last-stand" => {
+                Kind::Kill
+            }
             "roll" => Kind::Roll,
             "pause" | "resume" => Kind::Pause,
             "clock-skew" | "clock-strobe" | "clock-reset" => Kind::Clock,
@@ -433,6 +437,7 @@ pub fn all_faults(options: &NemesisOptions) -> Faults {
     let mut faults: Faults = vec![
         Arc::new(partition::Partition),
         Arc::new(process::Process),
+        Arc::new(stand::LastStand),
         Arc::new(roll::Roll),
         Arc::new(clock::Clock::default()),
         Arc::new(loss::Loss),

@@ -187,14 +187,16 @@ impl<T: Clone> Deck<T> {
 }
 
 /// The kill package's moves: a leader chased through elections, a leader killed with its
-/// successor frozen, a leader cut off from its followers and then killed, or a kill; the last
-/// two undone by a start.
+/// successor frozen, a leader cut off from its followers and then killed, a follower left
+/// behind and the leader killed, followers leaving one by one until the leader stands alone and
+/// is killed, or a kill; all but the first two undone by a start.
 #[derive(Clone, Copy)]
 enum KillMove {
     Bounce,
     Handoff,
     Strand,
     Lapse,
+    LastStand,
     Kill,
 }
 
@@ -299,14 +301,15 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
         Kind::Kill => (
             flip_flop(
                 {
-                    // Of every twenty kill turns: three bounces, five handoffs, four strands,
-                    // four lapses, four kills.
+                    // Of every twenty kill turns: three bounces, five handoffs, three strands,
+                    // four lapses, two last stands, three kills.
                     let mut deck = Deck::new([
                         (KillMove::Bounce, 3),
                         (KillMove::Handoff, 5),
-                        (KillMove::Strand, 4),
+                        (KillMove::Strand, 3),
                         (KillMove::Lapse, 4),
-                        (KillMove::Kill, 4),
+                        (KillMove::LastStand, 2),
+                        (KillMove::Kill, 3),
                     ]);
                     move |rng| match deck.draw(rng).unwrap_or(KillMove::Kill) {
                         KillMove::Bounce => {
@@ -321,6 +324,8 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                         KillMove::Strand => (op("strand", json!({})), true),
                         // Nor a lapse: clients write while its follower is down and behind.
                         KillMove::Lapse => (op("lapse", json!({})), true),
+                        // Nor a last stand: clients write between its followers' departures.
+                        KillMove::LastStand => (op("last-stand", json!({})), true),
                         KillMove::Kill => (op("kill", aimed("targets", &targets, rng)), true),
                     }
                 },
@@ -334,7 +339,12 @@ pub fn package(kind: Kind, targets: Vec<String>, mirror: Option<&MirrorSetup>) -
                 },
             ),
             Vec::new(),
-            perf("kill", &["kill", "strand", "lapse"], &["start"], "#E9A4A0"),
+            perf(
+                "kill",
+                &["kill", "strand", "lapse", "last-stand"],
+                &["start"],
+                "#E9A4A0",
+            ),
         ),
         // An operator's roll goes round the whole cluster, stopping every leader in turn
         // (after a burst, as other faults at leaders); half of them stop after two nodes, as
@@ -901,7 +911,7 @@ mod tests {
     }
 
     #[test]
-    fn kills_sometimes_bounce_hand_off_strand_or_lapse_leaders_and_the_killed_come_back_catching_up(
+    fn kills_sometimes_bounce_hand_off_strand_lapse_or_leave_leaders_and_the_killed_come_back_catching_up(
     ) {
         let mut p = package(Kind::Kill, vec!["leaders".into()], None);
         let mut r = rng(2);
@@ -916,14 +926,14 @@ mod tests {
             *seen.entry(o.f).or_insert(0) += 1;
         }
         assert!(
-            ["bounce", "handoff", "strand", "lapse"]
+            ["bounce", "handoff", "strand", "lapse", "last-stand"]
                 .iter()
                 .all(|f| seen[*f] > 10),
             "{seen:?}"
         );
         assert!(!seen.contains_key("roll"), "{seen:?}");
         assert!(
-            seen["kill"] + seen["strand"] + seen["lapse"] - seen["start"] <= 1,
+            seen["kill"] + seen["strand"] + seen["lapse"] + seen["last-stand"] - seen["start"] <= 1,
             "{seen:?}"
         );
     }
@@ -1012,8 +1022,10 @@ mod tests {
     /// Whether a fault op is aimed at partition leaders: a roll of the whole cluster stops each
     /// leader in turn (and records which it led).
     fn at_leaders(o: &Invocation) -> bool {
-        matches!(o.f.as_str(), "bounce" | "handoff" | "strand" | "lapse")
-            || (o.f == "roll" && o.value.get("count").is_none())
+        matches!(
+            o.f.as_str(),
+            "bounce" | "handoff" | "strand" | "lapse" | "last-stand"
+        ) || (o.f == "roll" && o.value.get("count").is_none())
             || ["targets", "kind"]
                 .iter()
                 .any(|k| o.value[k].as_str().is_some_and(is_leader_target))
@@ -1044,6 +1056,7 @@ mod tests {
                         | "handoff"
                         | "strand"
                         | "lapse"
+                        | "last-stand"
                         | "roll"
                         | "pause"
                         | "start-loss"
@@ -1068,11 +1081,11 @@ mod tests {
                 "{f}"
             );
         }
-        // A strand's own cut, or a lapse's follower down, holds for seconds while clients
-        // write: they need no burst before.
+        // A strand's own cut, a lapse's follower down or a last stand's departures hold for
+        // seconds while clients write: they need no burst before.
         assert!(aimed
             .iter()
-            .filter(|o| o.f != "strand" && o.f != "lapse")
+            .filter(|o| !matches!(o.f.as_str(), "strand" | "lapse" | "last-stand"))
             .all(|o| o.value[crate::BURST_KEY] == BURST_MS));
         assert!(faults
             .iter()

@@ -26,7 +26,7 @@ use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::targets::{known_node, NodeSpec, TargetFields, Targets};
 
 /// How long a bounce waits for the partition's next election.
-const NEW_LEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const NEW_LEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Kill, start, pause, resume and bounce.
 pub struct Process;
@@ -97,7 +97,7 @@ struct LapseValue {
 
 /// How long a strand waits at most for the leader to be alone in its ISR, and a lapse for the
 /// ISR to drop the follower it killed.
-const STRAND_MAX: Duration = Duration::from_secs(8);
+pub(crate) const STRAND_MAX: Duration = Duration::from_secs(8);
 
 /// How long a lapse waits at most for the restarted follower to answer again.
 const BACK_MAX: Duration = Duration::from_secs(10);
@@ -107,7 +107,7 @@ const BACK_MAX: Duration = Duration::from_secs(10);
 const BEHIND_MS: std::ops::RangeInclusive<u64> = 1500..=3500;
 
 /// How long a stranded leader alone in its ISR goes on serving clients before it is killed.
-const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
+pub(crate) const ALONE_MS: std::ops::RangeInclusive<u64> = 300..=1500;
 
 /// The `catch_up` of a `start` or `resume`: what the nodes receive from the other brokers'
 /// listeners (where followers fetch: the records they lack) is capped at `bytes_per_s` for
@@ -148,7 +148,7 @@ struct ComeBackValue {
 }
 
 /// An op's optional `topic` and `partition`, which go together.
-fn partition_of(
+pub(crate) fn partition_of(
     topic: Option<String>,
     partition: Option<u32>,
 ) -> Result<Option<(String, i32)>, String> {
@@ -701,7 +701,7 @@ fn any_led_partition(env: &mut Env<'_>) -> Result<(String, i32), Failed> {
 
 /// Partition `at` (else a random one with at least `isr` in-sync replicas) as the freshest view
 /// has it, and the leader to act on: `leader` when a replay names it, else the partition's.
-fn partition_and_leader(
+pub(crate) fn partition_and_leader(
     env: &mut Env<'_>,
     at: Option<(String, i32)>,
     isr: usize,
@@ -754,7 +754,7 @@ fn partition_with_isr(env: &mut Env<'_>, isr: usize) -> Result<(String, i32), Fa
 }
 
 /// Waits until the partition has a leader elected after `epoch`; returns it and its epoch.
-fn wait_for_election(
+pub(crate) fn wait_for_election(
     env: &Env<'_>,
     topic: &str,
     partition: i32,

@@ -81,7 +81,10 @@ pub fn recorded_schedule_from(ops: &[Op], time_limit: u64) -> Vec<(usize, Schedu
 /// The ops that undo a fault, each with the ops whose fault it undoes.
 const UNDOING: &[(&str, &[&str])] = &[
     ("stop-partition", &["start-partition"]),
-    ("start", &["kill", "strand", "lapse", "corrupt-file"]),
+    (
+        "start",
+        &["kill", "strand", "lapse", "last-stand", "corrupt-file"],
+    ),
     ("resume", &["pause"]),
     ("clock-reset", &["clock-skew", "clock-strobe"]),
     ("stop-loss", &["start-loss"]),

@@ -90,10 +90,11 @@ pub struct Fault {
 }
 
 /// The fault intervals: the ops that open one, the op that closes it, and its name (an opening
-/// op other than the first names its interval itself: a `strand` or a `lapse` is a kill).
+/// op other than the first names its interval itself: a `strand`, a `lapse` or a `last-stand`
+/// is a kill).
 pub const FAULT_KINDS: [(&[&str], &str, &str); 4] = [
     (&["start-partition"], "stop-partition", "partition"),
-    (&["kill", "strand", "lapse"], "start", "kill"),
+    (&["kill", "strand", "lapse", "last-stand"], "start", "kill"),
     (&["pause"], "resume", "pause"),
     (&["clock-skew"], "clock-reset", "clock skew"),
 ];

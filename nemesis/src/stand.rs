@@ -1,0 +1,354 @@
+//! `last-stand`: Kafka's eligible leader replicas system test (KIP-966) as a move. A partition's
+//! in-sync followers leave one after another, each by a clean stop, a crash or a cut from the
+//! other brokers' listeners (a follower that fetches nothing drops out of the ISR while its
+//! process runs), with clients writing between, until the leader stands alone in its ISR; then
+//! the leader is killed and the followers come back. Each departure changes what the controller
+//! may do next: a follower dropped while the ISR still met `min.insync.replicas` lacks what was
+//! acknowledged after it and must never lead; the one whose leaving took the ISR below the
+//! minimum is an eligible leader replica (unless it crashed: a replica back from an unclean
+//! shutdown is not), and the leader alone may acknowledge nothing (the strict min ISR rule). So
+//! when the leader dies, an election that takes the wrong replica, or a leader that took writes
+//! alone, loses acknowledged records.
+//!
+//! A follower leaves by a process stop only while the controller quorum keeps a majority
+//! running without it (always, with dedicated controllers; on three combined nodes, one of the
+//! two followers), since the ISR can shrink only through the controller. The leader stays down
+//! until the package's `start`, as after a kill.
+
+use std::time::{Duration, Instant};
+
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::RngExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::cluster::ClusterView;
+use crate::fault::{parse, Env, Failed, Fault, FaultOp};
+use crate::process::{partition_and_leader, partition_of, wait_for_election, ALONE_MS, STRAND_MAX};
+use crate::targets::known_node;
+
+/// The `last-stand` fault.
+pub struct LastStand;
+
+/// How a follower leaves its leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Leaving {
+    /// A clean stop (SIGTERM and the broker's controlled shutdown).
+    Stop,
+    /// SIGKILL: the broker comes back from an unclean shutdown.
+    Crash,
+    /// Cut from every other broker on the brokers' listeners, where followers fetch; it keeps
+    /// heartbeating to the controllers.
+    Cut,
+}
+
+impl Leaving {
+    fn stops_the_process(self) -> bool {
+        self != Leaving::Cut
+    }
+}
+
+/// One follower's departure; a recorded one holds as long again on replay.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+struct Departure {
+    node: String,
+    how: Leaving,
+    #[serde(default)]
+    held_ms: Option<u64>,
+}
+
+/// The value of `last-stand`: a partition (or one chosen when performed), and in a recorded
+/// `info` the leader it killed and the followers' departures, in order.
+#[derive(Debug, Default, Deserialize)]
+struct LastStandValue {
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    partition: Option<u32>,
+    #[serde(default)]
+    killed: Option<String>,
+    #[serde(default)]
+    left: Option<Vec<Departure>>,
+}
+
+/// A parsed `last-stand`.
+#[derive(Debug, Default, PartialEq)]
+struct LastStandOp {
+    at: Option<(String, i32)>,
+    killed: Option<String>,
+    left: Option<Vec<Departure>>,
+}
+
+impl LastStandOp {
+    fn parse(value: &Value, nodes: &[String]) -> Result<Self, String> {
+        let v: LastStandValue = parse(value)?;
+        if let Some(killed) = &v.killed {
+            known_node(killed, nodes, "killed")?;
+        }
+        if let Some(left) = &v.left {
+            if v.killed.is_none() {
+                return Err("field `left`: needs `killed`, the leader they leave".into());
+            }
+            for (i, d) in left.iter().enumerate() {
+                known_node(&d.node, nodes, &format!("left[{i}].node"))?;
+                if Some(&d.node) == v.killed.as_ref() {
+                    return Err(format!(
+                        "field `left[{i}].node`: {:?} is the leader they leave",
+                        d.node
+                    ));
+                }
+                if left[..i].iter().any(|e| e.node == d.node) {
+                    return Err(format!("field `left[{i}].node`: {:?} leaves twice", d.node));
+                }
+            }
+        }
+        Ok(LastStandOp {
+            at: partition_of(v.topic, v.partition)?,
+            killed: v.killed,
+            left: v.left,
+        })
+    }
+}
+
+impl FaultOp for LastStandOp {
+    fn invoke(self: Box<Self>, env: &mut Env<'_>) -> Result<Value, Failed> {
+        last_stand(env, *self)
+    }
+}
+
+impl Fault for LastStand {
+    fn fs(&self) -> &'static [&'static str] {
+        &["last-stand"]
+    }
+
+    fn parse<'a>(
+        &'a self,
+        _f: &str,
+        value: &Value,
+        nodes: &[String],
+    ) -> Result<Box<dyn FaultOp + 'a>, String> {
+        Ok(Box::new(LastStandOp::parse(value, nodes)?))
+    }
+}
+
+/// Whether `node` may stop with `stopped` already stopped and the controller quorum still have
+/// a majority of its voters running: a node that is no voter always may.
+fn may_stop(env: &Env<'_>, node: &str, stopped: &[String]) -> bool {
+    let Ok(n) = env.node(node) else {
+        return false;
+    };
+    if !n.role.is_voter() {
+        return true;
+    }
+    let voters: Vec<&str> = env
+        .cx
+        .nodes
+        .iter()
+        .chain(env.cx.controllers)
+        .filter(|v| v.cluster == n.cluster && v.role.is_voter())
+        .map(|v| v.name.as_str())
+        .collect();
+    let running = voters
+        .iter()
+        .filter(|v| **v != node && !stopped.iter().any(|s| s == *v))
+        .count();
+    running * 2 > voters.len()
+}
+
+fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
+    let started = Instant::now();
+    let kill = env.kill()?;
+    let (p, leader) = partition_and_leader(env, op.at, 2, op.killed)?;
+    let (topic, partition) = (p.topic.clone(), p.partition);
+    env.node(&leader)?;
+    let plan: Vec<(String, Option<Leaving>, Option<u64>)> = match op.left {
+        Some(left) => left
+            .into_iter()
+            .map(|d| (d.node, Some(d.how), d.held_ms))
+            .collect(),
+        None => {
+            let mut followers: Vec<String> =
+                p.isr.iter().filter(|r| **r != leader).cloned().collect();
+            followers.shuffle(env.rng);
+            followers.into_iter().map(|f| (f, None, None)).collect()
+        }
+    };
+    if plan.is_empty() {
+        return Err(Failed::nothing(format!(
+            "{topic}/{partition} has no in-sync follower to leave {leader}"
+        )));
+    }
+    let mut errors = Vec::new();
+    // What is left of an earlier turn's catch-up cap would drop a follower before its turn.
+    for replica in &p.replicas {
+        if let Err(e) = env
+            .node(replica)
+            .and_then(|n| crate::loss::lift(n, &env.peers_of(replica)).map_err(Failed::from_error))
+        {
+            errors.push(format!("lifting {replica}'s caps: {}", e.error));
+        }
+    }
+    let ports = env.listener_ports();
+    let mut epoch = p.leader_epoch;
+    let mut stopped: Vec<String> = Vec::new();
+    let mut cut = false;
+    let mut left = Vec::new();
+    for (node, how, held_ms) in plan {
+        let how = how.unwrap_or_else(|| {
+            if may_stop(env, &node, &stopped) {
+                *[Leaving::Stop, Leaving::Crash, Leaving::Cut]
+                    .choose(env.rng)
+                    .unwrap_or(&Leaving::Cut)
+            } else {
+                Leaving::Cut
+            }
+        });
+        let gone = Instant::now();
+        let result = match how {
+            Leaving::Stop => env
+                .node(&node)
+                .and_then(|n| env.cx.db.stop(n).map_err(Failed::from_error)),
+            Leaving::Crash => env
+                .node(&node)
+                .and_then(|n| kill.kill(n).map_err(Failed::from_error)),
+            Leaving::Cut => {
+                let grudge = crate::grudge::isolate(&env.names(), std::slice::from_ref(&node));
+                env.cx
+                    .net
+                    .drop_on_ports(env.cx.nodes, &grudge, &ports)
+                    .map_err(Failed::from_error)
+            }
+        };
+        if let Err(e) = result {
+            errors.push(format!("{node} leaving: {}", e.error));
+            break;
+        }
+        if how.stops_the_process() {
+            stopped.push(node.clone());
+        } else {
+            cut = true;
+        }
+        // Clients write on while the ISR drops it, and a moment after.
+        let held_ms = match held_ms {
+            Some(ms) => ms,
+            None => {
+                while gone.elapsed() < STRAND_MAX {
+                    let isr = ClusterView::read(env.cx)
+                        .ok()
+                        .and_then(|v| v.partition(&topic, partition).map(|p| p.isr.clone()));
+                    if isr.is_some_and(|isr| !isr.contains(&node)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (gone.elapsed() + Duration::from_millis(env.rng.random_range(ALONE_MS))).as_millis()
+                    as u64
+            }
+        };
+        std::thread::sleep(Duration::from_millis(held_ms).saturating_sub(gone.elapsed()));
+        let mut departure = json!({"node": node, "how": how, "held_ms": held_ms});
+        if let Ok(v) = ClusterView::read(env.cx) {
+            if let Some(p) = v.partition(&topic, partition) {
+                departure["isr"] = json!(p.isr);
+                epoch = epoch.max(p.leader_epoch);
+            }
+        }
+        left.push(departure);
+    }
+    let mut record = json!({"topic": topic, "partition": partition, "killed": leader,
+                            "left": left, "nodes": []});
+    if let Ok(v) = ClusterView::read(env.cx) {
+        if let Some(p) = v.partition(&topic, partition) {
+            record["isr_at_kill"] = json!(p.isr);
+            record["leader_at_kill"] = json!(p.leader);
+            epoch = epoch.max(p.leader_epoch);
+        }
+    }
+    let leader_killed = env
+        .node(&leader)
+        .and_then(|n| kill.kill(n).map_err(Failed::from_error));
+    match leader_killed {
+        Ok(()) => record["nodes"] = json!([leader]),
+        Err(e) => errors.push(format!("{leader}: {}", e.error)),
+    }
+    if cut {
+        if let Err(e) = env.cx.net.heal(env.cx.nodes) {
+            errors.push(format!("healing the cuts: {e:#}"));
+        }
+    }
+    for node in &stopped {
+        if let Err(e) = env
+            .node(node)
+            .and_then(|n| kill.start(n).map_err(Failed::from_error))
+        {
+            errors.push(format!("{node} coming back: {}", e.error));
+        }
+    }
+    // The follower whose leaving took the ISR below the minimum is eligible, unless it crashed;
+    // which one that was depends on `min.insync.replicas`, so the election is recorded, not
+    // judged (`null`: none within the timeout). Back from a crash, only the last leader may
+    // lead, once it is back.
+    let last_crashed = left
+        .last()
+        .is_some_and(|d| d["how"] == json!(Leaving::Crash));
+    if errors.is_empty() && !last_crashed {
+        record["elected"] = json!(wait_for_election(env, &topic, partition, epoch).map(|(l, _)| l));
+    }
+    record["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
+    Failed::partly(record, &errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsing_names_the_bad_field() {
+        let nodes: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let parse = |v: Value| LastStandOp::parse(&v, &nodes);
+        assert_eq!(parse(json!({})), Ok(LastStandOp::default()));
+        let recorded = json!({"topic": "t", "partition": 1, "killed": "n1", "nodes": ["n1"],
+                              "left": [{"node": "n3", "how": "crash", "held_ms": 2100,
+                                        "isr": ["n1", "n2"]},
+                                       {"node": "n2", "how": "cut", "held_ms": 900}],
+                              "elected": "n2", "elapsed_ms": 5200});
+        assert_eq!(
+            parse(recorded),
+            Ok(LastStandOp {
+                at: Some(("t".into(), 1)),
+                killed: Some("n1".into()),
+                left: Some(vec![
+                    Departure {
+                        node: "n3".into(),
+                        how: Leaving::Crash,
+                        held_ms: Some(2100)
+                    },
+                    Departure {
+                        node: "n2".into(),
+                        how: Leaving::Cut,
+                        held_ms: Some(900)
+                    },
+                ])
+            })
+        );
+        let e = parse(json!({"left": [{"node": "n2", "how": "stop"}]})).unwrap_err();
+        assert!(e.starts_with("field `left`: needs `killed`"), "{e}");
+        let e = parse(json!({"killed": "n1", "left": [{"node": "n2", "how": "nap"}]})).unwrap_err();
+        assert!(e.contains("unknown variant `nap`"), "{e}");
+        let e =
+            parse(json!({"killed": "n1", "left": [{"node": "n9", "how": "stop"}]})).unwrap_err();
+        assert!(e.starts_with("field `left[0].node`: unknown node"), "{e}");
+        let twice = json!({"killed": "n1", "left": [{"node": "n2", "how": "stop"},
+                                                    {"node": "n2", "how": "cut"}]});
+        let e = parse(twice).unwrap_err();
+        assert!(
+            e.starts_with("field `left[1].node`: \"n2\" leaves twice"),
+            "{e}"
+        );
+        let e = parse(json!({"killed": "n1", "left": [{"node": "n1", "how": "cut"}]})).unwrap_err();
+        assert!(e.contains("is the leader they leave"), "{e}");
+        let e = parse(json!({"killed": "n7"})).unwrap_err();
+        assert!(e.starts_with("field `killed`"), "{e}");
+    }
+}
