@@ -1779,6 +1779,33 @@ fn a_replica_that_lost_records_and_was_then_elected_uncleanly_excuses_what_it_lo
                                            "log.flush.interval.messages": "1"}});
     let r = check(&flushed, h.ops, Some(&elected_uncleanly(Some(1))));
     assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+
+    // A last stand whose follower n3 lost power is that node's power loss; one where n3 only
+    // crashed (the page cache kept its records) or was cut off lost it nothing.
+    let stand = |how: &str| {
+        (
+            "last-stand",
+            json!({"topic": "t", "partition": 1, "killed": "n1", "nodes": ["n1"],
+                   "left": [{"node": "n2", "how": "cut", "held_ms": 900, "isr": ["n1", "n3"]},
+                            {"node": "n3", "how": how, "held_ms": 800, "seed": 5,
+                             "isr": ["n1"]}]}),
+        )
+    };
+    let h = lossy_last_leader(stand("power-loss"), false);
+    let r = check(&min2, h.ops, Some(&elected_uncleanly(Some(1))));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary(5));
+    let lost = entries(&r, "lost-write");
+    assert!(
+        lost[0]["allowed"]
+            .as_str()
+            .is_some_and(|w| w.contains("n3 lost records of t/0 to a power loss")),
+        "{lost:?}"
+    );
+    for how in ["crash", "stop", "cut"] {
+        let h = lossy_last_leader(stand(how), false);
+        let r = check(&min2, h.ops, Some(&elected_uncleanly(Some(1))));
+        assert_eq!(r.valid, Validity::Invalid, "{how}: {}", r.summary(5));
+    }
 }
 
 /// Two writes acknowledged (at offsets 0 and 1) and a wipe that deleted the log directory of

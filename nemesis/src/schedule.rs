@@ -97,13 +97,22 @@ impl Schedule {
         Ok(Schedule { ops })
     }
 
-    /// The fault kinds the schedule uses.
+    /// The fault kinds the schedule uses (`power` too for a last stand that cuts a follower's
+    /// power).
     pub fn kinds(&self) -> Vec<Kind> {
-        let kinds: BTreeSet<Kind> = self
+        let mut kinds: BTreeSet<Kind> = self
             .ops
             .iter()
             .filter_map(|t| Kind::of_op(&t.op.f))
             .collect();
+        // A last stand asked to cut a follower's power needs the data where power can be lost.
+        if self
+            .ops
+            .iter()
+            .any(|t| t.op.f == "last-stand" && crate::stand::loses_power(&t.op.value))
+        {
+            kinds.insert(Kind::Power);
+        }
         kinds.into_iter().collect()
     }
 

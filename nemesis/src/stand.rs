@@ -12,9 +12,13 @@
 //!
 //! A follower leaves by a process stop only while the controller quorum keeps a majority
 //! running without it (always, with dedicated controllers; on three combined nodes, one of the
-//! two followers), since the ISR can shrink only through the controller. The leader stays down
-//! until the package's `start`, as after a kill.
+//! two followers), since the ISR can shrink only through the controller. Where the data sits on
+//! tidemark-powerfs a crash may be a power loss: the follower comes back without what it had
+//! not fsynced, and an unclean shutdown must take it out of the eligible replicas, or it leads
+//! without records it was counted for. The leader stays down until the package's `start`, as
+//! after a kill.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -38,6 +42,9 @@ enum Leaving {
     Stop,
     /// SIGKILL: the broker comes back from an unclean shutdown.
     Crash,
+    /// A power loss of its node (the database's `PowerLoss`: what was not fsynced is dropped):
+    /// back from an unclean shutdown with less than it acknowledged to its leader.
+    PowerLoss,
     /// Cut from every other broker on the brokers' listeners, where followers fetch; it keeps
     /// heartbeating to the controllers.
     Cut,
@@ -46,6 +53,11 @@ enum Leaving {
 impl Leaving {
     fn stops_the_process(self) -> bool {
         self != Leaving::Cut
+    }
+
+    /// Back from this, a replica is no eligible leader replica (KIP-966).
+    fn is_unclean(self) -> bool {
+        matches!(self, Leaving::Crash | Leaving::PowerLoss)
     }
 }
 
@@ -56,16 +68,22 @@ struct Departure {
     how: Leaving,
     #[serde(default)]
     held_ms: Option<u64>,
+    /// A power loss's tearing seed.
+    #[serde(default)]
+    seed: Option<u64>,
 }
 
-/// The value of `last-stand`: a partition (or one chosen when performed), and in a recorded
-/// `info` the leader it killed and the followers' departures, in order.
+/// The value of `last-stand`: a partition (or one chosen when performed), optionally how its
+/// followers leave, in order (the rest drawn), and in a recorded `info` the leader it killed
+/// and the followers' departures, in order.
 #[derive(Debug, Default, Deserialize)]
 struct LastStandValue {
     #[serde(default)]
     topic: Option<String>,
     #[serde(default)]
     partition: Option<u32>,
+    #[serde(default)]
+    how: Option<Vec<Leaving>>,
     #[serde(default)]
     killed: Option<String>,
     #[serde(default)]
@@ -76,6 +94,7 @@ struct LastStandValue {
 #[derive(Debug, Default, PartialEq)]
 struct LastStandOp {
     at: Option<(String, i32)>,
+    how: Vec<Leaving>,
     killed: Option<String>,
     left: Option<Vec<Departure>>,
 }
@@ -105,6 +124,7 @@ impl LastStandOp {
         }
         Ok(LastStandOp {
             at: partition_of(v.topic, v.partition)?,
+            how: v.how.unwrap_or_default(),
             killed: v.killed,
             left: v.left,
         })
@@ -130,6 +150,46 @@ impl Fault for LastStand {
     ) -> Result<Box<dyn FaultOp + 'a>, String> {
         Ok(Box::new(LastStandOp::parse(value, nodes)?))
     }
+}
+
+/// A follower's turn to leave: as recorded on replay, else drawn when it comes.
+struct Turn {
+    node: String,
+    how: Option<Leaving>,
+    held_ms: Option<u64>,
+    seed: Option<u64>,
+}
+
+impl Turn {
+    fn drawn(node: String) -> Self {
+        Turn {
+            node,
+            how: None,
+            held_ms: None,
+            seed: None,
+        }
+    }
+
+    fn replay(d: Departure) -> Self {
+        Turn {
+            node: d.node,
+            how: Some(d.how),
+            held_ms: d.held_ms,
+            seed: d.seed,
+        }
+    }
+}
+
+/// Whether a `last-stand` value asks for a power loss (in `how`, or a recorded departure).
+pub fn loses_power(value: &Value) -> bool {
+    let power = json!(Leaving::PowerLoss);
+    let asked = value["how"]
+        .as_array()
+        .is_some_and(|ways| ways.contains(&power));
+    let recorded = value["left"]
+        .as_array()
+        .is_some_and(|left| left.iter().any(|d| d["how"] == power));
+    asked || recorded
 }
 
 /// Whether `node` may stop with `stopped` already stopped and the controller quorum still have
@@ -159,51 +219,86 @@ fn may_stop(env: &Env<'_>, node: &str, stopped: &[String]) -> bool {
 fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     let started = Instant::now();
     let kill = env.kill()?;
-    let (p, leader) = partition_and_leader(env, op.at, 2, op.killed)?;
+    let mut errors = Vec::new();
+    // What is left of an earlier turn's catch-up cap would keep a replica out of the ISR, or
+    // drop a follower before its turn.
+    for name in env.names() {
+        if let Err(e) = env
+            .node(&name)
+            .and_then(|n| crate::loss::lift(n, &env.peers_of(&name)).map_err(Failed::from_error))
+        {
+            errors.push(format!("lifting {name}'s caps: {}", e.error));
+        }
+    }
+    // A partition whose replicas are all in sync, waited for a while: every one of them leaves.
+    let replicas = ClusterView::read(env.cx)
+        .ok()
+        .and_then(|v| v.partitions.iter().map(|p| p.replicas.len()).max())
+        .unwrap_or(2)
+        .max(2);
+    let (p, leader) = partition_and_leader(env, op.at, replicas, op.killed)?;
     let (topic, partition) = (p.topic.clone(), p.partition);
     env.node(&leader)?;
-    let plan: Vec<(String, Option<Leaving>, Option<u64>)> = match op.left {
-        Some(left) => left
-            .into_iter()
-            .map(|d| (d.node, Some(d.how), d.held_ms))
-            .collect(),
+    let replay = op.left.is_some();
+    let mut queue: VecDeque<Turn> = match op.left {
+        Some(left) => left.into_iter().map(Turn::replay).collect(),
         None => {
             let mut followers: Vec<String> =
                 p.isr.iter().filter(|r| **r != leader).cloned().collect();
             followers.shuffle(env.rng);
-            followers.into_iter().map(|f| (f, None, None)).collect()
+            followers.into_iter().map(Turn::drawn).collect()
         }
     };
-    if plan.is_empty() {
+    let power = env.cx.db.as_power_loss();
+    if queue.is_empty() {
         return Err(Failed::nothing(format!(
             "{topic}/{partition} has no in-sync follower to leave {leader}"
         )));
     }
-    let mut errors = Vec::new();
-    // What is left of an earlier turn's catch-up cap would drop a follower before its turn.
-    for replica in &p.replicas {
-        if let Err(e) = env
-            .node(replica)
-            .and_then(|n| crate::loss::lift(n, &env.peers_of(replica)).map_err(Failed::from_error))
-        {
-            errors.push(format!("lifting {replica}'s caps: {}", e.error));
-        }
-    }
     let ports = env.listener_ports();
     let mut epoch = p.leader_epoch;
-    let mut stopped: Vec<String> = Vec::new();
+    let mut stopped: Vec<(String, Leaving)> = Vec::new();
     let mut cut = false;
-    let mut left = Vec::new();
-    for (node, how, held_ms) in plan {
-        let how = how.unwrap_or_else(|| {
-            if may_stop(env, &node, &stopped) {
-                *[Leaving::Stop, Leaving::Crash, Leaving::Cut]
-                    .choose(env.rng)
-                    .unwrap_or(&Leaving::Cut)
-            } else {
-                Leaving::Cut
+    let mut left: Vec<Value> = Vec::new();
+    let mut isr_now: Vec<String> = p.isr.clone();
+    loop {
+        let Some(Turn {
+            node,
+            how,
+            held_ms,
+            seed,
+        }) = queue.pop_front()
+        else {
+            // A replica that came back into the ISR meanwhile leaves too: the leader must end
+            // alone in it.
+            let gone: Vec<&Value> = left.iter().map(|d| &d["node"]).collect();
+            let back: Vec<String> = isr_now
+                .iter()
+                .filter(|r| **r != leader && !gone.contains(&&json!(r)))
+                .cloned()
+                .collect();
+            if replay || back.is_empty() || left.len() >= p.replicas.len() {
+                break;
             }
-        });
+            queue.extend(back.into_iter().map(Turn::drawn));
+            continue;
+        };
+        // Asked for, else drawn: a stop only where the quorum allows it, a power loss only
+        // where the data sits on a filesystem that can lose it.
+        let how = how
+            .or_else(|| op.how.get(left.len()).copied())
+            .unwrap_or_else(|| {
+                let mut ways = vec![Leaving::Cut];
+                let names: Vec<String> = stopped.iter().map(|(n, _)| n.clone()).collect();
+                if may_stop(env, &node, &names) {
+                    ways.extend([Leaving::Stop, Leaving::Crash]);
+                    if power.is_some() {
+                        ways.push(Leaving::PowerLoss);
+                    }
+                }
+                *ways.choose(env.rng).unwrap_or(&Leaving::Cut)
+            });
+        let mut departure = json!({"node": node, "how": how});
         let gone = Instant::now();
         let result = match how {
             Leaving::Stop => env
@@ -212,6 +307,20 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             Leaving::Crash => env
                 .node(&node)
                 .and_then(|n| kill.kill(n).map_err(Failed::from_error)),
+            Leaving::PowerLoss => {
+                let seed = seed.unwrap_or_else(|| env.rng.random());
+                departure["seed"] = json!(seed);
+                match power {
+                    Some(power) => env.node(&node).and_then(|n| {
+                        let report = power.power_off(n, seed).map_err(Failed::from_error)?;
+                        departure["dropped"] = report;
+                        Ok(())
+                    }),
+                    None => Err(Failed::nothing(
+                        "the database's data is not on tidemark-powerfs, so it cannot lose power",
+                    )),
+                }
+            }
             Leaving::Cut => {
                 let grudge = crate::grudge::isolate(&env.names(), std::slice::from_ref(&node));
                 env.cx
@@ -225,7 +334,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             break;
         }
         if how.stops_the_process() {
-            stopped.push(node.clone());
+            stopped.push((node.clone(), how));
         } else {
             cut = true;
         }
@@ -247,10 +356,11 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             }
         };
         std::thread::sleep(Duration::from_millis(held_ms).saturating_sub(gone.elapsed()));
-        let mut departure = json!({"node": node, "how": how, "held_ms": held_ms});
+        departure["held_ms"] = json!(held_ms);
         if let Ok(v) = ClusterView::read(env.cx) {
             if let Some(p) = v.partition(&topic, partition) {
                 departure["isr"] = json!(p.isr);
+                isr_now = p.isr.clone();
                 epoch = epoch.max(p.leader_epoch);
             }
         }
@@ -268,20 +378,30 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     let leader_killed = env
         .node(&leader)
         .and_then(|n| kill.kill(n).map_err(Failed::from_error));
-    match leader_killed {
-        Ok(()) => record["nodes"] = json!([leader]),
-        Err(e) => errors.push(format!("{leader}: {}", e.error)),
-    }
+    let leader_down = match leader_killed {
+        Ok(()) => {
+            record["nodes"] = json!([leader]);
+            true
+        }
+        Err(e) => {
+            errors.push(format!("{leader}: {}", e.error));
+            false
+        }
+    };
     if cut {
         if let Err(e) = env.cx.net.heal(env.cx.nodes) {
             errors.push(format!("healing the cuts: {e:#}"));
         }
     }
-    for node in &stopped {
-        if let Err(e) = env
-            .node(node)
-            .and_then(|n| kill.start(n).map_err(Failed::from_error))
-        {
+    for (node, how) in &stopped {
+        let back = env.node(node).and_then(|n| {
+            match (how, power) {
+                (Leaving::PowerLoss, Some(power)) => power.power_on(n),
+                _ => kill.start(n),
+            }
+            .map_err(Failed::from_error)
+        });
+        if let Err(e) = back {
             errors.push(format!("{node} coming back: {}", e.error));
         }
     }
@@ -289,10 +409,10 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     // which one that was depends on `min.insync.replicas`, so the election is recorded, not
     // judged (`null`: none within the timeout). Back from a crash, only the last leader may
     // lead, once it is back.
-    let last_crashed = left
-        .last()
-        .is_some_and(|d| d["how"] == json!(Leaving::Crash));
-    if errors.is_empty() && !last_crashed {
+    let last_crashed = left.last().is_some_and(|d| {
+        serde_json::from_value::<Leaving>(d["how"].clone()).is_ok_and(Leaving::is_unclean)
+    });
+    if leader_down && !last_crashed {
         record["elected"] = json!(wait_for_election(env, &topic, partition, epoch).map(|(l, _)| l));
     }
     record["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
@@ -309,7 +429,8 @@ mod tests {
         let parse = |v: Value| LastStandOp::parse(&v, &nodes);
         assert_eq!(parse(json!({})), Ok(LastStandOp::default()));
         let recorded = json!({"topic": "t", "partition": 1, "killed": "n1", "nodes": ["n1"],
-                              "left": [{"node": "n3", "how": "crash", "held_ms": 2100,
+                              "left": [{"node": "n3", "how": "power-loss", "held_ms": 2100,
+                                        "seed": 77, "dropped": {"files": 1},
                                         "isr": ["n1", "n2"]},
                                        {"node": "n2", "how": "cut", "held_ms": 900}],
                               "elected": "n2", "elapsed_ms": 5200});
@@ -317,20 +438,41 @@ mod tests {
             parse(recorded),
             Ok(LastStandOp {
                 at: Some(("t".into(), 1)),
+                how: Vec::new(),
                 killed: Some("n1".into()),
                 left: Some(vec![
                     Departure {
                         node: "n3".into(),
-                        how: Leaving::Crash,
-                        held_ms: Some(2100)
+                        how: Leaving::PowerLoss,
+                        held_ms: Some(2100),
+                        seed: Some(77)
                     },
                     Departure {
                         node: "n2".into(),
                         how: Leaving::Cut,
-                        held_ms: Some(900)
+                        held_ms: Some(900),
+                        seed: None
                     },
                 ])
             })
+        );
+        // A spec may say how the followers leave, in order; the rest are drawn.
+        assert_eq!(
+            parse(json!({"how": ["cut", "power-loss"]})),
+            Ok(LastStandOp {
+                how: vec![Leaving::Cut, Leaving::PowerLoss],
+                ..LastStandOp::default()
+            })
+        );
+        assert!(loses_power(&json!({"how": ["cut", "power-loss"]})));
+        assert!(loses_power(
+            &json!({"left": [{"node": "n2", "how": "power-loss"}]})
+        ));
+        assert!(!loses_power(&json!({"how": ["cut", "crash"]})));
+        let e = parse(json!({"how": ["unplug"]})).unwrap_err();
+        assert!(
+            e.starts_with("field `how[0]`: unknown variant `unplug`"),
+            "{e}"
         );
         let e = parse(json!({"left": [{"node": "n2", "how": "stop"}]})).unwrap_err();
         assert!(e.starts_with("field `left`: needs `killed`"), "{e}");

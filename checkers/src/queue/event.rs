@@ -139,6 +139,40 @@ pub(crate) struct PowerLossBody {
     pub cluster_wide: bool,
 }
 
+/// The part of a `last-stand` info the verdict policy reads: how each follower left.
+#[derive(Debug, Deserialize)]
+pub(crate) struct LastStandBody {
+    #[serde(default)]
+    pub left: Vec<Departure>,
+}
+
+/// One follower's departure in a `last-stand`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Departure {
+    pub node: String,
+    pub how: Leaving,
+}
+
+/// How a follower left: the policy tells a power loss from the rest (`stop`, `crash`, `cut`).
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Leaving {
+    PowerLoss,
+    #[serde(other)]
+    Other,
+}
+
+impl LastStandBody {
+    /// The followers that lost power.
+    pub fn powered_off(self) -> Vec<String> {
+        self.left
+            .into_iter()
+            .filter(|d| d.how == Leaving::PowerLoss)
+            .map(|d| d.node)
+            .collect()
+    }
+}
+
 /// The part of a `corrupt-file` info the verdict policy reads: each damaged segment.
 #[derive(Debug, Deserialize)]
 pub(crate) struct CorruptBody {

@@ -38,8 +38,8 @@ use acks::AckedOffsets;
 use converge::{ConvergeBody, Convergence};
 pub(crate) use event::LineOp;
 use event::{
-    check_poll_offsets, topic_partition, CorruptBody, Event, PollBody, PowerLossBody, RebootBody,
-    SendBody, WipeBody,
+    check_poll_offsets, topic_partition, CorruptBody, Event, LastStandBody, PollBody,
+    PowerLossBody, RebootBody, SendBody, WipeBody,
 };
 use groups::{CommitBody, GroupPollBody, Groups, Zombie};
 use hws::SeenHws;
@@ -547,6 +547,24 @@ impl<'r> QueueAnalysis<'r> {
                             cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
                             nodes: body.nodes.into_iter().collect(),
                         });
+                    }
+                    Ok(None) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
+                }
+            }
+            // A follower's power loss within a last stand is one node's power loss.
+            "last-stand" if ev.kind != OpType::Invoke => {
+                match ev.value.parse::<LastStandBody>("last-stand") {
+                    Ok(Some(body)) => {
+                        let nodes = body.powered_off();
+                        if !nodes.is_empty() {
+                            self.facts.power_losses.push(NodeLoss {
+                                fault: "power loss",
+                                index: ev.index,
+                                cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
+                                nodes: nodes.into_iter().collect(),
+                            });
+                        }
                     }
                     Ok(None) => {}
                     Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
