@@ -261,6 +261,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     let mut cut = false;
     let mut left: Vec<Value> = Vec::new();
     let mut isr_now: Vec<String> = p.isr.clone();
+    let (mut all_left, mut last_gone) = (true, Duration::ZERO);
     loop {
         let Some(Turn {
             node,
@@ -331,8 +332,10 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
         };
         if let Err(e) = result {
             errors.push(format!("{node} leaving: {}", e.error));
+            all_left = false;
             break;
         }
+        last_gone = started.elapsed();
         if how.stops_the_process() {
             stopped.push((node.clone(), how));
         } else {
@@ -367,13 +370,18 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
         left.push(departure);
     }
     let mut record = json!({"topic": topic, "partition": partition, "killed": leader,
-                            "left": left, "nodes": []});
+                            "left": left, "nodes": [], "ports": ports});
     if let Ok(v) = ClusterView::read(env.cx) {
         if let Some(p) = v.partition(&topic, partition) {
             record["isr_at_kill"] = json!(p.isr);
             record["leader_at_kill"] = json!(p.leader);
             epoch = epoch.max(p.leader_epoch);
         }
+    }
+    // With the op's own times, these tell when the leader surely stood alone.
+    if all_left {
+        record["alone_from_ms"] = json!(last_gone.as_millis() as u64);
+        record["alone_ms"] = json!((started.elapsed() - last_gone).as_millis() as u64);
     }
     let leader_killed = env
         .node(&leader)

@@ -14,7 +14,10 @@
 //! `pause` until a `resume` naming it is, and a `strand`'s cut of its leader from every other
 //! broker: it records when its last cut began and how long the op took, which with the op's
 //! own invocation and completion times bound when the cut surely held, so the
-//! acknowledgements that complete while a strand is under way are kept until it completes.
+//! acknowledgements that complete while a strand is under way are kept until it completes; and
+//! likewise a `last-stand`'s leader from the moment its last follower had left (stopped, lost
+//! power or cut off from every other broker) to its kill, when those followers were every other
+//! broker of its cluster.
 //! Other faults that stop and start nodes themselves (rolls, handoffs, power losses, ...) are
 //! not read, and since any of them may start a node the record has down or paused, none is
 //! held stopped past such a fault's invocation. A node that answers a client is running,
@@ -31,7 +34,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The nemesis ops [`Reach::nemesis`] reads.
-pub(super) const READ: [&str; 7] = [
+pub(super) const READ: [&str; 8] = [
     "start-partition",
     "stop-partition",
     "kill",
@@ -39,6 +42,7 @@ pub(super) const READ: [&str; 7] = [
     "start",
     "resume",
     "strand",
+    "last-stand",
 ];
 
 /// Ops that start no broker process; any other op not read here may start a node the record has
@@ -97,6 +101,40 @@ struct StrandBody {
     elapsed_ms: Option<u64>,
 }
 
+/// The parts of a `last-stand` completion that bound when its leader stood alone.
+#[derive(Debug, Deserialize)]
+struct LastStandBody {
+    #[serde(default)]
+    killed: Option<String>,
+    #[serde(default)]
+    left: Vec<Departed>,
+    #[serde(default)]
+    ports: Option<Vec<u16>>,
+    #[serde(default)]
+    alone_from_ms: Option<u64>,
+    #[serde(default)]
+    alone_ms: Option<u64>,
+    #[serde(default)]
+    elapsed_ms: Option<u64>,
+}
+
+/// A follower that left a last stand's leader.
+#[derive(Debug, Deserialize)]
+struct Departed {
+    node: String,
+    how: Leaving,
+}
+
+/// How it left: cut off on the stand's `ports`, or its process stopped (a clean stop, a crash,
+/// a power loss).
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Leaving {
+    Cut,
+    #[serde(other)]
+    Stopped,
+}
+
 /// An acknowledgement completed while a strand was under way, with what to report of it.
 #[derive(Debug)]
 struct HeldAck {
@@ -132,7 +170,7 @@ pub(super) struct Reach {
     apart_since: Vec<Option<u64>>,
     /// Some pair is apart now.
     any_apart: bool,
-    /// The strand under way: its invocation's op index and time.
+    /// The strand or last stand under way: its invocation's op index and time.
     strand: Option<(u64, u64)>,
     held: Vec<HeldAck>,
     /// Per topic and partition: the brokers holding a replica of it, as bits.
@@ -146,6 +184,16 @@ const MS: u64 = 1_000_000;
 
 /// Most brokers a test may have for its acknowledgements to be judged (one bit each).
 const MAX_BROKERS: usize = 64;
+
+/// When a state an op brought about surely held, in history time: it began `from_ms` after the
+/// op started and lasted `held_ms`; the op, invoked at `invoked` and completed at `done`, started
+/// no earlier than its invocation and took `elapsed_ms` up to no later than its completion. So
+/// from `elapsed_ms - from_ms` before the completion (a millisecond more, for the rounding down
+/// of `from_ms`) to `from_ms + held_ms` after the invocation.
+fn bounds((invoked, done): (u64, u64), from_ms: u64, held_ms: u64, elapsed_ms: u64) -> (u64, u64) {
+    let from = (done + from_ms * MS + MS).saturating_sub(elapsed_ms * MS);
+    (from, invoked + (from_ms + held_ms) * MS)
+}
 
 impl Reach {
     /// The brokers of `test.json`'s `nodes` (dedicated controllers hold no replicas).
@@ -234,6 +282,16 @@ impl Reach {
                     .map_err(|e| format!("malformed strand value: {e}"))?;
                 return Ok(self.strand_done(time, body));
             }
+            // It starts again only the followers it stopped, which were running before.
+            ("last-stand", true) => {
+                self.strand = Some((index, time));
+                return Ok(Vec::new());
+            }
+            ("last-stand", false) => {
+                let body = LastStandBody::deserialize(value)
+                    .map_err(|e| format!("malformed last-stand value: {e}"))?;
+                return Ok(self.last_stand_done(time, body));
+            }
             ("start-partition", false) if !failed => {
                 let body = CutBody::deserialize(value)
                     .map_err(|e| format!("malformed start-partition value: {e}"))?;
@@ -282,7 +340,8 @@ impl Reach {
     }
 
     /// Keeps an acknowledgement by `node` of a send invoked at `invoked_at` and answered at
-    /// `done_at`, under `min_insync`, while a strand is under way; `what` is its report.
+    /// `done_at`, under `min_insync`, while a strand or last stand is under way; `what` is its
+    /// report.
     pub fn hold(
         &mut self,
         node: &str,
@@ -302,12 +361,8 @@ impl Reach {
     }
 
     /// A strand completed at `time`: the held acknowledgements by its leader that fall within
-    /// the time its cut surely held, when the cut kept every other broker of the cluster from
-    /// fetching. The cut began `cut_from_ms` after the op started and held `cut_ms`; the op
-    /// started no earlier than its invocation and took `elapsed_ms` up to no later than its
-    /// completion, so the cut held from `elapsed_ms - cut_from_ms` before the completion
-    /// (a millisecond more, for the rounding down of `cut_from_ms`) to `cut_from_ms + cut_ms`
-    /// after the invocation.
+    /// the time its cut surely held ([`bounds`]: it began `cut_from_ms` after the op started and
+    /// held `cut_ms`), when the cut kept every other broker of the cluster from fetching.
     fn strand_done(&mut self, time: u64, body: StrandBody) -> Vec<(Value, Unshared)> {
         let held = std::mem::take(&mut self.held);
         let Some((invoke_index, invoked)) = self.strand.take() else {
@@ -321,17 +376,66 @@ impl Reach {
         ) else {
             return Vec::new();
         };
-        let from = (time + from_ms * MS + MS).saturating_sub(elapsed_ms * MS);
-        let until = invoked + (from_ms + cut_ms) * MS;
-        let others: Vec<usize> = (0..self.names.len())
-            .filter(|&i| i != leader && self.clusters[i] == self.clusters[leader])
-            .collect();
+        let others = self.others(leader);
         if !others
             .iter()
             .all(|&o| self.cuts_fetches(body.ports.as_deref(), leader, o))
         {
             return Vec::new();
         }
+        let window = bounds((invoked, time), from_ms, cut_ms, elapsed_ms);
+        self.alone(held, leader, window, invoke_index)
+    }
+
+    /// A last stand completed at `time`: the held acknowledgements by its leader within the
+    /// time it surely stood alone, when the followers that left were every other broker of its
+    /// cluster. Its last follower was gone `alone_from_ms` after the op started, and the leader
+    /// was killed `alone_ms` later; bounded as a strand's cut is.
+    fn last_stand_done(&mut self, time: u64, body: LastStandBody) -> Vec<(Value, Unshared)> {
+        let held = std::mem::take(&mut self.held);
+        let Some((invoke_index, invoked)) = self.strand.take() else {
+            return Vec::new();
+        };
+        let (Some(leader), Some(from_ms), Some(alone_ms), Some(elapsed_ms)) = (
+            body.killed.as_ref().and_then(|k| self.ids.get(k).copied()),
+            body.alone_from_ms,
+            body.alone_ms,
+            body.elapsed_ms,
+        ) else {
+            return Vec::new();
+        };
+        let gone = |o: usize| {
+            body.left.iter().any(|d| {
+                self.ids.get(&d.node) == Some(&o)
+                    && (d.how == Leaving::Stopped
+                        || self.cuts_fetches(body.ports.as_deref(), leader, o))
+            })
+        };
+        if !self.others(leader).into_iter().all(gone) {
+            return Vec::new();
+        }
+        let window = bounds((invoked, time), from_ms, alone_ms, elapsed_ms);
+        self.alone(held, leader, window, invoke_index)
+    }
+
+    /// Every other broker of `leader`'s cluster.
+    fn others(&self, leader: usize) -> Vec<usize> {
+        (0..self.names.len())
+            .filter(|&i| i != leader && self.clusters[i] == self.clusters[leader])
+            .collect()
+    }
+
+    /// The `held` acknowledgements by `leader` invoked and answered within `(from, until)`,
+    /// while it could exchange nothing with any other broker of its cluster, since the op at
+    /// `invoke_index`.
+    fn alone(
+        &self,
+        held: Vec<HeldAck>,
+        leader: usize,
+        (from, until): (u64, u64),
+        invoke_index: u64,
+    ) -> Vec<(Value, Unshared)> {
+        let others = self.others(leader);
         held.into_iter()
             .filter(|h| h.node == leader && h.min_insync > 1)
             .filter(|h| from <= h.invoked_at && h.done_at <= until)
@@ -385,8 +489,8 @@ impl Reach {
         }
     }
 
-    /// Whether an acknowledgement now could be judged: some brokers are apart, or a strand is
-    /// under way.
+    /// Whether an acknowledgement now could be judged: some brokers are apart, or a strand or
+    /// last stand is under way.
     pub fn judges(&self) -> bool {
         self.any_apart || self.strand.is_some()
     }
@@ -698,6 +802,65 @@ mod tests {
         r.nemesis((30, 9000 * MS), "strand", false, false, &strand_value())
             .unwrap();
         assert!(r.held.is_empty());
+    }
+
+    /// A last stand of n1 invoked at 1 s and completed at 9 s, taking 7.5 s (so it started
+    /// between 1 s and 1.5 s), whose last follower was gone 4.5 s into the op and its leader
+    /// killed 2 s later: n1 surely stood alone from 6.001 s to 7.5 s.
+    fn last_stand_of_n1(r: &mut Reach, value: Value) -> Vec<(Value, Unshared)> {
+        r.nemesis((10, 1000 * MS), "last-stand", true, false, &json!({}))
+            .unwrap();
+        let held = [
+            ("alone", "n1", 6100, 7400),
+            ("invoked while n3 may still have been in", "n1", 5800, 7000),
+            ("answered after the kill", "n1", 6500, 7600),
+            ("another node", "n2", 6500, 7000),
+        ];
+        for (what, node, from, to) in held {
+            r.hold(node, (from * MS, to * MS), 2, || json!(what));
+        }
+        r.nemesis((20, 9000 * MS), "last-stand", false, false, &value)
+            .unwrap()
+    }
+
+    fn last_stand_value() -> Value {
+        json!({"killed": "n1", "nodes": ["n1"], "ports": [9092],
+               "left": [{"node": "n2", "how": "crash", "held_ms": 3000},
+                        {"node": "n3", "how": "cut", "held_ms": 1500}],
+               "alone_from_ms": 4500, "alone_ms": 2000, "elapsed_ms": 7500})
+    }
+
+    #[test]
+    fn a_last_stand_proves_what_its_leader_acknowledged_while_it_surely_stood_alone() {
+        let found = last_stand_of_n1(&mut three(), last_stand_value());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, json!("alone"));
+        assert_eq!(found[0].1.reachable, ["n1"]);
+        assert_eq!(
+            found[0].1.cut_off,
+            [("n2".to_string(), 10), ("n3".to_string(), 10)]
+        );
+        // A follower stopped cleanly or by a power loss is gone as a crashed one is.
+        for how in ["stop", "power-loss"] {
+            let mut v = last_stand_value();
+            v["left"][0]["how"] = json!(how);
+            assert_eq!(last_stand_of_n1(&mut three(), v).len(), 1, "{how}");
+        }
+    }
+
+    #[test]
+    fn a_last_stand_that_left_a_broker_or_its_times_out_proves_nothing() {
+        let mut old = last_stand_value();
+        old.as_object_mut().unwrap().remove("alone_ms");
+        assert!(last_stand_of_n1(&mut three(), old).is_empty());
+        // n3 was cut on ports that are not its listener's: it could still fetch.
+        let mut other_port = last_stand_value();
+        other_port["ports"] = json!([9093]);
+        assert!(last_stand_of_n1(&mut three(), other_port).is_empty());
+        // Only n2 left: n3 was still there.
+        let mut one = last_stand_value();
+        one["left"].as_array_mut().unwrap().pop();
+        assert!(last_stand_of_n1(&mut three(), one).is_empty());
     }
 
     #[test]
