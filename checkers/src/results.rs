@@ -114,11 +114,15 @@ pub enum AnomalyKind {
     /// A replica holding the same log as its partition's final leader disagrees with it on an
     /// idempotent producer's state.
     ProducerStateDivergence,
+    /// After a last stand killed its leader, the next leader was none within the wait, or a
+    /// replica other than the eligible leader replicas KIP-966 kept (Kafka's eligible leader replicas
+    /// test).
+    EligiblePassedOver,
 }
 
 impl AnomalyKind {
     /// Every kind, in the order of the spec's table.
-    pub const ALL: [AnomalyKind; 36] = [
+    pub const ALL: [AnomalyKind; 37] = [
         AnomalyKind::LostWrite,
         AnomalyKind::AbandonedWrite,
         AnomalyKind::Divergence,
@@ -155,6 +159,7 @@ impl AnomalyKind {
         AnomalyKind::EarliestPendingUpload,
         AnomalyKind::TieredFlagGating,
         AnomalyKind::ProducerStateDivergence,
+        AnomalyKind::EligiblePassedOver,
     ];
 
     /// The kind named `name` in `results.json`.
@@ -220,6 +225,7 @@ impl AnomalyKind {
             AnomalyKind::EarliestPendingUpload => "earliest-pending-upload",
             AnomalyKind::TieredFlagGating => "tiered-flag-gating",
             AnomalyKind::ProducerStateDivergence => "producer-state-divergence",
+            AnomalyKind::EligiblePassedOver => "eligible-passed-over",
         }
     }
 }

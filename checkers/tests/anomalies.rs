@@ -1865,3 +1865,84 @@ fn a_wipe_of_as_many_replicas_as_min_insync_allows_what_they_had_acknowledged() 
     assert_eq!(r.valid, Validity::Invalid);
     assert!(entries(&r, "lost-write")[0].get("allowed").is_none());
 }
+
+/// Two writes acknowledged, then a last stand of t/0 on n1: n3 left, then n2, each recorded
+/// with the ISR read once it had gone, and the next leader (absent: not waited for).
+fn last_stand(first: &str, second: &str, elected: Option<Value>) -> Hist {
+    let mut h = Hist::new();
+    h.send(0, &[1], Ok, Some(0));
+    h.send(0, &[2], Ok, Some(1));
+    let mut stand = json!({"topic": "t", "partition": 0, "killed": "n1", "nodes": ["n1"],
+        "isr_at_start": ["n1", "n2", "n3"],
+        "left": [{"node": "n3", "how": first, "held_ms": 3000, "isr": ["n1", "n2"]},
+                 {"node": "n2", "how": second, "held_ms": 900, "isr": ["n1"]}]});
+    if let Some(e) = elected {
+        stand["elected"] = e;
+    }
+    h.nemesis("last-stand", stand);
+    h
+}
+
+/// KIP-966 on (tidemark's broker, or the setting) with `min.insync.replicas` 2.
+fn elr_on() -> Value {
+    json!({"broker": {"name": "tidemark-broker"},
+           "broker_config": {"min.insync.replicas": "2"}})
+}
+
+/// Kafka's eligible leader replicas test: after the leader alone in its ISR dies, the replica
+/// whose leaving took the ISR below the minimum must lead; not the one that left while the ISR
+/// still met it, and not nobody.
+#[test]
+fn a_last_stand_that_passes_its_eligible_replica_over_is_an_anomaly() {
+    let (_, replicas) = clean();
+    let ok = last_stand("crash", "cut", Some(json!("n2")));
+    let r = check(&elr_on(), ok.ops, Some(&replicas));
+    assert!(
+        !r.anomaly_types
+            .contains(&"eligible-passed-over".to_string()),
+        "{}",
+        r.summary(5)
+    );
+    // The first to leave lacks what was acknowledged after it.
+    let wrong = last_stand("stop", "cut", Some(json!("n3")));
+    let r = check(&elr_on(), wrong.ops.clone(), Some(&replicas));
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary(5));
+    let e = &entries(&r, "eligible-passed-over")[0];
+    assert_eq!(e["eligible"], json!(["n2"]), "{e}");
+    assert_eq!(e["elected"], "n3", "{e}");
+    // None within the wait, with the eligible one back from a clean stop.
+    let none = last_stand("crash", "stop", Some(Value::Null));
+    let r = check(&elr_on(), none.ops, Some(&replicas));
+    assert_eq!(
+        entries(&r, "eligible-passed-over")[0]["elected"],
+        Value::Null
+    );
+
+    // Back from an unclean shutdown the last is not eligible: nothing to pass over.
+    for how in ["crash", "power-loss"] {
+        let h = last_stand("cut", how, Some(Value::Null));
+        let r = check(&elr_on(), h.ops, Some(&replicas));
+        assert!(entries(&r, "eligible-passed-over").is_empty(), "{how}");
+    }
+    // Not waited for, nothing judged.
+    let h = last_stand("cut", "cut", None);
+    assert!(entries(
+        &check(&elr_on(), h.ops, Some(&replicas)),
+        "eligible-passed-over"
+    )
+    .is_empty());
+    // With min.insync.replicas 1 the ISR never went below it: none was eligible.
+    let min1 = json!({"broker": {"name": "tidemark-broker"},
+                      "broker_config": {"min.insync.replicas": "1"}});
+    let r = check(&min1, wrong.ops.clone(), Some(&replicas));
+    assert!(entries(&r, "eligible-passed-over").is_empty());
+    // A broker that keeps no eligible replicas, or one whose setting is unknown, is not judged.
+    let off = json!({"broker": {"name": "tidemark-broker"},
+                     "broker_config": {"min.insync.replicas": "2",
+                                       "eligible.leader.replicas.version": "0"}});
+    let other = json!({"broker_config": {"min.insync.replicas": "2"}});
+    for test in [off, other] {
+        let r = check(&test, wrong.ops.clone(), Some(&replicas));
+        assert!(entries(&r, "eligible-passed-over").is_empty(), "{test}");
+    }
+}

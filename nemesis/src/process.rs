@@ -760,7 +760,17 @@ pub(crate) fn wait_for_election(
     partition: i32,
     epoch: i32,
 ) -> Option<(String, i32)> {
-    let deadline = Instant::now() + NEW_LEADER_TIMEOUT;
+    wait_for_election_within(env, (topic, partition), epoch, NEW_LEADER_TIMEOUT)
+}
+
+/// As [`wait_for_election`], waiting at most `timeout`.
+pub(crate) fn wait_for_election_within(
+    env: &Env<'_>,
+    (topic, partition): (&str, i32),
+    epoch: i32,
+    timeout: Duration,
+) -> Option<(String, i32)> {
+    let deadline = Instant::now() + timeout;
     loop {
         if let Ok(view) = ClusterView::read(env.cx) {
             let elected = view

@@ -28,11 +28,19 @@ use serde_json::{json, Value};
 
 use crate::cluster::ClusterView;
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
-use crate::process::{partition_and_leader, partition_of, wait_for_election, ALONE_MS, STRAND_MAX};
+use crate::process::{
+    partition_and_leader, partition_of, wait_for_election_within, ALONE_MS, STRAND_MAX,
+};
 use crate::targets::known_node;
 
 /// The `last-stand` fault.
 pub struct LastStand;
+
+/// How long a last stand waits for the next leader once its leader is dead and its followers are
+/// back: an eligible replica cut off is elected once the controller fences the leader (3 s
+/// here), one stopped once it has restarted too; the verdict reads a replica not elected within
+/// it as passed over, so it leaves room for a loaded machine.
+const ELECTION_WAIT: Duration = Duration::from_secs(20);
 
 /// How a follower leaves its leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -370,7 +378,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
         left.push(departure);
     }
     let mut record = json!({"topic": topic, "partition": partition, "killed": leader,
-                            "left": left, "nodes": [], "ports": ports});
+                            "isr_at_start": p.isr, "left": left, "nodes": [], "ports": ports});
     if let Ok(v) = ClusterView::read(env.cx) {
         if let Some(p) = v.partition(&topic, partition) {
             record["isr_at_kill"] = json!(p.isr);
@@ -414,14 +422,15 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
         }
     }
     // The follower whose leaving took the ISR below the minimum is eligible, unless it crashed;
-    // which one that was depends on `min.insync.replicas`, so the election is recorded, not
-    // judged (`null`: none within the timeout). Back from a crash, only the last leader may
-    // lead, once it is back.
+    // which one that was depends on `min.insync.replicas`, so the election is recorded here and
+    // judged by the checkers (`null`: none within the wait). Back from a crash, only the last
+    // leader may lead, once it is back.
     let last_crashed = left.last().is_some_and(|d| {
         serde_json::from_value::<Leaving>(d["how"].clone()).is_ok_and(Leaving::is_unclean)
     });
     if leader_down && !last_crashed {
-        record["elected"] = json!(wait_for_election(env, &topic, partition, epoch).map(|(l, _)| l));
+        let next = wait_for_election_within(env, (&topic, partition), epoch, ELECTION_WAIT);
+        record["elected"] = json!(next.map(|(l, _)| l));
     }
     record["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
     Failed::partly(record, &errors)

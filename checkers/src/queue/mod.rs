@@ -18,6 +18,7 @@ mod groups;
 mod hws;
 mod reach;
 pub(crate) mod replicas;
+mod stands;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -251,6 +252,7 @@ pub struct QueueAnalysis<'r> {
     tiered: TieredHistory,
     /// What the runner found when it last waited for each cluster's replicas to converge.
     convergence: Convergence,
+    stands: stands::Stands,
     /// The test map, which those read their broker settings from.
     test: Value,
     /// The op index of the last nemesis op: the final phase's healing, once the history is read.
@@ -303,6 +305,7 @@ impl<'r> QueueAnalysis<'r> {
             mirror: MirrorHistory::new(test, policy.mirror_unclean_support()),
             tiered: TieredHistory::default(),
             convergence: Convergence::default(),
+            stands: stands::Stands::default(),
             test: test.clone(),
             last_fault: None,
             last_move_failed: false,
@@ -554,6 +557,12 @@ impl<'r> QueueAnalysis<'r> {
             }
             // A follower's power loss within a last stand is one node's power loss.
             "last-stand" if ev.kind != OpType::Invoke => {
+                let cluster = ev.cluster.unwrap_or(&self.default_cluster).to_owned();
+                match ev.value.parse::<stands::StandBody>("last-stand") {
+                    Ok(Some(body)) if !ev.failed => self.stands.observe(ev.index, &cluster, body),
+                    Ok(_) => {}
+                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
+                }
                 match ev.value.parse::<LastStandBody>("last-stand") {
                     Ok(Some(body)) => {
                         let nodes = body.powered_off();
@@ -1193,6 +1202,9 @@ impl<'r> QueueAnalysis<'r> {
         self.check_acks();
         self.convergence
             .check(&self.facts.disk_losses, &mut self.anomalies);
+        let policy = &self.policy;
+        self.stands
+            .check(&self.test, |t| policy.min_insync(t), &mut self.anomalies);
         crate::tiered::check(
             &self.test,
             &self.tiered,
