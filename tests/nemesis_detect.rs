@@ -315,6 +315,28 @@ fn mirror_run(schedule: &str, time_limit: &str, seed: &str, args: &[&str]) -> Ve
     run(&all)
 }
 
+/// A failback cut short: the old source fails back (its split-brain writes under the mirrored
+/// epoch, above where the other cluster's epoch ends), a strand cuts its new mirror leader off
+/// from the followers moments later and kills it, an eligible follower that still held those
+/// writes leads, and a failover makes that cluster writable again. The faults of a recorded
+/// run of `--workload mirror --nemesis kill,failover --seed 3641` (60 s) that lost 361 writes
+/// the other cluster had acknowledged: the LMLE truncation cut only at the end of the mirrored
+/// epoch in its own log, leaving the rest to the first mirror fetch, which the new leader never
+/// made. The broker now aligns the cut with the source's end of that epoch before the replicas
+/// are waited for.
+#[test]
+fn a_failback_cut_short_by_a_leader_failure_keeps_what_the_source_acknowledged() {
+    require_root("a_failback_cut_short_by_a_leader_failure_keeps_what_the_source_acknowledged");
+    broker();
+    let schedule = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/schedules/failback-strand-failover.json"
+    ))
+    .unwrap();
+    let v = mirror_run(&schedule, "60", "3641", &[]);
+    assert_valid_and_clean(&v, "correct-failback-cut-short");
+}
+
 /// Runs `bug` against `schedule` and asserts it is reported with `anomaly`.
 fn mirror_bug_caught(bug: &str, schedule: &str, time_limit: &str, extra: &[&str], anomaly: &str) {
     broker();

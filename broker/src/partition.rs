@@ -23,7 +23,7 @@ use crate::log::producer_state::ProducerError;
 use crate::log::{AppendInfo, LogError, LogSettings, PartitionLog};
 use crate::metadata::{LeaderRecoveryState, PartitionRegistration};
 use crate::mirror::rules::{
-    lmle_truncation_offset, truncation_wait, MirrorRules, MirrorState, TruncationWait,
+    aligned_truncation_offset, truncation_wait, MirrorRules, MirrorState, TruncationWait,
 };
 use crate::retention::{segments_to_delete, RetentionPolicy};
 use crate::tiered::manager::{
@@ -1457,9 +1457,10 @@ impl Partition {
         })
     }
 
-    /// Where the LMLE truncation to `lmle` would cut the log, when that is below the high
+    /// Where the LMLE truncation to `lmle`, aligned with the `source`'s answer for it
+    /// ([`aligned_truncation_offset`]), would cut the log, when that is below the high
     /// watermark: records readers may have seen committed under the current leader epoch.
-    pub fn lmle_truncation_cut(&self, lmle: i32) -> Option<i64> {
+    pub fn lmle_truncation_cut(&self, lmle: i32, source: Option<(i32, i64)>) -> Option<i64> {
         self.with_state(|s| {
             let entries: Vec<(i32, i64)> = s
                 .log
@@ -1468,7 +1469,7 @@ impl Partition {
                 .iter()
                 .map(|e| (e.epoch, e.start_offset))
                 .collect();
-            let to = lmle_truncation_offset(&entries, s.log.log_end_offset(), lmle);
+            let to = aligned_truncation_offset(&entries, s.log.log_end_offset(), lmle, source);
             (to < s.high_watermark).then_some(to)
         })
     }
@@ -1497,11 +1498,13 @@ impl Partition {
     }
 
     /// Phase 1 of the LMLE truncation (KIP-1279): once enough replicas are in the ISR to
-    /// take part (all of them when `all_replicas`), cuts the log at the end of epoch `lmle` and
-    /// starts watching the followers' fetches. Returns what it still waits for, if anything.
+    /// take part (all of them when `all_replicas`), cuts the log at the end of epoch `lmle`, or
+    /// lower where the `source`'s answer for it says the logs part ([`aligned_truncation_offset`]),
+    /// and starts watching the followers' fetches. Returns what it still waits for, if anything.
     pub fn lmle_truncate(
         &self,
         lmle: i32,
+        source: Option<(i32, i64)>,
         all_replicas: bool,
     ) -> Result<Option<TruncationWait>, LogError> {
         let hw = self.with_state(|s| -> Result<Result<i64, TruncationWait>, LogError> {
@@ -1520,8 +1523,8 @@ impl Partition {
                 .map(|e| (e.epoch, e.start_offset))
                 .collect();
             let leo = s.log.log_end_offset();
-            let to = lmle_truncation_offset(&entries, leo, lmle);
-            info!(topic = ?self.topic, partition = self.index, lmle, from = leo, to, "LMLE truncation");
+            let to = aligned_truncation_offset(&entries, leo, lmle, source);
+            info!(topic = ?self.topic, partition = self.index, lmle, ?source, from = leo, to, "LMLE truncation");
             s.log.truncate_to(to)?;
             s.clamp_to_log_end();
             s.mirror_truncation_fetches = Some(BTreeMap::new());

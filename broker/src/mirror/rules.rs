@@ -98,6 +98,40 @@ pub fn lmle_truncation_offset(entries: &[(i32, i64)], log_end: i64, lmle: i32) -
     }
 }
 
+/// Where the LMLE truncation cuts once aligned with the source too: the lower of the LMLE cut
+/// and where the source's answer for the LMLE (`source`: the largest epoch it holds at or below
+/// it and that epoch's end, as OffsetsForLeaderEpoch gives them) parts from this log, as a
+/// follower truncates by a leader's answer (KIP-279). KIP-1279 leaves that second cut to the
+/// first mirror fetch after the LMLE truncation; made here, before phase 2 waits for the
+/// replicas, no replica kept through the failback holds a record the source lacks, so a leader
+/// elected before that first fetch (or a failover before it) cannot bring such records back as
+/// mirrored. Without an answer (`None`, or an epoch or end of -1), the LMLE cut alone.
+pub fn aligned_truncation_offset(
+    entries: &[(i32, i64)],
+    log_end: i64,
+    lmle: i32,
+    source: Option<(i32, i64)>,
+) -> i64 {
+    let cut = lmle_truncation_offset(entries, log_end, lmle);
+    let Some((epoch, end)) = source.filter(|(e, o)| *e >= 0 && *o >= 0) else {
+        return cut;
+    };
+    // This log's end of the largest epoch it holds at or below the source's.
+    let at = entries.iter().rposition(|(e, _)| *e <= epoch);
+    let ours = match at {
+        None => 0,
+        Some(i) => {
+            let local_end = entries.get(i + 1).map_or(log_end, |(_, start)| *start);
+            if entries[i].0 == epoch {
+                local_end.min(end)
+            } else {
+                local_end
+            }
+        }
+    };
+    cut.min(ours).min(log_end)
+}
+
 /// What the leader of a preparing partition still waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TruncationWait {
@@ -307,6 +341,48 @@ mod tests {
         assert_eq!(lmle_truncation_offset(&[(0, 0), (3, 2), (6, 5)], 9, 4), 5);
         // Below the earliest epoch: the earliest epoch's start.
         assert_eq!(lmle_truncation_offset(&[(2, 4), (3, 6)], 8, 1), 4);
+    }
+
+    #[test]
+    fn the_lmle_truncation_aligned_with_the_source_cuts_what_the_source_lacks() {
+        // S-LMLE-2 on A: cache {0:0, 1:2}, log end 4, LMLE 1; B's epoch 1 ends at 3 (its barrier
+        // at 3 is epoch 2): cut at 3 at once, where the KIP's first fetch would.
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0), (1, 2)], 4, 1, Some((1, 3))),
+            3
+        );
+        // S-LMLE-3 on B: cache {.., 3:3}, log end 5, LMLE 3; A's epoch 3 ends at 4.
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0), (3, 3)], 5, 3, Some((3, 4))),
+            4
+        );
+        // The old source that wrote on after a failover under the mirrored epoch: epoch 0 to
+        // offset 100 here, to 8 on the source, which wrote on under epoch 10.
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0)], 100, 0, Some((0, 8))),
+            8
+        );
+        // The source holds more of the epoch: the LMLE cut stands.
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0), (1, 2)], 4, 1, Some((1, 9))),
+            4
+        );
+        // The source's largest epoch at or below the LMLE is an older one: the end of ours.
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0), (2, 5)], 9, 2, Some((1, 7))),
+            5
+        );
+        // No answer, or none the source can give: the LMLE cut alone.
+        assert_eq!(aligned_truncation_offset(&[(0, 0)], 100, 0, None), 100);
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0)], 100, 0, Some((-1, -1))),
+            100
+        );
+        // An LMLE of -1 cuts everything whatever the source says.
+        assert_eq!(
+            aligned_truncation_offset(&[(0, 0)], 100, -1, Some((0, 8))),
+            0
+        );
     }
 
     #[test]

@@ -15,8 +15,12 @@ use std::time::Duration;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, DescribeConfigsRequest, FetchRequest, ListOffsetsRequest,
+    OffsetForLeaderEpochRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
@@ -358,13 +362,14 @@ async fn prepare(
         warn!(topic = %p.topic, partition = p.index, lmle, "injected bug skip-lmle-truncation: mirroring without the LMLE truncation");
         return Ok(());
     }
-    if let Some(to) = p.lmle_truncation_cut(lmle) {
+    let source = source_epoch_end(mirror, p, topic.id, lmle).await?;
+    if let Some(to) = p.lmle_truncation_cut(lmle, source) {
         new_epoch_before_truncation(ctx, p, to, cancel).await?;
     }
     let all_replicas = waits_for_all_replicas(ctx, p);
     // Phase 1: truncate once enough replicas are in the ISR to take part.
     let mut logged = None;
-    while let Some(w) = p.lmle_truncate(lmle, all_replicas)? {
+    while let Some(w) = p.lmle_truncate(lmle, source, all_replicas)? {
         note_wait(ctx, p, &mut logged, w);
         if sleep_or_cancel(cancel, POLL).await {
             return Ok(());
@@ -386,6 +391,42 @@ async fn prepare(
     }
     ctx.tasks.update(p, |s| s.waiting_for = None);
     Ok(())
+}
+
+/// The source leader's answer for epoch `lmle` (OffsetsForLeaderEpoch, asked as a consumer
+/// asks it, KIP-320): the largest epoch it holds at or below `lmle` and that epoch's end. None
+/// for an LMLE of -1, which cuts everything anyway. Found by the harness: without it a replica
+/// kept through a failback could hold records the source lacks until the first mirror fetch,
+/// and lead with them (an election, or a failover, before that fetch).
+async fn source_epoch_end(
+    mirror: &MirrorRegistration,
+    p: &Partition,
+    topic_id: Uuid,
+    lmle: i32,
+) -> anyhow::Result<Option<(i32, i64)>> {
+    if lmle < 0 {
+        return Ok(None);
+    }
+    let mut src = resolve_source(mirror, p, topic_id).await?;
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(p.topic.clone())))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(src.leader_epoch)
+                .with_leader_epoch(lmle)])]);
+    let resp = src.conn.call(4, &req).await?;
+    let Some(e) = resp.topics.first().and_then(|t| t.partitions.first()) else {
+        anyhow::bail!("OffsetForLeaderEpoch response without the partition");
+    };
+    if e.error_code != errors::NONE {
+        anyhow::bail!(
+            "the source answered OffsetForLeaderEpoch with error {}",
+            e.error_code
+        );
+    }
+    Ok(Some((e.leader_epoch, e.end_offset)))
 }
 
 /// Moves the leader to a new epoch before a truncation cuts committed records (a failback's
