@@ -585,22 +585,9 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
     let down = Instant::now();
     kill.kill(env.node(&lagging)?)
         .map_err(|e| Failed::nothing(format!("{lagging}: {e:#}")))?;
-    let down_ms = match lapse.down_ms {
-        Some(ms) => ms,
-        None => {
-            while down.elapsed() < STRAND_MAX {
-                let isr = ClusterView::read(env.cx)
-                    .ok()
-                    .and_then(|v| v.partition(&topic, partition).map(|p| p.isr.clone()));
-                if isr.is_some_and(|isr| !isr.contains(&lagging)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            (down.elapsed() + Duration::from_millis(env.rng.random_range(ALONE_MS))).as_millis()
-                as u64
-        }
-    };
+    let down_ms = lapse
+        .down_ms
+        .unwrap_or_else(|| hold_until_out_of_isr(env, (&topic, partition), &lagging, down));
     std::thread::sleep(Duration::from_millis(down_ms).saturating_sub(down.elapsed()));
     record["down_ms"] = json!(down_ms);
     let came_back = catching_up(
@@ -751,6 +738,27 @@ fn partition_with_isr(env: &mut Env<'_>, isr: usize) -> Result<(String, i32), Fa
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// How long, from `since`, to hold a replica that has left (killed, stopped or cut off) before
+/// the next step: until the partition's ISR has dropped `node` (at most [`STRAND_MAX`]) and
+/// 0.3–1.5 s more while clients write; in milliseconds, as recorded for a replay.
+pub(crate) fn hold_until_out_of_isr(
+    env: &mut Env<'_>,
+    (topic, partition): (&str, i32),
+    node: &str,
+    since: Instant,
+) -> u64 {
+    while since.elapsed() < STRAND_MAX {
+        let isr = ClusterView::read(env.cx)
+            .ok()
+            .and_then(|v| v.partition(topic, partition).map(|p| p.isr.clone()));
+        if isr.is_some_and(|isr| !isr.iter().any(|r| r == node)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (since.elapsed() + Duration::from_millis(env.rng.random_range(ALONE_MS))).as_millis() as u64
 }
 
 /// Waits until the partition has a leader elected after `epoch`; returns it and its epoch.

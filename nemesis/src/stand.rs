@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use crate::cluster::ClusterView;
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::process::{
-    partition_and_leader, partition_of, wait_for_election_within, ALONE_MS, STRAND_MAX,
+    hold_until_out_of_isr, partition_and_leader, partition_of, wait_for_election_within,
 };
 use crate::targets::known_node;
 
@@ -350,22 +350,8 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             cut = true;
         }
         // Clients write on while the ISR drops it, and a moment after.
-        let held_ms = match held_ms {
-            Some(ms) => ms,
-            None => {
-                while gone.elapsed() < STRAND_MAX {
-                    let isr = ClusterView::read(env.cx)
-                        .ok()
-                        .and_then(|v| v.partition(&topic, partition).map(|p| p.isr.clone()));
-                    if isr.is_some_and(|isr| !isr.contains(&node)) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                (gone.elapsed() + Duration::from_millis(env.rng.random_range(ALONE_MS))).as_millis()
-                    as u64
-            }
-        };
+        let held_ms =
+            held_ms.unwrap_or_else(|| hold_until_out_of_isr(env, (&topic, partition), &node, gone));
         std::thread::sleep(Duration::from_millis(held_ms).saturating_sub(gone.elapsed()));
         departure["held_ms"] = json!(held_ms);
         if let Ok(v) = ClusterView::read(env.cx) {
