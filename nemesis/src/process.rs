@@ -574,14 +574,8 @@ fn lapse(env: &mut Env<'_>, lapse: Lapse) -> Result<Value, Failed> {
     // The move is about one replica falling behind: what is left of an earlier turn's catch-up
     // cap on the others would drop the in-sync survivor from the ISR too.
     let mut errors = Vec::new();
-    for other in p.replicas.iter().filter(|r| **r != lagging) {
-        if let Err(e) = env
-            .node(other)
-            .and_then(|n| crate::loss::lift(n, &env.peers_of(other)).map_err(Failed::from_error))
-        {
-            errors.push(format!("lifting {other}'s caps: {}", e.error));
-        }
-    }
+    let others: Vec<&String> = p.replicas.iter().filter(|r| **r != lagging).collect();
+    lift_caps(env, others, &mut errors);
     let down = Instant::now();
     kill.kill(env.node(&lagging)?)
         .map_err(|e| Failed::nothing(format!("{lagging}: {e:#}")))?;
@@ -737,6 +731,23 @@ fn partition_with_isr(env: &mut Env<'_>, isr: usize) -> Result<(String, i32), Fa
             )));
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Lifts what an earlier turn's catch-up cap left on each of `nodes`, adding an error for each
+/// node it failed on to `errors`.
+pub(crate) fn lift_caps<'n>(
+    env: &Env<'_>,
+    nodes: impl IntoIterator<Item = &'n String>,
+    errors: &mut Vec<String>,
+) {
+    for name in nodes {
+        if let Err(e) = env
+            .node(name)
+            .and_then(|n| crate::loss::lift(n, &env.peers_of(name)).map_err(Failed::from_error))
+        {
+            errors.push(format!("lifting {name}'s caps: {}", e.error));
+        }
     }
 }
 

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use crate::cluster::ClusterView;
 use crate::fault::{parse, Env, Failed, Fault, FaultOp};
 use crate::process::{
-    hold_until_out_of_isr, partition_and_leader, partition_of, wait_for_election_within,
+    hold_until_out_of_isr, lift_caps, partition_and_leader, partition_of, wait_for_election_within,
 };
 use crate::targets::known_node;
 
@@ -69,16 +69,23 @@ impl Leaving {
     }
 }
 
-/// One follower's departure; a recorded one holds as long again on replay.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// One follower's departure, as the `info` records it; a recorded one holds as long again on
+/// replay.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 struct Departure {
     node: String,
     how: Leaving,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     held_ms: Option<u64>,
     /// A power loss's tearing seed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     seed: Option<u64>,
+    /// A power loss's report of what its node dropped (recorded only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dropped: Option<Value>,
+    /// The partition's ISR as read once it had gone (recorded only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    isr: Option<Vec<String>>,
 }
 
 /// The value of `last-stand`: a partition (or one chosen when performed), optionally how its
@@ -190,19 +197,16 @@ impl Turn {
 
 /// Whether a `last-stand` value asks for a power loss (in `how`, or a recorded departure).
 pub fn loses_power(value: &Value) -> bool {
-    let power = json!(Leaving::PowerLoss);
-    let asked = value["how"]
-        .as_array()
-        .is_some_and(|ways| ways.contains(&power));
-    let recorded = value["left"]
-        .as_array()
-        .is_some_and(|left| left.iter().any(|d| d["how"] == power));
-    asked || recorded
+    parse::<LastStandValue>(value).is_ok_and(|v| {
+        let asked = v.how.iter().flatten().any(|h| *h == Leaving::PowerLoss);
+        asked || v.left.iter().flatten().any(|d| d.how == Leaving::PowerLoss)
+    })
 }
 
-/// Whether `node` may stop with `stopped` already stopped and the controller quorum still have
-/// a majority of its voters running: a node that is no voter always may.
-fn may_stop(env: &Env<'_>, node: &str, stopped: &[String]) -> bool {
+/// Whether `node` may stop, with the processes of the followers that `left` before it stopped,
+/// and the controller quorum still have a majority of its voters running: a node that is no
+/// voter always may.
+fn may_stop(env: &Env<'_>, node: &str, left: &[Departure]) -> bool {
     let Ok(n) = env.node(node) else {
         return false;
     };
@@ -217,10 +221,11 @@ fn may_stop(env: &Env<'_>, node: &str, stopped: &[String]) -> bool {
         .filter(|v| v.cluster == n.cluster && v.role.is_voter())
         .map(|v| v.name.as_str())
         .collect();
-    let running = voters
-        .iter()
-        .filter(|v| **v != node && !stopped.iter().any(|s| s == *v))
-        .count();
+    let stopped = |v: &str| {
+        left.iter()
+            .any(|d| d.node == v && d.how.stops_the_process())
+    };
+    let running = voters.iter().filter(|v| **v != node && !stopped(v)).count();
     running * 2 > voters.len()
 }
 
@@ -230,14 +235,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     let mut errors = Vec::new();
     // What is left of an earlier turn's catch-up cap would keep a replica out of the ISR, or
     // drop a follower before its turn.
-    for name in env.names() {
-        if let Err(e) = env
-            .node(&name)
-            .and_then(|n| crate::loss::lift(n, &env.peers_of(&name)).map_err(Failed::from_error))
-        {
-            errors.push(format!("lifting {name}'s caps: {}", e.error));
-        }
-    }
+    lift_caps(env, &env.names(), &mut errors);
     // A partition whose replicas are all in sync, waited for a while: every one of them leaves.
     let replicas = ClusterView::read(env.cx)
         .ok()
@@ -265,10 +263,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     }
     let ports = env.listener_ports();
     let mut epoch = p.leader_epoch;
-    let mut stopped: Vec<(String, Leaving)> = Vec::new();
-    let mut cut = false;
-    let mut left: Vec<Value> = Vec::new();
-    let mut isr_now: Vec<String> = p.isr.clone();
+    let mut left: Vec<Departure> = Vec::new();
     let (mut all_left, mut last_gone) = (true, Duration::ZERO);
     loop {
         let Some(Turn {
@@ -280,10 +275,14 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
         else {
             // A replica that came back into the ISR meanwhile leaves too: the leader must end
             // alone in it.
-            let gone: Vec<&Value> = left.iter().map(|d| &d["node"]).collect();
+            let isr_now = left
+                .iter()
+                .rev()
+                .find_map(|d| d.isr.as_ref())
+                .unwrap_or(&p.isr);
             let back: Vec<String> = isr_now
                 .iter()
-                .filter(|r| **r != leader && !gone.contains(&&json!(r)))
+                .filter(|r| **r != leader && !left.iter().any(|d| d.node == **r))
                 .cloned()
                 .collect();
             if replay || back.is_empty() || left.len() >= p.replicas.len() {
@@ -298,8 +297,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             .or_else(|| op.how.get(left.len()).copied())
             .unwrap_or_else(|| {
                 let mut ways = vec![Leaving::Cut];
-                let names: Vec<String> = stopped.iter().map(|(n, _)| n.clone()).collect();
-                if may_stop(env, &node, &names) {
+                if may_stop(env, &node, &left) {
                     ways.extend([Leaving::Stop, Leaving::Crash]);
                     if power.is_some() {
                         ways.push(Leaving::PowerLoss);
@@ -307,7 +305,14 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
                 }
                 *ways.choose(env.rng).unwrap_or(&Leaving::Cut)
             });
-        let mut departure = json!({"node": node, "how": how});
+        let mut departure = Departure {
+            node: node.clone(),
+            how,
+            held_ms: None,
+            seed: None,
+            dropped: None,
+            isr: None,
+        };
         let gone = Instant::now();
         let result = match how {
             Leaving::Stop => env
@@ -318,11 +323,11 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
                 .and_then(|n| kill.kill(n).map_err(Failed::from_error)),
             Leaving::PowerLoss => {
                 let seed = seed.unwrap_or_else(|| env.rng.random());
-                departure["seed"] = json!(seed);
+                departure.seed = Some(seed);
                 match power {
                     Some(power) => env.node(&node).and_then(|n| {
                         let report = power.power_off(n, seed).map_err(Failed::from_error)?;
-                        departure["dropped"] = report;
+                        departure.dropped = Some(report);
                         Ok(())
                     }),
                     None => Err(Failed::nothing(
@@ -344,20 +349,14 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             break;
         }
         last_gone = started.elapsed();
-        if how.stops_the_process() {
-            stopped.push((node.clone(), how));
-        } else {
-            cut = true;
-        }
         // Clients write on while the ISR drops it, and a moment after.
         let held_ms =
             held_ms.unwrap_or_else(|| hold_until_out_of_isr(env, (&topic, partition), &node, gone));
         std::thread::sleep(Duration::from_millis(held_ms).saturating_sub(gone.elapsed()));
-        departure["held_ms"] = json!(held_ms);
+        departure.held_ms = Some(held_ms);
         if let Ok(v) = ClusterView::read(env.cx) {
             if let Some(p) = v.partition(&topic, partition) {
-                departure["isr"] = json!(p.isr);
-                isr_now = p.isr.clone();
+                departure.isr = Some(p.isr.clone());
                 epoch = epoch.max(p.leader_epoch);
             }
         }
@@ -390,12 +389,12 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
             false
         }
     };
-    if cut {
+    if left.iter().any(|d| d.how == Leaving::Cut) {
         if let Err(e) = env.cx.net.heal(env.cx.nodes) {
             errors.push(format!("healing the cuts: {e:#}"));
         }
     }
-    for (node, how) in &stopped {
+    for Departure { node, how, .. } in left.iter().filter(|d| d.how.stops_the_process()) {
         let back = env.node(node).and_then(|n| {
             match (how, power) {
                 (Leaving::PowerLoss, Some(power)) => power.power_on(n),
@@ -411,9 +410,7 @@ fn last_stand(env: &mut Env<'_>, op: LastStandOp) -> Result<Value, Failed> {
     // which one that was depends on `min.insync.replicas`, so the election is recorded here and
     // judged by the checkers (`null`: none within the wait). Back from a crash, only the last
     // leader may lead, once it is back.
-    let last_crashed = left.last().is_some_and(|d| {
-        serde_json::from_value::<Leaving>(d["how"].clone()).is_ok_and(Leaving::is_unclean)
-    });
+    let last_crashed = left.last().is_some_and(|d| d.how.is_unclean());
     if leader_down && !last_crashed {
         let next = wait_for_election_within(env, (&topic, partition), epoch, ELECTION_WAIT);
         record["elected"] = json!(next.map(|(l, _)| l));
@@ -448,13 +445,17 @@ mod tests {
                         node: "n3".into(),
                         how: Leaving::PowerLoss,
                         held_ms: Some(2100),
-                        seed: Some(77)
+                        seed: Some(77),
+                        dropped: Some(json!({"files": 1})),
+                        isr: Some(vec!["n1".into(), "n2".into()])
                     },
                     Departure {
                         node: "n2".into(),
                         how: Leaving::Cut,
                         held_ms: Some(900),
-                        seed: None
+                        seed: None,
+                        dropped: None,
+                        isr: None
                     },
                 ])
             })

@@ -139,11 +139,36 @@ pub(crate) struct PowerLossBody {
     pub cluster_wide: bool,
 }
 
-/// The part of a `last-stand` info the verdict policy reads: how each follower left.
+/// The parts of a `last-stand` info the checkers read: the verdict policy each follower's power
+/// loss, `reach` when the leader stood alone, `stands` whom the controller could elect next.
 #[derive(Debug, Deserialize)]
-pub(crate) struct LastStandBody {
+pub(crate) struct StandBody {
+    #[serde(default)]
+    pub topic: Option<String>,
+    #[serde(default)]
+    pub partition: Option<i64>,
+    #[serde(default)]
+    pub killed: Option<String>,
+    #[serde(default)]
+    pub isr_at_start: Option<Vec<String>>,
     #[serde(default)]
     pub left: Vec<Departure>,
+    #[serde(default)]
+    pub ports: Option<Vec<u16>>,
+    #[serde(default)]
+    pub alone_from_ms: Option<u64>,
+    #[serde(default)]
+    pub alone_ms: Option<u64>,
+    #[serde(default)]
+    pub elapsed_ms: Option<u64>,
+    /// Absent: not waited for; `null`: none within the wait.
+    #[serde(default, deserialize_with = "present")]
+    pub elected: Option<Option<String>>,
+}
+
+/// A field that is there, `null` or not.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 /// One follower's departure in a `last-stand`.
@@ -151,24 +176,43 @@ pub(crate) struct LastStandBody {
 pub(crate) struct Departure {
     pub node: String,
     pub how: Leaving,
+    /// The partition's ISR as read once it had gone.
+    #[serde(default)]
+    pub isr: Option<Vec<String>>,
 }
 
-/// How a follower left: the policy tells a power loss from the rest (`stop`, `crash`, `cut`).
-#[derive(Debug, PartialEq, Eq, Deserialize)]
+/// How a follower left; a way not known here is taken for none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Leaving {
+    Stop,
+    Crash,
     PowerLoss,
+    Cut,
     #[serde(other)]
     Other,
 }
 
-impl LastStandBody {
+impl Leaving {
+    /// Its process was stopped (cleanly, by a crash or by a power loss).
+    pub fn stopped(self) -> bool {
+        matches!(self, Leaving::Stop | Leaving::Crash | Leaving::PowerLoss)
+    }
+
+    /// It comes back from a clean shutdown, or never went down: still an eligible leader
+    /// replica (KIP-966).
+    pub fn clean(self) -> bool {
+        matches!(self, Leaving::Stop | Leaving::Cut)
+    }
+}
+
+impl StandBody {
     /// The followers that lost power.
-    pub fn powered_off(self) -> Vec<String> {
+    pub fn powered_off(&self) -> Vec<String> {
         self.left
-            .into_iter()
+            .iter()
             .filter(|d| d.how == Leaving::PowerLoss)
-            .map(|d| d.node)
+            .map(|d| d.node.clone())
             .collect()
     }
 }

@@ -39,8 +39,8 @@ use acks::AckedOffsets;
 use converge::{ConvergeBody, Convergence};
 pub(crate) use event::LineOp;
 use event::{
-    check_poll_offsets, topic_partition, CorruptBody, Event, LastStandBody, PollBody,
-    PowerLossBody, RebootBody, SendBody, WipeBody,
+    check_poll_offsets, topic_partition, CorruptBody, Event, PollBody, PowerLossBody, RebootBody,
+    SendBody, StandBody, WipeBody,
 };
 use groups::{CommitBody, GroupPollBody, Groups, Zombie};
 use hws::SeenHws;
@@ -558,21 +558,20 @@ impl<'r> QueueAnalysis<'r> {
             // A follower's power loss within a last stand is one node's power loss.
             "last-stand" if ev.kind != OpType::Invoke => {
                 let cluster = ev.cluster.unwrap_or(&self.default_cluster).to_owned();
-                match ev.value.parse::<stands::StandBody>("last-stand") {
-                    Ok(Some(body)) if !ev.failed => self.stands.observe(ev.index, &cluster, body),
-                    Ok(_) => {}
-                    Err(problem) => self.warn(format!("op {}: {problem}", ev.index)),
-                }
-                match ev.value.parse::<LastStandBody>("last-stand") {
+                match ev.value.parse::<StandBody>("last-stand") {
                     Ok(Some(body)) => {
                         let nodes = body.powered_off();
                         if !nodes.is_empty() {
                             self.facts.power_losses.push(NodeLoss {
                                 fault: "power loss",
                                 index: ev.index,
-                                cluster: ev.cluster.unwrap_or(&self.default_cluster).to_owned(),
+                                cluster: cluster.clone(),
                                 nodes: nodes.into_iter().collect(),
                             });
+                        }
+                        // A stand that recorded an error is not judged for whom it elected.
+                        if !ev.failed {
+                            self.stands.observe(ev.index, &cluster, body);
                         }
                     }
                     Ok(None) => {}

@@ -33,6 +33,8 @@ use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::event::{Leaving, StandBody};
+
 /// The nemesis ops [`Reach::nemesis`] reads.
 pub(super) const READ: [&str; 8] = [
     "start-partition",
@@ -99,40 +101,6 @@ struct StrandBody {
     cut_from_ms: Option<u64>,
     #[serde(default)]
     elapsed_ms: Option<u64>,
-}
-
-/// The parts of a `last-stand` completion that bound when its leader stood alone.
-#[derive(Debug, Deserialize)]
-struct LastStandBody {
-    #[serde(default)]
-    killed: Option<String>,
-    #[serde(default)]
-    left: Vec<Departed>,
-    #[serde(default)]
-    ports: Option<Vec<u16>>,
-    #[serde(default)]
-    alone_from_ms: Option<u64>,
-    #[serde(default)]
-    alone_ms: Option<u64>,
-    #[serde(default)]
-    elapsed_ms: Option<u64>,
-}
-
-/// A follower that left a last stand's leader.
-#[derive(Debug, Deserialize)]
-struct Departed {
-    node: String,
-    how: Leaving,
-}
-
-/// How it left: cut off on the stand's `ports`, or its process stopped (a clean stop, a crash,
-/// a power loss).
-#[derive(Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum Leaving {
-    Cut,
-    #[serde(other)]
-    Stopped,
 }
 
 /// An acknowledgement completed while a strand was under way, with what to report of it.
@@ -288,7 +256,7 @@ impl Reach {
                 return Ok(Vec::new());
             }
             ("last-stand", false) => {
-                let body = LastStandBody::deserialize(value)
+                let body = StandBody::deserialize(value)
                     .map_err(|e| format!("malformed last-stand value: {e}"))?;
                 return Ok(self.last_stand_done(time, body));
             }
@@ -391,7 +359,7 @@ impl Reach {
     /// time it surely stood alone, when the followers that left were every other broker of its
     /// cluster. Its last follower was gone `alone_from_ms` after the op started, and the leader
     /// was killed `alone_ms` later; bounded as a strand's cut is.
-    fn last_stand_done(&mut self, time: u64, body: LastStandBody) -> Vec<(Value, Unshared)> {
+    fn last_stand_done(&mut self, time: u64, body: StandBody) -> Vec<(Value, Unshared)> {
         let held = std::mem::take(&mut self.held);
         let Some((invoke_index, invoked)) = self.strand.take() else {
             return Vec::new();
@@ -407,8 +375,9 @@ impl Reach {
         let gone = |o: usize| {
             body.left.iter().any(|d| {
                 self.ids.get(&d.node) == Some(&o)
-                    && (d.how == Leaving::Stopped
-                        || self.cuts_fetches(body.ports.as_deref(), leader, o))
+                    && (d.how.stopped()
+                        || d.how == Leaving::Cut
+                            && self.cuts_fetches(body.ports.as_deref(), leader, o))
             })
         };
         if !self.others(leader).into_iter().all(gone) {

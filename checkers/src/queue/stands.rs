@@ -15,54 +15,12 @@
 //! errs towards eligibility: a replica dropped together with the one that left, in one read,
 //! counts as eligible with it.
 
-use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
 
+use super::event::StandBody;
 use crate::results::{Anomalies, AnomalyKind};
 
 const ELR_KEY: &str = "eligible.leader.replicas.version";
-
-/// The parts of a `last-stand` completion judged here.
-#[derive(Debug, Deserialize)]
-pub(crate) struct StandBody {
-    #[serde(default)]
-    topic: Option<String>,
-    #[serde(default)]
-    partition: Option<i64>,
-    #[serde(default)]
-    killed: Option<String>,
-    #[serde(default)]
-    isr_at_start: Option<Vec<String>>,
-    #[serde(default)]
-    left: Vec<Departure>,
-    /// Absent: not waited for; `null`: none within the wait.
-    #[serde(default, deserialize_with = "present")]
-    elected: Option<Option<String>>,
-}
-
-/// A field that is there, `null` or not.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
-}
-
-/// One follower's departure.
-#[derive(Debug, Deserialize)]
-struct Departure {
-    node: String,
-    how: Leaving,
-    #[serde(default)]
-    isr: Option<Vec<String>>,
-}
-
-/// How it left; anything else is not counted as a clean departure.
-#[derive(Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum Leaving {
-    Stop,
-    Cut,
-    #[serde(other)]
-    Unclean,
-}
 
 /// The last stands of a history.
 #[derive(Debug, Default)]
@@ -128,12 +86,7 @@ fn eligible(stand: &StandBody, min: u64) -> Option<Vec<String>> {
         }
         isr = after;
     }
-    let unclean = |r: &String| {
-        stand
-            .left
-            .iter()
-            .any(|d| &d.node == r && d.how == Leaving::Unclean)
-    };
+    let unclean = |r: &String| stand.left.iter().any(|d| &d.node == r && !d.how.clean());
     elr.retain(|r| Some(r) != stand.killed.as_ref() && !unclean(r));
     elr.sort();
     Some(elr)
